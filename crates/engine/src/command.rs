@@ -1,0 +1,216 @@
+//! Commands: the only way to change the engine's state.
+//!
+//! Every command is wrapped in a [`Command`] envelope that carries the client's
+//! exactly-once key `(client, seq)` and the leader's timestamp. The engine reads no
+//! clock: times come from `ts` only.
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{
+    AccountId, Amount, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId, Timestamp,
+};
+
+/// One sequenced command as it appears in the log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    /// The session that sent the command.
+    pub client: ClientId,
+    /// The client's sequence number: 1, 2, 3, … without gaps.
+    pub seq: u64,
+    /// The leader's timestamp, in nanoseconds since the Unix epoch.
+    pub ts: Timestamp,
+    pub body: CommandBody,
+}
+
+/// What a command asks for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandBody {
+    /// A new asset; `decimals` says how many minor units make one major unit (display only).
+    CreateAsset { name: String, decimals: u8 },
+    /// A new tradable pair.
+    CreateSymbol(Box<SymbolSpec>),
+    /// A new account with no balances.
+    CreateAccount,
+    /// Money enters an account from outside the exchange.
+    Deposit {
+        account: AccountId,
+        asset: AssetId,
+        amount: Amount,
+    },
+    /// Money leaves an account; only `available` can be withdrawn.
+    Withdraw {
+        account: AccountId,
+        asset: AssetId,
+        amount: Amount,
+    },
+    /// Units of an asset (shares) are issued to an account.
+    Credit {
+        account: AccountId,
+        asset: AssetId,
+        amount: Amount,
+    },
+    /// The account may no longer place, move or withdraw; it may still cancel and reduce.
+    SuspendAccount { account: AccountId },
+    /// Lifts a suspension.
+    ResumeAccount { account: AccountId },
+    /// A new order.
+    Place(OrderRequest),
+    /// Cancels a resting or pending stop order.
+    Cancel {
+        account: AccountId,
+        symbol: SymbolId,
+        order: OrderId,
+    },
+    /// Takes `qty_by` off a resting order, keeping its priority; reducing by the whole
+    /// remaining quantity or more cancels it.
+    Reduce {
+        account: AccountId,
+        symbol: SymbolId,
+        order: OrderId,
+        qty_by: Qty,
+    },
+    /// Gives a resting order a new price: it loses time priority and may trade.
+    Move {
+        account: AccountId,
+        symbol: SymbolId,
+        order: OrderId,
+        px: Px,
+    },
+}
+
+/// How a symbol matches at a price level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MatchPolicy {
+    /// Price-time priority: first come, first filled.
+    Fifo,
+    /// Pro-rata by displayed quantity, rounded down to lots; the remainder goes FIFO.
+    ProRata,
+}
+
+/// The definition of a tradable pair.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SymbolSpec {
+    pub name: String,
+    pub base: AssetId,
+    pub quote: AssetId,
+    /// Prices must be multiples of this (quote minor units per base unit).
+    pub tick: Px,
+    /// Quantities must be multiples of this (base units).
+    pub lot: Qty,
+    pub px_min: Px,
+    pub px_max: Px,
+    /// Fee per lot charged to the resting side, in quote minor units; negative is a rebate.
+    pub fee_maker: Amount,
+    /// Fee per lot charged to the incoming side, in quote minor units.
+    pub fee_taker: Amount,
+    pub policy: MatchPolicy,
+}
+
+/// Time in force.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Tif {
+    /// Good till cancelled: the remainder rests.
+    Gtc,
+    /// Immediate or cancel: the remainder is cancelled.
+    Ioc,
+    /// Fill or kill: the whole quantity trades at once or nothing happens.
+    Fok,
+}
+
+/// Self-trade prevention: what happens when an order would trade with its own account.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Stp {
+    /// Cancel the resting order of the same account and keep matching.
+    #[default]
+    CancelResting,
+    /// Cancel the rest of the incoming order.
+    CancelIncoming,
+    /// Let the account trade with itself.
+    Allow,
+}
+
+/// The price behaviour of an order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OrderKind {
+    Limit {
+        px: Px,
+    },
+    /// A market order. A buy must carry a `budget`: the most quote it may spend,
+    /// fees included. A sell may carry one only with FOK: the least it must receive,
+    /// net of fees (exchange-core's FOK_BUDGET).
+    Market {
+        budget: Option<Amount>,
+    },
+    /// Becomes `Limit { px }` when the last trade price reaches `trigger`
+    /// (at or above for a buy, at or below for a sell).
+    StopLimit {
+        trigger: Px,
+        px: Px,
+    },
+    /// Becomes `Market { budget }` with IOC when the last trade reaches `trigger`.
+    StopMarket {
+        trigger: Px,
+        budget: Option<Amount>,
+    },
+}
+
+/// A new order as the client asked for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OrderRequest {
+    pub account: AccountId,
+    pub symbol: SymbolId,
+    pub side: Side,
+    pub kind: OrderKind,
+    pub qty: Qty,
+    pub tif: Tif,
+    /// Refuse the order rather than let it take liquidity.
+    pub post_only: bool,
+    /// Iceberg: show at most this much; `None` shows everything.
+    pub display_qty: Option<Qty>,
+    pub stp: Stp,
+}
+
+impl OrderRequest {
+    /// A plain limit order with the default flags.
+    pub fn limit(
+        account: AccountId,
+        symbol: SymbolId,
+        side: Side,
+        px: Px,
+        qty: Qty,
+        tif: Tif,
+    ) -> Self {
+        OrderRequest {
+            account,
+            symbol,
+            side,
+            kind: OrderKind::Limit { px },
+            qty,
+            tif,
+            post_only: false,
+            display_qty: None,
+            stp: Stp::default(),
+        }
+    }
+
+    /// A market order (IOC) with an optional budget.
+    pub fn market(
+        account: AccountId,
+        symbol: SymbolId,
+        side: Side,
+        qty: Qty,
+        budget: Option<Amount>,
+    ) -> Self {
+        OrderRequest {
+            account,
+            symbol,
+            side,
+            kind: OrderKind::Market { budget },
+            qty,
+            tif: Tif::Ioc,
+            post_only: false,
+            display_qty: None,
+            stp: Stp::default(),
+        }
+    }
+}

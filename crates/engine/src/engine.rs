@@ -1,0 +1,522 @@
+//! The engine: state plus one command in, new state plus events out.
+//!
+//! [`Engine::apply`] is the only mutator. It checks the client's exactly-once record,
+//! dispatches to a handler, and records the outcome. Every handler validates fully
+//! before it changes anything, so a rejection leaves the state untouched. Order
+//! handling and matching live in `order.rs` and `matching.rs`; snapshots, queries and
+//! invariants in their own files.
+//!
+//! Bounds (all in [`EngineConfig`], validated by [`Engine::new`]): accounts, assets,
+//! symbols, open orders per account, outcomes remembered per client, closed orders
+//! remembered for status queries.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::account::Account;
+use crate::book::{Book, FastBook};
+use crate::command::{Command, CommandBody, OrderKind, OrderRequest, SymbolSpec, Tif};
+use crate::event::{Applied, CancelReason, Event, Outcome};
+use crate::reject::Reject;
+use crate::session::{Session, SessionCheck};
+use crate::types::{
+    AccountId, Amount, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId, Timestamp,
+};
+
+/// Named bounds of one engine. Part of the state: replicas must agree on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineConfig {
+    pub accounts_max: u32,
+    pub assets_max: u32,
+    pub symbols_max: u32,
+    pub orders_per_account_max: u32,
+    pub outcomes_per_client_max: u32,
+    pub orders_closed_max: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            accounts_max: 1 << 24,
+            assets_max: 1 << 20,
+            symbols_max: 1 << 20,
+            orders_per_account_max: 100_000,
+            outcomes_per_client_max: 1024,
+            orders_closed_max: 100_000,
+        }
+    }
+}
+
+/// Longest asset or symbol name.
+pub const NAME_LEN_MAX: usize = 16;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asset {
+    pub name: String,
+    pub decimals: u8,
+    /// Deposited plus credited minus withdrawn; never above `i64::MAX`, which bounds
+    /// every balance and so every fill's arithmetic.
+    pub supply: Amount,
+    /// Fees collected by the exchange in this asset.
+    pub fees: Amount,
+}
+
+/// A stop order waiting for its trigger; its funds are already reserved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopOrder {
+    pub id: OrderId,
+    pub request: OrderRequest,
+    pub ts: Timestamp,
+}
+
+/// Pending stops of one symbol, indexed for triggering.
+#[derive(Clone, Debug, Default)]
+pub struct Stops {
+    pub by_id: BTreeMap<OrderId, StopOrder>,
+    /// Buy stops trigger when the last price rises to their trigger.
+    pub buys: BTreeSet<(Px, OrderId)>,
+    /// Sell stops trigger when the last price falls to their trigger.
+    pub sells: BTreeSet<(Px, OrderId)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Symbol<B> {
+    pub spec: SymbolSpec,
+    pub book: B,
+    /// The price of the latest trade, which stop orders watch.
+    pub last_px: Option<Px>,
+    pub stops: Stops,
+}
+
+/// Where an order is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OrderStatus {
+    /// A stop waiting for its trigger.
+    Pending,
+    /// Resting in the book (possibly partly filled).
+    Open,
+    Filled,
+    Cancelled,
+}
+
+/// One fill of an order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fill {
+    pub px: Px,
+    pub qty: Qty,
+    /// The fee this order paid (negative: a rebate).
+    pub fee: Amount,
+    pub maker: bool,
+    pub counter_order: OrderId,
+    pub ts: Timestamp,
+}
+
+/// What the engine remembers of an order, for status queries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderRecord {
+    pub id: OrderId,
+    pub account: AccountId,
+    pub symbol: SymbolId,
+    pub side: Side,
+    pub kind: OrderKind,
+    pub tif: Tif,
+    /// Quantity as placed.
+    pub qty: Qty,
+    pub qty_filled: Qty,
+    /// Taken off by reduce commands.
+    pub qty_reduced: Qty,
+    pub status: OrderStatus,
+    pub ts: Timestamp,
+    pub fills: Vec<Fill>,
+}
+
+/// The exchange state machine. `B` is the order book implementation.
+#[derive(Clone, Debug)]
+pub struct Engine<B: Book = FastBook> {
+    pub(crate) config: EngineConfig,
+    pub(crate) assets: Vec<Asset>,
+    pub(crate) asset_names: FxHashMap<String, AssetId>,
+    pub(crate) symbols: Vec<Symbol<B>>,
+    pub(crate) symbol_names: FxHashMap<String, SymbolId>,
+    pub(crate) accounts: Vec<Account>,
+    pub(crate) sessions: FxHashMap<ClientId, Session>,
+    pub(crate) next_order_id: u64,
+    /// Open and pending orders, plus the most recently closed ones.
+    pub(crate) orders: FxHashMap<OrderId, OrderRecord>,
+    /// Closed orders in closing order; the oldest are forgotten past the bound.
+    pub(crate) orders_closed: VecDeque<OrderId>,
+    /// Scratch buffer for pro-rata levels, kept to avoid allocating per match.
+    pub(crate) scratch: Vec<crate::book::RestingOrder>,
+}
+
+impl<B: Book> Default for Engine<B> {
+    fn default() -> Self {
+        Engine::new(EngineConfig::default())
+    }
+}
+
+impl<B: Book> Engine<B> {
+    pub fn new(config: EngineConfig) -> Self {
+        assert!(
+            config.outcomes_per_client_max > 0,
+            "outcomes_per_client_max must be positive"
+        );
+        assert!(
+            config.orders_per_account_max > 0,
+            "orders_per_account_max must be positive"
+        );
+        Engine {
+            config,
+            assets: Vec::new(),
+            asset_names: FxHashMap::default(),
+            symbols: Vec::new(),
+            symbol_names: FxHashMap::default(),
+            accounts: Vec::new(),
+            sessions: FxHashMap::default(),
+            next_order_id: 1,
+            orders: FxHashMap::default(),
+            orders_closed: VecDeque::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Applies one command, appending what happened to `events`.
+    pub fn apply(&mut self, command: &Command, events: &mut Vec<Event>) -> Applied {
+        let session = self.sessions.entry(command.client).or_default();
+        match session.check(command.seq) {
+            SessionCheck::Apply => {}
+            SessionCheck::Duplicate(outcome) => {
+                return Applied {
+                    outcome,
+                    duplicate: true,
+                }
+            }
+            SessionCheck::Refuse(reject) => {
+                events.push(Event::Rejected { reject });
+                return Applied {
+                    outcome: Outcome::Rejected(reject),
+                    duplicate: false,
+                };
+            }
+        }
+        let mark = events.len();
+        let outcome = match self.execute(command, events) {
+            Ok(id) => Outcome::Ok { id },
+            Err(reject) => {
+                debug_assert_eq!(events.len(), mark, "a rejected command emitted events");
+                events.push(Event::Rejected { reject });
+                Outcome::Rejected(reject)
+            }
+        };
+        let outcomes_max = self.config.outcomes_per_client_max as usize;
+        let session = self
+            .sessions
+            .get_mut(&command.client)
+            .expect("session created above");
+        session.record(command.seq, outcome, outcomes_max);
+        Applied {
+            outcome,
+            duplicate: false,
+        }
+    }
+
+    fn execute(&mut self, command: &Command, events: &mut Vec<Event>) -> Result<u64, Reject> {
+        let ts = command.ts;
+        match &command.body {
+            CommandBody::CreateAsset { name, decimals } => {
+                self.create_asset(name, *decimals, events)
+            }
+            CommandBody::CreateSymbol(spec) => self.create_symbol(spec, events),
+            CommandBody::CreateAccount => self.create_account(events),
+            CommandBody::Deposit {
+                account,
+                asset,
+                amount,
+            }
+            | CommandBody::Credit {
+                account,
+                asset,
+                amount,
+            } => self.deposit(*account, *asset, *amount, events),
+            CommandBody::Withdraw {
+                account,
+                asset,
+                amount,
+            } => self.withdraw(*account, *asset, *amount, events),
+            CommandBody::SuspendAccount { account } => self.set_suspended(*account, true, events),
+            CommandBody::ResumeAccount { account } => self.set_suspended(*account, false, events),
+            CommandBody::Place(request) => self.place(request, ts, events),
+            CommandBody::Cancel {
+                account,
+                symbol,
+                order,
+            } => self.cancel(*account, *symbol, *order, events),
+            CommandBody::Reduce {
+                account,
+                symbol,
+                order,
+                qty_by,
+            } => self.reduce(*account, *symbol, *order, *qty_by, events),
+            CommandBody::Move {
+                account,
+                symbol,
+                order,
+                px,
+            } => self.move_order(*account, *symbol, *order, *px, ts, events),
+        }
+    }
+
+    fn check_name(&self, name: &str) -> Result<(), Reject> {
+        let valid = !name.is_empty()
+            && name.len() <= NAME_LEN_MAX
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+        if valid {
+            Ok(())
+        } else {
+            Err(Reject::NameInvalid)
+        }
+    }
+
+    fn create_asset(
+        &mut self,
+        name: &str,
+        decimals: u8,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        self.check_name(name)?;
+        if self.asset_names.contains_key(name) {
+            return Err(Reject::NameTaken);
+        }
+        if self.assets.len() >= self.config.assets_max as usize || decimals > 18 {
+            return Err(if decimals > 18 {
+                Reject::SymbolSpecInvalid
+            } else {
+                Reject::LimitReached
+            });
+        }
+        let id = AssetId(self.assets.len() as u32);
+        self.assets.push(Asset {
+            name: name.to_owned(),
+            decimals,
+            supply: Amount::ZERO,
+            fees: Amount::ZERO,
+        });
+        self.asset_names.insert(name.to_owned(), id);
+        events.push(Event::AssetCreated { asset: id });
+        Ok(u64::from(id.0))
+    }
+
+    fn create_symbol(&mut self, spec: &SymbolSpec, events: &mut Vec<Event>) -> Result<u64, Reject> {
+        self.check_name(&spec.name)?;
+        if self.symbol_names.contains_key(&spec.name) {
+            return Err(Reject::NameTaken);
+        }
+        if self.symbols.len() >= self.config.symbols_max as usize {
+            return Err(Reject::LimitReached);
+        }
+        self.asset(spec.base)?;
+        self.asset(spec.quote)?;
+        if spec.base == spec.quote {
+            return Err(Reject::SymbolAssetsMustDiffer);
+        }
+        validate_spec(spec)?;
+        let id = SymbolId(self.symbols.len() as u32);
+        self.symbols.push(Symbol {
+            spec: spec.clone(),
+            book: B::new(spec.tick),
+            last_px: None,
+            stops: Stops::default(),
+        });
+        self.symbol_names.insert(spec.name.clone(), id);
+        events.push(Event::SymbolCreated { symbol: id });
+        Ok(u64::from(id.0))
+    }
+
+    fn create_account(&mut self, events: &mut Vec<Event>) -> Result<u64, Reject> {
+        if self.accounts.len() >= self.config.accounts_max as usize {
+            return Err(Reject::LimitReached);
+        }
+        let id = AccountId(self.accounts.len() as u32);
+        self.accounts.push(Account::default());
+        events.push(Event::AccountCreated { account: id });
+        Ok(u64::from(id.0))
+    }
+
+    fn deposit(
+        &mut self,
+        account: AccountId,
+        asset: AssetId,
+        amount: Amount,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        self.account(account)?;
+        let supply = self.asset(asset)?.supply;
+        if amount.0 <= 0 {
+            return Err(Reject::AmountMustBePositive);
+        }
+        let supply = supply
+            .0
+            .checked_add(amount.0)
+            .ok_or(Reject::AmountOverflow)?;
+        self.assets[asset.0 as usize].supply = Amount(supply);
+        self.accounts[account.0 as usize]
+            .balance_mut(asset)
+            .available
+            .0 += amount.0;
+        self.emit_balance(account, asset, events);
+        Ok(0)
+    }
+
+    fn withdraw(
+        &mut self,
+        account: AccountId,
+        asset: AssetId,
+        amount: Amount,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        let holder = self.active_account(account)?;
+        self.asset(asset)?;
+        if amount.0 <= 0 {
+            return Err(Reject::AmountMustBePositive);
+        }
+        if holder.balance(asset).available < amount {
+            return Err(Reject::BalanceInsufficient);
+        }
+        self.assets[asset.0 as usize].supply.0 -= amount.0;
+        self.accounts[account.0 as usize]
+            .balance_mut(asset)
+            .available
+            .0 -= amount.0;
+        self.emit_balance(account, asset, events);
+        Ok(0)
+    }
+
+    fn set_suspended(
+        &mut self,
+        account: AccountId,
+        suspended: bool,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        if self.account(account)?.suspended == suspended {
+            return Err(Reject::AccountAlreadyInState);
+        }
+        self.accounts[account.0 as usize].suspended = suspended;
+        events.push(if suspended {
+            Event::AccountSuspended { account }
+        } else {
+            Event::AccountResumed { account }
+        });
+        Ok(0)
+    }
+
+    pub(crate) fn account(&self, account: AccountId) -> Result<&Account, Reject> {
+        self.accounts
+            .get(account.0 as usize)
+            .ok_or(Reject::AccountUnknown)
+    }
+
+    /// An account that exists and is not suspended.
+    pub(crate) fn active_account(&self, account: AccountId) -> Result<&Account, Reject> {
+        let holder = self.account(account)?;
+        if holder.suspended {
+            return Err(Reject::AccountSuspended);
+        }
+        Ok(holder)
+    }
+
+    pub(crate) fn asset(&self, asset: AssetId) -> Result<&Asset, Reject> {
+        self.assets
+            .get(asset.0 as usize)
+            .ok_or(Reject::AssetUnknown)
+    }
+
+    pub(crate) fn symbol(&self, symbol: SymbolId) -> Result<&Symbol<B>, Reject> {
+        self.symbols
+            .get(symbol.0 as usize)
+            .ok_or(Reject::SymbolUnknown)
+    }
+
+    pub(crate) fn emit_balance(&self, account: AccountId, asset: AssetId, events: &mut Vec<Event>) {
+        let balance = self.accounts[account.0 as usize].balance(asset);
+        events.push(Event::Balance {
+            account,
+            asset,
+            available: balance.available,
+            reserved: balance.reserved,
+        });
+    }
+
+    /// Marks an order closed and forgets the oldest closed one past the bound.
+    pub(crate) fn close_record(&mut self, id: OrderId, status: OrderStatus) {
+        let record = self.orders.get_mut(&id).expect("closed order has a record");
+        record.status = status;
+        self.orders_closed.push_back(id);
+        if self.orders_closed.len() > self.config.orders_closed_max as usize {
+            let oldest = self.orders_closed.pop_front().expect("queue is not empty");
+            self.orders.remove(&oldest);
+        }
+    }
+
+    /// Cancels the part of an order that is no longer live: releases `hold` and
+    /// records the cancellation.
+    pub(crate) fn cancel_remainder(
+        &mut self,
+        id: OrderId,
+        account: AccountId,
+        hold: (AssetId, Amount),
+        qty: Qty,
+        reason: CancelReason,
+        events: &mut Vec<Event>,
+    ) {
+        events.push(Event::Cancelled {
+            order: id,
+            qty_cancelled: qty,
+            reason,
+        });
+        if hold.1 .0 > 0 {
+            self.accounts[account.0 as usize].release(hold.0, hold.1);
+            self.emit_balance(account, hold.0, events);
+        }
+        self.close_record(id, OrderStatus::Cancelled);
+    }
+}
+
+/// Tick, lot, bounds and fees must make every order's arithmetic well defined and
+/// keep the fee account from going negative:
+/// - the taker fee is not negative and not below the maker fee;
+/// - a maker rebate never exceeds the taker fee it is paid from;
+/// - one lot at the lowest price pays for either fee, so a sale never owes more fee
+///   than it earns.
+fn validate_spec(spec: &SymbolSpec) -> Result<(), Reject> {
+    let shape_ok = spec.tick.0 > 0
+        && spec.lot.0 > 0
+        && spec.px_min.0 > 0
+        && spec.px_min <= spec.px_max
+        && spec.px_min.0 % spec.tick.0 == 0
+        && spec.px_max.0 % spec.tick.0 == 0
+        && crate::types::amount_from_i128(crate::types::notional(spec.px_max, spec.lot)).is_some();
+    if !shape_ok {
+        return Err(Reject::SymbolSpecInvalid);
+    }
+    let lot_value_min = crate::types::notional(spec.px_min, spec.lot);
+    let fees_ok = spec.fee_taker.0 >= 0
+        && spec.fee_maker <= spec.fee_taker
+        && spec
+            .fee_maker
+            .0
+            .checked_add(spec.fee_taker.0)
+            .is_some_and(|sum| sum >= 0)
+        && i128::from(spec.fee_taker.0) <= lot_value_min;
+    if !fees_ok {
+        return Err(Reject::FeesInvalid);
+    }
+    Ok(())
+}

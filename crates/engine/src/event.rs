@@ -1,0 +1,135 @@
+//! Events: everything the engine did, as values.
+//!
+//! Applying a command appends events to a caller-owned buffer; the runtime around the
+//! engine turns them into acknowledgements, fills, market data and audit records. Tests
+//! compare event lists exactly, so their order is part of the contract: within one
+//! command, events appear in the order the changes happened.
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::OrderKind;
+use crate::reject::Reject;
+use crate::types::{AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
+
+/// Why an order left the book without being filled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CancelReason {
+    /// The owner asked.
+    Requested,
+    /// IOC or market remainder that found no more liquidity.
+    Unfilled,
+    /// A market buy ran out of budget.
+    BudgetExhausted,
+    /// Self-trade prevention cancelled this order.
+    SelfTrade,
+    /// A reduce took the whole remaining quantity.
+    ReducedToZero,
+}
+
+/// The first answer to a command, remembered for exactly-once replies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Done; `id` is the new asset, symbol, account or order id, or 0.
+    Ok {
+        id: u64,
+    },
+    Rejected(Reject),
+}
+
+/// The result of [`crate::Engine::apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub outcome: Outcome,
+    /// True when `(client, seq)` had been applied before: nothing changed and
+    /// `outcome` is the original one.
+    pub duplicate: bool,
+}
+
+/// Something that happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    AssetCreated {
+        asset: AssetId,
+    },
+    SymbolCreated {
+        symbol: SymbolId,
+    },
+    AccountCreated {
+        account: AccountId,
+    },
+    AccountSuspended {
+        account: AccountId,
+    },
+    AccountResumed {
+        account: AccountId,
+    },
+    /// A balance after a change.
+    Balance {
+        account: AccountId,
+        asset: AssetId,
+        available: Amount,
+        reserved: Amount,
+    },
+    /// The command was refused and changed nothing.
+    Rejected {
+        reject: Reject,
+    },
+    /// An order was accepted (it may trade, rest, or wait for its trigger).
+    Accepted {
+        order: OrderId,
+        account: AccountId,
+        symbol: SymbolId,
+        side: Side,
+        kind: OrderKind,
+        qty: Qty,
+        ts: Timestamp,
+    },
+    /// A resting order was placed in the book (after any immediate trading), with the
+    /// quantity it shows.
+    Rested {
+        order: OrderId,
+        symbol: SymbolId,
+        side: Side,
+        px: Px,
+        qty_visible: Qty,
+    },
+    Trade {
+        symbol: SymbolId,
+        px: Px,
+        qty: Qty,
+        /// The side of the incoming order.
+        taker_side: Side,
+        maker_order: OrderId,
+        taker_order: OrderId,
+        maker_account: AccountId,
+        taker_account: AccountId,
+        fee_maker: Amount,
+        fee_taker: Amount,
+        /// True when this fill completed the maker order.
+        maker_done: bool,
+    },
+    /// An iceberg showed a new slice from its reserve and went to the back of its level.
+    Refreshed {
+        order: OrderId,
+        qty_visible: Qty,
+    },
+    Reduced {
+        order: OrderId,
+        qty_by: Qty,
+        qty_remaining: Qty,
+    },
+    Moved {
+        order: OrderId,
+        px: Px,
+    },
+    Cancelled {
+        order: OrderId,
+        qty_cancelled: Qty,
+        reason: CancelReason,
+    },
+    /// A stop order's trigger was reached; it now acts as its limit or market order.
+    Triggered {
+        order: OrderId,
+        last_px: Px,
+    },
+}

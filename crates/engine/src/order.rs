@@ -1,0 +1,546 @@
+//! Order commands: place, cancel, reduce, move; and stop triggering.
+//!
+//! Risk is checked here, before anything changes: a buy reserves its worst case in the
+//! quote asset (limit price × quantity plus the taker fee, or its whole budget for a
+//! market buy), a sell reserves its base quantity. Matching (in `matching.rs`) then
+//! settles each fill against those reservations.
+
+use crate::book::{Book, RestingOrder};
+use crate::command::{OrderKind, OrderRequest, SymbolSpec, Tif};
+use crate::engine::{Engine, OrderRecord, OrderStatus, StopOrder};
+use crate::event::{CancelReason, Event};
+use crate::matching::Taker;
+use crate::reject::Reject;
+use crate::types::{
+    amount_from_i128, notional, AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId,
+    Timestamp,
+};
+
+/// What a buy at `px` for `qty` reserves: its notional plus the taker fee it may pay.
+pub(crate) fn hold_buy(spec: &SymbolSpec, px: Px, qty: Qty) -> Option<Amount> {
+    let fee = i128::from(spec.fee_taker.0) * i128::from(qty.0 / spec.lot.0);
+    amount_from_i128(notional(px, qty) + fee)
+}
+
+/// What a resting order currently holds.
+pub(crate) fn hold_resting(spec: &SymbolSpec, order: &RestingOrder) -> (AssetId, Amount) {
+    match order.side {
+        Side::Buy => (
+            spec.quote,
+            hold_buy(spec, order.px, order.qty_remaining()).expect("hold fitted when placed"),
+        ),
+        Side::Sell => (spec.base, Amount(order.qty_remaining().0)),
+    }
+}
+
+/// What a new order reserves, by asset.
+fn hold_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(AssetId, Amount), Reject> {
+    if request.side == Side::Sell {
+        return Ok((spec.base, Amount(request.qty.0)));
+    }
+    let amount = match request.kind {
+        OrderKind::Limit { px } | OrderKind::StopLimit { px, .. } => {
+            hold_buy(spec, px, request.qty).ok_or(Reject::AmountOverflow)?
+        }
+        OrderKind::Market { budget } | OrderKind::StopMarket { budget, .. } => {
+            budget.ok_or(Reject::MarketBuyRequiresBudget)?
+        }
+    };
+    Ok((spec.quote, amount))
+}
+
+pub(crate) fn check_px(spec: &SymbolSpec, px: Px) -> Result<(), Reject> {
+    if px.0 % spec.tick.0 != 0 {
+        return Err(Reject::PxMustBeMultipleOfTick);
+    }
+    if px < spec.px_min || px > spec.px_max {
+        return Err(Reject::PxOutOfBounds);
+    }
+    Ok(())
+}
+
+fn check_qty(spec: &SymbolSpec, qty: Qty) -> Result<(), Reject> {
+    if qty.0 <= 0 {
+        return Err(Reject::QtyMustBePositive);
+    }
+    if qty.0 % spec.lot.0 != 0 {
+        return Err(Reject::QtyMustBeMultipleOfLot);
+    }
+    Ok(())
+}
+
+/// The shape rules of an order, independent of balances and the book.
+fn check_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(), Reject> {
+    check_qty(spec, request.qty)?;
+    let (limit, budget) = match request.kind {
+        OrderKind::Limit { px } => (Some(px), None),
+        OrderKind::Market { budget } => (None, budget),
+        OrderKind::StopLimit { trigger, px } => {
+            check_px(spec, trigger)?;
+            (Some(px), None)
+        }
+        OrderKind::StopMarket { trigger, budget } => {
+            check_px(spec, trigger)?;
+            (None, budget)
+        }
+    };
+    match limit {
+        Some(px) => check_px(spec, px)?,
+        None if request.tif == Tif::Gtc => return Err(Reject::MarketOrderCannotRest),
+        None => {}
+    }
+    if let Some(budget) = budget {
+        if budget.0 <= 0 {
+            return Err(Reject::AmountMustBePositive);
+        }
+        if request.side == Side::Sell && request.tif != Tif::Fok {
+            return Err(Reject::BudgetRequiresMarketOrFok);
+        }
+    } else if limit.is_none() && request.side == Side::Buy {
+        return Err(Reject::MarketBuyRequiresBudget);
+    }
+    let plain_gtc_limit =
+        matches!(request.kind, OrderKind::Limit { .. }) && request.tif == Tif::Gtc;
+    if request.post_only && !plain_gtc_limit {
+        return Err(Reject::PostOnlyRequiresGtcLimit);
+    }
+    if let Some(display) = request.display_qty {
+        if !plain_gtc_limit {
+            return Err(Reject::IcebergRequiresGtcLimit);
+        }
+        if display.0 <= 0 || display.0 % spec.lot.0 != 0 || display > request.qty {
+            return Err(Reject::DisplayQtyInvalid);
+        }
+    }
+    Ok(())
+}
+
+fn is_stop(kind: &OrderKind) -> bool {
+    matches!(
+        kind,
+        OrderKind::StopLimit { .. } | OrderKind::StopMarket { .. }
+    )
+}
+
+impl<B: Book> Engine<B> {
+    pub(crate) fn place(
+        &mut self,
+        request: &OrderRequest,
+        ts: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        let holder = self.active_account(request.account)?;
+        let symbol = self.symbol(request.symbol)?;
+        let spec = &symbol.spec;
+        check_request(spec, request)?;
+        let stop = is_stop(&request.kind);
+        let may_rest = stop || request.tif == Tif::Gtc;
+        if may_rest && holder.open_orders >= self.config.orders_per_account_max {
+            return Err(Reject::OpenOrdersLimit);
+        }
+        let hold = hold_request(spec, request)?;
+        if holder.balance(hold.0).available < hold.1 {
+            return Err(Reject::BalanceInsufficient);
+        }
+        if let OrderKind::Limit { px } = request.kind {
+            let best = symbol.book.best(request.side.opposite());
+            if request.post_only && best.is_some_and(|best| request.side.crosses(px, best)) {
+                return Err(Reject::PostOnlyWouldTrade);
+            }
+        }
+        if !stop && request.tif == Tif::Fok && !self.fok_fillable(request) {
+            return Err(Reject::FokCannotFill);
+        }
+
+        let id = OrderId(self.next_order_id);
+        self.next_order_id += 1;
+        self.accounts[request.account.0 as usize].reserve(hold.0, hold.1);
+        events.push(Event::Accepted {
+            order: id,
+            account: request.account,
+            symbol: request.symbol,
+            side: request.side,
+            kind: request.kind,
+            qty: request.qty,
+            ts,
+        });
+        self.emit_balance(request.account, hold.0, events);
+        self.orders.insert(id, new_record(id, request, stop, ts));
+        if stop {
+            self.accounts[request.account.0 as usize].open_orders += 1;
+            self.add_stop(StopOrder {
+                id,
+                request: *request,
+                ts,
+            });
+            self.trigger_stops(request.symbol, ts, events);
+        } else if self.execute_order(id, request, ts, events) {
+            self.trigger_stops(request.symbol, ts, events);
+        }
+        Ok(id.0)
+    }
+
+    /// Matches an accepted order, then rests or cancels what is left. Its funds are
+    /// already reserved. Returns whether it traded.
+    pub(crate) fn execute_order(
+        &mut self,
+        id: OrderId,
+        request: &OrderRequest,
+        ts: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let sym = request.symbol.0 as usize;
+        let mut taker = Taker::new(id, request, ts);
+        let stopped = self.match_taker(request.symbol, &mut taker, events);
+        let spec = &self.symbols[sym].spec;
+        let hold_left = taker.hold_remaining(spec);
+        if taker.qty.0 == 0 {
+            if hold_left.1 .0 > 0 {
+                // A market buy that spent less than its budget gets the rest back.
+                self.accounts[request.account.0 as usize].release(hold_left.0, hold_left.1);
+                self.emit_balance(request.account, hold_left.0, events);
+            }
+            self.close_record(id, OrderStatus::Filled);
+            return taker.traded;
+        }
+        match (request.kind, request.tif, stopped) {
+            (OrderKind::Limit { px }, Tif::Gtc, None) => {
+                self.rest(request, id, px, taker.qty, ts, events)
+            }
+            _ => {
+                let reason = stopped.unwrap_or(CancelReason::Unfilled);
+                self.cancel_remainder(id, request.account, hold_left, taker.qty, reason, events);
+            }
+        }
+        taker.traded
+    }
+
+    fn rest(
+        &mut self,
+        request: &OrderRequest,
+        id: OrderId,
+        px: Px,
+        qty: Qty,
+        ts: Timestamp,
+        events: &mut Vec<Event>,
+    ) {
+        let display = request.display_qty.unwrap_or(Qty::ZERO);
+        let qty_visible = if display.0 > 0 { display.min(qty) } else { qty };
+        let order = RestingOrder {
+            id,
+            account: request.account,
+            side: request.side,
+            px,
+            qty_visible,
+            qty_hidden: Qty(qty.0 - qty_visible.0),
+            display,
+            ts,
+            stp: request.stp,
+            post_only: request.post_only,
+        };
+        self.symbols[request.symbol.0 as usize].book.insert(order);
+        self.accounts[request.account.0 as usize].open_orders += 1;
+        events.push(Event::Rested {
+            order: id,
+            symbol: request.symbol,
+            side: request.side,
+            px,
+            qty_visible,
+        });
+    }
+
+    fn add_stop(&mut self, stop: StopOrder) {
+        let stops = &mut self.symbols[stop.request.symbol.0 as usize].stops;
+        let trigger = match stop.request.kind {
+            OrderKind::StopLimit { trigger, .. } | OrderKind::StopMarket { trigger, .. } => trigger,
+            _ => unreachable!("only stop orders wait for a trigger"),
+        };
+        match stop.request.side {
+            Side::Buy => stops.buys.insert((trigger, stop.id)),
+            Side::Sell => stops.sells.insert((trigger, stop.id)),
+        };
+        stops.by_id.insert(stop.id, stop);
+    }
+
+    fn remove_stop(&mut self, sym: SymbolId, id: OrderId) -> StopOrder {
+        let stops = &mut self.symbols[sym.0 as usize].stops;
+        let stop = stops.by_id.remove(&id).expect("stop exists");
+        let trigger = match stop.request.kind {
+            OrderKind::StopLimit { trigger, .. } | OrderKind::StopMarket { trigger, .. } => trigger,
+            _ => unreachable!("only stop orders wait for a trigger"),
+        };
+        match stop.request.side {
+            Side::Buy => stops.buys.remove(&(trigger, id)),
+            Side::Sell => stops.sells.remove(&(trigger, id)),
+        };
+        stop
+    }
+
+    /// Fires every stop whose trigger the last trade price has reached, oldest order
+    /// first, and repeats while the triggered orders' own trades reach more triggers.
+    pub(crate) fn trigger_stops(&mut self, sym: SymbolId, ts: Timestamp, events: &mut Vec<Event>) {
+        loop {
+            let symbol = &self.symbols[sym.0 as usize];
+            let Some(last) = symbol.last_px else { return };
+            let mut fired: Vec<OrderId> = symbol
+                .stops
+                .buys
+                .range(..=(last, OrderId(u64::MAX)))
+                .map(|&(_, id)| id)
+                .collect();
+            fired.extend(
+                symbol
+                    .stops
+                    .sells
+                    .range((last, OrderId(0))..)
+                    .map(|&(_, id)| id),
+            );
+            if fired.is_empty() {
+                return;
+            }
+            fired.sort_unstable();
+            for id in fired {
+                self.fire_stop(sym, id, last, ts, events);
+            }
+        }
+    }
+
+    fn fire_stop(
+        &mut self,
+        sym: SymbolId,
+        id: OrderId,
+        last: Px,
+        ts: Timestamp,
+        events: &mut Vec<Event>,
+    ) {
+        let stop = self.remove_stop(sym, id);
+        events.push(Event::Triggered {
+            order: id,
+            last_px: last,
+        });
+        let account = stop.request.account;
+        self.accounts[account.0 as usize].open_orders -= 1;
+        let mut request = stop.request;
+        request.kind = match request.kind {
+            OrderKind::StopLimit { px, .. } => OrderKind::Limit { px },
+            OrderKind::StopMarket { budget, .. } => OrderKind::Market { budget },
+            other => other,
+        };
+        self.orders.get_mut(&id).expect("stop has a record").status = OrderStatus::Open;
+        if request.tif == Tif::Fok && !self.fok_fillable(&request) {
+            let hold = hold_request(&self.symbols[sym.0 as usize].spec, &stop.request)
+                .expect("hold fitted when placed");
+            self.cancel_remainder(
+                id,
+                account,
+                hold,
+                request.qty,
+                CancelReason::Unfilled,
+                events,
+            );
+            return;
+        }
+        self.execute_order(id, &request, ts, events);
+    }
+
+    /// Finds an order of `account` in a symbol's book, telling apart unknown orders,
+    /// other accounts' orders and pending stops.
+    fn owned_resting(
+        &self,
+        account: AccountId,
+        sym: SymbolId,
+        id: OrderId,
+    ) -> Result<RestingOrder, Reject> {
+        let symbol = self.symbol(sym)?;
+        let order = match symbol.book.get(id) {
+            Some(order) => *order,
+            None => {
+                return Err(match symbol.stops.by_id.get(&id) {
+                    Some(stop) if stop.request.account != account => Reject::OrderNotOwned,
+                    Some(_) => Reject::OrderIsStop,
+                    None => Reject::OrderUnknown,
+                })
+            }
+        };
+        if order.account != account {
+            return Err(Reject::OrderNotOwned);
+        }
+        Ok(order)
+    }
+
+    pub(crate) fn cancel(
+        &mut self,
+        account: AccountId,
+        sym: SymbolId,
+        id: OrderId,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        self.account(account)?;
+        let order = match self.owned_resting(account, sym, id) {
+            Ok(order) => order,
+            Err(Reject::OrderIsStop) => {
+                let stop = self.remove_stop(sym, id);
+                let hold = hold_request(&self.symbols[sym.0 as usize].spec, &stop.request)
+                    .expect("hold fitted when placed");
+                self.accounts[account.0 as usize].open_orders -= 1;
+                self.cancel_remainder(
+                    id,
+                    account,
+                    hold,
+                    stop.request.qty,
+                    CancelReason::Requested,
+                    events,
+                );
+                return Ok(id.0);
+            }
+            Err(reject) => return Err(reject),
+        };
+        self.cancel_resting(sym, order.id, CancelReason::Requested, events);
+        Ok(id.0)
+    }
+
+    /// Takes a resting order out of its book and releases what it held.
+    pub(crate) fn cancel_resting(
+        &mut self,
+        sym: SymbolId,
+        id: OrderId,
+        reason: CancelReason,
+        events: &mut Vec<Event>,
+    ) {
+        let symbol = &mut self.symbols[sym.0 as usize];
+        let order = symbol.book.remove(id).expect("cancelled order rests");
+        let hold = hold_resting(&symbol.spec, &order);
+        self.accounts[order.account.0 as usize].open_orders -= 1;
+        self.cancel_remainder(
+            id,
+            order.account,
+            hold,
+            order.qty_remaining(),
+            reason,
+            events,
+        );
+    }
+
+    pub(crate) fn reduce(
+        &mut self,
+        account: AccountId,
+        sym: SymbolId,
+        id: OrderId,
+        qty_by: Qty,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        self.account(account)?;
+        let order = self.owned_resting(account, sym, id)?;
+        let spec = &self.symbols[sym.0 as usize].spec;
+        check_qty(spec, qty_by)?;
+        if qty_by >= order.qty_remaining() {
+            self.cancel_resting(sym, id, CancelReason::ReducedToZero, events);
+            return Ok(id.0);
+        }
+        let released = match order.side {
+            Side::Buy => (
+                spec.quote,
+                hold_buy(spec, order.px, qty_by).expect("part of a hold that fitted"),
+            ),
+            Side::Sell => (spec.base, Amount(qty_by.0)),
+        };
+        self.symbols[sym.0 as usize].book.reduce(id, qty_by);
+        self.accounts[account.0 as usize].release(released.0, released.1);
+        self.orders
+            .get_mut(&id)
+            .expect("resting order has a record")
+            .qty_reduced
+            .0 += qty_by.0;
+        events.push(Event::Reduced {
+            order: id,
+            qty_by,
+            qty_remaining: Qty(order.qty_remaining().0 - qty_by.0),
+        });
+        self.emit_balance(account, released.0, events);
+        Ok(id.0)
+    }
+
+    pub(crate) fn move_order(
+        &mut self,
+        account: AccountId,
+        sym: SymbolId,
+        id: OrderId,
+        px: Px,
+        ts: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        let holder = self.active_account(account)?;
+        let order = self.owned_resting(account, sym, id)?;
+        let symbol = &self.symbols[sym.0 as usize];
+        let spec = &symbol.spec;
+        check_px(spec, px)?;
+        let best = symbol.book.best(order.side.opposite());
+        if order.post_only && best.is_some_and(|best| order.side.crosses(px, best)) {
+            return Err(Reject::PostOnlyWouldTrade);
+        }
+        let qty = order.qty_remaining();
+        let delta = match order.side {
+            Side::Buy => {
+                let new = hold_buy(spec, px, qty).ok_or(Reject::AmountOverflow)?;
+                new.0
+                    - hold_buy(spec, order.px, qty)
+                        .expect("hold fitted when placed")
+                        .0
+            }
+            Side::Sell => 0,
+        };
+        let quote = spec.quote;
+        if delta > 0 && holder.balance(quote).available.0 < delta {
+            return Err(Reject::BalanceInsufficient);
+        }
+
+        self.symbols[sym.0 as usize].book.remove(id);
+        let holder = &mut self.accounts[account.0 as usize];
+        holder.open_orders -= 1;
+        match delta.signum() {
+            1 => holder.reserve(quote, Amount(delta)),
+            -1 => holder.release(quote, Amount(-delta)),
+            _ => {}
+        }
+        events.push(Event::Moved { order: id, px });
+        if delta != 0 {
+            self.emit_balance(account, quote, events);
+        }
+        let request = OrderRequest {
+            account,
+            symbol: sym,
+            side: order.side,
+            kind: OrderKind::Limit { px },
+            qty,
+            tif: Tif::Gtc,
+            post_only: order.post_only,
+            display_qty: (order.display.0 > 0).then_some(order.display),
+            stp: order.stp,
+        };
+        if self.execute_order(id, &request, ts, events) {
+            self.trigger_stops(sym, ts, events);
+        }
+        Ok(id.0)
+    }
+}
+
+fn new_record(id: OrderId, request: &OrderRequest, stop: bool, ts: Timestamp) -> OrderRecord {
+    OrderRecord {
+        id,
+        account: request.account,
+        symbol: request.symbol,
+        side: request.side,
+        kind: request.kind,
+        tif: request.tif,
+        qty: request.qty,
+        qty_filled: Qty::ZERO,
+        qty_reduced: Qty::ZERO,
+        status: if stop {
+            OrderStatus::Pending
+        } else {
+            OrderStatus::Open
+        },
+        ts,
+        fills: Vec::new(),
+    }
+}

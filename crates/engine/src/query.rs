@@ -1,0 +1,144 @@
+//! Read-only queries. They change nothing and need no log entry.
+//!
+//! Known limit: `open_orders` scans the order records (open ones plus the recently
+//! closed), so it costs O(records); an account-to-orders index would make it O(k) at
+//! the price of work on every order placement.
+
+use crate::account::Balance;
+use crate::book::Book;
+use crate::command::SymbolSpec;
+use crate::engine::{Asset, Engine, OrderRecord, OrderStatus};
+use crate::types::{AccountId, AssetId, OrderId, Px, Qty, Side, SymbolId};
+
+/// An order's status: its record plus what is still live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderView {
+    pub record: OrderRecord,
+    /// Price the order rests at (limit orders in the book only).
+    pub px_resting: Option<Px>,
+    /// Quantity still open: resting in the book or waiting as a stop.
+    pub qty_open: Qty,
+    pub qty_visible: Qty,
+}
+
+/// L2 depth of one book, best levels first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Depth {
+    pub bids: Vec<(Px, Qty)>,
+    pub asks: Vec<(Px, Qty)>,
+}
+
+impl<B: Book> Engine<B> {
+    /// The status of an open order or of one of the most recently closed orders.
+    pub fn order(&self, id: OrderId) -> Option<OrderView> {
+        let record = self.orders.get(&id)?.clone();
+        let symbol = &self.symbols[record.symbol.0 as usize];
+        let (px_resting, qty_open, qty_visible) = match record.status {
+            OrderStatus::Open => match symbol.book.get(id) {
+                Some(order) => (Some(order.px), order.qty_remaining(), order.qty_visible),
+                None => (None, Qty::ZERO, Qty::ZERO),
+            },
+            OrderStatus::Pending => (None, record.qty, Qty::ZERO),
+            OrderStatus::Filled | OrderStatus::Cancelled => (None, Qty::ZERO, Qty::ZERO),
+        };
+        Some(OrderView {
+            record,
+            px_resting,
+            qty_open,
+            qty_visible,
+        })
+    }
+
+    /// Every balance of an account, by asset.
+    pub fn balances(&self, account: AccountId) -> Option<&[(AssetId, Balance)]> {
+        Some(&self.accounts.get(account.0 as usize)?.balances)
+    }
+
+    /// One balance (zero when the account never held the asset).
+    pub fn balance(&self, account: AccountId, asset: AssetId) -> Option<Balance> {
+        Some(self.accounts.get(account.0 as usize)?.balance(asset))
+    }
+
+    /// Resting orders and pending stops of an account, by order id.
+    pub fn open_orders(&self, account: AccountId) -> Vec<OrderView> {
+        let mut ids: Vec<OrderId> = self
+            .orders
+            .values()
+            .filter(|r| {
+                r.account == account && matches!(r.status, OrderStatus::Open | OrderStatus::Pending)
+            })
+            .map(|r| r.id)
+            .collect();
+        ids.sort_unstable();
+        ids.into_iter().filter_map(|id| self.order(id)).collect()
+    }
+
+    /// Up to `levels_max` price levels a side.
+    pub fn depth(&self, symbol: SymbolId, levels_max: usize) -> Option<Depth> {
+        let book = &self.symbols.get(symbol.0 as usize)?.book;
+        Some(Depth {
+            bids: book.depth(Side::Buy, levels_max),
+            asks: book.depth(Side::Sell, levels_max),
+        })
+    }
+
+    pub fn best(&self, symbol: SymbolId, side: Side) -> Option<Px> {
+        self.symbols.get(symbol.0 as usize)?.book.best(side)
+    }
+
+    pub fn last_px(&self, symbol: SymbolId) -> Option<Px> {
+        self.symbols.get(symbol.0 as usize)?.last_px
+    }
+
+    pub fn symbol_spec(&self, symbol: SymbolId) -> Option<&SymbolSpec> {
+        Some(&self.symbols.get(symbol.0 as usize)?.spec)
+    }
+
+    pub fn asset_info(&self, asset: AssetId) -> Option<&Asset> {
+        self.assets.get(asset.0 as usize)
+    }
+
+    pub fn asset_by_name(&self, name: &str) -> Option<AssetId> {
+        self.asset_names.get(name).copied()
+    }
+
+    pub fn symbol_by_name(&self, name: &str) -> Option<SymbolId> {
+        self.symbol_names.get(name).copied()
+    }
+
+    pub fn accounts_len(&self) -> usize {
+        self.accounts.len()
+    }
+
+    pub fn assets_len(&self) -> usize {
+        self.assets.len()
+    }
+
+    pub fn symbols_len(&self) -> usize {
+        self.symbols.len()
+    }
+
+    /// Resting orders in one book.
+    pub fn book_len(&self, symbol: SymbolId) -> usize {
+        self.symbols
+            .get(symbol.0 as usize)
+            .map_or(0, |s| s.book.len())
+    }
+
+    /// Distinct price levels of one book (both sides).
+    pub fn book_levels(&self, symbol: SymbolId) -> usize {
+        self.symbols.get(symbol.0 as usize).map_or(0, |s| {
+            s.book.depth(Side::Buy, usize::MAX).len() + s.book.depth(Side::Sell, usize::MAX).len()
+        })
+    }
+
+    /// Total resting orders across all books.
+    pub fn orders_resting(&self) -> usize {
+        self.symbols.iter().map(|s| s.book.len()).sum()
+    }
+
+    /// The next order id the engine will assign.
+    pub fn next_order_id(&self) -> OrderId {
+        OrderId(self.next_order_id)
+    }
+}

@@ -1,0 +1,203 @@
+//! Snapshots and the state hash, over one canonical encoding.
+//!
+//! The encoding lists everything that can influence a future event, in an order that
+//! does not depend on how a book or a hash map lays out its contents: books as their
+//! orders in priority order (bids best first, then asks best first, each level in time
+//! priority), everything keyed by id sorted by id. Derived indexes (name maps, open
+//! order counts) are left out and rebuilt on restore. Two engines in the same state
+//! therefore encode to the same bytes, whichever book they use, and
+//! [`Engine::state_hash`] is the BLAKE3 hash of those bytes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::account::{Account, Balance};
+use crate::book::{Book, RestingOrder};
+use crate::command::SymbolSpec;
+use crate::engine::{Asset, Engine, EngineConfig, OrderRecord, StopOrder, Stops, Symbol};
+use crate::session::Session;
+use crate::types::{AssetId, ClientId, OrderId, Px, Side};
+
+/// Format version of [`Engine::snapshot`]; bumped on any change to the encoding.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct SymbolImage {
+    spec: SymbolSpec,
+    last_px: Option<Px>,
+    orders: Vec<RestingOrder>,
+    stops: Vec<StopOrder>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct AccountImage {
+    suspended: bool,
+    balances: Vec<(AssetId, Balance)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Image {
+    version: u32,
+    config: EngineConfig,
+    next_order_id: u64,
+    assets: Vec<Asset>,
+    symbols: Vec<SymbolImage>,
+    accounts: Vec<AccountImage>,
+    sessions: Vec<(ClientId, Session)>,
+    orders: Vec<OrderRecord>,
+    orders_closed: Vec<OrderId>,
+}
+
+/// Why a snapshot could not be restored.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SnapshotError {
+    Decode(String),
+    Version(u32),
+    Inconsistent(&'static str),
+}
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotError::Decode(e) => write!(f, "snapshot does not decode: {e}"),
+            SnapshotError::Version(v) => {
+                write!(f, "snapshot version {v} is not {SNAPSHOT_VERSION}")
+            }
+            SnapshotError::Inconsistent(what) => write!(f, "snapshot is inconsistent: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+impl<B: Book> Engine<B> {
+    fn image(&self) -> Image {
+        let symbols = self
+            .symbols
+            .iter()
+            .map(|symbol| {
+                let mut orders = Vec::with_capacity(symbol.book.len());
+                for side in [Side::Buy, Side::Sell] {
+                    symbol.book.visit(side, |order| {
+                        orders.push(*order);
+                        true
+                    });
+                }
+                SymbolImage {
+                    spec: symbol.spec.clone(),
+                    last_px: symbol.last_px,
+                    orders,
+                    stops: symbol.stops.by_id.values().copied().collect(),
+                }
+            })
+            .collect();
+        let accounts = self
+            .accounts
+            .iter()
+            .map(|a| AccountImage {
+                suspended: a.suspended,
+                balances: a.balances.clone(),
+            })
+            .collect();
+        let mut sessions: Vec<(ClientId, Session)> =
+            self.sessions.iter().map(|(c, s)| (*c, s.clone())).collect();
+        sessions.sort_unstable_by_key(|(client, _)| *client);
+        let mut orders: Vec<OrderRecord> = self.orders.values().cloned().collect();
+        orders.sort_unstable_by_key(|record| record.id);
+        Image {
+            version: SNAPSHOT_VERSION,
+            config: self.config,
+            next_order_id: self.next_order_id,
+            assets: self.assets.clone(),
+            symbols,
+            accounts,
+            sessions,
+            orders,
+            orders_closed: self.orders_closed.iter().copied().collect(),
+        }
+    }
+
+    /// The whole state in its canonical encoding.
+    pub fn snapshot(&self) -> Vec<u8> {
+        postcard::to_allocvec(&self.image()).expect("encoding to memory cannot fail")
+    }
+
+    /// BLAKE3 of [`Engine::snapshot`]: equal states have equal hashes whatever the book.
+    pub fn state_hash(&self) -> [u8; 32] {
+        *blake3::hash(&self.snapshot()).as_bytes()
+    }
+
+    /// Rebuilds an engine from [`Engine::snapshot`] bytes.
+    pub fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let image: Image =
+            postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        if image.version != SNAPSHOT_VERSION {
+            return Err(SnapshotError::Version(image.version));
+        }
+        let mut engine = Engine::<B>::new(image.config);
+        engine.next_order_id = image.next_order_id;
+        for (i, asset) in image.assets.into_iter().enumerate() {
+            engine
+                .asset_names
+                .insert(asset.name.clone(), AssetId(i as u32));
+            engine.assets.push(asset);
+        }
+        engine.accounts = image
+            .accounts
+            .into_iter()
+            .map(|a| Account {
+                suspended: a.suspended,
+                balances: a.balances,
+                open_orders: 0,
+            })
+            .collect();
+        for (i, image) in image.symbols.into_iter().enumerate() {
+            let mut symbol = Symbol {
+                book: B::new(image.spec.tick),
+                spec: image.spec,
+                last_px: image.last_px,
+                stops: Stops::default(),
+            };
+            for order in image.orders {
+                let holder = engine
+                    .accounts
+                    .get_mut(order.account.0 as usize)
+                    .ok_or(SnapshotError::Inconsistent("order of unknown account"))?;
+                holder.open_orders += 1;
+                if symbol.book.get(order.id).is_some() {
+                    return Err(SnapshotError::Inconsistent("order listed twice"));
+                }
+                symbol.book.insert(order);
+            }
+            for stop in image.stops {
+                let holder = engine
+                    .accounts
+                    .get_mut(stop.request.account.0 as usize)
+                    .ok_or(SnapshotError::Inconsistent("stop of unknown account"))?;
+                holder.open_orders += 1;
+                let trigger = match stop.request.kind {
+                    crate::command::OrderKind::StopLimit { trigger, .. }
+                    | crate::command::OrderKind::StopMarket { trigger, .. } => trigger,
+                    _ => return Err(SnapshotError::Inconsistent("stop without trigger")),
+                };
+                match stop.request.side {
+                    Side::Buy => symbol.stops.buys.insert((trigger, stop.id)),
+                    Side::Sell => symbol.stops.sells.insert((trigger, stop.id)),
+                };
+                symbol.stops.by_id.insert(stop.id, stop);
+            }
+            engine
+                .symbol_names
+                .insert(symbol.spec.name.clone(), crate::types::SymbolId(i as u32));
+            engine.symbols.push(symbol);
+        }
+        engine.sessions = image.sessions.into_iter().collect();
+        engine.orders = image.orders.into_iter().map(|r| (r.id, r)).collect();
+        engine.orders_closed = image.orders_closed.into_iter().collect();
+        Ok(engine)
+    }
+}
+
+/// Lower-case hex of a hash, for logs and JSON.
+pub fn hex(hash: &[u8]) -> String {
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
