@@ -38,8 +38,7 @@ pub fn decode(bytes: &[u8]) -> Result<Command, DecodeError> {
     if bytes.len() > COMMAND_BYTES_MAX {
         return Err(DecodeError::TooLong(bytes.len()));
     }
-    let (command, rest) =
-        postcard::take_from_bytes(bytes).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    let (command, rest) = postcard::take_from_bytes(bytes).map_err(|e| DecodeError::Malformed(e.to_string()))?;
     if !rest.is_empty() {
         return Err(DecodeError::Trailing(rest.len()));
     }

@@ -6,9 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{
-    AccountId, Amount, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId, Timestamp,
-};
+use crate::types::{AccountId, Amount, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
 
 /// One sequenced command as it appears in the log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,23 +30,11 @@ pub enum CommandBody {
     /// A new account with no balances.
     CreateAccount,
     /// Money enters an account from outside the exchange.
-    Deposit {
-        account: AccountId,
-        asset: AssetId,
-        amount: Amount,
-    },
+    Deposit { account: AccountId, asset: AssetId, amount: Amount },
     /// Money leaves an account; only `available` can be withdrawn.
-    Withdraw {
-        account: AccountId,
-        asset: AssetId,
-        amount: Amount,
-    },
+    Withdraw { account: AccountId, asset: AssetId, amount: Amount },
     /// Units of an asset (shares) are issued to an account.
-    Credit {
-        account: AccountId,
-        asset: AssetId,
-        amount: Amount,
-    },
+    Credit { account: AccountId, asset: AssetId, amount: Amount },
     /// The account may no longer place, move or withdraw; it may still cancel and reduce.
     SuspendAccount { account: AccountId },
     /// Lifts a suspension.
@@ -56,26 +42,12 @@ pub enum CommandBody {
     /// A new order.
     Place(OrderRequest),
     /// Cancels a resting or pending stop order.
-    Cancel {
-        account: AccountId,
-        symbol: SymbolId,
-        order: OrderId,
-    },
+    Cancel { account: AccountId, symbol: SymbolId, order: OrderId },
     /// Takes `qty_by` off a resting order, keeping its priority; reducing by the whole
     /// remaining quantity or more cancels it.
-    Reduce {
-        account: AccountId,
-        symbol: SymbolId,
-        order: OrderId,
-        qty_by: Qty,
-    },
+    Reduce { account: AccountId, symbol: SymbolId, order: OrderId, qty_by: Qty },
     /// Gives a resting order a new price: it loses time priority and may trade.
-    Move {
-        account: AccountId,
-        symbol: SymbolId,
-        order: OrderId,
-        px: Px,
-    },
+    Move { account: AccountId, symbol: SymbolId, order: OrderId, px: Px },
 }
 
 /// How a symbol matches at a price level.
@@ -172,14 +144,7 @@ pub struct OrderRequest {
 
 impl OrderRequest {
     /// A plain limit order with the default flags.
-    pub fn limit(
-        account: AccountId,
-        symbol: SymbolId,
-        side: Side,
-        px: Px,
-        qty: Qty,
-        tif: Tif,
-    ) -> Self {
+    pub fn limit(account: AccountId, symbol: SymbolId, side: Side, px: Px, qty: Qty, tif: Tif) -> Self {
         OrderRequest {
             account,
             symbol,
@@ -194,13 +159,7 @@ impl OrderRequest {
     }
 
     /// A market order (IOC) with an optional budget.
-    pub fn market(
-        account: AccountId,
-        symbol: SymbolId,
-        side: Side,
-        qty: Qty,
-        budget: Option<Amount>,
-    ) -> Self {
+    pub fn market(account: AccountId, symbol: SymbolId, side: Side, qty: Qty, budget: Option<Amount>) -> Self {
         OrderRequest {
             account,
             symbol,

@@ -21,9 +21,7 @@ use crate::command::{Command, CommandBody, OrderKind, OrderRequest, SymbolSpec, 
 use crate::event::{Applied, CancelReason, Event, Outcome};
 use crate::reject::Reject;
 use crate::session::{Session, SessionCheck};
-use crate::types::{
-    AccountId, Amount, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId, Timestamp,
-};
+use crate::types::{AccountId, Amount, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
 
 /// Named bounds of one engine. Part of the state: replicas must agree on them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,14 +157,8 @@ impl<B: Book> Default for Engine<B> {
 
 impl<B: Book> Engine<B> {
     pub fn new(config: EngineConfig) -> Self {
-        assert!(
-            config.outcomes_per_client_max > 0,
-            "outcomes_per_client_max must be positive"
-        );
-        assert!(
-            config.orders_per_account_max > 0,
-            "orders_per_account_max must be positive"
-        );
+        assert!(config.outcomes_per_client_max > 0, "outcomes_per_client_max must be positive");
+        assert!(config.orders_per_account_max > 0, "orders_per_account_max must be positive");
         Engine {
             config,
             assets: Vec::new(),
@@ -191,18 +183,10 @@ impl<B: Book> Engine<B> {
         let session = self.sessions.entry(command.client).or_default();
         match session.check(command.seq) {
             SessionCheck::Apply => {}
-            SessionCheck::Duplicate(outcome) => {
-                return Applied {
-                    outcome,
-                    duplicate: true,
-                }
-            }
+            SessionCheck::Duplicate(outcome) => return Applied { outcome, duplicate: true },
             SessionCheck::Refuse(reject) => {
                 events.push(Event::Rejected { reject });
-                return Applied {
-                    outcome: Outcome::Rejected(reject),
-                    duplicate: false,
-                };
+                return Applied { outcome: Outcome::Rejected(reject), duplicate: false };
             }
         }
         let mark = events.len();
@@ -215,69 +199,38 @@ impl<B: Book> Engine<B> {
             }
         };
         let outcomes_max = self.config.outcomes_per_client_max as usize;
-        let session = self
-            .sessions
-            .get_mut(&command.client)
-            .expect("session created above");
+        let session = self.sessions.get_mut(&command.client).expect("session created above");
         session.record(command.seq, outcome, outcomes_max);
-        Applied {
-            outcome,
-            duplicate: false,
-        }
+        Applied { outcome, duplicate: false }
     }
 
     fn execute(&mut self, command: &Command, events: &mut Vec<Event>) -> Result<u64, Reject> {
         let ts = command.ts;
         match &command.body {
-            CommandBody::CreateAsset { name, decimals } => {
-                self.create_asset(name, *decimals, events)
-            }
+            CommandBody::CreateAsset { name, decimals } => self.create_asset(name, *decimals, events),
             CommandBody::CreateSymbol(spec) => self.create_symbol(spec, events),
             CommandBody::CreateAccount => self.create_account(events),
-            CommandBody::Deposit {
-                account,
-                asset,
-                amount,
+            CommandBody::Deposit { account, asset, amount } | CommandBody::Credit { account, asset, amount } => {
+                self.deposit(*account, *asset, *amount, events)
             }
-            | CommandBody::Credit {
-                account,
-                asset,
-                amount,
-            } => self.deposit(*account, *asset, *amount, events),
-            CommandBody::Withdraw {
-                account,
-                asset,
-                amount,
-            } => self.withdraw(*account, *asset, *amount, events),
+            CommandBody::Withdraw { account, asset, amount } => self.withdraw(*account, *asset, *amount, events),
             CommandBody::SuspendAccount { account } => self.set_suspended(*account, true, events),
             CommandBody::ResumeAccount { account } => self.set_suspended(*account, false, events),
             CommandBody::Place(request) => self.place(request, ts, events),
-            CommandBody::Cancel {
-                account,
-                symbol,
-                order,
-            } => self.cancel(*account, *symbol, *order, events),
-            CommandBody::Reduce {
-                account,
-                symbol,
-                order,
-                qty_by,
-            } => self.reduce(*account, *symbol, *order, *qty_by, events),
-            CommandBody::Move {
-                account,
-                symbol,
-                order,
-                px,
-            } => self.move_order(*account, *symbol, *order, *px, ts, events),
+            CommandBody::Cancel { account, symbol, order } => self.cancel(*account, *symbol, *order, events),
+            CommandBody::Reduce { account, symbol, order, qty_by } => {
+                self.reduce(*account, *symbol, *order, *qty_by, events)
+            }
+            CommandBody::Move { account, symbol, order, px } => {
+                self.move_order(*account, *symbol, *order, *px, ts, events)
+            }
         }
     }
 
     fn check_name(&self, name: &str) -> Result<(), Reject> {
         let valid = !name.is_empty()
             && name.len() <= NAME_LEN_MAX
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
         if valid {
             Ok(())
         } else {
@@ -285,30 +238,16 @@ impl<B: Book> Engine<B> {
         }
     }
 
-    fn create_asset(
-        &mut self,
-        name: &str,
-        decimals: u8,
-        events: &mut Vec<Event>,
-    ) -> Result<u64, Reject> {
+    fn create_asset(&mut self, name: &str, decimals: u8, events: &mut Vec<Event>) -> Result<u64, Reject> {
         self.check_name(name)?;
         if self.asset_names.contains_key(name) {
             return Err(Reject::NameTaken);
         }
         if self.assets.len() >= self.config.assets_max as usize || decimals > 18 {
-            return Err(if decimals > 18 {
-                Reject::SymbolSpecInvalid
-            } else {
-                Reject::LimitReached
-            });
+            return Err(if decimals > 18 { Reject::SymbolSpecInvalid } else { Reject::LimitReached });
         }
         let id = AssetId(self.assets.len() as u32);
-        self.assets.push(Asset {
-            name: name.to_owned(),
-            decimals,
-            supply: Amount::ZERO,
-            fees: Amount::ZERO,
-        });
+        self.assets.push(Asset { name: name.to_owned(), decimals, supply: Amount::ZERO, fees: Amount::ZERO });
         self.asset_names.insert(name.to_owned(), id);
         events.push(Event::AssetCreated { asset: id });
         Ok(u64::from(id.0))
@@ -362,15 +301,9 @@ impl<B: Book> Engine<B> {
         if amount.0 <= 0 {
             return Err(Reject::AmountMustBePositive);
         }
-        let supply = supply
-            .0
-            .checked_add(amount.0)
-            .ok_or(Reject::AmountOverflow)?;
+        let supply = supply.0.checked_add(amount.0).ok_or(Reject::AmountOverflow)?;
         self.assets[asset.0 as usize].supply = Amount(supply);
-        self.accounts[account.0 as usize]
-            .balance_mut(asset)
-            .available
-            .0 += amount.0;
+        self.accounts[account.0 as usize].balance_mut(asset).available.0 += amount.0;
         self.emit_balance(account, asset, events);
         Ok(0)
     }
@@ -391,36 +324,22 @@ impl<B: Book> Engine<B> {
             return Err(Reject::BalanceInsufficient);
         }
         self.assets[asset.0 as usize].supply.0 -= amount.0;
-        self.accounts[account.0 as usize]
-            .balance_mut(asset)
-            .available
-            .0 -= amount.0;
+        self.accounts[account.0 as usize].balance_mut(asset).available.0 -= amount.0;
         self.emit_balance(account, asset, events);
         Ok(0)
     }
 
-    fn set_suspended(
-        &mut self,
-        account: AccountId,
-        suspended: bool,
-        events: &mut Vec<Event>,
-    ) -> Result<u64, Reject> {
+    fn set_suspended(&mut self, account: AccountId, suspended: bool, events: &mut Vec<Event>) -> Result<u64, Reject> {
         if self.account(account)?.suspended == suspended {
             return Err(Reject::AccountAlreadyInState);
         }
         self.accounts[account.0 as usize].suspended = suspended;
-        events.push(if suspended {
-            Event::AccountSuspended { account }
-        } else {
-            Event::AccountResumed { account }
-        });
+        events.push(if suspended { Event::AccountSuspended { account } } else { Event::AccountResumed { account } });
         Ok(0)
     }
 
     pub(crate) fn account(&self, account: AccountId) -> Result<&Account, Reject> {
-        self.accounts
-            .get(account.0 as usize)
-            .ok_or(Reject::AccountUnknown)
+        self.accounts.get(account.0 as usize).ok_or(Reject::AccountUnknown)
     }
 
     /// An account that exists and is not suspended.
@@ -433,25 +352,16 @@ impl<B: Book> Engine<B> {
     }
 
     pub(crate) fn asset(&self, asset: AssetId) -> Result<&Asset, Reject> {
-        self.assets
-            .get(asset.0 as usize)
-            .ok_or(Reject::AssetUnknown)
+        self.assets.get(asset.0 as usize).ok_or(Reject::AssetUnknown)
     }
 
     pub(crate) fn symbol(&self, symbol: SymbolId) -> Result<&Symbol<B>, Reject> {
-        self.symbols
-            .get(symbol.0 as usize)
-            .ok_or(Reject::SymbolUnknown)
+        self.symbols.get(symbol.0 as usize).ok_or(Reject::SymbolUnknown)
     }
 
     pub(crate) fn emit_balance(&self, account: AccountId, asset: AssetId, events: &mut Vec<Event>) {
         let balance = self.accounts[account.0 as usize].balance(asset);
-        events.push(Event::Balance {
-            account,
-            asset,
-            available: balance.available,
-            reserved: balance.reserved,
-        });
+        events.push(Event::Balance { account, asset, available: balance.available, reserved: balance.reserved });
     }
 
     /// Marks an order closed and forgets the oldest closed one past the bound.
@@ -476,11 +386,7 @@ impl<B: Book> Engine<B> {
         reason: CancelReason,
         events: &mut Vec<Event>,
     ) {
-        events.push(Event::Cancelled {
-            order: id,
-            qty_cancelled: qty,
-            reason,
-        });
+        events.push(Event::Cancelled { order: id, qty_cancelled: qty, reason });
         if hold.1 .0 > 0 {
             self.accounts[account.0 as usize].release(hold.0, hold.1);
             self.emit_balance(account, hold.0, events);
@@ -509,11 +415,7 @@ fn validate_spec(spec: &SymbolSpec) -> Result<(), Reject> {
     let lot_value_min = crate::types::notional(spec.px_min, spec.lot);
     let fees_ok = spec.fee_taker.0 >= 0
         && spec.fee_maker <= spec.fee_taker
-        && spec
-            .fee_maker
-            .0
-            .checked_add(spec.fee_taker.0)
-            .is_some_and(|sum| sum >= 0)
+        && spec.fee_maker.0.checked_add(spec.fee_taker.0).is_some_and(|sum| sum >= 0)
         && i128::from(spec.fee_taker.0) <= lot_value_min;
     if !fees_ok {
         return Err(Reject::FeesInvalid);

@@ -23,30 +23,16 @@ impl<B: Book> Engine<B> {
         let mut open: BTreeMap<AccountId, u32> = BTreeMap::new();
         for symbol in &self.symbols {
             symbol.book.check_invariants();
-            if let (Some(bid), Some(ask)) =
-                (symbol.book.best(Side::Buy), symbol.book.best(Side::Sell))
-            {
-                assert!(
-                    bid < ask,
-                    "book {} crossed: bid {bid} ask {ask}",
-                    symbol.spec.name
-                );
+            if let (Some(bid), Some(ask)) = (symbol.book.best(Side::Buy), symbol.book.best(Side::Sell)) {
+                assert!(bid < ask, "book {} crossed: bid {bid} ask {ask}", symbol.spec.name);
             }
             for side in [Side::Buy, Side::Sell] {
                 symbol.book.visit(side, |order| {
                     let (asset, amount) = hold_resting(&symbol.spec, order);
                     *holds.entry((order.account, asset)).or_default() += i128::from(amount.0);
                     *open.entry(order.account).or_default() += 1;
-                    let record = self
-                        .orders
-                        .get(&order.id)
-                        .expect("resting order has a record");
-                    assert_eq!(
-                        record.status,
-                        OrderStatus::Open,
-                        "resting order {} not open",
-                        order.id
-                    );
+                    let record = self.orders.get(&order.id).expect("resting order has a record");
+                    assert_eq!(record.status, OrderStatus::Open, "resting order {} not open", order.id);
                     assert_eq!(
                         record.qty_filled.0 + record.qty_reduced.0 + order.qty_remaining().0,
                         record.qty.0,
@@ -58,58 +44,34 @@ impl<B: Book> Engine<B> {
             }
             for stop in symbol.stops.by_id.values() {
                 let request = &stop.request;
-                let asset = if request.side == Side::Buy {
-                    symbol.spec.quote
-                } else {
-                    symbol.spec.base
-                };
+                let asset = if request.side == Side::Buy { symbol.spec.quote } else { symbol.spec.base };
                 let amount = match (request.side, request.kind) {
                     (Side::Sell, _) => request.qty.0,
                     (Side::Buy, crate::command::OrderKind::StopLimit { px, .. }) => {
-                        crate::order::hold_buy(&symbol.spec, px, request.qty)
-                            .expect("fitted")
-                            .0
+                        crate::order::hold_buy(&symbol.spec, px, request.qty).expect("fitted").0
                     }
-                    (Side::Buy, crate::command::OrderKind::StopMarket { budget, .. }) => {
-                        budget.expect("budget").0
-                    }
+                    (Side::Buy, crate::command::OrderKind::StopMarket { budget, .. }) => budget.expect("budget").0,
                     _ => panic!("stop {} is not a stop order", stop.id),
                 };
                 *holds.entry((request.account, asset)).or_default() += i128::from(amount);
                 *open.entry(request.account).or_default() += 1;
-                assert_eq!(
-                    self.orders[&stop.id].status,
-                    OrderStatus::Pending,
-                    "stop {} not pending",
-                    stop.id
-                );
+                assert_eq!(self.orders[&stop.id].status, OrderStatus::Pending, "stop {} not pending", stop.id);
             }
         }
         let mut totals = vec![0i128; self.assets.len()];
         for (i, account) in self.accounts.iter().enumerate() {
             let id = AccountId(i as u32);
-            assert_eq!(
-                account.open_orders,
-                open.get(&id).copied().unwrap_or(0),
-                "account {id} open-order count wrong"
-            );
-            assert!(
-                account.balances.windows(2).all(|w| w[0].0 < w[1].0),
-                "account {id} balances unsorted"
-            );
+            assert_eq!(account.open_orders, open.get(&id).copied().unwrap_or(0), "account {id} open-order count wrong");
+            assert!(account.balances.windows(2).all(|w| w[0].0 < w[1].0), "account {id} balances unsorted");
             for (asset, balance) in &account.balances {
-                assert!(
-                    balance.available.0 >= 0 && balance.reserved.0 >= 0,
-                    "account {id} negative in asset {asset}"
-                );
+                assert!(balance.available.0 >= 0 && balance.reserved.0 >= 0, "account {id} negative in asset {asset}");
                 let held = holds.get(&(id, *asset)).copied().unwrap_or(0);
                 assert_eq!(
                     i128::from(balance.reserved.0),
                     held,
                     "account {id} reserved {asset} disagrees with its orders"
                 );
-                totals[asset.0 as usize] +=
-                    i128::from(balance.available.0) + i128::from(balance.reserved.0);
+                totals[asset.0 as usize] += i128::from(balance.available.0) + i128::from(balance.reserved.0);
             }
         }
         for (i, asset) in self.assets.iter().enumerate() {
@@ -123,15 +85,8 @@ impl<B: Book> Engine<B> {
         }
         assert!(self.orders_closed.len() <= self.config.orders_closed_max as usize);
         for id in &self.orders_closed {
-            let status = self
-                .orders
-                .get(id)
-                .expect("closed order has a record")
-                .status;
-            assert!(
-                matches!(status, OrderStatus::Filled | OrderStatus::Cancelled),
-                "order {id} closed but {status:?}"
-            );
+            let status = self.orders.get(id).expect("closed order has a record").status;
+            assert!(matches!(status, OrderStatus::Filled | OrderStatus::Cancelled), "order {id} closed but {status:?}");
         }
     }
 }

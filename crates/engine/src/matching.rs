@@ -20,9 +20,7 @@ use crate::command::{MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec};
 use crate::engine::{Engine, Fill, OrderStatus};
 use crate::event::{CancelReason, Event};
 use crate::order::hold_buy;
-use crate::types::{
-    notional, AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp,
-};
+use crate::types::{notional, AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
 
 /// The incoming order while it matches.
 pub(crate) struct Taker {
@@ -51,11 +49,7 @@ impl Taker {
             side: request.side,
             limit,
             qty: request.qty,
-            budget: if request.side == Side::Buy {
-                budget.map(|b| b.0)
-            } else {
-                None
-            },
+            budget: if request.side == Side::Buy { budget.map(|b| b.0) } else { None },
             stp: request.stp,
             ts,
             traded: false,
@@ -63,8 +57,7 @@ impl Taker {
     }
 
     fn reaches(&self, maker_px: Px) -> bool {
-        self.limit
-            .is_none_or(|limit| self.side.crosses(limit, maker_px))
+        self.limit.is_none_or(|limit| self.side.crosses(limit, maker_px))
     }
 
     /// How much to take from `available` at `px`: bounded by the quantity left and,
@@ -75,8 +68,7 @@ impl Taker {
             Some(budget) => {
                 let lot_cost = notional(px, Qty(terms.lot)) + i128::from(terms.fee_taker);
                 let lots = i128::from(budget) / lot_cost;
-                let affordable =
-                    i64::try_from(lots.saturating_mul(i128::from(terms.lot))).unwrap_or(i64::MAX);
+                let affordable = i64::try_from(lots.saturating_mul(i128::from(terms.lot))).unwrap_or(i64::MAX);
                 Qty(qty.0.min(affordable))
             }
             None => qty,
@@ -88,10 +80,9 @@ impl Taker {
         match (self.side, self.budget, self.limit) {
             (Side::Sell, _, _) => (spec.base, Amount(self.qty.0)),
             (Side::Buy, Some(budget), _) => (spec.quote, Amount(budget)),
-            (Side::Buy, None, Some(px)) => (
-                spec.quote,
-                hold_buy(spec, px, self.qty).expect("part of a hold that fitted"),
-            ),
+            (Side::Buy, None, Some(px)) => {
+                (spec.quote, hold_buy(spec, px, self.qty).expect("part of a hold that fitted"))
+            }
             (Side::Buy, None, None) => unreachable!("a market buy always has a budget"),
         }
     }
@@ -254,14 +245,8 @@ impl<B: Book> Engine<B> {
     ) {
         let px = maker.px;
         let lots = qty.0 / terms.lot;
-        let fee_maker = terms
-            .fee_maker
-            .checked_mul(lots)
-            .expect("fee bounded by notional");
-        let fee_taker = terms
-            .fee_taker
-            .checked_mul(lots)
-            .expect("fee bounded by notional");
+        let fee_maker = terms.fee_maker.checked_mul(lots).expect("fee bounded by notional");
+        let fee_taker = terms.fee_taker.checked_mul(lots).expect("fee bounded by notional");
         let value = px.0.checked_mul(qty.0).expect("notional bounded by supply");
         match taker.side {
             Side::Buy => {
@@ -302,36 +287,13 @@ impl<B: Book> Engine<B> {
             self.emit_balance(account, terms.base, events);
         }
         let ts = taker.ts;
-        self.record_fill(
-            maker.id,
-            Fill {
-                px,
-                qty,
-                fee: Amount(fee_maker),
-                maker: true,
-                counter_order: taker.id,
-                ts,
-            },
-        );
-        self.record_fill(
-            taker.id,
-            Fill {
-                px,
-                qty,
-                fee: Amount(fee_taker),
-                maker: false,
-                counter_order: maker.id,
-                ts,
-            },
-        );
+        self.record_fill(maker.id, Fill { px, qty, fee: Amount(fee_maker), maker: true, counter_order: taker.id, ts });
+        self.record_fill(taker.id, Fill { px, qty, fee: Amount(fee_taker), maker: false, counter_order: maker.id, ts });
         let symbol = &mut self.symbols[sym.0 as usize];
         symbol.last_px = Some(px);
         match symbol.book.fill(maker.id, qty) {
             FillEffect::Partial => {}
-            FillEffect::Refreshed { qty_visible } => events.push(Event::Refreshed {
-                order: maker.id,
-                qty_visible,
-            }),
+            FillEffect::Refreshed { qty_visible } => events.push(Event::Refreshed { order: maker.id, qty_visible }),
             FillEffect::Done(_) => {
                 self.accounts[maker.account.0 as usize].open_orders -= 1;
                 self.close_record(maker.id, OrderStatus::Filled);
@@ -341,14 +303,7 @@ impl<B: Book> Engine<B> {
         taker.traded = true;
     }
 
-    fn settle_buyer(
-        &mut self,
-        account: AccountId,
-        terms: &Terms,
-        released: i64,
-        paid: i64,
-        qty: Qty,
-    ) {
+    fn settle_buyer(&mut self, account: AccountId, terms: &Terms, released: i64, paid: i64, qty: Qty) {
         assert!(released >= paid, "a buy paid more than it reserved");
         let holder = &mut self.accounts[account.0 as usize];
         let quote = holder.balance_mut(terms.quote);
@@ -367,10 +322,7 @@ impl<B: Book> Engine<B> {
     }
 
     fn record_fill(&mut self, id: OrderId, fill: Fill) {
-        let record = self
-            .orders
-            .get_mut(&id)
-            .expect("a filled order has a record");
+        let record = self.orders.get_mut(&id).expect("a filled order has a record");
         record.qty_filled.0 += fill.qty.0;
         record.fills.push(fill);
     }
@@ -385,8 +337,7 @@ impl<B: Book> Engine<B> {
             OrderKind::Market { budget } | OrderKind::StopMarket { budget, .. } => (None, budget),
         };
         let need = request.qty.0;
-        let whole_levels =
-            terms.policy == MatchPolicy::ProRata && request.stp == Stp::CancelIncoming;
+        let whole_levels = terms.policy == MatchPolicy::ProRata && request.stp == Stp::CancelIncoming;
         let mut levels: Vec<(Px, i64)> = Vec::new();
         let mut total = 0i64;
         symbol.book.visit(request.side.opposite(), |order| {

@@ -12,8 +12,7 @@ use crate::event::{CancelReason, Event};
 use crate::matching::Taker;
 use crate::reject::Reject;
 use crate::types::{
-    amount_from_i128, notional, AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId,
-    Timestamp,
+    amount_from_i128, notional, AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp,
 };
 
 /// What a buy at `px` for `qty` reserves: its notional plus the taker fee it may pay.
@@ -25,10 +24,7 @@ pub(crate) fn hold_buy(spec: &SymbolSpec, px: Px, qty: Qty) -> Option<Amount> {
 /// What a resting order currently holds.
 pub(crate) fn hold_resting(spec: &SymbolSpec, order: &RestingOrder) -> (AssetId, Amount) {
     match order.side {
-        Side::Buy => (
-            spec.quote,
-            hold_buy(spec, order.px, order.qty_remaining()).expect("hold fitted when placed"),
-        ),
+        Side::Buy => (spec.quote, hold_buy(spec, order.px, order.qty_remaining()).expect("hold fitted when placed")),
         Side::Sell => (spec.base, Amount(order.qty_remaining().0)),
     }
 }
@@ -99,8 +95,7 @@ fn check_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(), Reject
     } else if limit.is_none() && request.side == Side::Buy {
         return Err(Reject::MarketBuyRequiresBudget);
     }
-    let plain_gtc_limit =
-        matches!(request.kind, OrderKind::Limit { .. }) && request.tif == Tif::Gtc;
+    let plain_gtc_limit = matches!(request.kind, OrderKind::Limit { .. }) && request.tif == Tif::Gtc;
     if request.post_only && !plain_gtc_limit {
         return Err(Reject::PostOnlyRequiresGtcLimit);
     }
@@ -116,10 +111,7 @@ fn check_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(), Reject
 }
 
 fn is_stop(kind: &OrderKind) -> bool {
-    matches!(
-        kind,
-        OrderKind::StopLimit { .. } | OrderKind::StopMarket { .. }
-    )
+    matches!(kind, OrderKind::StopLimit { .. } | OrderKind::StopMarket { .. })
 }
 
 impl<B: Book> Engine<B> {
@@ -168,11 +160,7 @@ impl<B: Book> Engine<B> {
         self.orders.insert(id, new_record(id, request, stop, ts));
         if stop {
             self.accounts[request.account.0 as usize].open_orders += 1;
-            self.add_stop(StopOrder {
-                id,
-                request: *request,
-                ts,
-            });
+            self.add_stop(StopOrder { id, request: *request, ts });
             self.trigger_stops(request.symbol, ts, events);
         } else if self.execute_order(id, request, ts, events) {
             self.trigger_stops(request.symbol, ts, events);
@@ -204,9 +192,7 @@ impl<B: Book> Engine<B> {
             return taker.traded;
         }
         match (request.kind, request.tif, stopped) {
-            (OrderKind::Limit { px }, Tif::Gtc, None) => {
-                self.rest(request, id, px, taker.qty, ts, events)
-            }
+            (OrderKind::Limit { px }, Tif::Gtc, None) => self.rest(request, id, px, taker.qty, ts, events),
             _ => {
                 let reason = stopped.unwrap_or(CancelReason::Unfilled);
                 self.cancel_remainder(id, request.account, hold_left, taker.qty, reason, events);
@@ -215,15 +201,7 @@ impl<B: Book> Engine<B> {
         taker.traded
     }
 
-    fn rest(
-        &mut self,
-        request: &OrderRequest,
-        id: OrderId,
-        px: Px,
-        qty: Qty,
-        ts: Timestamp,
-        events: &mut Vec<Event>,
-    ) {
+    fn rest(&mut self, request: &OrderRequest, id: OrderId, px: Px, qty: Qty, ts: Timestamp, events: &mut Vec<Event>) {
         let display = request.display_qty.unwrap_or(Qty::ZERO);
         let qty_visible = if display.0 > 0 { display.min(qty) } else { qty };
         let order = RestingOrder {
@@ -240,13 +218,7 @@ impl<B: Book> Engine<B> {
         };
         self.symbols[request.symbol.0 as usize].book.insert(order);
         self.accounts[request.account.0 as usize].open_orders += 1;
-        events.push(Event::Rested {
-            order: id,
-            symbol: request.symbol,
-            side: request.side,
-            px,
-            qty_visible,
-        });
+        events.push(Event::Rested { order: id, symbol: request.symbol, side: request.side, px, qty_visible });
     }
 
     fn add_stop(&mut self, stop: StopOrder) {
@@ -282,19 +254,9 @@ impl<B: Book> Engine<B> {
         loop {
             let symbol = &self.symbols[sym.0 as usize];
             let Some(last) = symbol.last_px else { return };
-            let mut fired: Vec<OrderId> = symbol
-                .stops
-                .buys
-                .range(..=(last, OrderId(u64::MAX)))
-                .map(|&(_, id)| id)
-                .collect();
-            fired.extend(
-                symbol
-                    .stops
-                    .sells
-                    .range((last, OrderId(0))..)
-                    .map(|&(_, id)| id),
-            );
+            let mut fired: Vec<OrderId> =
+                symbol.stops.buys.range(..=(last, OrderId(u64::MAX))).map(|&(_, id)| id).collect();
+            fired.extend(symbol.stops.sells.range((last, OrderId(0))..).map(|&(_, id)| id));
             if fired.is_empty() {
                 return;
             }
@@ -305,19 +267,9 @@ impl<B: Book> Engine<B> {
         }
     }
 
-    fn fire_stop(
-        &mut self,
-        sym: SymbolId,
-        id: OrderId,
-        last: Px,
-        ts: Timestamp,
-        events: &mut Vec<Event>,
-    ) {
+    fn fire_stop(&mut self, sym: SymbolId, id: OrderId, last: Px, ts: Timestamp, events: &mut Vec<Event>) {
         let stop = self.remove_stop(sym, id);
-        events.push(Event::Triggered {
-            order: id,
-            last_px: last,
-        });
+        events.push(Event::Triggered { order: id, last_px: last });
         let account = stop.request.account;
         self.accounts[account.0 as usize].open_orders -= 1;
         let mut request = stop.request;
@@ -328,16 +280,9 @@ impl<B: Book> Engine<B> {
         };
         self.orders.get_mut(&id).expect("stop has a record").status = OrderStatus::Open;
         if request.tif == Tif::Fok && !self.fok_fillable(&request) {
-            let hold = hold_request(&self.symbols[sym.0 as usize].spec, &stop.request)
-                .expect("hold fitted when placed");
-            self.cancel_remainder(
-                id,
-                account,
-                hold,
-                request.qty,
-                CancelReason::Unfilled,
-                events,
-            );
+            let hold =
+                hold_request(&self.symbols[sym.0 as usize].spec, &stop.request).expect("hold fitted when placed");
+            self.cancel_remainder(id, account, hold, request.qty, CancelReason::Unfilled, events);
             return;
         }
         self.execute_order(id, &request, ts, events);
@@ -345,12 +290,7 @@ impl<B: Book> Engine<B> {
 
     /// Finds an order of `account` in a symbol's book, telling apart unknown orders,
     /// other accounts' orders and pending stops.
-    fn owned_resting(
-        &self,
-        account: AccountId,
-        sym: SymbolId,
-        id: OrderId,
-    ) -> Result<RestingOrder, Reject> {
+    fn owned_resting(&self, account: AccountId, sym: SymbolId, id: OrderId) -> Result<RestingOrder, Reject> {
         let symbol = self.symbol(sym)?;
         let order = match symbol.book.get(id) {
             Some(order) => *order,
@@ -380,17 +320,10 @@ impl<B: Book> Engine<B> {
             Ok(order) => order,
             Err(Reject::OrderIsStop) => {
                 let stop = self.remove_stop(sym, id);
-                let hold = hold_request(&self.symbols[sym.0 as usize].spec, &stop.request)
-                    .expect("hold fitted when placed");
+                let hold =
+                    hold_request(&self.symbols[sym.0 as usize].spec, &stop.request).expect("hold fitted when placed");
                 self.accounts[account.0 as usize].open_orders -= 1;
-                self.cancel_remainder(
-                    id,
-                    account,
-                    hold,
-                    stop.request.qty,
-                    CancelReason::Requested,
-                    events,
-                );
+                self.cancel_remainder(id, account, hold, stop.request.qty, CancelReason::Requested, events);
                 return Ok(id.0);
             }
             Err(reject) => return Err(reject),
@@ -400,25 +333,12 @@ impl<B: Book> Engine<B> {
     }
 
     /// Takes a resting order out of its book and releases what it held.
-    pub(crate) fn cancel_resting(
-        &mut self,
-        sym: SymbolId,
-        id: OrderId,
-        reason: CancelReason,
-        events: &mut Vec<Event>,
-    ) {
+    pub(crate) fn cancel_resting(&mut self, sym: SymbolId, id: OrderId, reason: CancelReason, events: &mut Vec<Event>) {
         let symbol = &mut self.symbols[sym.0 as usize];
         let order = symbol.book.remove(id).expect("cancelled order rests");
         let hold = hold_resting(&symbol.spec, &order);
         self.accounts[order.account.0 as usize].open_orders -= 1;
-        self.cancel_remainder(
-            id,
-            order.account,
-            hold,
-            order.qty_remaining(),
-            reason,
-            events,
-        );
+        self.cancel_remainder(id, order.account, hold, order.qty_remaining(), reason, events);
     }
 
     pub(crate) fn reduce(
@@ -438,24 +358,13 @@ impl<B: Book> Engine<B> {
             return Ok(id.0);
         }
         let released = match order.side {
-            Side::Buy => (
-                spec.quote,
-                hold_buy(spec, order.px, qty_by).expect("part of a hold that fitted"),
-            ),
+            Side::Buy => (spec.quote, hold_buy(spec, order.px, qty_by).expect("part of a hold that fitted")),
             Side::Sell => (spec.base, Amount(qty_by.0)),
         };
         self.symbols[sym.0 as usize].book.reduce(id, qty_by);
         self.accounts[account.0 as usize].release(released.0, released.1);
-        self.orders
-            .get_mut(&id)
-            .expect("resting order has a record")
-            .qty_reduced
-            .0 += qty_by.0;
-        events.push(Event::Reduced {
-            order: id,
-            qty_by,
-            qty_remaining: Qty(order.qty_remaining().0 - qty_by.0),
-        });
+        self.orders.get_mut(&id).expect("resting order has a record").qty_reduced.0 += qty_by.0;
+        events.push(Event::Reduced { order: id, qty_by, qty_remaining: Qty(order.qty_remaining().0 - qty_by.0) });
         self.emit_balance(account, released.0, events);
         Ok(id.0)
     }
@@ -482,10 +391,7 @@ impl<B: Book> Engine<B> {
         let delta = match order.side {
             Side::Buy => {
                 let new = hold_buy(spec, px, qty).ok_or(Reject::AmountOverflow)?;
-                new.0
-                    - hold_buy(spec, order.px, qty)
-                        .expect("hold fitted when placed")
-                        .0
+                new.0 - hold_buy(spec, order.px, qty).expect("hold fitted when placed").0
             }
             Side::Sell => 0,
         };
@@ -535,11 +441,7 @@ fn new_record(id: OrderId, request: &OrderRequest, stop: bool, ts: Timestamp) ->
         qty: request.qty,
         qty_filled: Qty::ZERO,
         qty_reduced: Qty::ZERO,
-        status: if stop {
-            OrderStatus::Pending
-        } else {
-            OrderStatus::Open
-        },
+        status: if stop { OrderStatus::Pending } else { OrderStatus::Open },
         ts,
         fills: Vec::new(),
     }

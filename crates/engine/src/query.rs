@@ -41,12 +41,7 @@ impl<B: Book> Engine<B> {
             OrderStatus::Pending => (None, record.qty, Qty::ZERO),
             OrderStatus::Filled | OrderStatus::Cancelled => (None, Qty::ZERO, Qty::ZERO),
         };
-        Some(OrderView {
-            record,
-            px_resting,
-            qty_open,
-            qty_visible,
-        })
+        Some(OrderView { record, px_resting, qty_open, qty_visible })
     }
 
     /// Every balance of an account, by asset.
@@ -64,9 +59,7 @@ impl<B: Book> Engine<B> {
         let mut ids: Vec<OrderId> = self
             .orders
             .values()
-            .filter(|r| {
-                r.account == account && matches!(r.status, OrderStatus::Open | OrderStatus::Pending)
-            })
+            .filter(|r| r.account == account && matches!(r.status, OrderStatus::Open | OrderStatus::Pending))
             .map(|r| r.id)
             .collect();
         ids.sort_unstable();
@@ -76,10 +69,7 @@ impl<B: Book> Engine<B> {
     /// Up to `levels_max` price levels a side.
     pub fn depth(&self, symbol: SymbolId, levels_max: usize) -> Option<Depth> {
         let book = &self.symbols.get(symbol.0 as usize)?.book;
-        Some(Depth {
-            bids: book.depth(Side::Buy, levels_max),
-            asks: book.depth(Side::Sell, levels_max),
-        })
+        Some(Depth { bids: book.depth(Side::Buy, levels_max), asks: book.depth(Side::Sell, levels_max) })
     }
 
     pub fn best(&self, symbol: SymbolId, side: Side) -> Option<Px> {
@@ -120,16 +110,14 @@ impl<B: Book> Engine<B> {
 
     /// Resting orders in one book.
     pub fn book_len(&self, symbol: SymbolId) -> usize {
-        self.symbols
-            .get(symbol.0 as usize)
-            .map_or(0, |s| s.book.len())
+        self.symbols.get(symbol.0 as usize).map_or(0, |s| s.book.len())
     }
 
     /// Distinct price levels of one book (both sides).
     pub fn book_levels(&self, symbol: SymbolId) -> usize {
-        self.symbols.get(symbol.0 as usize).map_or(0, |s| {
-            s.book.depth(Side::Buy, usize::MAX).len() + s.book.depth(Side::Sell, usize::MAX).len()
-        })
+        self.symbols
+            .get(symbol.0 as usize)
+            .map_or(0, |s| s.book.depth(Side::Buy, usize::MAX).len() + s.book.depth(Side::Sell, usize::MAX).len())
     }
 
     /// Total resting orders across all books.

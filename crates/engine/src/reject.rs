@@ -92,11 +92,7 @@ mod tests {
         let mut names = std::collections::BTreeSet::new();
         for &reject in Reject::ALL {
             assert_eq!(Reject::from_code(reject.code()), Some(reject));
-            assert!(
-                names.insert(reject.name()),
-                "duplicate name {}",
-                reject.name()
-            );
+            assert!(names.insert(reject.name()), "duplicate name {}", reject.name());
         }
         assert_eq!(Reject::from_code(0), None);
     }

@@ -93,13 +93,9 @@ impl<B: Book> Engine<B> {
         let accounts = self
             .accounts
             .iter()
-            .map(|a| AccountImage {
-                suspended: a.suspended,
-                balances: a.balances.clone(),
-            })
+            .map(|a| AccountImage { suspended: a.suspended, balances: a.balances.clone() })
             .collect();
-        let mut sessions: Vec<(ClientId, Session)> =
-            self.sessions.iter().map(|(c, s)| (*c, s.clone())).collect();
+        let mut sessions: Vec<(ClientId, Session)> = self.sessions.iter().map(|(c, s)| (*c, s.clone())).collect();
         sessions.sort_unstable_by_key(|(client, _)| *client);
         let mut orders: Vec<OrderRecord> = self.orders.values().cloned().collect();
         orders.sort_unstable_by_key(|record| record.id);
@@ -128,27 +124,20 @@ impl<B: Book> Engine<B> {
 
     /// Rebuilds an engine from [`Engine::snapshot`] bytes.
     pub fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> {
-        let image: Image =
-            postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
+        let image: Image = postcard::from_bytes(bytes).map_err(|e| SnapshotError::Decode(e.to_string()))?;
         if image.version != SNAPSHOT_VERSION {
             return Err(SnapshotError::Version(image.version));
         }
         let mut engine = Engine::<B>::new(image.config);
         engine.next_order_id = image.next_order_id;
         for (i, asset) in image.assets.into_iter().enumerate() {
-            engine
-                .asset_names
-                .insert(asset.name.clone(), AssetId(i as u32));
+            engine.asset_names.insert(asset.name.clone(), AssetId(i as u32));
             engine.assets.push(asset);
         }
         engine.accounts = image
             .accounts
             .into_iter()
-            .map(|a| Account {
-                suspended: a.suspended,
-                balances: a.balances,
-                open_orders: 0,
-            })
+            .map(|a| Account { suspended: a.suspended, balances: a.balances, open_orders: 0 })
             .collect();
         for (i, image) in image.symbols.into_iter().enumerate() {
             let mut symbol = Symbol {
@@ -185,9 +174,7 @@ impl<B: Book> Engine<B> {
                 };
                 symbol.stops.by_id.insert(stop.id, stop);
             }
-            engine
-                .symbol_names
-                .insert(symbol.spec.name.clone(), crate::types::SymbolId(i as u32));
+            engine.symbol_names.insert(symbol.spec.name.clone(), crate::types::SymbolId(i as u32));
             engine.symbols.push(symbol);
         }
         engine.sessions = image.sessions.into_iter().collect();

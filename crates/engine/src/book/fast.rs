@@ -88,10 +88,7 @@ impl Ladder {
         let index = match self.blocks.get(&block) {
             Some(&index) => index,
             None => {
-                let fresh = Block {
-                    bits: 0,
-                    slots: [NIL; 64],
-                };
+                let fresh = Block { bits: 0, slots: [NIL; 64] };
                 let index = match self.pool_free.pop() {
                     Some(index) => {
                         self.pool[index as usize] = fresh;
@@ -111,20 +108,14 @@ impl Ladder {
         debug_assert!(b.bits >> bit & 1 == 0, "level inserted twice");
         b.bits |= 1 << bit;
         b.slots[bit as usize] = level;
-        if self
-            .best
-            .is_none_or(|best| self.side.better(Px(key), Px(best)))
-        {
+        if self.best.is_none_or(|best| self.side.better(Px(key), Px(best))) {
             self.best = Some(key);
         }
     }
 
     fn remove(&mut self, key: i64) {
         let (block, bit) = split(key);
-        let index = *self
-            .blocks
-            .get(&block)
-            .expect("removed level's block exists");
+        let index = *self.blocks.get(&block).expect("removed level's block exists");
         let b = &mut self.pool[index as usize];
         b.bits &= !(1 << bit);
         b.slots[bit as usize] = NIL;
@@ -186,13 +177,7 @@ impl FastBook {
     }
 
     fn alloc_level(&mut self, px: Px) -> u32 {
-        let level = Level {
-            px,
-            head: NIL,
-            tail: NIL,
-            count: 0,
-            qty_visible: 0,
-        };
+        let level = Level { px, head: NIL, tail: NIL, count: 0, qty_visible: 0 };
         match self.levels_free.pop() {
             Some(index) => {
                 self.levels[index as usize] = level;
@@ -239,9 +224,7 @@ impl FastBook {
 
     /// Unlinks a node from its level's queue; the level may become empty.
     fn unlink(&mut self, index: u32) {
-        let Node {
-            prev, next, level, ..
-        } = self.nodes[index as usize];
+        let Node { prev, next, level, .. } = self.nodes[index as usize];
         if prev == NIL {
             self.levels[level as usize].head = next;
         } else {
@@ -325,12 +308,7 @@ impl Book for FastBook {
                 level
             }
         };
-        let index = self.alloc_node(Node {
-            order,
-            prev: NIL,
-            next: NIL,
-            level,
-        });
+        let index = self.alloc_node(Node { order, prev: NIL, next: NIL, level });
         self.levels[level as usize].qty_visible += order.qty_visible.0;
         self.link_back(index);
         let previous = self.index.insert(order.id, index);
@@ -345,10 +323,7 @@ impl Book for FastBook {
     fn fill(&mut self, id: OrderId, qty: Qty) -> FillEffect {
         let index = *self.index.get(&id).expect("filled order rests");
         let node = &mut self.nodes[index as usize];
-        assert!(
-            qty.0 > 0 && qty <= node.order.qty_visible,
-            "fill exceeds visible quantity"
-        );
+        assert!(qty.0 > 0 && qty <= node.order.qty_visible, "fill exceeds visible quantity");
         node.order.qty_visible.0 -= qty.0;
         let level = node.level as usize;
         self.levels[level].qty_visible -= qty.0;
@@ -373,10 +348,7 @@ impl Book for FastBook {
         let index = *self.index.get(&id).expect("reduced order rests");
         let node = &mut self.nodes[index as usize];
         let order = &mut node.order;
-        assert!(
-            qty_by.0 > 0 && qty_by < order.qty_remaining(),
-            "reduce must leave a remainder"
-        );
+        assert!(qty_by.0 > 0 && qty_by < order.qty_remaining(), "reduce must leave a remainder");
         let from_hidden = qty_by.min(order.qty_hidden);
         let from_visible = qty_by.0 - from_hidden.0;
         order.qty_hidden.0 -= from_hidden.0;
@@ -402,10 +374,7 @@ impl Book for FastBook {
     }
 
     fn depth(&self, side: Side, levels_max: usize) -> Vec<(Px, Qty)> {
-        self.levels_in_order(side)
-            .take(levels_max)
-            .map(|l| (l.px, Qty(l.qty_visible)))
-            .collect()
+        self.levels_in_order(side).take(levels_max).map(|l| (l.px, Qty(l.qty_visible))).collect()
     }
 
     fn check_invariants(&self) {
@@ -417,11 +386,7 @@ impl Book for FastBook {
             for level in self.levels_in_order(side) {
                 levels_seen += 1;
                 if let Some(p) = previous {
-                    assert!(
-                        side.better(p, level.px),
-                        "levels out of order at {}",
-                        level.px
-                    );
+                    assert!(side.better(p, level.px), "levels out of order at {}", level.px);
                 }
                 previous = Some(level.px);
                 assert!(level.count > 0, "empty level kept at {}", level.px);
@@ -430,16 +395,8 @@ impl Book for FastBook {
                 while cursor != NIL {
                     let node = &self.nodes[cursor as usize];
                     assert_eq!(node.prev, prev, "broken back link in level {}", level.px);
-                    assert_eq!(
-                        (node.order.side, node.order.px),
-                        (side, level.px),
-                        "order misplaced"
-                    );
-                    assert_eq!(
-                        self.index.get(&node.order.id),
-                        Some(&cursor),
-                        "index disagrees"
-                    );
+                    assert_eq!((node.order.side, node.order.px), (side, level.px), "order misplaced");
+                    assert_eq!(self.index.get(&node.order.id), Some(&cursor), "index disagrees");
                     assert!(node.order.qty_visible.0 > 0 && node.order.qty_hidden.0 >= 0);
                     qty += node.order.qty_visible.0;
                     n += 1;
@@ -447,32 +404,14 @@ impl Book for FastBook {
                     cursor = node.next;
                 }
                 assert_eq!(level.tail, prev, "tail link wrong in level {}", level.px);
-                assert_eq!(
-                    (level.count, level.qty_visible),
-                    (n, qty),
-                    "level totals wrong"
-                );
+                assert_eq!((level.count, level.qty_visible), (n, qty), "level totals wrong");
                 count += n as usize;
             }
-            let bits: u32 = ladder
-                .blocks
-                .values()
-                .map(|&b| ladder.pool[b as usize].bits.count_ones())
-                .sum();
-            assert_eq!(
-                bits as usize, levels_seen,
-                "ladder bitmap disagrees with levels"
-            );
-            assert_eq!(
-                ladder.occupied.len(),
-                ladder.blocks.len(),
-                "occupied set disagrees"
-            );
+            let bits: u32 = ladder.blocks.values().map(|&b| ladder.pool[b as usize].bits.count_ones()).sum();
+            assert_eq!(bits as usize, levels_seen, "ladder bitmap disagrees with levels");
+            assert_eq!(ladder.occupied.len(), ladder.blocks.len(), "occupied set disagrees");
             for &block in ladder.blocks.keys() {
-                assert!(
-                    ladder.occupied.contains(&block),
-                    "block {block} not in occupied set"
-                );
+                assert!(ladder.occupied.contains(&block), "block {block} not in occupied set");
             }
         }
         assert_eq!(count, self.index.len(), "index has orders not in any level");

@@ -19,21 +19,13 @@ pub struct ReferenceBook {
 impl ReferenceBook {
     fn queue_mut(&mut self, id: OrderId) -> Option<(&mut VecDeque<RestingOrder>, usize)> {
         let (side, px) = *self.index.get(&id)?;
-        let queue = self.sides[side.index()]
-            .get_mut(&px)
-            .expect("indexed level exists");
-        let position = queue
-            .iter()
-            .position(|o| o.id == id)
-            .expect("indexed order in level");
+        let queue = self.sides[side.index()].get_mut(&px).expect("indexed level exists");
+        let position = queue.iter().position(|o| o.id == id).expect("indexed order in level");
         Some((queue, position))
     }
 
     fn drop_level_if_empty(&mut self, side: Side, px: Px) {
-        if self.sides[side.index()]
-            .get(&px)
-            .is_some_and(VecDeque::is_empty)
-        {
+        if self.sides[side.index()].get(&px).is_some_and(VecDeque::is_empty) {
             self.sides[side.index()].remove(&px);
         }
     }
@@ -69,10 +61,7 @@ impl Book for ReferenceBook {
     fn insert(&mut self, order: RestingOrder) {
         let previous = self.index.insert(order.id, (order.side, order.px));
         assert!(previous.is_none(), "order {} inserted twice", order.id);
-        self.sides[order.side.index()]
-            .entry(order.px)
-            .or_default()
-            .push_back(order);
+        self.sides[order.side.index()].entry(order.px).or_default().push_back(order);
     }
 
     fn remove(&mut self, id: OrderId) -> Option<RestingOrder> {
@@ -86,10 +75,7 @@ impl Book for ReferenceBook {
     fn fill(&mut self, id: OrderId, qty: Qty) -> FillEffect {
         let (queue, position) = self.queue_mut(id).expect("filled order rests");
         let order = &mut queue[position];
-        assert!(
-            qty.0 > 0 && qty <= order.qty_visible,
-            "fill exceeds visible quantity"
-        );
+        assert!(qty.0 > 0 && qty <= order.qty_visible, "fill exceeds visible quantity");
         order.qty_visible.0 -= qty.0;
         if order.qty_visible.0 > 0 {
             return FillEffect::Partial;
@@ -108,10 +94,7 @@ impl Book for ReferenceBook {
     fn reduce(&mut self, id: OrderId, qty_by: Qty) {
         let (queue, position) = self.queue_mut(id).expect("reduced order rests");
         let order = &mut queue[position];
-        assert!(
-            qty_by.0 > 0 && qty_by < order.qty_remaining(),
-            "reduce must leave a remainder"
-        );
+        assert!(qty_by.0 > 0 && qty_by < order.qty_remaining(), "reduce must leave a remainder");
         let from_hidden = qty_by.min(order.qty_hidden);
         order.qty_hidden.0 -= from_hidden.0;
         order.qty_visible.0 -= qty_by.0 - from_hidden.0;
@@ -139,17 +122,8 @@ impl Book for ReferenceBook {
             for (px, queue) in &self.sides[side.index()] {
                 assert!(!queue.is_empty(), "empty level kept at {px}");
                 for order in queue {
-                    assert_eq!(
-                        (order.side, order.px),
-                        (side, *px),
-                        "order {} misplaced",
-                        order.id
-                    );
-                    assert_eq!(
-                        self.index.get(&order.id),
-                        Some(&(side, *px)),
-                        "index disagrees"
-                    );
+                    assert_eq!((order.side, order.px), (side, *px), "order {} misplaced", order.id);
+                    assert_eq!(self.index.get(&order.id), Some(&(side, *px)), "index disagrees");
                     assert!(order.qty_visible.0 > 0 && order.qty_hidden.0 >= 0);
                     count += 1;
                 }

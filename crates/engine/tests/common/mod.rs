@@ -3,9 +3,7 @@
 
 use bourse_engine::book::Book;
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderRequest, SymbolSpec};
-use bourse_engine::{
-    AccountId, Amount, Applied, AssetId, ClientId, Engine, Event, Px, Qty, SymbolId,
-};
+use bourse_engine::{AccountId, Amount, Applied, AssetId, ClientId, Engine, Event, Px, Qty, SymbolId};
 
 /// An engine plus a client that numbers its commands, collecting events per command.
 pub struct Harness<B: Book> {
@@ -18,13 +16,7 @@ pub struct Harness<B: Book> {
 
 impl<B: Book> Default for Harness<B> {
     fn default() -> Self {
-        Harness {
-            engine: Engine::default(),
-            client: ClientId(1),
-            seq: 0,
-            ts: 1_000,
-            events: Vec::new(),
-        }
+        Harness { engine: Engine::default(), client: ClientId(1), seq: 0, ts: 1_000, events: Vec::new() }
     }
 }
 
@@ -35,12 +27,7 @@ impl<B: Book> Harness<B> {
         self.seq += 1;
         self.ts += 1;
         self.events.clear();
-        let command = Command {
-            client: self.client,
-            seq: self.seq,
-            ts: self.ts,
-            body,
-        };
+        let command = Command { client: self.client, seq: self.seq, ts: self.ts, body };
         let applied = self.engine.apply(&command, &mut self.events);
         self.engine.check_invariants();
         applied
@@ -77,14 +64,8 @@ pub fn market<B: Book>(
     policy: MatchPolicy,
     accounts: usize,
 ) -> Market {
-    let usd = AssetId(h.ok(CommandBody::CreateAsset {
-        name: "USD".into(),
-        decimals: 2,
-    }) as u32);
-    let acme = AssetId(h.ok(CommandBody::CreateAsset {
-        name: "ACME".into(),
-        decimals: 0,
-    }) as u32);
+    let usd = AssetId(h.ok(CommandBody::CreateAsset { name: "USD".into(), decimals: 2 }) as u32);
+    let acme = AssetId(h.ok(CommandBody::CreateAsset { name: "ACME".into(), decimals: 0 }) as u32);
     let sym = SymbolId(h.ok(CommandBody::CreateSymbol(Box::new(SymbolSpec {
         name: "ACME/USD".into(),
         base: acme,
@@ -100,23 +81,10 @@ pub fn market<B: Book>(
     let accounts = (0..accounts)
         .map(|_| {
             let account = AccountId(h.ok(CommandBody::CreateAccount) as u32);
-            h.ok(CommandBody::Deposit {
-                account,
-                asset: usd,
-                amount: Amount(1_000_000),
-            });
-            h.ok(CommandBody::Credit {
-                account,
-                asset: acme,
-                amount: Amount(10_000),
-            });
+            h.ok(CommandBody::Deposit { account, asset: usd, amount: Amount(1_000_000) });
+            h.ok(CommandBody::Credit { account, asset: acme, amount: Amount(10_000) });
             account
         })
         .collect();
-    Market {
-        usd,
-        acme,
-        sym,
-        accounts,
-    }
+    Market { usd, acme, sym, accounts }
 }
