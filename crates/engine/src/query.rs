@@ -5,7 +5,7 @@
 //! the price of work on every order placement.
 
 use crate::account::Balance;
-use crate::book::Book;
+use crate::book::{Book, RestingOrder};
 use crate::command::SymbolSpec;
 use crate::engine::{Asset, Engine, OrderRecord, OrderStatus};
 use crate::types::{AccountId, AssetId, OrderId, Px, Qty, Side, SymbolId};
@@ -64,6 +64,18 @@ impl<B: Book> Engine<B> {
             .collect();
         ids.sort_unstable();
         ids.into_iter().filter_map(|id| self.order(id)).collect()
+    }
+
+    /// Up to `orders_max` resting orders of one side, in priority order (an L3 view).
+    pub fn book_orders(&self, symbol: SymbolId, side: Side, orders_max: usize) -> Vec<RestingOrder> {
+        let mut orders = Vec::new();
+        if let Some(symbol) = self.symbols.get(symbol.0 as usize) {
+            symbol.book.visit(side, |order| {
+                orders.push(*order);
+                orders.len() < orders_max
+            });
+        }
+        orders
     }
 
     /// Up to `levels_max` price levels a side.

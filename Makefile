@@ -1,0 +1,35 @@
+# One command runs what CI runs: `make test` is exactly what .ci/run calls.
+CARGO ?= cargo
+FUZZ_SECONDS ?= 60
+
+.PHONY: test demo build fmt lint fuzz bench
+
+test:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --workspace
+
+# Until the server exists, the demo is the engine benchmark on exchange-core's 2020 mix.
+demo: build
+	./target/release/bourse bench engine --workload ec2020
+
+build:
+	$(CARGO) build --release -p bourse
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# The real fuzzer (cargo-fuzz on nightly): `make fuzz FUZZ_SECONDS=600`.
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd crates/engine && $(CARGO) +nightly fuzz run decode -- -max_total_time=$(FUZZ_SECONDS)
+	cd crates/engine && $(CARGO) +nightly fuzz run apply -- -max_total_time=$(FUZZ_SECONDS)
+
+bench: build
+	./target/release/bourse bench engine --workload ec2020
+	./target/release/bourse bench engine --workload ec2018
+	./target/release/bourse bench engine --workload sweep
+	./target/release/bourse bench engine --workload scale
