@@ -185,7 +185,7 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
     let symbol = SymbolId(u32::from(sym));
     match bytes.below(24) {
         0..=8 => CommandBody::Place(order_from(bytes, account, sym)),
-        9..=10 | 11 => {
+        9..=11 => {
             let (order, account) = recent_order(bytes, engine);
             CommandBody::Cancel { account, symbol: order_symbol(engine, order).unwrap_or(symbol), order }
         }
@@ -304,7 +304,17 @@ fn order_from(bytes: &mut Bytes<'_>, account: AccountId, sym: u8) -> OrderReques
         _ => (OrderKind::Limit { px }, tif),
     };
     let display_qty = (bytes.below(6) == 0).then(|| Qty(lot * i64::from(1 + bytes.below(3))));
-    OrderRequest { account, symbol: SymbolId(u32::from(sym)), side, kind, qty, tif, post_only: bytes.below(8) == 0, display_qty, stp }
+    OrderRequest {
+        account,
+        symbol: SymbolId(u32::from(sym)),
+        side,
+        kind,
+        qty,
+        tif,
+        post_only: bytes.below(8) == 0,
+        display_qty,
+        stp,
+    }
 }
 
 /// The fuzz entry point: drives the fixture with commands made from `data`, both
