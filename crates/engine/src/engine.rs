@@ -180,8 +180,13 @@ impl<B: Book> Engine<B> {
 
     /// Applies one command, appending what happened to `events`.
     pub fn apply(&mut self, command: &Command, events: &mut Vec<Event>) -> Applied {
-        let session = self.sessions.entry(command.client).or_default();
-        match session.check(command.seq) {
+        // A client is remembered only once one of its commands applies, so refused
+        // strangers leave no trace in the state.
+        let check = match self.sessions.get(&command.client) {
+            Some(session) => session.check(command.seq),
+            None => Session::default().check(command.seq),
+        };
+        match check {
             SessionCheck::Apply => {}
             SessionCheck::Duplicate(outcome) => return Applied { outcome, duplicate: true },
             SessionCheck::Refuse(reject) => {
@@ -199,8 +204,7 @@ impl<B: Book> Engine<B> {
             }
         };
         let outcomes_max = self.config.outcomes_per_client_max as usize;
-        let session = self.sessions.get_mut(&command.client).expect("session created above");
-        session.record(command.seq, outcome, outcomes_max);
+        self.sessions.entry(command.client).or_default().record(command.seq, outcome, outcomes_max);
         Applied { outcome, duplicate: false }
     }
 
