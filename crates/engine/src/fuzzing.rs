@@ -13,7 +13,8 @@ use crate::book::{Book, FastBook, ReferenceBook};
 use crate::codec;
 use crate::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
 use crate::engine::Engine;
-use crate::event::{Applied, Event};
+use crate::event::{Applied, Event, Outcome};
+use crate::reject::Reject;
 use crate::types::{AccountId, Amount, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId};
 
 /// Clients the harness numbers commands for.
@@ -125,7 +126,12 @@ impl Differential {
     }
 
     /// Applies `command` to both engines; panics if they disagree or break an invariant.
+    ///
+    /// A fill-or-kill order refused as unfillable is also replayed as IOC on a copy of
+    /// the engine, which must then not fill it completely (matching itself asserts the
+    /// other direction: a FOK that passed the check fills).
     pub fn apply(&mut self, command: &Command) -> Applied {
+        let before = is_fok(command).then(|| self.fast.clone());
         self.events_fast.clear();
         self.events_reference.clear();
         let fast = self.fast.apply(command, &mut self.events_fast);
@@ -134,6 +140,9 @@ impl Differential {
         assert_eq!(self.events_fast, self.events_reference, "events differ for {command:?}");
         self.fast.check_invariants();
         self.reference.check_invariants();
+        if let (Some(before), Outcome::Rejected(Reject::FokCannotFill)) = (before, fast.outcome) {
+            assert_fok_refusal_right(before, command);
+        }
         fast
     }
 
@@ -172,6 +181,33 @@ impl Differential {
     pub fn assert_same_hash(&self) {
         assert_eq!(self.fast.state_hash(), self.reference.state_hash(), "state hashes differ");
     }
+}
+
+fn is_fok(command: &Command) -> bool {
+    matches!(&command.body, CommandBody::Place(request) if request.tif == Tif::Fok)
+}
+
+/// Replays a refused FOK as IOC (a sell without its minimum-proceeds budget) and
+/// checks it would not have filled completely within its limits.
+fn assert_fok_refusal_right(mut engine: Engine<FastBook>, command: &Command) {
+    let CommandBody::Place(mut request) = command.body.clone() else { unreachable!("checked by is_fok") };
+    let proceeds_min = match (request.side, &mut request.kind) {
+        (Side::Sell, OrderKind::Market { budget }) => budget.take(),
+        _ => None,
+    };
+    request.tif = Tif::Ioc;
+    let ioc = Command { body: CommandBody::Place(request), ..command.clone() };
+    let mut events = Vec::new();
+    engine.apply(&ioc, &mut events);
+    let (mut filled, mut proceeds) = (0i64, 0i128);
+    for event in &events {
+        if let Event::Trade { px, qty, fee_taker, .. } = event {
+            filled += qty.0;
+            proceeds += crate::types::notional(*px, *qty) - i128::from(fee_taker.0);
+        }
+    }
+    let complete = filled == request.qty.0 && proceeds_min.is_none_or(|min| proceeds >= i128::from(min.0));
+    assert!(!complete, "FOK refused but as IOC it fills completely: {command:?}");
 }
 
 /// Builds one command for the [`Differential`] fixture from a few bytes.

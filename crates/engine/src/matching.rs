@@ -337,42 +337,51 @@ impl<B: Book> Engine<B> {
             OrderKind::Market { budget } | OrderKind::StopMarket { budget, .. } => (None, budget),
         };
         let need = request.qty.0;
-        let whole_levels = terms.policy == MatchPolicy::ProRata && request.stp == Stp::CancelIncoming;
-        let mut levels: Vec<(Px, i64)> = Vec::new();
-        let mut total = 0i64;
+        let cancel_incoming = request.stp == Stp::CancelIncoming;
+        let mut levels: Vec<LevelLiquidity> = Vec::new();
+        let mut usable_before = 0i64; // usable quantity of the levels before the last
         symbol.book.visit(request.side.opposite(), |order| {
             if limit.is_some_and(|limit| !request.side.crosses(limit, order.px)) {
                 return false;
             }
-            if levels.last().map(|l| l.0) != Some(order.px) {
-                if total >= need {
-                    return false;
+            if levels.last().map(|l| l.px) != Some(order.px) {
+                if let Some(level) = levels.last() {
+                    usable_before = usable_before.saturating_add(level.usable(terms.policy));
+                    if usable_before >= need {
+                        return false;
+                    }
                 }
-                levels.push((order.px, 0));
+                levels.push(LevelLiquidity { px: order.px, remaining: 0, visible_before_own: 0, own_stops: false });
             }
+            let level = levels.last_mut().expect("level pushed above");
             if order.account == request.account {
                 match request.stp {
                     Stp::Allow => {}
                     Stp::CancelResting => return true,
                     Stp::CancelIncoming => {
-                        if whole_levels {
-                            let (_, dropped) = levels.pop().expect("level pushed above");
-                            total -= dropped;
-                        }
+                        level.own_stops = true;
                         return false;
                     }
                 }
             }
-            let qty = order.qty_remaining().0;
-            levels.last_mut().expect("level pushed above").1 += qty;
-            total = total.saturating_add(qty);
-            whole_levels || total < need
+            level.remaining = level.remaining.saturating_add(order.qty_remaining().0);
+            if !level.own_stops {
+                level.visible_before_own = level.visible_before_own.saturating_add(order.qty_visible.0);
+            }
+            // Without CancelIncoming nothing later in the level can cut it short, so
+            // enough is enough; with it, only quantity shown ahead of any own order is
+            // certain (an iceberg's next slice goes to the back, behind it).
+            let certain = if cancel_incoming { level.visible_before_own } else { level.remaining };
+            (terms.policy == MatchPolicy::ProRata && cancel_incoming) || usable_before.saturating_add(certain) < need
         });
         let (mut left, mut value) = (need, 0i128);
-        for (px, qty) in levels {
-            let take = left.min(qty);
-            value += notional(px, Qty(take));
+        for level in levels {
+            let take = left.min(level.usable(terms.policy));
+            value += notional(level.px, Qty(take));
             left -= take;
+            if level.own_stops {
+                break;
+            }
         }
         if left > 0 {
             return false;
@@ -382,6 +391,30 @@ impl<B: Book> Engine<B> {
             (Side::Buy, Some(budget)) => value + fees <= i128::from(budget.0),
             (Side::Sell, Some(proceeds_min)) => value - fees >= i128::from(proceeds_min.0),
             (_, None) => true,
+        }
+    }
+}
+
+/// What one price level offers a fill-or-kill order.
+struct LevelLiquidity {
+    px: Px,
+    /// Visible plus hidden quantity of the orders it may trade with.
+    remaining: i64,
+    /// Visible quantity queued ahead of the first own order.
+    visible_before_own: i64,
+    /// An own order under CancelIncoming is at this level: matching stops here.
+    own_stops: bool,
+}
+
+impl LevelLiquidity {
+    /// What matching would take from this level at most. When an own order stops the
+    /// incoming one, FIFO takes only what is shown ahead of it (an iceberg's refreshed
+    /// slice goes behind it) and pro-rata takes nothing (the level never trades).
+    fn usable(&self, policy: MatchPolicy) -> i64 {
+        match (self.own_stops, policy) {
+            (false, _) => self.remaining,
+            (true, MatchPolicy::Fifo) => self.visible_before_own,
+            (true, MatchPolicy::ProRata) => 0,
         }
     }
 }

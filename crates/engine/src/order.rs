@@ -180,6 +180,11 @@ impl<B: Book> Engine<B> {
         let sym = request.symbol.0 as usize;
         let mut taker = Taker::new(id, request, ts);
         let stopped = self.match_taker(request.symbol, &mut taker, events);
+        assert!(
+            request.tif != Tif::Fok || taker.qty.0 == 0,
+            "order {id}: the fill-or-kill check passed but matching left {} unfilled",
+            taker.qty
+        );
         let spec = &self.symbols[sym].spec;
         let hold_left = taker.hold_remaining(spec);
         if taker.qty.0 == 0 {
