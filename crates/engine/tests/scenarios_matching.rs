@@ -17,10 +17,14 @@ both_books!(
     stp_default_is_cancel_resting,
     stp_cancel_incoming_cancels_the_rest_of_the_incoming_order,
     stp_allow_trades_with_own_order_and_pays_both_fees,
+    stp_cancel_resting_cancels_an_own_iceberg_with_its_reserve,
     pro_rata_stp_cancel_resting_cancels_every_own_order_at_the_level,
     pro_rata_stp_cancel_incoming_stops_at_a_level_holding_an_own_order,
     pro_rata_stp_allow_includes_own_orders_in_the_split,
     pro_rata_fok_cancel_incoming_rejects_when_a_needed_level_holds_an_own_order,
+    pro_rata_fok_cancel_resting_ignores_own_orders,
+    pro_rata_fok_allow_counts_own_orders,
+    best_price_is_found_across_price_blocks,
     zero_fees_move_exactly_the_notional,
     maker_and_taker_fees_are_charged_and_collected,
     negative_maker_fee_is_a_rebate_to_a_resting_seller,
@@ -403,4 +407,71 @@ fn pro_rata_market_buy_stops_when_budget_is_spent<B: Book>() {
         Some(&Event::Cancelled { order: id, qty_cancelled: Qty(3), reason: CancelReason::BudgetExhausted })
     );
     assert_eq!(h.balance_of(d, m.usd), (USD_START - 700, 0));
+}
+
+fn stp_cancel_resting_cancels_an_own_iceberg_with_its_reserve<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market(&mut h, 0, 0, MatchPolicy::Fifo, 2);
+    let (a, b) = (m.accounts[0], m.accounts[1]);
+    let own = h.place_ok(m.sell(b, 100, 20).with_display(5));
+    let other = h.place_ok(m.sell(a, 100, 5));
+    let id = h.place_ok(m.buy(b, 100, 5));
+    assert_eq!(
+        h.events[2..4],
+        [
+            Event::Cancelled { order: own, qty_cancelled: Qty(20), reason: CancelReason::SelfTrade },
+            m.acme_balance(b, ACME_START, 0),
+        ]
+    );
+    assert_eq!(h.trades(), vec![(other, id, 100, 5)]);
+}
+
+fn pro_rata_fok_cancel_resting_ignores_own_orders<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market(&mut h, 0, 0, MatchPolicy::ProRata, 2);
+    let (a, b) = (m.accounts[0], m.accounts[1]);
+    let other = h.place_ok(m.sell(a, 100, 10));
+    let own = h.place_ok(m.sell(b, 100, 5));
+    let too_much = m.buy(b, 100, 11).with_tif(Tif::Fok).with_stp(Stp::CancelResting);
+    h.reject(CommandBody::Place(too_much), Reject::FokCannotFill);
+    assert_eq!(h.order_view(own).record.status, OrderStatus::Open);
+    let id = h.place_ok(m.buy(b, 100, 10).with_tif(Tif::Fok).with_stp(Stp::CancelResting));
+    assert_eq!(h.trades(), vec![(other, id, 100, 10)]);
+    assert_eq!(h.order_view(own).record.status, OrderStatus::Cancelled);
+}
+
+fn pro_rata_fok_allow_counts_own_orders<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market(&mut h, 0, 0, MatchPolicy::ProRata, 2);
+    let (a, b) = (m.accounts[0], m.accounts[1]);
+    let other = h.place_ok(m.sell(a, 100, 10));
+    let own = h.place_ok(m.sell(b, 100, 5));
+    h.reject(CommandBody::Place(m.buy(b, 100, 16).with_tif(Tif::Fok).with_stp(Stp::Allow)), Reject::FokCannotFill);
+    let id = h.place_ok(m.buy(b, 100, 15).with_tif(Tif::Fok).with_stp(Stp::Allow));
+    assert_eq!(h.trades(), vec![(other, id, 100, 10), (own, id, 100, 5)]);
+}
+
+/// The fast book keeps prices in blocks of 64; levels at block edges (63/64, 127/128)
+/// must be found as the best price empties, on both sides.
+fn best_price_is_found_across_price_blocks<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market(&mut h, 0, 0, MatchPolicy::Fifo, 2);
+    let (a, b) = (m.accounts[0], m.accounts[1]);
+    let bids = [1, 63, 64, 127, 128, 200];
+    let ids: Vec<_> = bids.iter().map(|&px| h.place_ok(m.buy(a, px, 1))).collect();
+    assert_eq!(h.depth_of(m.sym).0, vec![(200, 1), (128, 1), (127, 1), (64, 1), (63, 1), (1, 1)]);
+    h.ok(m.cancel(a, ids[2]));
+    for expected in [Some(128), Some(127), Some(63), Some(1), None] {
+        h.place_ok(m.sell(b, 1, 1).with_tif(Tif::Ioc));
+        assert_eq!(h.engine.best(m.sym, Side::Buy).map(|px| px.0), expected);
+    }
+    let asks = [63, 64, 127, 128, 1_000];
+    let ids: Vec<_> = asks.iter().map(|&px| h.place_ok(m.sell(a, px, 1))).collect();
+    assert_eq!(h.depth_of(m.sym).1, vec![(63, 1), (64, 1), (127, 1), (128, 1), (1_000, 1)]);
+    h.ok(m.cancel(a, ids[3]));
+    for expected in [Some(64), Some(127), Some(1_000), None] {
+        h.place_ok(m.buy(b, 1_000_000, 1).with_tif(Tif::Ioc));
+        assert_eq!(h.engine.best(m.sym, Side::Sell).map(|px| px.0), expected);
+    }
+    assert_eq!(h.depth_of(m.sym), (vec![], vec![]));
 }

@@ -19,6 +19,7 @@ both_books!(
     ioc_remainder_is_cancelled_unfilled,
     ioc_without_liquidity_is_cancelled_whole,
     fok_fills_completely_across_levels,
+    fok_sell_is_all_or_nothing,
     fok_rejected_when_not_fully_fillable_changes_nothing,
     fok_counts_iceberg_hidden_quantity_as_liquidity,
     fok_with_cancel_resting_ignores_own_orders_and_rejects_without_cancelling_them,
@@ -33,6 +34,7 @@ both_books!(
     market_buy_filled_releases_unspent_budget,
     market_buy_without_more_liquidity_is_cancelled_unfilled,
     market_buy_without_budget_is_rejected,
+    market_buy_whose_budget_cannot_pay_one_lot_with_fee_trades_nothing,
     market_sell_takes_bids_best_first_and_cancels_remainder,
     market_order_cannot_rest,
     market_sell_budget_requires_fok,
@@ -45,6 +47,7 @@ both_books!(
     iceberg_last_slice_is_what_is_left_of_the_reserve,
     iceberg_shape_rules,
     price_improvement_on_a_buy_is_released_at_once,
+    sell_limit_trades_at_the_resting_bid_price,
     resting_buy_gets_taker_minus_maker_fee_back,
 );
 
@@ -646,6 +649,60 @@ fn resting_buy_gets_taker_minus_maker_fee_back<B: Book>() {
             m.acme_balance(b, ACME_START + 10, 0),
             m.usd_balance(a, USD_START + 980, 0),
             m.acme_balance(a, ACME_START - 10, 0),
+        ]
+    );
+}
+
+fn market_buy_whose_budget_cannot_pay_one_lot_with_fee_trades_nothing<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market(&mut h, 0, 1, MatchPolicy::Fifo, 2);
+    let (a, b) = (m.accounts[0], m.accounts[1]);
+    h.place_ok(m.sell(a, 100, 10));
+    // One share costs 100 plus a taker fee of 1.
+    let request = m.market_buy(b, 10, 100);
+    let id = h.place_ok(request);
+    assert_eq!(
+        h.events,
+        vec![
+            m.accepted(id, &request, h.ts),
+            m.usd_balance(b, USD_START - 100, 100),
+            Event::Cancelled { order: id, qty_cancelled: Qty(10), reason: CancelReason::BudgetExhausted },
+            m.usd_balance(b, USD_START, 0),
+        ]
+    );
+    assert_eq!(h.depth_of(m.sym), (vec![], vec![(100, 10)]));
+}
+
+fn fok_sell_is_all_or_nothing<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market(&mut h, 0, 0, MatchPolicy::Fifo, 2);
+    let (a, b) = (m.accounts[0], m.accounts[1]);
+    let high = h.place_ok(m.buy(a, 101, 4));
+    let low = h.place_ok(m.buy(a, 99, 4));
+    h.reject(CommandBody::Place(m.sell(b, 100, 5).with_tif(Tif::Fok)), Reject::FokCannotFill);
+    h.reject(CommandBody::Place(m.market_sell(b, 9).with_tif(Tif::Fok)), Reject::FokCannotFill);
+    let id = h.place_ok(m.sell(b, 99, 8).with_tif(Tif::Fok));
+    assert_eq!(h.trades(), vec![(high, id, 101, 4), (low, id, 99, 4)]);
+    assert_eq!(h.balance_of(b, m.usd), (USD_START + 800, 0));
+}
+
+fn sell_limit_trades_at_the_resting_bid_price<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market(&mut h, 0, 0, MatchPolicy::Fifo, 2);
+    let (a, b) = (m.accounts[0], m.accounts[1]);
+    let bid = h.place_ok(m.buy(a, 100, 10));
+    let request = m.sell(b, 95, 10);
+    let id = h.place_ok(request);
+    assert_eq!(
+        h.events,
+        vec![
+            m.accepted(id, &request, h.ts),
+            m.acme_balance(b, ACME_START - 10, 10),
+            m.trade(Side::Sell, (100, 10), (bid, a), (id, b), (0, 0), true),
+            m.usd_balance(a, USD_START - 1_000, 0),
+            m.acme_balance(a, ACME_START + 10, 0),
+            m.usd_balance(b, USD_START + 1_000, 0),
+            m.acme_balance(b, ACME_START - 10, 0),
         ]
     );
 }

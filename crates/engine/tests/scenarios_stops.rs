@@ -27,6 +27,7 @@ both_books!(
     stop_waits_while_there_is_no_last_trade,
     stops_cascade_while_their_trades_reach_more_triggers,
     stops_fired_by_one_trade_go_oldest_first,
+    a_trade_caused_by_a_move_fires_stops,
     triggered_stop_limit_rests_and_is_then_an_ordinary_order,
     triggered_fok_stop_without_enough_liquidity_is_cancelled_unfilled,
     cancel_of_a_pending_stop_releases_its_hold,
@@ -388,4 +389,17 @@ fn stop_shape_rules<B: Book>() {
     let id = h.place_ok(m.stop_market(b, Side::Sell, 100, 5, Some(400)).with_tif(Tif::Fok));
     let kind = OrderKind::StopMarket { trigger: Px(100), budget: Some(Amount(400)) };
     assert_eq!((h.order_view(id).record.kind, h.order_view(id).record.status), (kind, OrderStatus::Pending));
+}
+
+fn a_trade_caused_by_a_move_fires_stops<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market_at_100(&mut h);
+    let (a, b, c) = (m.accounts[0], m.accounts[1], m.accounts[2]);
+    let stop = h.place_ok(m.stop_market(b, Side::Sell, 95, 1, None));
+    let bid = h.place_ok(m.buy(c, 95, 10));
+    let ask = h.place_ok(m.sell(a, 110, 5));
+    h.ok(m.move_to(a, ask, 95));
+    assert_eq!(h.trades(), vec![(bid, ask, 95, 5), (bid, stop, 95, 1)]);
+    assert!(h.events.contains(&Event::Triggered { order: stop, last_px: Px(95) }));
+    assert_eq!(h.order_view(stop).record.status, OrderStatus::Filled);
 }
