@@ -28,6 +28,7 @@ both_books!(
     stops_cascade_while_their_trades_reach_more_triggers,
     stops_fired_by_one_trade_go_oldest_first,
     a_trade_caused_by_a_move_fires_stops,
+    stops_fire_only_after_the_incoming_order_is_done,
     triggered_stop_limit_rests_and_is_then_an_ordinary_order,
     triggered_fok_stop_without_enough_liquidity_is_cancelled_unfilled,
     cancel_of_a_pending_stop_releases_its_hold,
@@ -402,4 +403,33 @@ fn a_trade_caused_by_a_move_fires_stops<B: Book>() {
     assert_eq!(h.trades(), vec![(bid, ask, 95, 5), (bid, stop, 95, 1)]);
     assert!(h.events.contains(&Event::Triggered { order: stop, last_px: Px(95) }));
     assert_eq!(h.order_view(stop).record.status, OrderStatus::Filled);
+}
+
+/// The order whose trade fires a stop has finished (its remainder cancelled or rested)
+/// before the stop trades: a stop never fills the order that triggered it.
+fn stops_fire_only_after_the_incoming_order_is_done<B: Book>() {
+    let mut h = Harness::<B>::default();
+    let m = market_at_100(&mut h);
+    let (a, b, c) = (m.accounts[0], m.accounts[1], m.accounts[2]);
+    let stop = h.place_ok(m.stop_market(b, Side::Buy, 102, 7, Some(1_000)));
+    let bid = h.place_ok(m.buy(a, 102, 1));
+    let ask = h.place_ok(m.sell(a, 103, 7));
+    let ioc = h.place_ok(m.sell(c, 101, 8).with_tif(Tif::Ioc));
+    let sequence: Vec<Event> = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Trade { .. } | Event::Cancelled { .. } | Event::Triggered { .. }))
+        .copied()
+        .collect();
+    assert_eq!(
+        sequence,
+        vec![
+            m.trade(Side::Sell, (102, 1), (bid, a), (ioc, c), (0, 0), true),
+            Event::Cancelled { order: ioc, qty_cancelled: Qty(7), reason: CancelReason::Unfilled },
+            Event::Triggered { order: stop, last_px: Px(102) },
+            m.trade(Side::Buy, (103, 7), (ask, a), (stop, b), (0, 0), true),
+        ]
+    );
+    assert_eq!(h.order_view(ioc).record.qty_filled, Qty(1));
+    assert_eq!(h.balance_of(b, m.usd), (USD_START - 721, 0));
 }
