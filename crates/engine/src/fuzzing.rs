@@ -198,10 +198,14 @@ fn assert_fok_refusal_right(mut engine: Engine<FastBook>, command: &Command) {
     request.tif = Tif::Ioc;
     let ioc = Command { body: CommandBody::Place(request), ..command.clone() };
     let mut events = Vec::new();
-    engine.apply(&ioc, &mut events);
+    let Outcome::Ok { id } = engine.apply(&ioc, &mut events).outcome else { return };
+    // Only the order's own fills count: stops it fires trade in the same command.
     let (mut filled, mut proceeds) = (0i64, 0i128);
     for event in &events {
-        if let Event::Trade { px, qty, fee_taker, .. } = event {
+        if let Event::Trade { px, qty, fee_taker, taker_order, .. } = event {
+            if taker_order.0 != id {
+                continue;
+            }
             filled += qty.0;
             proceeds += crate::types::notional(*px, *qty) - i128::from(fee_taker.0);
         }
