@@ -1,0 +1,59 @@
+//! `bourse bench engine`: arguments and dispatch to the workloads.
+//!
+//! - `ec2020`, `ec2018`: exchange-core's single-book mixes; throughput over several
+//!   cycles on fresh copies of the pre-filled engine, then open-loop latency per rate.
+//! - `sweep`: one order trading with 100,000 resting orders.
+//! - `scale`: a million accounts, 100,000 books, a million resting orders; setup
+//!   throughput, mixed-run throughput and latency, resident memory.
+
+use clap::{Args, ValueEnum};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// exchange-core 2020: 71.1% move, 12.6% GTC, 7.2% reduce, 7.2% cancel, 1.8% IOC, 0.06% FOK budget.
+    Ec2020,
+    /// exchange-core 2018: 82% move, 9% GTC, 6% cancel, 3% IOC.
+    Ec2018,
+    /// One order sweeps a 100,000-order, 10,000-level book.
+    Sweep,
+    /// 1,000,000 accounts, 100,000 symbols, 1,000,000 resting orders.
+    Scale,
+}
+
+#[derive(Args, Debug)]
+pub struct EngineArgs {
+    #[arg(long, value_enum, default_value_t = Workload::Ec2020)]
+    pub workload: Workload,
+    /// Seed of every random draw; the same seed gives the same commands.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Timed repetitions, each on a fresh copy of the starting engine; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub cycles: u32,
+    /// Commands per cycle [default: 3,000,000 for ec2020/ec2018, 1,000,000 for scale; sweep: one order].
+    #[arg(long)]
+    pub commands: Option<u64>,
+    /// Open-loop rates for the latency runs, in commands per second.
+    #[arg(long, value_delimiter = ',', default_values_t = [1_000_000u64, 2_000_000])]
+    pub rates: Vec<u64>,
+    /// Print one JSON object as the last line of stdout instead of the human report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &EngineArgs) -> Result<(), String> {
+    if args.cycles == 0 {
+        return Err("--cycles must be at least 1".into());
+    }
+    if args.rates.is_empty() || args.rates.contains(&0) {
+        return Err("--rates needs one or more positive rates".into());
+    }
+    if args.commands == Some(0) {
+        return Err("--commands must be at least 1".into());
+    }
+    match args.workload {
+        Workload::Ec2020 | Workload::Ec2018 => super::ec::run(args),
+        Workload::Sweep => super::sweep::run(args),
+        Workload::Scale => super::scale::run(args),
+    }
+}

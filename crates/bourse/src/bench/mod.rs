@@ -1,0 +1,28 @@
+//! `bourse bench …`: benchmarks are programs, not timed tests.
+//!
+//! Each benchmark prints its workload, its parameters (seed included, so a run
+//! reproduces) and its figures; with `--json` the last line of stdout is one JSON
+//! object for scripts, and progress goes to stderr either way.
+
+use clap::Subcommand;
+
+mod ec;
+mod engine;
+mod measure;
+mod memory;
+mod phases;
+mod report;
+mod scale;
+mod sweep;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// The matching engine alone: one thread, commands pre-generated, no I/O.
+    Engine(engine::EngineArgs),
+}
+
+pub fn run(command: BenchCommand) -> Result<(), String> {
+    match command {
+        BenchCommand::Engine(args) => engine::run(&args),
+    }
+}

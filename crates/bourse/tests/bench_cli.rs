@@ -1,0 +1,96 @@
+//! The `bourse bench engine` command line, run as a real process.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bourse(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bourse")).args(args).output().expect("bourse runs")
+}
+
+/// Runs a benchmark with `--json` and parses the last line of its stdout.
+fn bench_json(args: &[&str]) -> Value {
+    let mut all = vec!["bench", "engine"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let output = bourse(&all);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bourse {all:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    let last = stdout.lines().last().expect("some output");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
+}
+
+fn assert_number(report: &Value, pointer: &str) -> f64 {
+    report.pointer(pointer).and_then(Value::as_f64).unwrap_or_else(|| panic!("{pointer} missing in {report}"))
+}
+
+#[test]
+fn ec2020_json_has_the_required_keys() {
+    let report = bench_json(&["--workload", "ec2020", "--commands", "20000", "--cycles", "1", "--rates", "100000"]);
+    assert_eq!(report["workload"], "ec2020");
+    assert_eq!(report["commands"], 20_000);
+    assert!(assert_number(&report, "/seconds") > 0.0);
+    assert!(assert_number(&report, "/mops") > 0.0);
+    for key in ["p50", "p90", "p99", "p999", "p9999", "max"] {
+        assert!(assert_number(&report, &format!("/latency_ns/{key}")) > 0.0, "latency_ns.{key}");
+    }
+    assert_eq!(report["latency"].as_array().map(Vec::len), Some(1));
+    assert_eq!(report["latency"][0]["rate"], 100_000);
+    let moves = assert_number(&report, "/mix/move_pct");
+    assert!((65.0..=77.0).contains(&moves), "move share {moves}");
+    assert!(assert_number(&report, "/book/orders_avg") > 500.0);
+    assert!(assert_number(&report, "/book/levels_avg") > 100.0);
+}
+
+#[test]
+fn ec2018_reports_every_rate_and_cycle() {
+    let report = bench_json(&[
+        "--workload",
+        "ec2018",
+        "--commands",
+        "5000",
+        "--cycles",
+        "2",
+        "--rates",
+        "50000,100000",
+        "--seed",
+        "9",
+    ]);
+    assert_eq!(report["workload"], "ec2018");
+    assert_eq!(report["seed"], 9);
+    assert_eq!(report["mops_cycles"].as_array().map(Vec::len), Some(2));
+    let rates: Vec<u64> =
+        report["latency"].as_array().expect("latency array").iter().filter_map(|r| r["rate"].as_u64()).collect();
+    assert_eq!(rates, vec![50_000, 100_000]);
+    assert!(assert_number(&report, "/mix/ioc_pct") > 1.0);
+}
+
+#[test]
+fn the_human_report_names_workload_seed_and_figures() {
+    let output = bourse(&[
+        "bench",
+        "engine",
+        "--workload",
+        "ec2020",
+        "--commands",
+        "3000",
+        "--cycles",
+        "1",
+        "--rates",
+        "100000",
+    ]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for needle in ["workload ec2020", "seed 1", "mix generated", "median:", "p99.99"] {
+        assert!(stdout.contains(needle), "missing {needle:?} in:\n{stdout}");
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cycle 1/1"), "no progress line on stderr:\n{stderr}");
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    assert!(!bourse(&["bench", "engine", "--cycles", "0"]).status.success());
+    assert!(!bourse(&["bench", "engine", "--rates", "0"]).status.success());
+    assert!(!bourse(&["bench", "engine", "--workload", "nope"]).status.success());
+}
