@@ -33,7 +33,8 @@ pub struct EngineArgs {
     /// Commands per cycle [default: 3,000,000 for ec2020/ec2018, 1,000,000 for scale; sweep: one order].
     #[arg(long)]
     pub commands: Option<u64>,
-    /// Open-loop rates for the latency runs, in commands per second.
+    /// Open-loop rates for the latency runs, in commands per second (a run covers at most
+    /// 10 s of scheduled sends).
     #[arg(long, value_delimiter = ',', default_values_t = [1_000_000u64, 2_000_000])]
     pub rates: Vec<u64>,
     /// Print one JSON object as the last line of stdout instead of the human report.

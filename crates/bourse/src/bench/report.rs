@@ -78,7 +78,7 @@ pub fn latency_json(latency: &Latency) -> Value {
 
 pub fn latency_line(latency: &Latency) -> String {
     format!(
-        "  {:>9} cmd/s: p50 {} p90 {} p99 {} p99.9 {} p99.99 {} max {} ns (mean {:.0} ns, run {:.2} s)",
+        "  {:>9} cmd/s: p50 {} p90 {} p99 {} p99.9 {} p99.99 {} max {} ns (mean {:.0} ns; {} commands in {:.2} s)",
         latency.rate_per_s,
         latency.p50_ns,
         latency.p90_ns,
@@ -87,6 +87,7 @@ pub fn latency_line(latency: &Latency) -> String {
         latency.p9999_ns,
         latency.max_ns,
         latency.mean_ns,
+        latency.commands,
         latency.elapsed.as_secs_f64()
     ) + if saturated(latency) { " SATURATED: the engine fell behind this rate" } else { "" }
 }
