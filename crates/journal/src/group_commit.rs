@@ -136,7 +136,9 @@ pub struct GroupCommit {
 
 impl GroupCommit {
     /// Starts the writer thread, which takes the journal over. `on_durable` receives
-    /// every group's entries, in index order, after their `fdatasync`.
+    /// every group's entries, in index order, after their `fdatasync`. It runs on the
+    /// writer thread, so it must not wait on this group commit (submit to a full queue,
+    /// wait for a ticket): that would deadlock.
     pub fn start(
         journal: Journal,
         config: GroupCommitConfig,
@@ -279,10 +281,24 @@ fn writer_run(
     config: GroupCommitConfig,
     mut on_durable: OnDurable,
 ) -> Result<Journal> {
+    let _stopped = StoppedOnDrop { shared: Arc::clone(&shared) };
     let result = writer_loop(&mut journal, &receiver, &shared, config, &mut on_durable);
-    lock(&shared.durable).stopped = true;
-    shared.durable_changed.notify_all();
     result.map(|()| journal)
+}
+
+/// Tells every waiter that the writer has stopped, however it stops: returning, failing,
+/// or unwinding from a panic in `on_durable` (the panic itself reaches the owner at join).
+struct StoppedOnDrop {
+    shared: Arc<Shared>,
+}
+
+impl Drop for StoppedOnDrop {
+    fn drop(&mut self) {
+        let mut durable = self.shared.durable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        durable.stopped = true;
+        drop(durable);
+        self.shared.durable_changed.notify_all();
+    }
 }
 
 /// Drains pending requests into groups and commits each; returns on `Stop` or when every
@@ -304,6 +320,9 @@ fn writer_loop(
                     group_commit(journal, std::mem::take(&mut group), shared, on_durable)?;
                     // The caller may be gone; the snapshot stands either way.
                     let _ = reply.send(journal.write_snapshot(index, &bytes));
+                    if journal.is_poisoned() {
+                        return Err(Error::Poisoned);
+                    }
                     durable_publish(shared, journal.durable_index());
                 }
                 Request::Stop => return group_commit(journal, group, shared, on_durable),

@@ -136,6 +136,10 @@ impl Journal {
     pub fn write_snapshot(&mut self, index: u64, bytes: &[u8]) -> Result<()> {
         self.usable_check()?;
         self.snapshot_validate(index, bytes)?;
+        // The log is durable up to the snapshot before the snapshot is: after a crash the
+        // records it covers are whole, or the log ends before it and restarts after it.
+        let result = self.current_sync();
+        self.poison_on_error(result)?;
         // A failure here leaves the log as it was: no poisoning.
         snapshot::snapshot_write(&self.dir, index, bytes)?;
         self.stats.snapshots_written += 1;

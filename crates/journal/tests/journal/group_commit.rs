@@ -156,3 +156,17 @@ fn group_commit_continues_a_recovered_log() {
     let (_, recovery) = open(dir.path(), config_small());
     assert_eq!(recovered(recovery).len(), 8);
 }
+
+#[test]
+fn a_panicking_callback_stops_the_writer_without_stranding_waiters() {
+    let dir = dir_fast();
+    let (journal, _) = open(dir.path(), config_small());
+    let group =
+        GroupCommit::start(journal, GroupCommitConfig::default(), |_| panic!("deliberate callback bug")).unwrap();
+    let handle = group.handle();
+    let ticket = handle.submit(vec![proposal(0, 0)]).unwrap();
+    assert!(matches!(ticket.wait(), Err(Error::WriterStopped)));
+    assert!(matches!(handle.wait_durable(1), Err(Error::WriterStopped)));
+    let shutdown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.shutdown()));
+    assert!(shutdown.is_err(), "the callback's panic reaches the owner");
+}
