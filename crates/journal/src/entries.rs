@@ -14,6 +14,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
+use crate::config::PAYLOAD_BYTES_LIMIT;
 use crate::error::{Error, RecordFault, Result};
 use crate::format::{self, SEGMENT_HEADER_BYTES};
 use crate::journal::Entry;
@@ -25,7 +26,6 @@ use crate::segment::{self, SegmentFile};
 pub struct Entries {
     /// Segments not yet loaded, in order.
     segments: VecDeque<SegmentFile>,
-    payload_bytes_max: u32,
     /// Next index to yield.
     index_next: u64,
     /// Last index to yield.
@@ -39,11 +39,10 @@ pub struct Entries {
 
 impl Entries {
     /// Records `first ..= last` of the log made of `segments` (sorted by first index).
-    pub(crate) fn new(segments: &[SegmentFile], first: u64, last: u64, payload_bytes_max: u32) -> Self {
+    pub(crate) fn new(segments: &[SegmentFile], first: u64, last: u64) -> Self {
         let start = segments.iter().rposition(|segment| segment.first_index <= first).unwrap_or(0);
         Self {
             segments: segments[start..].iter().cloned().collect(),
-            payload_bytes_max,
             index_next: first,
             index_last: last,
             bytes: Vec::new(),
@@ -65,7 +64,7 @@ impl Entries {
                 continue;
             }
             let (index_expected, offset) = (self.index_at_offset, self.offset);
-            let record = format::record_decode(&self.bytes[offset..], self.payload_bytes_max)
+            let record = format::record_decode(&self.bytes[offset..], PAYLOAD_BYTES_LIMIT)
                 .map_err(|fault| self.record_corrupt(fault))?;
             if record.index != index_expected {
                 return Err(self.record_corrupt(RecordFault::IndexMismatch { index_found: record.index }));

@@ -24,7 +24,7 @@ pub enum RecordFault {
     HeaderChecksum,
     /// The reserved header field is not zero.
     ReservedNonZero,
-    /// The header declares a payload above the configured `payload_bytes_max`.
+    /// The header declares a payload above the format's `PAYLOAD_BYTES_LIMIT`.
     PayloadTooLarge {
         /// Declared payload length.
         payload_bytes: u32,
@@ -54,7 +54,7 @@ impl fmt::Display for RecordFault {
             Self::HeaderChecksum => write!(f, "record header checksum mismatch"),
             Self::ReservedNonZero => write!(f, "record reserved field is not zero"),
             Self::PayloadTooLarge { payload_bytes } => {
-                write!(f, "record declares a payload of {payload_bytes} bytes, above payload_bytes_max")
+                write!(f, "record declares a payload of {payload_bytes} bytes, above PAYLOAD_BYTES_LIMIT")
             }
             Self::PayloadIncomplete { payload_bytes, bytes_available } => {
                 write!(f, "record payload incomplete: {bytes_available} of {payload_bytes} bytes")

@@ -19,12 +19,16 @@
 //! | bytes    | field          | meaning                                          |
 //! |----------|----------------|--------------------------------------------------|
 //! | 0..4     | header_crc32c  | CRC32C of bytes 4..32                            |
-//! | 4..8     | payload_bytes  | payload length, ≤ `payload_bytes_max`            |
+//! | 4..8     | payload_bytes  | payload length, ≤ `PAYLOAD_BYTES_LIMIT` (64 MiB) |
 //! | 8..16    | index          | consecutive from the segment's first_index       |
 //! | 16..24   | timestamp_ns   | the leader's timestamp                           |
 //! | 24..28   | payload_crc32c | CRC32C of the payload                            |
 //! | 28..32   | reserved       | zero                                             |
 //! | 32..32+n | payload        | opaque bytes                                     |
+//!
+//! Appends are bounded by the configured `payload_bytes_max` (default 1 MiB); readers
+//! accept anything up to the format's limit, so that lowering the configuration never
+//! turns records written under a higher one into a tail to cut.
 //!
 //! The header checksum covers the header and, through `payload_crc32c`, the payload. Two
 //! checksums rather than one let recovery trust a length before it reads the payload:

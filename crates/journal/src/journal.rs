@@ -176,7 +176,7 @@ impl Journal {
             let (log_first_index, log_last_index) = (self.first_index, self.last_index);
             return Err(Error::RangeInvalid { first, last, log_first_index, log_last_index });
         }
-        Ok(Entries::new(&self.segments, first, last, self.config.payload_bytes_max))
+        Ok(Entries::new(&self.segments, first, last))
     }
 
     /// Index of the first record held (`last_index() + 1` when the log is empty).
@@ -329,7 +329,7 @@ impl Journal {
             segment::dir_sync(&self.dir)?;
         }
         let segment = &self.segments[position];
-        let offset = segment::segment_record_offset(segment, index + 1, self.config.payload_bytes_max)?;
+        let offset = segment::segment_record_offset(segment, index + 1)?;
         self.current = segment::segment_open_append(&segment.path, offset)?;
         self.current_bytes = offset;
         self.last_index = index;

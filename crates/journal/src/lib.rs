@@ -15,7 +15,7 @@
 //!   acknowledges in index order.
 //! * [`measure_fdatasync_latency`] measures what one durable write costs on a disk.
 //!
-//! The byte layout is in [`format`]. Bounds are in [`JournalConfig`] and
+//! The byte layout is in [`mod@format`]. Bounds are in [`JournalConfig`] and
 //! [`GroupCommitConfig`].
 //!
 //! ```

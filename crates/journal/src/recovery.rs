@@ -85,11 +85,11 @@ pub(crate) fn journal_open(dir: &Path, config: JournalConfig) -> Result<(Journal
     let listing = dir_list(dir)?;
     let temp_files_removed = temps_remove(dir, listing.temps)?;
     let (snapshot, snapshot_indexes, snapshots_skipped) = snapshots_load(dir, &listing.snapshots, &config)?;
-    let chain = chain_scan(listing.segments, config.payload_bytes_max)?;
+    let chain = chain_scan(listing.segments)?;
     let snapshot_index = snapshot.as_ref().map_or(0, |snapshot| snapshot.index);
     let tail_cut = chain.tail_cut.clone();
     let (parts, log_restarted) = log_settle(dir, config, chain, snapshot_index, snapshot_indexes)?;
-    let entries = Entries::new(&parts.segments, snapshot_index + 1, parts.last_index, config.payload_bytes_max);
+    let entries = Entries::new(&parts.segments, snapshot_index + 1, parts.last_index);
     let journal = Journal::from_parts(parts);
     let recovery = Recovery { snapshot, entries, tail_cut, snapshots_skipped, temp_files_removed, log_restarted };
     Ok((journal, recovery))
@@ -161,7 +161,7 @@ fn snapshots_load(
 }
 
 /// Validates the segments in order and cuts a torn tail off the last one.
-fn chain_scan(segments: Vec<SegmentFile>, payload_bytes_max: u32) -> Result<Chain> {
+fn chain_scan(segments: Vec<SegmentFile>) -> Result<Chain> {
     let mut index_next: Option<u64> = None;
     let mut last_segment_bytes = 0;
     let mut tail_cut = None;
@@ -175,7 +175,7 @@ fn chain_scan(segments: Vec<SegmentFile>, payload_bytes_max: u32) -> Result<Chai
             }
         }
         let is_last = position + 1 == segments.len();
-        let scan = segment::segment_scan(&bytes, segment, is_last, payload_bytes_max)?;
+        let scan = segment::segment_scan(&bytes, segment, is_last)?;
         if let Some(fault) = scan.tail_fault {
             let bytes_cut = bytes.len() as u64 - scan.bytes_valid;
             let path = segment.path.display();

@@ -131,7 +131,7 @@ pub(crate) fn segment_header_check(bytes: &[u8], segment: &SegmentFile) -> Resul
 }
 
 /// Byte offset of record `index` in a segment that holds it or ends just before it.
-pub(crate) fn segment_record_offset(segment: &SegmentFile, index: u64, payload_bytes_max: u32) -> Result<u64> {
+pub(crate) fn segment_record_offset(segment: &SegmentFile, index: u64) -> Result<u64> {
     let bytes = segment_read(&segment.path)?;
     let mut offset = SEGMENT_HEADER_BYTES;
     let mut index_expected = segment.first_index;
@@ -143,7 +143,7 @@ pub(crate) fn segment_record_offset(segment: &SegmentFile, index: u64, payload_b
             fault,
             valid_record_offset_after: None,
         };
-        let record = format::record_decode(&bytes[offset..], payload_bytes_max).map_err(record_corrupt)?;
+        let record = format::record_decode(&bytes[offset..], PAYLOAD_BYTES_LIMIT).map_err(record_corrupt)?;
         if record.index != index_expected {
             return Err(record_corrupt(RecordFault::IndexMismatch { index_found: record.index }));
         }
@@ -166,17 +166,15 @@ pub(crate) struct SegmentScan {
 }
 
 /// Validates every record of one segment whose header was checked. A bad record is a
-/// tail only in the last segment and only with no valid record after it.
-pub(crate) fn segment_scan(
-    bytes: &[u8],
-    segment: &SegmentFile,
-    is_last: bool,
-    payload_bytes_max: u32,
-) -> Result<SegmentScan> {
+/// tail only in the last segment and only with no valid record after it. Payloads are
+/// bounded by the format's `PAYLOAD_BYTES_LIMIT`, not the configured
+/// `payload_bytes_max`: lowering the bound in the configuration must never turn valid
+/// records written under a higher one into a "tail" to cut.
+pub(crate) fn segment_scan(bytes: &[u8], segment: &SegmentFile, is_last: bool) -> Result<SegmentScan> {
     let mut offset = SEGMENT_HEADER_BYTES;
     let mut index_expected = segment.first_index;
     while offset < bytes.len() {
-        let fault = match format::record_decode(&bytes[offset..], payload_bytes_max) {
+        let fault = match format::record_decode(&bytes[offset..], PAYLOAD_BYTES_LIMIT) {
             Ok(record) if record.index == index_expected => {
                 offset += record.record_bytes();
                 index_expected += 1;
@@ -186,7 +184,7 @@ pub(crate) fn segment_scan(
             Ok(record) => RecordFault::IndexMismatch { index_found: record.index },
             Err(fault) => fault,
         };
-        let valid_after = record_valid_offset_find(bytes, offset + 1, index_expected, payload_bytes_max);
+        let valid_after = record_valid_offset_find(bytes, offset + 1, index_expected);
         if !is_last || valid_after.is_some() || matches!(fault, RecordFault::IndexMismatch { .. }) {
             return Err(Error::RecordCorrupt {
                 path: segment.path.clone(),
@@ -203,13 +201,13 @@ pub(crate) fn segment_scan(
 
 /// The offset of the first valid record at or after `from` whose index is at least
 /// `index_min`, if any.
-fn record_valid_offset_find(bytes: &[u8], from: usize, index_min: u64, payload_bytes_max: u32) -> Option<usize> {
+fn record_valid_offset_find(bytes: &[u8], from: usize, index_min: u64) -> Option<usize> {
     let offset_last = bytes.len().checked_sub(RECORD_HEADER_BYTES)?;
     // A later record's index can exceed index_min by at most one per record that fits.
     let index_max = index_min.saturating_add((bytes.len() / RECORD_HEADER_BYTES) as u64);
     (from..=offset_last).find(|&offset| {
         let index = le_u64(bytes, offset + 8);
-        (index_min..=index_max).contains(&index) && format::record_decode(&bytes[offset..], payload_bytes_max).is_ok()
+        (index_min..=index_max).contains(&index) && format::record_decode(&bytes[offset..], PAYLOAD_BYTES_LIMIT).is_ok()
     })
 }
 
@@ -240,13 +238,13 @@ mod tests {
     #[test]
     fn scan_clean_and_torn() {
         let bytes = segment_bytes(5, &[b"a", b"bb", b"ccc"]);
-        let scan = segment_scan(&bytes, &segment(5), true, 64).unwrap();
+        let scan = segment_scan(&bytes, &segment(5), true).unwrap();
         assert_eq!(scan, SegmentScan { last_index: 7, bytes_valid: bytes.len() as u64, tail_fault: None });
-        let scan = segment_scan(&bytes[..bytes.len() - 1], &segment(5), true, 64).unwrap();
+        let scan = segment_scan(&bytes[..bytes.len() - 1], &segment(5), true).unwrap();
         assert_eq!(scan.last_index, 6);
         assert!(matches!(scan.tail_fault, Some(RecordFault::PayloadIncomplete { .. })));
         assert!(matches!(
-            segment_scan(&bytes[..bytes.len() - 1], &segment(5), false, 64),
+            segment_scan(&bytes[..bytes.len() - 1], &segment(5), false),
             Err(Error::RecordCorrupt { index_expected: 7, .. })
         ));
     }
@@ -256,7 +254,7 @@ mod tests {
         let mut bytes = segment_bytes(1, &[b"a", b"bb", b"ccc"]);
         let offset_second = SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES + 1;
         bytes[offset_second + 10] ^= 0xff;
-        match segment_scan(&bytes, &segment(1), true, 64) {
+        match segment_scan(&bytes, &segment(1), true) {
             Err(Error::RecordCorrupt { offset, index_expected, valid_record_offset_after, .. }) => {
                 assert_eq!((offset, index_expected), (offset_second as u64, 2));
                 assert_eq!(valid_record_offset_after, Some((offset_second + RECORD_HEADER_BYTES + 2) as u64));

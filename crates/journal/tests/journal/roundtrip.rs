@@ -167,3 +167,15 @@ fn truncate_cannot_drop_what_a_snapshot_covers() {
     journal.truncate_after(10).unwrap();
     assert_eq!(journal.last_index(), 10);
 }
+
+#[test]
+fn lowering_payload_bytes_max_never_cuts_records_written_under_a_higher_one() {
+    let dir = dir_fast();
+    let written = log_build(dir.path(), config_small(), 5);
+    let config_lower = JournalConfig { payload_bytes_max: 4, ..config_small() };
+    let (mut journal, recovery) = open(dir.path(), config_lower);
+    assert!(recovery.tail_cut.is_none());
+    assert_eq!(recovered(recovery), written);
+    // The lower bound applies to new appends.
+    assert!(matches!(journal.append(&[entry(6)]), Err(Error::PayloadTooLarge { index: 6, .. })));
+}
