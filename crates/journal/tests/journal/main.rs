@@ -6,6 +6,7 @@
 
 mod common;
 mod corruption;
+mod crash;
 mod group_commit;
 mod prop_model;
 mod roundtrip;
