@@ -42,7 +42,7 @@ impl Default for EngineConfig {
             symbols_max: 1 << 20,
             orders_per_account_max: 100_000,
             outcomes_per_client_max: 1024,
-            orders_closed_max: 100_000,
+            orders_closed_max: 10_000,
         }
     }
 }
@@ -139,12 +139,15 @@ pub struct Engine<B: Book = FastBook> {
     pub(crate) symbols: Vec<Symbol<B>>,
     pub(crate) symbol_names: FxHashMap<String, SymbolId>,
     pub(crate) accounts: Vec<Account>,
-    pub(crate) sessions: FxHashMap<ClientId, Session>,
+    /// Client id → slot in `sessions`: one hash lookup per command.
+    pub(crate) session_slots: FxHashMap<ClientId, u32>,
+    pub(crate) sessions: Vec<(ClientId, Session)>,
     pub(crate) next_order_id: u64,
-    /// Open and pending orders, plus the most recently closed ones.
+    /// Open and pending orders.
     pub(crate) orders: FxHashMap<OrderId, OrderRecord>,
-    /// Closed orders in closing order; the oldest are forgotten past the bound.
-    pub(crate) orders_closed: VecDeque<OrderId>,
+    /// The most recently closed orders, in closing order; the oldest are forgotten
+    /// past `orders_closed_max`. Not indexed: only status queries look here.
+    pub(crate) orders_closed: VecDeque<OrderRecord>,
     /// Scratch buffer for pro-rata levels, kept to avoid allocating per match.
     pub(crate) scratch: Vec<crate::book::RestingOrder>,
 }
@@ -166,7 +169,8 @@ impl<B: Book> Engine<B> {
             symbols: Vec::new(),
             symbol_names: FxHashMap::default(),
             accounts: Vec::new(),
-            sessions: FxHashMap::default(),
+            session_slots: FxHashMap::default(),
+            sessions: Vec::new(),
             next_order_id: 1,
             orders: FxHashMap::default(),
             orders_closed: VecDeque::new(),
@@ -182,8 +186,9 @@ impl<B: Book> Engine<B> {
     pub fn apply(&mut self, command: &Command, events: &mut Vec<Event>) -> Applied {
         // A client is remembered only once one of its commands applies, so refused
         // strangers leave no trace in the state.
-        let check = match self.sessions.get(&command.client) {
-            Some(session) => session.check(command.seq),
+        let slot = self.session_slots.get(&command.client).copied();
+        let check = match slot {
+            Some(slot) => self.sessions[slot as usize].1.check(command.seq),
             None => Session::default().check(command.seq),
         };
         match check {
@@ -204,7 +209,13 @@ impl<B: Book> Engine<B> {
             }
         };
         let outcomes_max = self.config.outcomes_per_client_max as usize;
-        self.sessions.entry(command.client).or_default().record(command.seq, outcome, outcomes_max);
+        let slot = slot.unwrap_or_else(|| {
+            self.sessions.push((command.client, Session::default()));
+            let slot = (self.sessions.len() - 1) as u32;
+            self.session_slots.insert(command.client, slot);
+            slot
+        });
+        self.sessions[slot as usize].1.record(command.seq, outcome, outcomes_max);
         Applied { outcome, duplicate: false }
     }
 
@@ -370,13 +381,15 @@ impl<B: Book> Engine<B> {
 
     /// Marks an order closed and forgets the oldest closed one past the bound.
     pub(crate) fn close_record(&mut self, id: OrderId, status: OrderStatus) {
-        let record = self.orders.get_mut(&id).expect("closed order has a record");
+        let mut record = self.orders.remove(&id).expect("closed order has a record");
         record.status = status;
-        self.orders_closed.push_back(id);
-        if self.orders_closed.len() > self.config.orders_closed_max as usize {
-            let oldest = self.orders_closed.pop_front().expect("queue is not empty");
-            self.orders.remove(&oldest);
+        if self.config.orders_closed_max == 0 {
+            return;
         }
+        if self.orders_closed.len() == self.config.orders_closed_max as usize {
+            self.orders_closed.pop_front();
+        }
+        self.orders_closed.push_back(record);
     }
 
     /// Cancels the part of an order that is no longer live: releases `hold` and

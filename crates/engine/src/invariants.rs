@@ -84,9 +84,16 @@ impl<B: Book> Engine<B> {
             );
         }
         assert!(self.orders_closed.len() <= self.config.orders_closed_max as usize);
-        for id in &self.orders_closed {
-            let status = self.orders.get(id).expect("closed order has a record").status;
+        for record in &self.orders_closed {
+            let (id, status) = (record.id, record.status);
             assert!(matches!(status, OrderStatus::Filled | OrderStatus::Cancelled), "order {id} closed but {status:?}");
+            assert!(!self.orders.contains_key(&id), "order {id} both open and closed");
+        }
+        let live: usize = self.symbols.iter().map(|s| s.book.len() + s.stops.by_id.len()).sum();
+        assert_eq!(self.orders.len(), live, "open order records disagree with books and stops");
+        assert_eq!(self.sessions.len(), self.session_slots.len(), "session index disagrees");
+        for (slot, (client, _)) in self.sessions.iter().enumerate() {
+            assert_eq!(self.session_slots.get(client), Some(&(slot as u32)), "session index disagrees");
         }
     }
 }

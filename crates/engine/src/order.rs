@@ -405,9 +405,12 @@ impl<B: Book> Engine<B> {
             return Err(Reject::BalanceInsufficient);
         }
 
-        self.symbols[sym.0 as usize].book.remove(id);
+        let crosses = best.is_some_and(|best| order.side.crosses(px, best));
+        if crosses {
+            self.symbols[sym.0 as usize].book.remove(id);
+            self.accounts[account.0 as usize].open_orders -= 1;
+        }
         let holder = &mut self.accounts[account.0 as usize];
-        holder.open_orders -= 1;
         match delta.signum() {
             1 => holder.reserve(quote, Amount(delta)),
             -1 => holder.release(quote, Amount(-delta)),
@@ -416,6 +419,14 @@ impl<B: Book> Engine<B> {
         events.push(Event::Moved { order: id, px });
         if delta != 0 {
             self.emit_balance(account, quote, events);
+        }
+        if !crosses {
+            // The common case: nothing to trade, so the order changes level in place,
+            // exactly as resting it again would.
+            let qty_visible = if order.display.0 > 0 { order.display.min(qty) } else { qty };
+            self.symbols[sym.0 as usize].book.reprice(id, px, qty_visible, Qty(qty.0 - qty_visible.0), ts);
+            events.push(Event::Rested { order: id, symbol: sym, side: order.side, px, qty_visible });
+            return Ok(id.0);
         }
         let request = OrderRequest {
             account,

@@ -1,8 +1,10 @@
 //! Read-only queries. They change nothing and need no log entry.
 //!
-//! Known limit: `open_orders` scans the order records (open ones plus the recently
-//! closed), so it costs O(records); an account-to-orders index would make it O(k) at
-//! the price of work on every order placement.
+//! Known limits: `open_orders` scans the open order records, so it costs O(open
+//! orders); an account-to-orders index would make it O(k) at the price of work on
+//! every placement. A closed order is found by scanning the bounded ring of recently
+//! closed orders (O(`orders_closed_max`)): queries are rare next to commands, and the
+//! full history belongs to the history store.
 
 use crate::account::Balance;
 use crate::book::{Book, RestingOrder};
@@ -31,7 +33,10 @@ pub struct Depth {
 impl<B: Book> Engine<B> {
     /// The status of an open order or of one of the most recently closed orders.
     pub fn order(&self, id: OrderId) -> Option<OrderView> {
-        let record = self.orders.get(&id)?.clone();
+        let record = match self.orders.get(&id) {
+            Some(record) => record.clone(),
+            None => self.orders_closed.iter().rev().find(|r| r.id == id)?.clone(),
+        };
         let symbol = &self.symbols[record.symbol.0 as usize];
         let (px_resting, qty_open, qty_visible) = match record.status {
             OrderStatus::Open => match symbol.book.get(id) {

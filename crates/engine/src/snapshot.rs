@@ -15,7 +15,7 @@ use crate::book::{Book, RestingOrder};
 use crate::command::SymbolSpec;
 use crate::engine::{Asset, Engine, EngineConfig, OrderRecord, StopOrder, Stops, Symbol};
 use crate::session::Session;
-use crate::types::{AssetId, ClientId, OrderId, Px, Side};
+use crate::types::{AssetId, ClientId, Px, Side};
 
 /// Format version of [`Engine::snapshot`]; bumped on any change to the encoding.
 pub const SNAPSHOT_VERSION: u32 = 1;
@@ -44,7 +44,7 @@ struct Image {
     accounts: Vec<AccountImage>,
     sessions: Vec<(ClientId, Session)>,
     orders: Vec<OrderRecord>,
-    orders_closed: Vec<OrderId>,
+    orders_closed: Vec<OrderRecord>,
 }
 
 /// Why a snapshot could not be restored.
@@ -95,7 +95,7 @@ impl<B: Book> Engine<B> {
             .iter()
             .map(|a| AccountImage { suspended: a.suspended, balances: a.balances.clone() })
             .collect();
-        let mut sessions: Vec<(ClientId, Session)> = self.sessions.iter().map(|(c, s)| (*c, s.clone())).collect();
+        let mut sessions: Vec<(ClientId, Session)> = self.sessions.clone();
         sessions.sort_unstable_by_key(|(client, _)| *client);
         let mut orders: Vec<OrderRecord> = self.orders.values().cloned().collect();
         orders.sort_unstable_by_key(|record| record.id);
@@ -108,7 +108,7 @@ impl<B: Book> Engine<B> {
             accounts,
             sessions,
             orders,
-            orders_closed: self.orders_closed.iter().copied().collect(),
+            orders_closed: self.orders_closed.iter().cloned().collect(),
         }
     }
 
@@ -177,7 +177,10 @@ impl<B: Book> Engine<B> {
             engine.symbol_names.insert(symbol.spec.name.clone(), crate::types::SymbolId(i as u32));
             engine.symbols.push(symbol);
         }
-        engine.sessions = image.sessions.into_iter().collect();
+        for (slot, (client, _)) in image.sessions.iter().enumerate() {
+            engine.session_slots.insert(*client, slot as u32);
+        }
+        engine.sessions = image.sessions;
         engine.orders = image.orders.into_iter().map(|r| (r.id, r)).collect();
         engine.orders_closed = image.orders_closed.into_iter().collect();
         Ok(engine)

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use rustc_hash::FxHashMap;
 
 use super::{Book, FillEffect, RestingOrder};
-use crate::types::{OrderId, Px, Qty, Side};
+use crate::types::{OrderId, Px, Qty, Side, Timestamp};
 
 const NIL: u32 = u32::MAX;
 
@@ -190,6 +190,19 @@ impl FastBook {
         }
     }
 
+    /// The level at `px`, created empty if missing.
+    fn level_for(&mut self, side: Side, px: Px) -> u32 {
+        let ladder = &mut self.ladders[side.index()];
+        match ladder.get(px.0) {
+            Some(level) => level,
+            None => {
+                let level = self.alloc_level(px);
+                self.ladders[side.index()].insert(px.0, level);
+                level
+            }
+        }
+    }
+
     fn alloc_node(&mut self, node: Node) -> u32 {
         match self.nodes_free.pop() {
             Some(index) => {
@@ -299,15 +312,7 @@ impl Book for FastBook {
     }
 
     fn insert(&mut self, order: RestingOrder) {
-        let side = order.side.index();
-        let level = match self.ladders[side].get(order.px.0) {
-            Some(level) => level,
-            None => {
-                let level = self.alloc_level(order.px);
-                self.ladders[side].insert(order.px.0, level);
-                level
-            }
-        };
+        let level = self.level_for(order.side, order.px);
         let index = self.alloc_node(Node { order, prev: NIL, next: NIL, level });
         self.levels[level as usize].qty_visible += order.qty_visible.0;
         self.link_back(index);
@@ -318,6 +323,29 @@ impl Book for FastBook {
     fn remove(&mut self, id: OrderId) -> Option<RestingOrder> {
         let index = self.index.remove(&id)?;
         Some(self.remove_at(index))
+    }
+
+    /// Relinks the same slot into the new level: no index update, no allocation.
+    fn reprice(&mut self, id: OrderId, px: Px, qty_visible: Qty, qty_hidden: Qty, ts: Timestamp) {
+        let index = *self.index.get(&id).expect("repriced order rests");
+        self.unlink(index);
+        let node = &self.nodes[index as usize];
+        let (old, side, old_px, old_visible) = (node.level, node.order.side, node.order.px, node.order.qty_visible);
+        let l = &mut self.levels[old as usize];
+        l.qty_visible -= old_visible.0;
+        if l.count == 0 {
+            self.ladders[side.index()].remove(old_px.0);
+            self.levels_free.push(old);
+        }
+        let level = self.level_for(side, px);
+        let node = &mut self.nodes[index as usize];
+        node.level = level;
+        node.order.px = px;
+        node.order.qty_visible = qty_visible;
+        node.order.qty_hidden = qty_hidden;
+        node.order.ts = ts;
+        self.levels[level as usize].qty_visible += qty_visible.0;
+        self.link_back(index);
     }
 
     fn fill(&mut self, id: OrderId, qty: Qty) -> FillEffect {

@@ -78,6 +78,17 @@ pub trait Book: Clone {
     /// Appends an order at the back of its price level. The id must not be resting.
     fn insert(&mut self, order: RestingOrder);
     fn remove(&mut self, id: OrderId) -> Option<RestingOrder>;
+    /// Moves a resting order to the back of the level at `px`, showing `qty_visible`
+    /// with `qty_hidden` in reserve: exactly what removing it and inserting the changed
+    /// order would do, which is the default.
+    fn reprice(&mut self, id: OrderId, px: Px, qty_visible: Qty, qty_hidden: Qty, ts: Timestamp) {
+        let mut order = self.remove(id).expect("repriced order rests");
+        order.px = px;
+        order.qty_visible = qty_visible;
+        order.qty_hidden = qty_hidden;
+        order.ts = ts;
+        self.insert(order);
+    }
     /// Takes `qty` (at most the visible quantity) off a resting order.
     fn fill(&mut self, id: OrderId, qty: Qty) -> FillEffect;
     /// Takes `qty_by` (less than the remaining quantity) off a resting order, reserve
