@@ -41,7 +41,7 @@ impl Default for EngineConfig {
             assets_max: 1 << 20,
             symbols_max: 1 << 20,
             orders_per_account_max: 100_000,
-            outcomes_per_client_max: 1024,
+            outcomes_per_client_max: 128,
             orders_closed_max: 10_000,
         }
     }

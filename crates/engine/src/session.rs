@@ -20,7 +20,35 @@ pub struct Session {
     /// The highest sequence number applied.
     pub seq_applied: u64,
     /// Outcomes of the last applied commands; the back is `seq_applied`'s.
-    pub outcomes: VecDeque<Outcome>,
+    pub outcomes: VecDeque<PackedOutcome>,
+}
+
+/// An [`Outcome`] in eight bytes, so a client's window stays small in cache: the top
+/// bit marks a rejection (its code in the low bits), otherwise the value is the id.
+/// Ids never reach 2^63: they count commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackedOutcome(u64);
+
+const REJECTED_BIT: u64 = 1 << 63;
+
+impl PackedOutcome {
+    pub fn pack(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Ok { id } => {
+                assert!(id & REJECTED_BIT == 0, "id {id} too large to pack");
+                PackedOutcome(id)
+            }
+            Outcome::Rejected(reject) => PackedOutcome(REJECTED_BIT | u64::from(reject.code())),
+        }
+    }
+
+    pub fn unpack(self) -> Outcome {
+        if self.0 & REJECTED_BIT == 0 {
+            return Outcome::Ok { id: self.0 };
+        }
+        let code = (self.0 & !REJECTED_BIT) as u16;
+        Outcome::Rejected(Reject::from_code(code).expect("packed from a valid reject"))
+    }
 }
 
 /// What to do with an incoming `(client, seq)`.
@@ -40,7 +68,7 @@ impl Session {
         }
         let back = (self.seq_applied - seq) as usize;
         match self.outcomes.len().checked_sub(back + 1) {
-            Some(i) => SessionCheck::Duplicate(self.outcomes[i]),
+            Some(i) => SessionCheck::Duplicate(self.outcomes[i].unpack()),
             None => SessionCheck::Refuse(Reject::SequenceTooOld),
         }
     }
@@ -51,6 +79,6 @@ impl Session {
         if self.outcomes.len() == outcomes_max {
             self.outcomes.pop_front();
         }
-        self.outcomes.push_back(outcome);
+        self.outcomes.push_back(PackedOutcome::pack(outcome));
     }
 }
