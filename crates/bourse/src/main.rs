@@ -1,14 +1,15 @@
 //! `bourse`: the one binary of the exchange.
 //!
 //! Subcommands group by purpose: `bench` runs benchmarks as programs (each prints its
-//! workload, parameters and figures). Serving, replay and administration verbs join
-//! this tree as they are built.
+//! workload, parameters and figures); `serve` runs a durable node; `replay` rebuilds a
+//! node's state from its journal.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod serve;
 
 #[derive(Parser)]
 #[command(name = "bourse", version, about = "The Bourse exchange: serve, benchmark, administer.")]
@@ -24,12 +25,22 @@ enum TopCommand {
         #[command(subcommand)]
         target: bench::BenchCommand,
     },
+    /// Run a durable exchange node (journal + engine + gRPC) until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
+    /// Rebuild the state from a node's data directory and print index and state hash.
+    Replay(serve::ReplayArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
     let result = match cli.command {
         TopCommand::Bench { target } => bench::run(target),
+        TopCommand::Serve(args) => serve::serve(args),
+        TopCommand::Replay(args) => serve::replay(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -143,6 +143,8 @@ pub struct Engine<B: Book = FastBook> {
     pub(crate) session_slots: FxHashMap<ClientId, u32>,
     pub(crate) sessions: Vec<(ClientId, Session)>,
     pub(crate) next_order_id: u64,
+    /// The timestamp of the last command applied, so a new leader never stamps earlier.
+    pub(crate) ts_last: Timestamp,
     /// Open and pending orders.
     pub(crate) orders: FxHashMap<OrderId, OrderRecord>,
     /// The most recently closed orders, in closing order; the oldest are forgotten
@@ -172,6 +174,7 @@ impl<B: Book> Engine<B> {
             session_slots: FxHashMap::default(),
             sessions: Vec::new(),
             next_order_id: 1,
+            ts_last: 0,
             orders: FxHashMap::default(),
             orders_closed: VecDeque::new(),
             scratch: Vec::new(),
@@ -199,6 +202,7 @@ impl<B: Book> Engine<B> {
                 return Applied { outcome: Outcome::Rejected(reject), duplicate: false };
             }
         }
+        self.ts_last = self.ts_last.max(command.ts);
         let mark = events.len();
         let outcome = match self.execute(command, events) {
             Ok(id) => Outcome::Ok { id },

@@ -10,7 +10,7 @@ use crate::account::Balance;
 use crate::book::{Book, RestingOrder};
 use crate::command::SymbolSpec;
 use crate::engine::{Asset, Engine, OrderRecord, OrderStatus};
-use crate::types::{AccountId, AssetId, OrderId, Px, Qty, Side, SymbolId};
+use crate::types::{AccountId, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
 
 /// An order's status: its record plus what is still live.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +57,20 @@ impl<B: Book> Engine<B> {
     /// One balance (zero when the account never held the asset).
     pub fn balance(&self, account: AccountId, asset: AssetId) -> Option<Balance> {
         Some(self.accounts.get(account.0 as usize)?.balance(asset))
+    }
+
+    /// Just the status of an order, without copying its record; `None` when unknown or
+    /// closed and forgotten.
+    pub fn order_status(&self, id: OrderId) -> Option<OrderStatus> {
+        match self.orders.get(&id) {
+            Some(record) => Some(record.status),
+            None => self.orders_closed.iter().rev().find(|r| r.id == id).map(|r| r.status),
+        }
+    }
+
+    /// The latest timestamp of any applied command (0 before the first).
+    pub fn ts_last(&self) -> Timestamp {
+        self.ts_last
     }
 
     /// Resting orders and pending stops of an account, by order id.

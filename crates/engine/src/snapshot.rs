@@ -39,6 +39,7 @@ struct Image {
     version: u32,
     config: EngineConfig,
     next_order_id: u64,
+    ts_last: u64,
     assets: Vec<Asset>,
     symbols: Vec<SymbolImage>,
     accounts: Vec<AccountImage>,
@@ -103,6 +104,7 @@ impl<B: Book> Engine<B> {
             version: SNAPSHOT_VERSION,
             config: self.config,
             next_order_id: self.next_order_id,
+            ts_last: self.ts_last,
             assets: self.assets.clone(),
             symbols,
             accounts,
@@ -130,6 +132,7 @@ impl<B: Book> Engine<B> {
         }
         let mut engine = Engine::<B>::new(image.config);
         engine.next_order_id = image.next_order_id;
+        engine.ts_last = image.ts_last;
         for (i, asset) in image.assets.into_iter().enumerate() {
             engine.asset_names.insert(asset.name.clone(), AssetId(i as u32));
             engine.assets.push(asset);

@@ -194,7 +194,7 @@ impl Generator {
         self.market.tracker.observe(draft.account, &self.events);
         let resting_delta = self.market.tracker.resting_total() as i64 - resting_before;
         self.mix.record(draft.kind, &applied, &self.events, resting_delta);
-        if self.mix.commands % self.sample_every == 0 {
+        if self.mix.commands.is_multiple_of(self.sample_every) {
             self.sample_book();
         }
         command

@@ -227,7 +227,7 @@ impl Market {
     fn prefill_command(&mut self, cursor: u64) -> Command {
         let symbols = u64::from(self.spec.symbols);
         let symbol = SymbolId(((cursor / 2) % symbols) as u32);
-        let side = if cursor % 2 == 0 { Side::Buy } else { Side::Sell };
+        let side = if cursor.is_multiple_of(2) { Side::Buy } else { Side::Sell };
         let account = self.account_for(symbol);
         let offset = 1 + px_offset(&mut self.rng, self.spec.px_spread_ticks);
         let px = match side {

@@ -1,0 +1,387 @@
+//! The core thread: the one place commands are sequenced, logged and applied.
+//!
+//! Loop: take a batch of requests from the bounded queue (client command batches,
+//! queries, shutdown); for each well-shaped command stamp the leader timestamp (never
+//! earlier than the last one, across restarts), give it the next log index, apply it
+//! to the engine, and turn its outcome and events into outputs (acks, fill and cancel
+//! reports, market data, query answers); hand the batch's entries to the group commit
+//! and park the outputs in [`crate::outbox::Pending`] until the group commit reports
+//! their index durable. The engine thus runs ahead of the disk, but nothing it produced
+//! leaves the node before the command behind it is on disk: a crash loses only
+//! commands nobody was told about.
+//!
+//! Invariants: log indexes are consecutive and assigned only here (the group commit
+//! numbers entries in queue order and this thread is its only producer); outputs are
+//! released in index order; an I/O error in the journal stops the node (a node that
+//! stops beats one whose state ran ahead of a log it can no longer write).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bourse_engine::command::{Command, CommandBody};
+use bourse_engine::{codec, AccountId, ClientId, Engine, Event, OrderId, OrderStatus, Side, SymbolId};
+use bourse_journal::{GroupCommitHandle, Proposal};
+use bourse_protocol::convert::{self, ConvertError, LogPosition};
+use bourse_protocol::proto;
+use rustc_hash::{FxHashMap, FxHashSet};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::NodeConfig;
+use crate::metrics::Metrics;
+use crate::outbox::{ClientItem, Output, Pending};
+use crate::query::{answer, QueryAnswer, QueryRequest};
+
+/// Where an ack goes.
+pub enum Reply {
+    /// To the client's order-entry session, if one is connected.
+    Session,
+    /// To a unary Admin.Submit caller.
+    Unary(oneshot::Sender<proto::Ack>),
+}
+
+/// What the core is asked to do.
+pub enum Request {
+    /// One client batch: `(seq, command or why its shape is wrong)` in the client's order.
+    Commands {
+        client: ClientId,
+        items: Vec<(u64, Result<CommandBody, ConvertError>)>,
+        reply: Reply,
+    },
+    Query {
+        query: QueryRequest,
+        reply: oneshot::Sender<QueryAnswer>,
+    },
+    /// Finish the current batch, then stop.
+    Shutdown,
+}
+
+impl Request {
+    fn commands_len(&self) -> usize {
+        match self {
+            Request::Commands { items, .. } => items.len(),
+            _ => 1,
+        }
+    }
+}
+
+/// Who placed an open order, for routing its fills and cancellation.
+#[derive(Clone, Copy)]
+struct Owner {
+    client: ClientId,
+    account: AccountId,
+    symbol: SymbolId,
+}
+
+/// The best bid and offer last published for a symbol.
+type Bbo = (Option<(i64, i64)>, Option<(i64, i64)>);
+
+pub struct Core {
+    engine: Engine,
+    journal: GroupCommitHandle,
+    pending: Arc<Pending>,
+    metrics: Arc<Metrics>,
+    market: tokio::sync::broadcast::Sender<proto::MarketDataUpdate>,
+    config: NodeConfig,
+    /// The index the next logged command gets.
+    next_index: u64,
+    ts_last: u64,
+    owners: FxHashMap<OrderId, Owner>,
+    /// The best bid and offer last published per symbol.
+    bbo_last: FxHashMap<SymbolId, Bbo>,
+    /// Symbols whose book changed in this batch.
+    bbo_dirty: Vec<SymbolId>,
+    events: Vec<Event>,
+    commands_since_snapshot: u64,
+    snapshot_at: Instant,
+    snapshot_writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Core {
+    pub fn new(
+        engine: Engine,
+        applied_index: u64,
+        journal: GroupCommitHandle,
+        pending: Arc<Pending>,
+        metrics: Arc<Metrics>,
+        market: tokio::sync::broadcast::Sender<proto::MarketDataUpdate>,
+        config: NodeConfig,
+    ) -> Core {
+        let ts_last = engine.ts_last();
+        let mut owners = FxHashMap::default();
+        // Orders resting since before a restart have no session to report to until
+        // their owner connects again; their account and symbol still route cancels.
+        for symbol in 0..engine.symbols_len() as u32 {
+            for side in [Side::Buy, Side::Sell] {
+                for order in engine.book_orders(SymbolId(symbol), side, usize::MAX) {
+                    owners.insert(
+                        order.id,
+                        Owner { client: ClientId(0), account: order.account, symbol: SymbolId(symbol) },
+                    );
+                }
+            }
+        }
+        metrics.applied_index.store(applied_index, std::sync::atomic::Ordering::Relaxed);
+        Core {
+            engine,
+            journal,
+            pending,
+            metrics,
+            market,
+            config,
+            next_index: applied_index + 1,
+            ts_last,
+            owners,
+            bbo_last: FxHashMap::default(),
+            bbo_dirty: Vec::new(),
+            events: Vec::new(),
+            commands_since_snapshot: 0,
+            snapshot_at: Instant::now(),
+            snapshot_writer: None,
+        }
+    }
+
+    /// Runs until a shutdown request or until every sender is gone.
+    pub fn run(mut self, mut requests: mpsc::Receiver<Request>) {
+        let mut batch: Vec<Request> = Vec::new();
+        loop {
+            let Some(first) = requests.blocking_recv() else { break };
+            let mut commands = first.commands_len();
+            batch.push(first);
+            while commands < self.config.batch_commands_max {
+                let Ok(next) = requests.try_recv() else { break };
+                commands += next.commands_len();
+                batch.push(next);
+            }
+            self.metrics.queue_depth.fetch_sub(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
+            let stop = self.process(&mut batch);
+            if stop {
+                break;
+            }
+            self.maybe_snapshot();
+        }
+        if let Some(writer) = self.snapshot_writer.take() {
+            let _ = writer.join();
+        }
+        tracing::info!(index = self.next_index - 1, "core stopped");
+    }
+
+    /// Applies one batch; returns true when a shutdown was requested.
+    fn process(&mut self, batch: &mut Vec<Request>) -> bool {
+        let mut outputs: Vec<Output> = Vec::new();
+        let mut proposals: Vec<Proposal> = Vec::new();
+        let mut stop = false;
+        for request in batch.drain(..) {
+            match request {
+                Request::Commands { client, items, reply } => {
+                    self.process_commands(client, items, reply, &mut outputs, &mut proposals)
+                }
+                Request::Query { query, reply } => {
+                    self.metrics.queries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let answer = answer(&self.engine, self.next_index - 1, query);
+                    outputs.push(Output::Query { reply, answer });
+                }
+                Request::Shutdown => stop = true,
+            }
+        }
+        self.publish_bbo(&mut outputs);
+        let last_index = self.next_index - 1;
+        self.metrics.applied_index.store(last_index, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.batch_commands.lock().expect("metrics lock").record(proposals.len() as u64);
+        // Park the outputs before submitting, so the durability report cannot overtake them.
+        self.pending.push(last_index, outputs);
+        if !proposals.is_empty() {
+            if let Err(error) = self.journal.submit(proposals) {
+                // The journal can no longer make anything durable: stop the node.
+                tracing::error!(%error, "journal failed; stopping");
+                std::process::abort();
+            }
+        }
+        stop
+    }
+
+    fn process_commands(
+        &mut self,
+        client: ClientId,
+        items: Vec<(u64, Result<CommandBody, ConvertError>)>,
+        mut reply: Reply,
+        outputs: &mut Vec<Output>,
+        proposals: &mut Vec<Proposal>,
+    ) {
+        let last = items.len().saturating_sub(1);
+        for (i, (seq, body)) in items.into_iter().enumerate() {
+            let ack = match body {
+                Err(error) => {
+                    self.metrics.commands_refused_shape.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    convert::ack_refused(seq, &error)
+                }
+                Ok(body) => {
+                    let ts = self.stamp();
+                    self.process_command(Command { client, seq, ts, body }, outputs, proposals)
+                }
+            };
+            match &mut reply {
+                Reply::Session => outputs.push(Output::Client { client, item: ClientItem::Ack(ack) }),
+                Reply::Unary(_) if i == last => {
+                    let Reply::Unary(sender) = std::mem::replace(&mut reply, Reply::Session) else { unreachable!() };
+                    outputs.push(Output::Unary { reply: sender, ack });
+                }
+                Reply::Unary(_) => {}
+            }
+        }
+    }
+
+    /// The leader timestamp: the wall clock, but never at or before the last one.
+    fn stamp(&mut self) -> u64 {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        self.ts_last = now.max(self.ts_last + 1);
+        self.ts_last
+    }
+
+    fn process_command(
+        &mut self,
+        command: Command,
+        outputs: &mut Vec<Output>,
+        proposals: &mut Vec<Proposal>,
+    ) -> proto::Ack {
+        let index = self.next_index;
+        self.next_index += 1;
+        proposals.push(Proposal { timestamp_ns: command.ts, payload: codec::encode(&command) });
+        self.events.clear();
+        let applied = self.engine.apply(&command, &mut self.events);
+        let counter = match (applied.duplicate, applied.outcome) {
+            (true, _) => &self.metrics.commands_duplicate,
+            (false, bourse_engine::Outcome::Rejected(_)) => &self.metrics.commands_rejected,
+            (false, _) => &self.metrics.commands_applied,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.commands_since_snapshot += 1;
+        self.route_events(command.client, LogPosition { log_index: index, ts: command.ts }, outputs);
+        convert::ack(command.seq, index, &applied)
+    }
+
+    /// Fill and cancel reports to the orders' owners, trades to market data, and the
+    /// bookkeeping of who owns which open order.
+    fn route_events(&mut self, client: ClientId, at: LogPosition, outputs: &mut Vec<Output>) {
+        let market = self.market.receiver_count() > 0;
+        let mut trade_seq = 0u32;
+        let mut takers: FxHashSet<OrderId> = FxHashSet::default();
+        let events = std::mem::take(&mut self.events);
+        for event in &events {
+            match *event {
+                Event::Accepted { order, account, symbol, .. } => {
+                    self.owners.insert(order, Owner { client, account, symbol });
+                    takers.insert(order);
+                }
+                Event::Moved { order, .. } => {
+                    if let Some(owner) = self.owners.get_mut(&order) {
+                        owner.client = client;
+                    }
+                    takers.insert(order);
+                }
+                Event::Trade { maker_order, taker_order, maker_done, symbol, .. } => {
+                    let [maker, taker] = convert::fill_reports(event, at, trade_seq).expect("a trade has reports");
+                    for (order, report) in [(maker_order, maker), (taker_order, taker)] {
+                        if let Some(owner) = self.owners.get(&order) {
+                            outputs.push(Output::Client { client: owner.client, item: ClientItem::Fill(report) });
+                        }
+                    }
+                    if maker_done {
+                        self.owners.remove(&maker_order);
+                    }
+                    takers.insert(taker_order);
+                    if market {
+                        let trade = convert::trade_update(event, at.log_index, trade_seq).expect("a trade");
+                        outputs.push(Output::Market(market_update(
+                            at.ts,
+                            proto::market_data_update::Update::Trade(trade),
+                        )));
+                    }
+                    self.mark_bbo_dirty(symbol, market);
+                    trade_seq += 1;
+                }
+                Event::Cancelled { order, .. } => {
+                    if let Some(owner) = self.owners.remove(&order) {
+                        let report = convert::cancel_report(event, owner.account, owner.symbol, at).expect("a cancel");
+                        outputs.push(Output::Client { client: owner.client, item: ClientItem::Cancel(report) });
+                        self.mark_bbo_dirty(owner.symbol, market);
+                    }
+                }
+                Event::Rested { symbol, .. } => self.mark_bbo_dirty(symbol, market),
+                Event::Reduced { order, .. } | Event::Refreshed { order, .. } => {
+                    if let Some(owner) = self.owners.get(&order) {
+                        let symbol = owner.symbol;
+                        self.mark_bbo_dirty(symbol, market);
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.events = events;
+        // An order that filled completely as the incoming side leaves no event saying so.
+        for order in takers {
+            if !matches!(self.engine.order_status(order), Some(OrderStatus::Open | OrderStatus::Pending)) {
+                self.owners.remove(&order);
+            }
+        }
+    }
+
+    fn mark_bbo_dirty(&mut self, symbol: SymbolId, market: bool) {
+        if market {
+            self.bbo_dirty.push(symbol);
+        }
+    }
+
+    /// Publishes the best bid and offer of every symbol touched in this batch whose top
+    /// of book differs from what was last published.
+    fn publish_bbo(&mut self, outputs: &mut Vec<Output>) {
+        let mut dirty = std::mem::take(&mut self.bbo_dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        for &symbol in &dirty {
+            let Some(depth) = self.engine.depth(symbol, 1) else { continue };
+            let now: Bbo = (depth.bids.first().map(|l| (l.0 .0, l.1 .0)), depth.asks.first().map(|l| (l.0 .0, l.1 .0)));
+            if self.bbo_last.get(&symbol) != Some(&now) {
+                self.bbo_last.insert(symbol, now);
+                let update = convert::bbo_update(symbol, &depth, self.next_index - 1);
+                outputs
+                    .push(Output::Market(market_update(self.ts_last, proto::market_data_update::Update::Bbo(update))));
+            }
+        }
+        dirty.clear();
+        self.bbo_dirty = dirty;
+    }
+
+    /// Takes a snapshot when enough commands or time have passed, writing it on a
+    /// helper thread so the core keeps going (the group commit orders it after every
+    /// entry it covers).
+    fn maybe_snapshot(&mut self) {
+        let by_count = self.commands_since_snapshot >= self.config.snapshot_every_commands;
+        let by_time = self.config.snapshot_every_secs > 0
+            && self.commands_since_snapshot > 0
+            && self.snapshot_at.elapsed() >= Duration::from_secs(self.config.snapshot_every_secs);
+        if !(by_count || by_time) || self.snapshot_writer.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
+        let index = self.next_index - 1;
+        let bytes = self.engine.snapshot();
+        let journal = self.journal.clone();
+        let metrics = Arc::clone(&self.metrics);
+        self.commands_since_snapshot = 0;
+        self.snapshot_at = Instant::now();
+        self.snapshot_writer = Some(std::thread::spawn(move || {
+            let started = Instant::now();
+            match journal.write_snapshot(index, bytes) {
+                Ok(()) => {
+                    metrics.snapshots.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::info!(index, ms = started.elapsed().as_millis() as u64, "snapshot written");
+                }
+                Err(error) => tracing::error!(%error, index, "snapshot failed"),
+            }
+        }));
+    }
+}
+
+fn market_update(ts: u64, update: proto::market_data_update::Update) -> proto::MarketDataUpdate {
+    proto::MarketDataUpdate { seq: 0, ts, update: Some(update) }
+}

@@ -1,0 +1,21 @@
+//! # bourse-node
+//!
+//! A single durable exchange node: the engine behind a write-ahead journal, served
+//! over gRPC (`proto/bourse/v1/exchange.proto`), with Prometheus metrics.
+//!
+//! The path of a command: a gRPC task converts it and queues it for the core thread
+//! (bounded queue: backpressure); the core stamps, numbers, logs and applies it, and
+//! parks the outputs; the journal's writer makes the batch durable with one fdatasync
+//! and releases the outputs (acks, fills, cancels, market data, query answers). See
+//! `core.rs` for the invariants.
+
+pub mod config;
+mod core;
+pub mod metrics;
+mod node;
+mod outbox;
+mod query;
+mod service;
+
+pub use config::NodeConfig;
+pub use node::{journal_dir, recover, run_until_signal, Node, NodeError, Recovered};

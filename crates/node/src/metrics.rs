@@ -1,0 +1,139 @@
+//! Counters of a running node and their Prometheus text form at `/metrics`.
+//!
+//! The core thread and the gRPC tasks bump relaxed atomics; the journal's own counters
+//! (fdatasync latency, group sizes) are read from the group commit when scraped.
+
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bourse_journal::{GroupCommitHandle, Log2Histogram};
+
+/// Counters shared by the node's threads.
+#[derive(Default, Debug)]
+pub struct Metrics {
+    pub commands_applied: AtomicU64,
+    pub commands_rejected: AtomicU64,
+    pub commands_duplicate: AtomicU64,
+    pub commands_refused_shape: AtomicU64,
+    pub batches: AtomicU64,
+    pub queries: AtomicU64,
+    /// Requests waiting in the core's queue.
+    pub queue_depth: AtomicI64,
+    pub sessions_open: AtomicI64,
+    pub sessions_dropped_slow: AtomicU64,
+    pub subscribers_open: AtomicI64,
+    pub subscribers_dropped_slow: AtomicU64,
+    pub applied_index: AtomicU64,
+    pub snapshots: AtomicU64,
+    /// Commands per core batch, as a log2 histogram.
+    pub batch_commands: std::sync::Mutex<Log2Histogram>,
+}
+
+fn counter(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "# HELP bourse_{name} {help}\n# TYPE bourse_{name} {kind}\nbourse_{name} {value}");
+}
+
+fn histogram(out: &mut String, name: &str, help: &str, histogram: &Log2Histogram, scale: f64) {
+    let _ = writeln!(out, "# HELP bourse_{name} {help}\n# TYPE bourse_{name} summary");
+    for (quantile, per_mille) in [("0.5", 500), ("0.99", 990), ("0.999", 999)] {
+        let value = histogram.quantile_upper_bound(per_mille) as f64 * scale;
+        let _ = writeln!(out, "bourse_{name}{{quantile=\"{quantile}\"}} {value}");
+    }
+    let _ = writeln!(out, "bourse_{name}_count {}", histogram.count);
+}
+
+impl Metrics {
+    /// The Prometheus text exposition of every counter.
+    pub fn render(&self, journal: Option<&GroupCommitHandle>) -> String {
+        let mut out = String::new();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let load_i = |a: &AtomicI64| a.load(Ordering::Relaxed);
+        counter(
+            &mut out,
+            "commands_applied_total",
+            "Commands applied by the engine.",
+            "counter",
+            load(&self.commands_applied),
+        );
+        counter(
+            &mut out,
+            "commands_rejected_total",
+            "Applied commands the engine rejected.",
+            "counter",
+            load(&self.commands_rejected),
+        );
+        counter(
+            &mut out,
+            "commands_duplicate_total",
+            "Resent commands answered from the exactly-once record.",
+            "counter",
+            load(&self.commands_duplicate),
+        );
+        counter(
+            &mut out,
+            "commands_refused_shape_total",
+            "Commands refused before the log for a malformed shape.",
+            "counter",
+            load(&self.commands_refused_shape),
+        );
+        counter(&mut out, "batches_total", "Core batches.", "counter", load(&self.batches));
+        counter(&mut out, "queries_total", "Queries answered.", "counter", load(&self.queries));
+        counter(&mut out, "queue_depth", "Requests waiting for the core.", "gauge", load_i(&self.queue_depth));
+        counter(&mut out, "sessions_open", "Order-entry sessions connected.", "gauge", load_i(&self.sessions_open));
+        counter(
+            &mut out,
+            "sessions_dropped_slow_total",
+            "Sessions dropped for not reading their acks.",
+            "counter",
+            load(&self.sessions_dropped_slow),
+        );
+        counter(
+            &mut out,
+            "subscribers_open",
+            "Market data subscribers connected.",
+            "gauge",
+            load_i(&self.subscribers_open),
+        );
+        counter(
+            &mut out,
+            "subscribers_dropped_slow_total",
+            "Subscribers dropped for falling behind.",
+            "counter",
+            load(&self.subscribers_dropped_slow),
+        );
+        counter(&mut out, "applied_index", "Highest log index applied.", "gauge", load(&self.applied_index));
+        counter(&mut out, "snapshots_total", "Snapshots taken.", "counter", load(&self.snapshots));
+        let batch = self.batch_commands.lock().expect("metrics lock").clone();
+        histogram(&mut out, "batch_commands", "Commands per core batch.", &batch, 1.0);
+        if let Some(journal) = journal {
+            let stats = journal.stats();
+            counter(&mut out, "durable_index", "Highest log index made durable.", "gauge", stats.durable_index);
+            counter(&mut out, "fsyncs_total", "fdatasync calls on the journal.", "counter", stats.journal.syncs);
+            histogram(&mut out, "fsync_seconds", "Journal fdatasync latency.", &stats.journal.sync_latency_ns, 1e-9);
+            histogram(&mut out, "group_commit_entries", "Entries per group commit.", &stats.group_entries, 1.0);
+        }
+        out
+    }
+}
+
+/// Serves `/metrics` on `addr` until the process ends.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, journal: GroupCommitHandle) -> std::io::Result<SocketAddr> {
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let (metrics, journal) = (Arc::clone(&metrics), journal.clone());
+            async move { metrics.render(Some(&journal)) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "metrics server stopped");
+        }
+    });
+    Ok(local)
+}

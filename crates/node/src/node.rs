@@ -1,0 +1,237 @@
+//! Starting, recovering, replaying and stopping a node.
+//!
+//! Start-up: open the journal (which cuts a torn tail with a warning, or refuses a log
+//! corrupt in the middle), restore the newest valid snapshot, replay the records after
+//! it, then start the group commit, the core thread, the gRPC server and `/metrics`.
+//! Shutdown: ask the core to finish its batch, stop the group commit (which makes
+//! everything durable and releases the last acks), then stop serving.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bourse_engine::{codec, Engine, Event};
+use bourse_journal::{GroupCommit, GroupCommitConfig, Journal, JournalConfig};
+use bourse_protocol::proto;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::NodeConfig;
+use crate::core::{Core, Request};
+use crate::metrics::Metrics;
+use crate::outbox::{Pending, Sessions};
+use crate::service::{AdminService, MarketDataService, OrderEntryService, QueryService, Shared};
+
+/// Why a node could not start or stop cleanly.
+#[derive(Debug)]
+pub enum NodeError {
+    Config(String),
+    Journal(bourse_journal::Error),
+    Snapshot(bourse_engine::SnapshotError),
+    /// A logged command that does not decode: the log was written by something else.
+    Decode {
+        index: u64,
+        error: codec::DecodeError,
+    },
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for NodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeError::Config(e) => write!(f, "configuration: {e}"),
+            NodeError::Journal(e) => write!(f, "journal: {e}"),
+            NodeError::Snapshot(e) => write!(f, "snapshot: {e}"),
+            NodeError::Decode { index, error } => write!(f, "log record {index} does not decode: {error}"),
+            NodeError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+impl From<bourse_journal::Error> for NodeError {
+    fn from(e: bourse_journal::Error) -> Self {
+        NodeError::Journal(e)
+    }
+}
+
+impl From<std::io::Error> for NodeError {
+    fn from(e: std::io::Error) -> Self {
+        NodeError::Io(e)
+    }
+}
+
+/// What recovery found and did.
+#[derive(Clone, Debug)]
+pub struct Recovered {
+    /// The index of the last command applied.
+    pub index: u64,
+    pub snapshot_index: Option<u64>,
+    pub entries_replayed: u64,
+    pub elapsed: Duration,
+    pub state_hash: [u8; 32],
+}
+
+/// The journal directory inside a data directory.
+pub fn journal_dir(data: &Path) -> PathBuf {
+    data.join("journal")
+}
+
+/// Opens the journal of `data` and rebuilds the engine from it.
+pub fn recover(data: &Path, config: &NodeConfig) -> Result<(Engine, Journal, Recovered), NodeError> {
+    let started = Instant::now();
+    let journal_config = JournalConfig { segment_bytes_max: config.segment_bytes_max, ..JournalConfig::default() };
+    let (journal, recovery) = Journal::open(journal_dir(data), journal_config)?;
+    if let Some(cut) = &recovery.tail_cut {
+        tracing::warn!(path = %cut.path.display(), offset = cut.offset, bytes = cut.bytes_cut, "cut a torn journal tail");
+    }
+    let snapshot_index = recovery.snapshot.as_ref().map(|s| s.index);
+    let mut engine = match &recovery.snapshot {
+        Some(snapshot) => Engine::restore(&snapshot.bytes).map_err(NodeError::Snapshot)?,
+        None => Engine::new(config.engine),
+    };
+    let mut index = snapshot_index.unwrap_or(0);
+    let mut events: Vec<Event> = Vec::new();
+    let mut replayed = 0u64;
+    for entry in recovery.entries {
+        let entry = entry?;
+        assert_eq!(entry.index, index + 1, "the journal yields consecutive records");
+        let command = codec::decode(&entry.payload).map_err(|error| NodeError::Decode { index: entry.index, error })?;
+        events.clear();
+        engine.apply(&command, &mut events);
+        index = entry.index;
+        replayed += 1;
+    }
+    let recovered = Recovered {
+        index,
+        snapshot_index,
+        entries_replayed: replayed,
+        elapsed: started.elapsed(),
+        state_hash: engine.state_hash(),
+    };
+    Ok((engine, journal, recovered))
+}
+
+/// A running node.
+pub struct Node {
+    /// The gRPC address it listens on.
+    pub addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    pub recovered: Recovered,
+    pub metrics: Arc<Metrics>,
+    core_sender: mpsc::Sender<Request>,
+    core: std::thread::JoinHandle<()>,
+    group: GroupCommit,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    /// Recovers from `config.data` and starts serving. Must run inside a tokio runtime.
+    pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
+        config.validate().map_err(|e| NodeError::Config(e.0))?;
+        std::fs::create_dir_all(&config.data)?;
+        let (engine, journal, recovered) = recover(&config.data, &config)?;
+        tracing::info!(
+            index = recovered.index,
+            snapshot = ?recovered.snapshot_index,
+            replayed = recovered.entries_replayed,
+            ms = recovered.elapsed.as_millis() as u64,
+            "recovered"
+        );
+        let metrics = Arc::new(Metrics::default());
+        let sessions = Arc::new(Sessions::default());
+        let (market, _) = broadcast::channel::<proto::MarketDataUpdate>(config.market_data_buffer_max);
+        let pending =
+            Arc::new(Pending::new(recovered.index, Arc::clone(&sessions), market.clone(), Arc::clone(&metrics)));
+        let release = Arc::clone(&pending);
+        let group_config =
+            GroupCommitConfig { batch_entries_max: config.batch_commands_max.max(1), ..GroupCommitConfig::default() };
+        let group = GroupCommit::start(journal, group_config, move |entries| {
+            if let Some(last) = entries.last() {
+                release.release_through(last.index);
+            }
+        })?;
+        let (core_sender, core_receiver) = mpsc::channel(config.queue_requests_max);
+        let core = Core::new(
+            engine,
+            recovered.index,
+            group.handle(),
+            pending,
+            Arc::clone(&metrics),
+            market.clone(),
+            config.clone(),
+        );
+        let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
+        let shared = Shared {
+            core: core_sender.clone(),
+            sessions,
+            market,
+            metrics: Arc::clone(&metrics),
+            client_batch_commands_max: config.client_batch_commands_max,
+            session_outbox_max: config.session_outbox_max,
+            session_ids: Arc::new(AtomicU64::new(1)),
+        };
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max));
+        let metrics_addr = match config.metrics_listen {
+            Some(listen) => Some(crate::metrics::serve(listen, Arc::clone(&metrics), group.handle()).await?),
+            None => None,
+        };
+        tracing::info!(%addr, ?metrics_addr, data = %config.data.display(), "serving");
+        Ok(Node { addr, metrics_addr, recovered, metrics, core_sender, core, group, server })
+    }
+
+    /// Finishes the current batch, makes everything durable, answers what is owed, and
+    /// stops serving.
+    pub async fn shutdown(self) -> Result<(), NodeError> {
+        let _ = self.core_sender.send(Request::Shutdown).await;
+        drop(self.core_sender);
+        let core = self.core;
+        tokio::task::spawn_blocking(move || core.join()).await.expect("join task").expect("core thread panicked");
+        let group = self.group;
+        let journal = tokio::task::spawn_blocking(move || group.shutdown()).await.expect("join task")?;
+        tracing::info!(durable = journal.durable_index(), "journal closed");
+        self.server.abort();
+        Ok(())
+    }
+}
+
+async fn serve(listener: tokio::net::TcpListener, shared: Shared, message_bytes_max: usize) {
+    use bourse_protocol::proto::{admin_server, market_data_server, order_entry_server, query_server};
+    let order_entry = order_entry_server::OrderEntryServer::new(OrderEntryService(shared.clone()))
+        .max_decoding_message_size(message_bytes_max);
+    let admin =
+        admin_server::AdminServer::new(AdminService(shared.clone())).max_decoding_message_size(message_bytes_max);
+    let query =
+        query_server::QueryServer::new(QueryService(shared.clone())).max_decoding_message_size(message_bytes_max);
+    let market = market_data_server::MarketDataServer::new(MarketDataService(shared));
+    let result = tonic::transport::Server::builder()
+        .add_service(order_entry)
+        .add_service(admin)
+        .add_service(query)
+        .add_service(market)
+        .serve_with_incoming(TcpListenerStream::new(listener))
+        .await;
+    if let Err(error) = result {
+        tracing::error!(%error, "gRPC server stopped");
+    }
+}
+
+/// Runs a node until SIGINT or SIGTERM, then shuts it down cleanly.
+pub async fn run_until_signal(config: NodeConfig) -> Result<(), NodeError> {
+    let node = Node::start(config).await?;
+    println!("bourse node listening on {}", node.addr);
+    if let Some(metrics) = node.metrics_addr {
+        println!("metrics on http://{metrics}/metrics");
+    }
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+    }
+    node.shutdown().await
+}

@@ -1,0 +1,294 @@
+//! The gRPC services: thin adapters between tonic and the core's request queue.
+//!
+//! They check shapes (a batch's size, one client id per stream), convert commands,
+//! and wait on the bounded queue to the core, which is the node's backpressure: a
+//! client sending faster than the core applies finds its stream read more slowly.
+//! Nothing here decides anything about the market.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bourse_engine::command::CommandBody;
+use bourse_engine::ClientId;
+use bourse_protocol::convert::ConvertError;
+use bourse_protocol::proto;
+use bourse_protocol::proto::client_command::Body;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request as GrpcRequest, Response, Status, Streaming};
+
+use crate::core::{Reply, Request};
+use crate::metrics::Metrics;
+use crate::outbox::Sessions;
+use crate::query::{QueryAnswer, QueryReply, QueryRequest};
+
+/// What every service needs: the way to the core, the sessions, the market feed.
+#[derive(Clone)]
+pub struct Shared {
+    pub core: mpsc::Sender<Request>,
+    pub sessions: Arc<Sessions>,
+    pub market: broadcast::Sender<proto::MarketDataUpdate>,
+    pub metrics: Arc<Metrics>,
+    pub client_batch_commands_max: usize,
+    pub session_outbox_max: usize,
+    pub session_ids: Arc<AtomicU64>,
+}
+
+impl Shared {
+    async fn send(&self, request: Request) -> Result<(), Status> {
+        self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
+        self.core.send(request).await.map_err(|_| {
+            self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+            Status::unavailable("the node is shutting down")
+        })
+    }
+
+    async fn query(&self, query: QueryRequest) -> QueryAnswer {
+        let (reply, answer) = oneshot::channel();
+        self.send(Request::Query { query, reply }).await?;
+        answer.await.map_err(|_| Status::unavailable("the node stopped before answering"))?
+    }
+}
+
+fn convert_command(command: &proto::ClientCommand) -> Result<CommandBody, ConvertError> {
+    let body: &Body = command.body.as_ref().ok_or(ConvertError::FieldMissing { field: "ClientCommand.body" })?;
+    CommandBody::try_from(body)
+}
+
+pub struct OrderEntryService(pub Shared);
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl proto::order_entry_server::OrderEntry for OrderEntryService {
+    type SessionStream = BoxStream<proto::ServerBatch>;
+
+    async fn session(
+        &self,
+        request: GrpcRequest<Streaming<proto::ClientBatch>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let shared = self.0.clone();
+        let (outbox, outgoing) = mpsc::channel(shared.session_outbox_max);
+        let session = shared.session_ids.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let mut client: Option<ClientId> = None;
+            shared.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
+            let ended = session_read(&shared, &mut inbound, &outbox, session, &mut client).await;
+            if let Err(status) = ended {
+                let _ = outbox.send(Err(status)).await;
+            }
+            if let Some(client) = client {
+                shared.sessions.unregister(client, session);
+            }
+            shared.metrics.sessions_open.fetch_sub(1, Ordering::Relaxed);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(outgoing))))
+    }
+}
+
+/// Reads one session's batches until the client closes the stream or breaks a rule.
+async fn session_read(
+    shared: &Shared,
+    inbound: &mut Streaming<proto::ClientBatch>,
+    outbox: &crate::outbox::Outbox,
+    session: u64,
+    client: &mut Option<ClientId>,
+) -> Result<(), Status> {
+    while let Some(batch) = inbound.next().await {
+        let batch = batch?;
+        let id = ClientId(batch.client_id);
+        match *client {
+            None => {
+                if id.0 == 0 {
+                    return Err(Status::invalid_argument("client_id 0 is reserved"));
+                }
+                shared.sessions.register(id, session, outbox.clone());
+                *client = Some(id);
+            }
+            Some(first) if first != id => {
+                return Err(Status::invalid_argument(format!("client_id {} changed to {} mid-stream", first.0, id.0)));
+            }
+            Some(_) => {}
+        }
+        if batch.commands.len() > shared.client_batch_commands_max {
+            return Err(Status::invalid_argument(format!(
+                "a batch of {} commands exceeds client_batch_commands_max {}",
+                batch.commands.len(),
+                shared.client_batch_commands_max
+            )));
+        }
+        if batch.commands.is_empty() {
+            continue;
+        }
+        let items = batch.commands.iter().map(|c| (c.seq, convert_command(c))).collect();
+        shared.send(Request::Commands { client: id, items, reply: Reply::Session }).await?;
+    }
+    Ok(())
+}
+
+pub struct AdminService(pub Shared);
+
+#[tonic::async_trait]
+impl proto::admin_server::Admin for AdminService {
+    async fn submit(&self, request: GrpcRequest<proto::SubmitRequest>) -> Result<Response<proto::Ack>, Status> {
+        let request = request.into_inner();
+        if request.client_id == 0 {
+            return Err(Status::invalid_argument("client_id 0 is reserved"));
+        }
+        let command = request.command.ok_or_else(|| Status::invalid_argument("SubmitRequest.command is missing"))?;
+        let (reply, ack) = oneshot::channel();
+        let items = vec![(command.seq, convert_command(&command))];
+        self.0
+            .send(Request::Commands { client: ClientId(request.client_id), items, reply: Reply::Unary(reply) })
+            .await?;
+        let ack = ack.await.map_err(|_| Status::unavailable("the node stopped before the command was durable"))?;
+        Ok(Response::new(ack))
+    }
+}
+
+pub struct QueryService(pub Shared);
+
+/// Sends a query to the core and unpacks the reply of the expected kind.
+async fn query_as<T>(
+    shared: &Shared,
+    query: QueryRequest,
+    unpack: fn(QueryReply) -> Option<T>,
+) -> Result<Response<T>, Status> {
+    let reply = shared.query(query).await?;
+    unpack(reply).map(Response::new).ok_or_else(|| Status::internal("the core answered a different query"))
+}
+
+#[tonic::async_trait]
+impl proto::query_server::Query for QueryService {
+    async fn get_order(
+        &self,
+        request: GrpcRequest<proto::GetOrderRequest>,
+    ) -> Result<Response<proto::GetOrderReply>, Status> {
+        query_as(&self.0, QueryRequest::Order(request.into_inner()), |r| match r {
+            QueryReply::Order(reply) => Some(reply),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn get_balances(
+        &self,
+        request: GrpcRequest<proto::GetBalancesRequest>,
+    ) -> Result<Response<proto::GetBalancesReply>, Status> {
+        query_as(&self.0, QueryRequest::Balances(request.into_inner()), |r| match r {
+            QueryReply::Balances(reply) => Some(reply),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn get_open_orders(
+        &self,
+        request: GrpcRequest<proto::GetOpenOrdersRequest>,
+    ) -> Result<Response<proto::GetOpenOrdersReply>, Status> {
+        query_as(&self.0, QueryRequest::OpenOrders(request.into_inner()), |r| match r {
+            QueryReply::OpenOrders(reply) => Some(reply),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn get_depth(
+        &self,
+        request: GrpcRequest<proto::GetDepthRequest>,
+    ) -> Result<Response<proto::GetDepthReply>, Status> {
+        query_as(&self.0, QueryRequest::Depth(request.into_inner()), |r| match r {
+            QueryReply::Depth(reply) => Some(reply),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn get_symbols(
+        &self,
+        _request: GrpcRequest<proto::GetSymbolsRequest>,
+    ) -> Result<Response<proto::GetSymbolsReply>, Status> {
+        query_as(&self.0, QueryRequest::Symbols, |r| match r {
+            QueryReply::Symbols(reply) => Some(reply),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn get_assets(
+        &self,
+        _request: GrpcRequest<proto::GetAssetsRequest>,
+    ) -> Result<Response<proto::GetAssetsReply>, Status> {
+        query_as(&self.0, QueryRequest::Assets, |r| match r {
+            QueryReply::Assets(reply) => Some(reply),
+            _ => None,
+        })
+        .await
+    }
+}
+
+pub struct MarketDataService(pub Shared);
+
+#[tonic::async_trait]
+impl proto::market_data_server::MarketData for MarketDataService {
+    type SubscribeStream = BoxStream<proto::MarketDataUpdate>;
+
+    async fn subscribe(
+        &self,
+        request: GrpcRequest<proto::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let symbols = request.into_inner().symbols;
+        let mut updates = self.0.market.subscribe();
+        let metrics = Arc::clone(&self.0.metrics);
+        let stream = async_stream(move |yield_tx| async move {
+            metrics.subscribers_open.fetch_add(1, Ordering::Relaxed);
+            let mut seq = 0u64;
+            loop {
+                let update = match updates.recv().await {
+                    Ok(update) => update,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        metrics.subscribers_dropped_slow.fetch_add(1, Ordering::Relaxed);
+                        let status = Status::resource_exhausted(format!(
+                            "subscriber dropped: it fell {missed} updates behind; subscribe again and resync from a snapshot query"
+                        ));
+                        let _ = yield_tx.send(Err(status)).await;
+                        break;
+                    }
+                };
+                if !symbols.is_empty() && !symbols.contains(&update_symbol(&update)) {
+                    continue;
+                }
+                seq += 1;
+                if yield_tx.send(Ok(proto::MarketDataUpdate { seq, ..update })).await.is_err() {
+                    break;
+                }
+            }
+            metrics.subscribers_open.fetch_sub(1, Ordering::Relaxed);
+        });
+        Ok(Response::new(stream))
+    }
+}
+
+fn update_symbol(update: &proto::MarketDataUpdate) -> u32 {
+    match &update.update {
+        Some(proto::market_data_update::Update::Trade(trade)) => trade.symbol,
+        Some(proto::market_data_update::Update::Bbo(bbo)) => bbo.symbol,
+        None => u32::MAX,
+    }
+}
+
+/// A stream fed by a task: the task gets a sender and the caller the receiving stream.
+fn async_stream<T, F, Fut>(task: F) -> BoxStream<T>
+where
+    T: Send + 'static,
+    F: FnOnce(mpsc::Sender<Result<T, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (sender, receiver) = mpsc::channel(64);
+    tokio::spawn(task(sender));
+    Box::pin(ReceiverStream::new(receiver))
+}

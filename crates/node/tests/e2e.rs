@@ -1,0 +1,138 @@
+//! End to end over loopback: a node in this process, real gRPC clients, a real journal.
+
+use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderRequest, SymbolSpec, Tif};
+use bourse_engine::{AccountId, Amount, AssetId, ClientId, Px, Qty, Side, SymbolId};
+use bourse_node::{Node, NodeConfig};
+use bourse_protocol::proto;
+use bourse_protocol::proto::{
+    admin_client::AdminClient, order_entry_client::OrderEntryClient, query_client::QueryClient,
+};
+use tokio_stream::StreamExt;
+
+fn config(dir: &std::path::Path) -> NodeConfig {
+    NodeConfig { data: dir.to_path_buf(), listen: "127.0.0.1:0".parse().unwrap(), ..NodeConfig::default() }
+}
+
+async fn admin(
+    client: &mut AdminClient<tonic::transport::Channel>,
+    id: u64,
+    seq: u64,
+    body: CommandBody,
+) -> proto::Ack {
+    let command = Command { client: ClientId(id), seq, ts: 0, body };
+    client.submit(proto::SubmitRequest::from(&command)).await.expect("submit").into_inner()
+}
+
+fn ok_id(ack: &proto::Ack) -> u64 {
+    match ack.outcome {
+        Some(proto::ack::Outcome::OkId(id)) => id,
+        ref other => panic!("not ok: {other:?}"),
+    }
+}
+
+/// Creates USD, ACME, ACME/USD and two funded accounts through Admin.Submit.
+async fn market(addr: std::net::SocketAddr) -> AdminClient<tonic::transport::Channel> {
+    let mut admin_client = AdminClient::connect(format!("http://{addr}")).await.unwrap();
+    let a = &mut admin_client;
+    let usd = ok_id(&admin(a, 7, 1, CommandBody::CreateAsset { name: "USD".into(), decimals: 2 }).await);
+    let acme = ok_id(&admin(a, 7, 2, CommandBody::CreateAsset { name: "ACME".into(), decimals: 0 }).await);
+    let spec = SymbolSpec {
+        name: "ACME/USD".into(),
+        base: AssetId(acme as u32),
+        quote: AssetId(usd as u32),
+        tick: Px(1),
+        lot: Qty(1),
+        px_min: Px(1),
+        px_max: Px(1_000_000),
+        fee_maker: Amount(0),
+        fee_taker: Amount(1),
+        policy: MatchPolicy::Fifo,
+    };
+    ok_id(&admin(a, 7, 3, CommandBody::CreateSymbol(Box::new(spec))).await);
+    let mut seq = 4;
+    for _ in 0..2 {
+        let account = AccountId(ok_id(&admin(a, 7, seq, CommandBody::CreateAccount).await) as u32);
+        admin(a, 7, seq + 1, CommandBody::Deposit { account, asset: AssetId(usd as u32), amount: Amount(1_000_000) })
+            .await;
+        admin(a, 7, seq + 2, CommandBody::Credit { account, asset: AssetId(acme as u32), amount: Amount(1_000) }).await;
+        seq += 3;
+    }
+    admin_client
+}
+
+fn place(seq: u64, account: u32, side: Side, px: i64, qty: i64) -> proto::ClientCommand {
+    let command = Command {
+        client: ClientId(9),
+        seq,
+        ts: 0,
+        body: CommandBody::Place(OrderRequest::limit(
+            AccountId(account),
+            SymbolId(0),
+            side,
+            Px(px),
+            Qty(qty),
+            Tif::Gtc,
+        )),
+    };
+    proto::ClientCommand::from(&command)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trade_over_grpc_then_restart_recovers_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(config(dir.path())).await.unwrap();
+    let addr = node.addr;
+    market(addr).await;
+
+    let mut order_entry = OrderEntryClient::connect(format!("http://{addr}")).await.unwrap();
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    let mut replies =
+        order_entry.session(tokio_stream::wrappers::ReceiverStream::new(receiver)).await.unwrap().into_inner();
+    sender
+        .send(proto::ClientBatch {
+            client_id: 9,
+            commands: vec![place(1, 0, Side::Sell, 100, 10), place(2, 1, Side::Buy, 101, 4)],
+        })
+        .await
+        .unwrap();
+    let (mut acks, mut fills) = (Vec::new(), Vec::new());
+    while acks.len() < 2 || fills.len() < 2 {
+        let batch = replies.next().await.expect("stream open").expect("batch");
+        acks.extend(batch.acks);
+        fills.extend(batch.fills);
+    }
+    assert_eq!(acks.iter().map(|a| a.seq).collect::<Vec<_>>(), vec![1, 2]);
+    assert!(acks.iter().all(|a| a.log_index > 0 && !a.duplicate));
+    assert!(fills.iter().all(|f| f.px == 100 && f.qty == 4), "{fills:?}");
+
+    // A resent command is answered from the exactly-once record and changes nothing.
+    sender.send(proto::ClientBatch { client_id: 9, commands: vec![place(2, 1, Side::Buy, 101, 4)] }).await.unwrap();
+    let duplicate = loop {
+        let batch = replies.next().await.unwrap().unwrap();
+        if let Some(ack) = batch.acks.into_iter().next() {
+            break ack;
+        }
+    };
+    assert!(duplicate.duplicate);
+    assert_eq!(duplicate.outcome, acks[1].outcome);
+
+    let mut query = QueryClient::connect(format!("http://{addr}")).await.unwrap();
+    let balances = query.get_balances(proto::GetBalancesRequest { account: 1 }).await.unwrap().into_inner();
+    let usd = balances.balances.iter().find(|b| b.asset == 0).unwrap();
+    assert_eq!((usd.available, usd.reserved), (1_000_000 - 400 - 4, 0));
+    let depth = query.get_depth(proto::GetDepthRequest { symbol: 0, levels_max: 5 }).await.unwrap().into_inner();
+    assert_eq!(depth.asks.iter().map(|l| (l.px, l.qty)).collect::<Vec<_>>(), vec![(100, 6)]);
+    let missing = query.get_order(proto::GetOrderRequest { order: 999 }).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+
+    drop(sender);
+    let index = depth.log_index;
+    node.shutdown().await.unwrap();
+
+    let restarted = Node::start(config(dir.path())).await.unwrap();
+    assert_eq!(restarted.recovered.index, index);
+    let hash = restarted.recovered.state_hash;
+    restarted.shutdown().await.unwrap();
+    let (_, _, replayed) = bourse_node::recover(dir.path(), &NodeConfig::default()).unwrap();
+    assert_eq!((replayed.index, replayed.state_hash), (index, hash));
+}
