@@ -11,6 +11,7 @@ mod engine;
 mod measure;
 mod memory;
 mod phases;
+mod recovery;
 mod report;
 mod scale;
 mod sweep;
@@ -19,10 +20,13 @@ mod sweep;
 pub enum BenchCommand {
     /// The matching engine alone: one thread, commands pre-generated, no I/O.
     Engine(engine::EngineArgs),
+    /// Recovery time of a node from a journal of ec2020 commands, with and without a snapshot.
+    Recovery(recovery::RecoveryArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
     match command {
         BenchCommand::Engine(args) => engine::run(&args),
+        BenchCommand::Recovery(args) => recovery::run(&args),
     }
 }
