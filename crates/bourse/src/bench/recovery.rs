@@ -44,10 +44,18 @@ fn entry(index: u64, command: &Command) -> Entry {
     Entry { index, timestamp_ns: command.ts, payload: codec::encode(command) }
 }
 
-/// Writes setup, pre-fill and `commands` generated commands into `data/journal`;
-/// returns the snapshot taken `tail` commands before the end, with its index, and the
-/// final state hash.
-fn build(data: &Path, args: &RecoveryArgs) -> Result<((u64, Vec<u8>), [u8; 32], u64), String> {
+/// What [`build`] wrote.
+struct Built {
+    /// The engine snapshot `snapshot_tail` commands before the end, and its index.
+    snapshot_index: u64,
+    snapshot: Vec<u8>,
+    /// The generator's state hash after the last command.
+    hash: [u8; 32],
+    last_index: u64,
+}
+
+/// Writes setup, pre-fill and `commands` generated commands into `data/journal`.
+fn build(data: &Path, args: &RecoveryArgs) -> Result<Built, String> {
     let journal_dir = bourse_node::journal_dir(data);
     let (mut journal, _) = Journal::open(&journal_dir, JournalConfig::default()).map_err(|e| e.to_string())?;
     let mut market = Market::new(ec_market_spec(), args.seed);
@@ -90,7 +98,8 @@ fn build(data: &Path, args: &RecoveryArgs) -> Result<((u64, Vec<u8>), [u8; 32], 
         }
     }
     journal.sync().map_err(|e| e.to_string())?;
-    Ok((snapshot, generator.engine().state_hash(), index))
+    let (snapshot_index, snapshot) = snapshot;
+    Ok(Built { snapshot_index, snapshot, hash: generator.engine().state_hash(), last_index: index })
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
@@ -120,7 +129,7 @@ pub fn run(args: &RecoveryArgs) -> Result<(), String> {
         args.commands, args.seed, args.snapshot_tail
     ));
     let started = Instant::now();
-    let ((snapshot_index, snapshot), hash, last_index) = build(&log_only, args)?;
+    let Built { snapshot_index, snapshot, hash, last_index } = build(&log_only, args)?;
     let bytes_on_disk = dir_bytes(&bourse_node::journal_dir(&log_only));
     report.say(format!(
         "  journal of {last_index} records ({:.0} MiB) built in {:.1} s",
