@@ -23,7 +23,7 @@ use bourse_engine::{codec, AccountId, ClientId, Engine, Event, OrderId, OrderSta
 use bourse_journal::{GroupCommitHandle, Proposal};
 use bourse_protocol::convert::{self, ConvertError, LogPosition};
 use bourse_protocol::proto;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::NodeConfig;
@@ -91,6 +91,8 @@ pub struct Core {
     /// Symbols whose book changed in this batch.
     bbo_dirty: Vec<SymbolId>,
     events: Vec<Event>,
+    /// Orders that acted as the incoming side in the current command (scratch).
+    takers: Vec<OrderId>,
     commands_since_snapshot: u64,
     snapshot_at: Instant,
     snapshot_writer: Option<std::thread::JoinHandle<()>>,
@@ -134,6 +136,7 @@ impl Core {
             bbo_last: FxHashMap::default(),
             bbo_dirty: Vec::new(),
             events: Vec::new(),
+            takers: Vec::new(),
             commands_since_snapshot: 0,
             snapshot_at: Instant::now(),
             snapshot_writer: None,
@@ -265,19 +268,19 @@ impl Core {
     fn route_events(&mut self, client: ClientId, at: LogPosition, outputs: &mut Vec<Output>) {
         let market = self.market.receiver_count() > 0;
         let mut trade_seq = 0u32;
-        let mut takers: FxHashSet<OrderId> = FxHashSet::default();
+        let mut takers = std::mem::take(&mut self.takers);
         let events = std::mem::take(&mut self.events);
         for event in &events {
             match *event {
                 Event::Accepted { order, account, symbol, .. } => {
                     self.owners.insert(order, Owner { client, account, symbol });
-                    takers.insert(order);
+                    takers.push(order);
                 }
                 Event::Moved { order, .. } => {
                     if let Some(owner) = self.owners.get_mut(&order) {
                         owner.client = client;
                     }
-                    takers.insert(order);
+                    takers.push(order);
                 }
                 Event::Trade { maker_order, taker_order, maker_done, symbol, .. } => {
                     let [maker, taker] = convert::fill_reports(event, at, trade_seq).expect("a trade has reports");
@@ -289,7 +292,7 @@ impl Core {
                     if maker_done {
                         self.owners.remove(&maker_order);
                     }
-                    takers.insert(taker_order);
+                    takers.push(taker_order);
                     if market {
                         let trade = convert::trade_update(event, at.log_index, trade_seq).expect("a trade");
                         outputs.push(Output::Market(market_update(
@@ -319,11 +322,14 @@ impl Core {
         }
         self.events = events;
         // An order that filled completely as the incoming side leaves no event saying so.
-        for order in takers {
+        takers.dedup();
+        for &order in &takers {
             if !matches!(self.engine.order_status(order), Some(OrderStatus::Open | OrderStatus::Pending)) {
                 self.owners.remove(&order);
             }
         }
+        takers.clear();
+        self.takers = takers;
     }
 
     fn mark_bbo_dirty(&mut self, symbol: SymbolId, market: bool) {
