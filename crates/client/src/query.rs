@@ -1,0 +1,127 @@
+//! [`QueryClient`]: the read-only `Query` service and the `MarketData` feed.
+//!
+//! Queries do not go through the log; each reply says the log index it was read at.
+//! A failed call moves on to the next endpoint (queries are safe to repeat); an unknown
+//! order, account or symbol is [`Error::NotFound`]. The market data stream is not
+//! resumed after a break: its `seq` shows the gap, and the caller subscribes again and
+//! reads depth to start over.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bourse_engine::{AccountId, OrderId, SymbolId};
+use bourse_protocol::proto;
+use bourse_protocol::proto::market_data_client::MarketDataClient;
+use bourse_protocol::proto::query_client::QueryClient as QueryService;
+use tonic::transport::Channel;
+
+use crate::endpoints::{AttemptError, Endpoints};
+use crate::error::{Error, Result};
+use crate::options::ClientOptions;
+
+/// Queries and market data from the first of a list of nodes that answers.
+pub struct QueryClient {
+    endpoints: Endpoints,
+}
+
+macro_rules! query {
+    ($self:ident, $method:ident, $request:expr) => {{
+        let request = $request;
+        $self
+            .endpoints
+            .with_failover(|channel: Channel| {
+                let request = request.clone();
+                async move {
+                    let response = QueryService::new(channel).$method(request).await;
+                    response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
+                }
+            })
+            .await
+    }};
+}
+
+impl QueryClient {
+    pub async fn connect(endpoints: Vec<String>, options: ClientOptions) -> Result<Self> {
+        let mut endpoints = Endpoints::new(endpoints, &options)?;
+        endpoints.with_failover(|_channel| async { Ok(()) }).await?;
+        Ok(QueryClient { endpoints })
+    }
+
+    /// An open order or a recently closed one.
+    pub async fn order(&mut self, order: OrderId) -> Result<proto::GetOrderReply> {
+        query!(self, get_order, proto::GetOrderRequest { order: order.0 })
+    }
+
+    /// Every balance of one account, by asset id.
+    pub async fn balances(&mut self, account: AccountId) -> Result<proto::GetBalancesReply> {
+        query!(self, get_balances, proto::GetBalancesRequest { account: account.0 })
+    }
+
+    /// The resting and pending stop orders of one account, by order id.
+    pub async fn open_orders(&mut self, account: AccountId) -> Result<proto::GetOpenOrdersReply> {
+        query!(self, get_open_orders, proto::GetOpenOrdersRequest { account: account.0 })
+    }
+
+    /// Aggregated price levels of one book, best first; `levels_max` 0 asks for the
+    /// node's default.
+    pub async fn depth(&mut self, symbol: SymbolId, levels_max: u32) -> Result<proto::GetDepthReply> {
+        query!(self, get_depth, proto::GetDepthRequest { symbol: symbol.0, levels_max })
+    }
+
+    /// Every symbol with its specification.
+    pub async fn symbols(&mut self) -> Result<proto::GetSymbolsReply> {
+        query!(self, get_symbols, proto::GetSymbolsRequest {})
+    }
+
+    /// Every asset.
+    pub async fn assets(&mut self) -> Result<proto::GetAssetsReply> {
+        query!(self, get_assets, proto::GetAssetsRequest {})
+    }
+
+    /// The asset with this name, if any.
+    pub async fn asset_by_name(&mut self, name: &str) -> Result<Option<proto::AssetInfo>> {
+        Ok(self.assets().await?.assets.into_iter().find(|asset| asset.name == name))
+    }
+
+    /// The symbol with this name, if any.
+    pub async fn symbol_by_name(&mut self, name: &str) -> Result<Option<proto::SymbolInfo>> {
+        let symbols = self.symbols().await?.symbols;
+        Ok(symbols.into_iter().find(|symbol| symbol.spec.as_ref().is_some_and(|spec| spec.name == name)))
+    }
+
+    /// Trades and best bid and offer changes of `symbols` (all symbols when empty).
+    pub async fn subscribe(&mut self, symbols: &[SymbolId]) -> Result<MarketDataStream> {
+        let request = proto::SubscribeRequest { symbols: symbols.iter().map(|symbol| symbol.0).collect() };
+        let inner = self
+            .endpoints
+            .with_failover(|channel| {
+                let request = request.clone();
+                async move {
+                    let response = MarketDataClient::new(channel).subscribe(request).await;
+                    response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
+                }
+            })
+            .await?;
+        Ok(MarketDataStream { inner })
+    }
+}
+
+/// Market data updates as they happen; `seq` counts them from 1 without gaps.
+pub struct MarketDataStream {
+    inner: tonic::Streaming<proto::MarketDataUpdate>,
+}
+
+impl MarketDataStream {
+    /// The next update, or `None` when the node ended the stream.
+    pub async fn next_update(&mut self) -> Result<Option<proto::MarketDataUpdate>> {
+        self.inner.message().await.map_err(Error::from)
+    }
+}
+
+impl tokio_stream::Stream for MarketDataStream {
+    type Item = Result<proto::MarketDataUpdate>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Pin::new(&mut self.inner).poll_next(cx).map(|item| item.map(|result| result.map_err(Error::from)))
+    }
+}
