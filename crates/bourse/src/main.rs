@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod cli;
+mod load;
 mod serve;
 
 #[derive(Parser)]
@@ -16,6 +18,8 @@ mod serve;
 struct Cli {
     #[command(subcommand)]
     command: TopCommand,
+    #[command(flatten)]
+    target: cli::Target,
 }
 
 #[derive(Subcommand)]
@@ -29,6 +33,11 @@ enum TopCommand {
     Serve(serve::ServeArgs),
     /// Rebuild the state from a node's data directory and print index and state hash.
     Replay(serve::ReplayArgs),
+    /// Drive a live node with a seeded order flow and report throughput and ack latency.
+    Load(load::LoadArgs),
+    /// Trade and administer against a running node.
+    #[command(flatten)]
+    Verb(cli::Verb),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +50,8 @@ fn main() -> ExitCode {
         TopCommand::Bench { target } => bench::run(target),
         TopCommand::Serve(args) => serve::serve(args),
         TopCommand::Replay(args) => serve::replay(args),
+        TopCommand::Load(args) => load::run(args),
+        TopCommand::Verb(verb) => cli::run(cli.target, verb),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,485 @@
+//! Verbs for people: create assets, symbols and accounts, move money, place and manage
+//! orders, look at books and balances, follow trades — against a running node.
+//!
+//! Every invocation is a new client (a random client id), so a command sent twice by
+//! hand is two commands; within one invocation the client library retries with the same
+//! sequence number until answered. Output is human-readable; `--json` prints one JSON
+//! object per line for scripts. Assets and symbols may be named or numbered.
+
+use bourse_client::{random_client_id, AdminSession, ClientOptions, QueryClient, Reply};
+use bourse_engine::command::{CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use bourse_engine::{AccountId, Amount, AssetId, OrderId, Outcome, Px, Qty, Side, SymbolId};
+use bourse_protocol::proto;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+
+/// Where the node is and how to print.
+#[derive(Args, Debug, Clone)]
+pub struct Target {
+    /// Node address(es), tried in turn.
+    #[arg(long = "node", global = true, default_value = "127.0.0.1:7400", value_delimiter = ',')]
+    pub nodes: Vec<String>,
+    /// One JSON object per line instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Verb {
+    /// Create an asset (a currency or a stock).
+    AssetCreate {
+        name: String,
+        /// Minor units per major unit, as a power of ten (display only).
+        #[arg(long, default_value_t = 2)]
+        decimals: u8,
+    },
+    /// Create a symbol trading BASE against QUOTE.
+    SymbolCreate(SymbolArgs),
+    /// Create an account.
+    AccountCreate,
+    /// Deposit money (quote minor units) into an account.
+    Deposit { account: u32, asset: String, amount: i64 },
+    /// Withdraw available money from an account.
+    Withdraw { account: u32, asset: String, amount: i64 },
+    /// Credit units of an asset (shares) to an account.
+    Credit { account: u32, asset: String, amount: i64 },
+    /// Place an order.
+    Place(PlaceArgs),
+    /// Cancel an order.
+    Cancel { account: u32, symbol: String, order: u64 },
+    /// Move an order to a new price (it loses priority and may trade).
+    Move { account: u32, symbol: String, order: u64, px: i64 },
+    /// Take quantity off an order, keeping its priority.
+    Reduce { account: u32, symbol: String, order: u64, qty: i64 },
+    /// Show an order's status and fills.
+    Order { order: u64 },
+    /// Show a book's depth.
+    Book {
+        symbol: String,
+        #[arg(long, default_value_t = 10)]
+        levels: u32,
+    },
+    /// Show an account's balances.
+    Balances { account: u32 },
+    /// Show an account's open orders.
+    Orders { account: u32 },
+    /// List assets and symbols.
+    Markets,
+    /// Print trades (and best bid/offer changes with --bbo) as they happen, until Ctrl-C.
+    Trades {
+        /// Symbols to follow; none follows all.
+        symbols: Vec<String>,
+        #[arg(long)]
+        bbo: bool,
+        /// Stop after this many updates.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct SymbolArgs {
+    name: String,
+    #[arg(long)]
+    base: String,
+    #[arg(long)]
+    quote: String,
+    #[arg(long, default_value_t = 1)]
+    tick: i64,
+    #[arg(long, default_value_t = 1)]
+    lot: i64,
+    #[arg(long, default_value_t = 1)]
+    px_min: i64,
+    #[arg(long, default_value_t = 1_000_000_000)]
+    px_max: i64,
+    /// Fee per lot for the resting side, quote minor units (negative: a rebate).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    fee_maker: i64,
+    /// Fee per lot for the incoming side, quote minor units.
+    #[arg(long, default_value_t = 0)]
+    fee_taker: i64,
+    #[arg(long, value_enum, default_value_t = PolicyArg::Fifo)]
+    policy: PolicyArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PolicyArg {
+    Fifo,
+    ProRata,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SideArg {
+    Buy,
+    Sell,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TifArg {
+    Gtc,
+    Ioc,
+    Fok,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StpArg {
+    CancelResting,
+    CancelIncoming,
+    Allow,
+}
+
+#[derive(Args, Debug)]
+pub struct PlaceArgs {
+    account: u32,
+    symbol: String,
+    #[arg(value_enum)]
+    side: SideArg,
+    qty: i64,
+    /// Limit price; leave out for a market order.
+    #[arg(long)]
+    px: Option<i64>,
+    /// Market buy: the most quote to spend, fees included; FOK sell: the least to receive.
+    #[arg(long)]
+    budget: Option<i64>,
+    /// Stop trigger: the order waits until the last trade reaches it.
+    #[arg(long)]
+    stop: Option<i64>,
+    #[arg(long, value_enum)]
+    tif: Option<TifArg>,
+    #[arg(long)]
+    post_only: bool,
+    /// Iceberg: show at most this much.
+    #[arg(long)]
+    display: Option<i64>,
+    #[arg(long, value_enum, default_value_t = StpArg::CancelResting)]
+    stp: StpArg,
+}
+
+type Fallible<T> = Result<T, String>;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+pub fn run(target: Target, verb: Verb) -> Fallible<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(err)?;
+    runtime.block_on(run_async(target, verb))
+}
+
+async fn run_async(target: Target, verb: Verb) -> Fallible<()> {
+    let mut cli = Cli::connect(target).await?;
+    match verb {
+        Verb::AssetCreate { name, decimals } => cli.submit("asset", CommandBody::CreateAsset { name, decimals }).await,
+        Verb::SymbolCreate(args) => {
+            let spec = SymbolSpec {
+                name: args.name,
+                base: cli.asset(&args.base).await?,
+                quote: cli.asset(&args.quote).await?,
+                tick: Px(args.tick),
+                lot: Qty(args.lot),
+                px_min: Px(args.px_min),
+                px_max: Px(args.px_max),
+                fee_maker: Amount(args.fee_maker),
+                fee_taker: Amount(args.fee_taker),
+                policy: match args.policy {
+                    PolicyArg::Fifo => MatchPolicy::Fifo,
+                    PolicyArg::ProRata => MatchPolicy::ProRata,
+                },
+            };
+            cli.submit("symbol", CommandBody::CreateSymbol(Box::new(spec))).await
+        }
+        Verb::AccountCreate => cli.submit("account", CommandBody::CreateAccount).await,
+        Verb::Deposit { account, asset, amount } => {
+            let asset = cli.asset(&asset).await?;
+            cli.submit("deposit", CommandBody::Deposit { account: AccountId(account), asset, amount: Amount(amount) })
+                .await
+        }
+        Verb::Withdraw { account, asset, amount } => {
+            let asset = cli.asset(&asset).await?;
+            cli.submit("withdraw", CommandBody::Withdraw { account: AccountId(account), asset, amount: Amount(amount) })
+                .await
+        }
+        Verb::Credit { account, asset, amount } => {
+            let asset = cli.asset(&asset).await?;
+            cli.submit("credit", CommandBody::Credit { account: AccountId(account), asset, amount: Amount(amount) })
+                .await
+        }
+        Verb::Place(args) => {
+            let request = cli.order_request(args).await?;
+            cli.submit("order", CommandBody::Place(request)).await
+        }
+        Verb::Cancel { account, symbol, order } => {
+            let symbol = cli.symbol(&symbol).await?;
+            cli.submit("cancel", CommandBody::Cancel { account: AccountId(account), symbol, order: OrderId(order) })
+                .await
+        }
+        Verb::Move { account, symbol, order, px } => {
+            let symbol = cli.symbol(&symbol).await?;
+            let body = CommandBody::Move { account: AccountId(account), symbol, order: OrderId(order), px: Px(px) };
+            cli.submit("move", body).await
+        }
+        Verb::Reduce { account, symbol, order, qty } => {
+            let symbol = cli.symbol(&symbol).await?;
+            let body =
+                CommandBody::Reduce { account: AccountId(account), symbol, order: OrderId(order), qty_by: Qty(qty) };
+            cli.submit("reduce", body).await
+        }
+        Verb::Order { order } => cli.show_order(order).await,
+        Verb::Book { symbol, levels } => cli.show_book(&symbol, levels).await,
+        Verb::Balances { account } => cli.show_balances(account).await,
+        Verb::Orders { account } => cli.show_orders(account).await,
+        Verb::Markets => cli.show_markets().await,
+        Verb::Trades { symbols, bbo, count } => cli.follow(&symbols, bbo, count).await,
+    }
+}
+
+struct Cli {
+    target: Target,
+    query: QueryClient,
+    admin: Option<AdminSession>,
+}
+
+impl Cli {
+    async fn connect(target: Target) -> Fallible<Cli> {
+        let query = QueryClient::connect(target.nodes.clone(), ClientOptions::default()).await.map_err(err)?;
+        Ok(Cli { target, query, admin: None })
+    }
+
+    fn print(&self, text: String, value: serde_json::Value) {
+        if self.target.json {
+            println!("{value}");
+        } else {
+            println!("{text}");
+        }
+    }
+
+    async fn submit(&mut self, what: &str, body: CommandBody) -> Fallible<()> {
+        if self.admin.is_none() {
+            let session =
+                AdminSession::connect(self.target.nodes.clone(), random_client_id(), ClientOptions::default())
+                    .await
+                    .map_err(err)?;
+            self.admin = Some(session);
+        }
+        let reply: Reply = self.admin.as_mut().expect("connected above").submit(body).await.map_err(err)?;
+        match reply.outcome {
+            Outcome::Ok { id } => {
+                self.print(
+                    format!("{what} ok: id {id} (log index {})", reply.log_index),
+                    json!({"ok": true, "id": id, "log_index": reply.log_index}),
+                );
+                Ok(())
+            }
+            Outcome::Rejected(reject) => {
+                self.print(
+                    format!("{what} rejected: {reject} (code {})", reject.code()),
+                    json!({"ok": false, "reject": reject.name(), "code": reject.code(), "log_index": reply.log_index}),
+                );
+                Err(format!("{what} rejected: {reject}"))
+            }
+        }
+    }
+
+    async fn asset(&mut self, name: &str) -> Fallible<AssetId> {
+        if let Ok(id) = name.parse::<u32>() {
+            return Ok(AssetId(id));
+        }
+        let info = self.query.asset_by_name(name).await.map_err(err)?;
+        info.map(|a| AssetId(a.id)).ok_or_else(|| format!("no asset named {name}"))
+    }
+
+    async fn symbol(&mut self, name: &str) -> Fallible<SymbolId> {
+        if let Ok(id) = name.parse::<u32>() {
+            return Ok(SymbolId(id));
+        }
+        let info = self.query.symbol_by_name(name).await.map_err(err)?;
+        info.map(|s| SymbolId(s.id)).ok_or_else(|| format!("no symbol named {name}"))
+    }
+
+    async fn order_request(&mut self, args: PlaceArgs) -> Fallible<OrderRequest> {
+        let kind = match (args.px, args.stop) {
+            (Some(px), None) => OrderKind::Limit { px: Px(px) },
+            (None, None) => OrderKind::Market { budget: args.budget.map(Amount) },
+            (Some(px), Some(trigger)) => OrderKind::StopLimit { trigger: Px(trigger), px: Px(px) },
+            (None, Some(trigger)) => OrderKind::StopMarket { trigger: Px(trigger), budget: args.budget.map(Amount) },
+        };
+        let market = matches!(kind, OrderKind::Market { .. } | OrderKind::StopMarket { .. });
+        let tif = match args.tif {
+            Some(TifArg::Gtc) => Tif::Gtc,
+            Some(TifArg::Ioc) => Tif::Ioc,
+            Some(TifArg::Fok) => Tif::Fok,
+            None if market => Tif::Ioc,
+            None => Tif::Gtc,
+        };
+        Ok(OrderRequest {
+            account: AccountId(args.account),
+            symbol: self.symbol(&args.symbol).await?,
+            side: match args.side {
+                SideArg::Buy => Side::Buy,
+                SideArg::Sell => Side::Sell,
+            },
+            kind,
+            qty: Qty(args.qty),
+            tif,
+            post_only: args.post_only,
+            display_qty: args.display.map(Qty),
+            stp: match args.stp {
+                StpArg::CancelResting => Stp::CancelResting,
+                StpArg::CancelIncoming => Stp::CancelIncoming,
+                StpArg::Allow => Stp::Allow,
+            },
+        })
+    }
+
+    async fn show_order(&mut self, order: u64) -> Fallible<()> {
+        let reply = self.query.order(OrderId(order)).await.map_err(err)?;
+        let info = reply.order.ok_or("the node sent no order")?;
+        let fills: Vec<String> = info.fills.iter().map(|f| format!("{}@{}", f.qty, f.px)).collect();
+        self.print(
+            format!(
+                "order {} account {} symbol {} {} qty {} filled {} open {} status {} fills [{}]",
+                info.id,
+                info.account,
+                info.symbol,
+                side_name(info.side),
+                info.qty,
+                info.qty_filled,
+                info.qty_open,
+                proto::OrderStatus::try_from(info.status).map_or("unknown", |s| s.as_str_name()),
+                fills.join(", ")
+            ),
+            json!({"order": info.id, "account": info.account, "symbol": info.symbol, "qty": info.qty,
+                   "qty_filled": info.qty_filled, "qty_open": info.qty_open, "status": info.status,
+                   "fills": info.fills.iter().map(|f| json!({"px": f.px, "qty": f.qty, "fee": f.fee})).collect::<Vec<_>>(),
+                   "log_index": reply.log_index}),
+        );
+        Ok(())
+    }
+
+    async fn show_book(&mut self, symbol: &str, levels: u32) -> Fallible<()> {
+        let id = self.symbol(symbol).await?;
+        let depth = self.query.depth(id, levels).await.map_err(err)?;
+        if self.target.json {
+            let side = |levels: &[proto::Level]| levels.iter().map(|l| json!([l.px, l.qty])).collect::<Vec<_>>();
+            println!(
+                "{}",
+                json!({"symbol": depth.symbol, "bids": side(&depth.bids), "asks": side(&depth.asks),
+                       "last_px": depth.last_px, "log_index": depth.log_index})
+            );
+            return Ok(());
+        }
+        println!("{symbol} (log index {}, last {:?})", depth.log_index, depth.last_px);
+        println!("{:>14} {:>12} | {:<12} {:<14}", "bid qty", "bid", "ask", "ask qty");
+        for i in 0..depth.bids.len().max(depth.asks.len()) {
+            let bid =
+                depth.bids.get(i).map_or((String::new(), String::new()), |l| (l.qty.to_string(), l.px.to_string()));
+            let ask =
+                depth.asks.get(i).map_or((String::new(), String::new()), |l| (l.px.to_string(), l.qty.to_string()));
+            println!("{:>14} {:>12} | {:<12} {:<14}", bid.0, bid.1, ask.0, ask.1);
+        }
+        Ok(())
+    }
+
+    async fn show_balances(&mut self, account: u32) -> Fallible<()> {
+        let reply = self.query.balances(AccountId(account)).await.map_err(err)?;
+        let names = self.query.assets().await.map_err(err)?.assets;
+        let name = |id: u32| names.iter().find(|a| a.id == id).map_or(id.to_string(), |a| a.name.clone());
+        if self.target.json {
+            let balances: Vec<_> = reply
+                .balances
+                .iter()
+                .map(|b| json!({"asset": b.asset, "name": name(b.asset), "available": b.available, "reserved": b.reserved}))
+                .collect();
+            println!("{}", json!({"account": account, "balances": balances, "log_index": reply.log_index}));
+            return Ok(());
+        }
+        println!("account {account} (log index {})", reply.log_index);
+        for b in &reply.balances {
+            println!("  {:<10} available {:>20} reserved {:>20}", name(b.asset), b.available, b.reserved);
+        }
+        Ok(())
+    }
+
+    async fn show_orders(&mut self, account: u32) -> Fallible<()> {
+        let reply = self.query.open_orders(AccountId(account)).await.map_err(err)?;
+        for o in &reply.orders {
+            self.print(
+                format!(
+                    "order {} symbol {} {} px {:?} qty {} open {} filled {}",
+                    o.id,
+                    o.symbol,
+                    side_name(o.side),
+                    o.px_resting,
+                    o.qty,
+                    o.qty_open,
+                    o.qty_filled
+                ),
+                json!({"order": o.id, "symbol": o.symbol, "side": o.side, "px": o.px_resting, "qty": o.qty,
+                       "qty_open": o.qty_open, "qty_filled": o.qty_filled}),
+            );
+        }
+        if reply.orders.is_empty() && !self.target.json {
+            println!("account {account} has no open orders");
+        }
+        Ok(())
+    }
+
+    async fn show_markets(&mut self) -> Fallible<()> {
+        let assets = self.query.assets().await.map_err(err)?;
+        let symbols = self.query.symbols().await.map_err(err)?;
+        for a in &assets.assets {
+            self.print(
+                format!("asset {} {} (decimals {}, supply {})", a.id, a.name, a.decimals, a.supply),
+                json!({"asset": a.id, "name": a.name, "decimals": a.decimals, "supply": a.supply}),
+            );
+        }
+        for s in &symbols.symbols {
+            let spec = s.spec.clone().unwrap_or_default();
+            self.print(
+                format!(
+                    "symbol {} {} tick {} lot {} px {}..{} fees maker {} taker {}",
+                    s.id, spec.name, spec.tick, spec.lot, spec.px_min, spec.px_max, spec.fee_maker, spec.fee_taker
+                ),
+                json!({"symbol": s.id, "name": spec.name, "tick": spec.tick, "lot": spec.lot}),
+            );
+        }
+        Ok(())
+    }
+
+    async fn follow(&mut self, symbols: &[String], bbo: bool, count: Option<u64>) -> Fallible<()> {
+        let mut ids = Vec::new();
+        for symbol in symbols {
+            ids.push(self.symbol(symbol).await?);
+        }
+        let mut stream = self.query.subscribe(&ids).await.map_err(err)?;
+        let mut seen = 0u64;
+        while count.is_none_or(|count| seen < count) {
+            let Some(update) = stream.next_update().await.map_err(err)? else { break };
+            match update.update {
+                Some(proto::market_data_update::Update::Trade(t)) => self.print(
+                    format!("#{} trade symbol {} {} @ {} (taker {})", update.seq, t.symbol, t.qty, t.px, side_name(t.taker_side)),
+                    json!({"seq": update.seq, "ts": update.ts, "trade": {"symbol": t.symbol, "px": t.px, "qty": t.qty}}),
+                ),
+                Some(proto::market_data_update::Update::Bbo(b)) if bbo => self.print(
+                    format!(
+                        "#{} bbo symbol {} bid {:?} x {} ask {:?} x {}",
+                        update.seq, b.symbol, b.bid_px, b.bid_qty, b.ask_px, b.ask_qty
+                    ),
+                    json!({"seq": update.seq, "ts": update.ts, "bbo": {"symbol": b.symbol, "bid_px": b.bid_px,
+                           "bid_qty": b.bid_qty, "ask_px": b.ask_px, "ask_qty": b.ask_qty}}),
+                ),
+                _ => continue,
+            }
+            seen += 1;
+        }
+        Ok(())
+    }
+}
+
+fn side_name(side: i32) -> &'static str {
+    match proto::Side::try_from(side) {
+        Ok(proto::Side::Buy) => "buy",
+        Ok(proto::Side::Sell) => "sell",
+        _ => "?",
+    }
+}
