@@ -176,7 +176,8 @@ impl<B: Book> Engine<B> {
             next_order_id: 1,
             ts_last: 0,
             orders: FxHashMap::default(),
-            orders_closed: VecDeque::new(),
+            // Sized up front: growing a ring of records copies it, a latency spike.
+            orders_closed: VecDeque::with_capacity(config.orders_closed_max as usize),
             scratch: Vec::new(),
         }
     }
