@@ -154,6 +154,30 @@ async fn every_command_applies_exactly_once_across_broken_streams() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_lost_on_a_live_stream_are_resent_after_a_gap_or_a_silence() {
+    let (node, endpoints) = node().await;
+    let quick = ClientOptions { request_timeout: Duration::from_millis(300), batch_len_max: 5, ..options() };
+    let client = Client::connect(endpoints, random_client_id(), quick).await.unwrap();
+    let (_, account, _) = market(&client).await;
+    node.faults.lose_every.store(23, Ordering::Relaxed);
+    let deposit = CommandBody::Deposit { account, asset: AssetId(0), amount: Amount(1) };
+    for reply in client.submit_batch(vec![deposit.clone(); 300]).await.unwrap() {
+        assert_eq!(reply.outcome, Outcome::Ok { id: 0 });
+    }
+    // One command at a time: a lost one has nothing behind it to draw a gap, and only
+    // the silence on the stream brings it back (30 in a row include a lost one).
+    for _ in 0..30 {
+        assert_eq!(client.submit(deposit.clone()).await.unwrap().outcome, Outcome::Ok { id: 0 });
+    }
+    node.faults.lose_every.store(0, Ordering::Relaxed);
+    assert!(node.faults.lost.load(Ordering::Relaxed) >= 10);
+    assert_eq!(node.balance(account.0, 0), 1_000_000 + 330, "every deposit applied exactly once");
+    let stats = client.stats();
+    assert!(stats.rewinds >= 5, "gaps made the client resend: {stats:?}");
+    assert!(stats.reconnects >= 1, "a silent stream was given up: {stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_command_is_reported_and_the_commands_behind_it_still_apply() {
     let (node, endpoints) = node().await;
     let client = Client::connect(endpoints, random_client_id(), options()).await.unwrap();

@@ -113,7 +113,8 @@ pub struct LoadConfig {
 impl Default for LoadConfig {
     fn default() -> Self {
         LoadConfig {
-            endpoints: vec!["127.0.0.1:50051".into()],
+            // The node's default listen address.
+            endpoints: vec!["127.0.0.1:7400".into()],
             connections: 4,
             seconds: 10.0,
             rate: None,

@@ -6,6 +6,9 @@
 //!   sees a broken stream with commands applied whose answers it never got.
 //! - `refuse_amount`: a `Withdraw` of exactly this amount is refused before the log as
 //!   if its shape were wrong (code 1000); the client cannot build a wrong shape itself.
+//! - `lose_every`: every that many commands, one is lost on its way in (neither applied
+//!   nor answered) while the stream goes on, as a command lost in a leader change would
+//!   be; the commands behind it draw `sequence_gap`.
 //! - `paused`: batches wait unanswered while set.
 //! - `down`: streams end and new ones are refused with `UNAVAILABLE`.
 //!
@@ -30,6 +33,9 @@ use tonic::{Request, Response, Status, Streaming};
 #[derive(Default)]
 pub struct Faults {
     pub break_every: AtomicU64,
+    pub lose_every: AtomicU64,
+    received: AtomicU64,
+    pub lost: AtomicU64,
     pub refuse_amount: AtomicU64,
     pub down: AtomicBool,
     /// Commands applied since the last break.
@@ -149,7 +155,12 @@ impl MockNode {
         state.batch_len_seen_max = state.batch_len_seen_max.max(batch.commands.len());
         let mut out = proto::ServerBatch::default();
         let break_every = self.faults.break_every.load(Ordering::Relaxed);
+        let lose_every = self.faults.lose_every.load(Ordering::Relaxed);
         for command in &batch.commands {
+            if lose_every != 0 && self.faults.received.fetch_add(1, Ordering::Relaxed) % lose_every == lose_every - 1 {
+                self.faults.lost.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             self.apply(&mut state, batch.client_id, command, &mut out);
             if break_every != 0 && self.faults.since_break.fetch_add(1, Ordering::Relaxed) + 1 >= break_every {
                 self.faults.since_break.store(0, Ordering::Relaxed);
