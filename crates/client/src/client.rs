@@ -40,6 +40,11 @@ use crate::reply::Reply;
 use crate::window::{AckEffect, Window};
 
 /// Something the session tells the holder of the event stream.
+///
+/// Fills and cancellations are at most once: the node sends them to the client's
+/// current stream and does not replay them after a reconnect, so a caller that must
+/// know every fill reads the order (`Query.GetOrder`) after [`ClientStats::reconnects`]
+/// moves.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SessionEvent {
     /// The answer to a command sent with [`Client::send`] or [`Permit::send`].
@@ -248,7 +253,8 @@ impl Client {
     }
 
     /// Sends one command without waiting for its answer (which goes to the event
-    /// stream); waits only for a window slot. Returns the command's seq.
+    /// stream: take it with [`Client::events`] first, or the answer is dropped); waits
+    /// only for a window slot. Returns the command's seq.
     pub async fn send(&self, body: &CommandBody) -> Result<u64> {
         self.reserve().await?.send(body)
     }
