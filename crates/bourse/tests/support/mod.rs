@@ -46,6 +46,8 @@ pub struct NodeProcess {
     child: Option<Child>,
     pub addr: SocketAddr,
     stderr: Arc<Mutex<String>>,
+    /// Copies the child's stderr into `stderr`; done once the child has exited.
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A `bourse serve` that exited before it listened.
@@ -82,7 +84,7 @@ impl NodeProcess {
         let stderr = Arc::new(Mutex::new(String::new()));
         let stderr_pipe = child.stderr.take().expect("piped stderr");
         let stderr_sink = Arc::clone(&stderr);
-        std::thread::spawn(move || drain(stderr_pipe, &stderr_sink));
+        let stderr_reader = std::thread::spawn(move || drain(stderr_pipe, &stderr_sink));
         let (lines, addresses) = mpsc::channel();
         let stdout_pipe = child.stdout.take().expect("piped stdout");
         std::thread::spawn(move || {
@@ -93,7 +95,7 @@ impl NodeProcess {
                 }
             }
         });
-        let mut node = NodeProcess { child: Some(child), addr: listen, stderr };
+        let mut node = NodeProcess { child: Some(child), addr: listen, stderr, stderr_reader: Some(stderr_reader) };
         let started = Instant::now();
         loop {
             if let Ok(addr) = addresses.recv_timeout(Duration::from_millis(20)) {
@@ -102,8 +104,7 @@ impl NodeProcess {
             }
             if let Some(status) = node.child_mut().try_wait().expect("try_wait") {
                 node.child = None;
-                // The stderr thread may still be copying the last lines.
-                std::thread::sleep(Duration::from_millis(100));
+                node.stderr_join();
                 return Err(StartFailure { status, stderr: node.stderr() });
             }
             if started.elapsed() > PROCESS_WAIT_MAX {
@@ -118,6 +119,13 @@ impl NodeProcess {
 
     fn child_mut(&mut self) -> &mut Child {
         self.child.as_mut().expect("running")
+    }
+
+    /// Waits until the exited child's stderr is copied to its end.
+    fn stderr_join(&mut self) {
+        if let Some(reader) = self.stderr_reader.take() {
+            reader.join().expect("stderr reader");
+        }
     }
 
     /// Everything the node wrote to stderr so far.
@@ -136,15 +144,25 @@ impl NodeProcess {
         child.wait().expect("reap");
     }
 
-    /// SIGTERM, then waits for the exit. Returns the status and the whole stderr.
-    pub fn terminate(mut self) -> (ExitStatus, String) {
+    /// Sends SIGTERM: the node should finish, answer what it owes, and exit 0.
+    pub fn term(&self) {
         let pid = self.pid();
         let sent = Process::new("kill").arg("-TERM").arg(pid.to_string()).status().expect("run kill");
         assert!(sent.success(), "kill -TERM {pid} failed");
-        let status = wait_exit(self.child_mut(), "bourse serve after SIGTERM");
+    }
+
+    /// Waits for the exit. Returns the status and the whole stderr.
+    pub fn wait(mut self) -> (ExitStatus, String) {
+        let status = wait_exit(self.child_mut(), "bourse serve");
         self.child = None;
-        std::thread::sleep(Duration::from_millis(50));
+        self.stderr_join();
         (status, self.stderr())
+    }
+
+    /// SIGTERM, then waits for the exit. Returns the status and the whole stderr.
+    pub fn terminate(self) -> (ExitStatus, String) {
+        self.term();
+        self.wait()
     }
 }
 
