@@ -9,9 +9,9 @@ test:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace
 
-# Until the server exists, the demo is the engine benchmark on exchange-core's 2020 mix.
+# The engine benchmark, then a local durable exchange under load (scripts/demo.sh).
 demo: build
-	./target/release/bourse bench engine --workload ec2020
+	./scripts/demo.sh
 
 build:
 	$(CARGO) build --release -p bourse
@@ -33,3 +33,4 @@ bench: build
 	./target/release/bourse bench engine --workload ec2018
 	./target/release/bourse bench engine --workload sweep
 	./target/release/bourse bench engine --workload scale
+	./target/release/bourse bench recovery

@@ -165,7 +165,8 @@ impl Core {
         if let Some(writer) = self.snapshot_writer.take() {
             let _ = writer.join();
         }
-        tracing::info!(index = self.next_index - 1, "core stopped");
+        let state_hash = bourse_engine::hex(&self.engine.state_hash());
+        tracing::info!(index = self.next_index - 1, %state_hash, "core stopped");
     }
 
     /// Applies one batch; returns true when a shutdown was requested.

@@ -16,7 +16,6 @@ use bourse_engine::{codec, Engine, Event};
 use bourse_journal::{GroupCommit, GroupCommitConfig, Journal, JournalConfig};
 use bourse_protocol::proto;
 use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::config::NodeConfig;
 use crate::core::{Core, Request};
@@ -214,7 +213,8 @@ async fn serve(listener: tokio::net::TcpListener, shared: Shared, message_bytes_
         .add_service(admin)
         .add_service(query)
         .add_service(market)
-        .serve_with_incoming(TcpListenerStream::new(listener))
+        // No Nagle: an ack batch must not wait for the peer's delayed ACK (40 ms).
+        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)))
         .await;
     if let Err(error) = result {
         tracing::error!(%error, "gRPC server stopped");
