@@ -17,7 +17,7 @@ stop_node() {
   fi
   node_pid=
 }
-trap 'stop_node; rm -rf "$data"' EXIT
+trap 'stop_node; rm -rf "$data" "$data.log"' EXIT
 
 echo "== 1. The matching engine alone: exchange-core's 2020 mix, one thread, risk checks on"
 "$bourse" bench engine --workload ec2020 --cycles 3 --rates 1000000
@@ -59,5 +59,6 @@ fi
 
 stop_node
 echo
-echo "== 6. Stopped cleanly; replaying its journal gives the same state:"
-"$bourse" replay "$data"
+echo "== 6. Stopped cleanly; the node's last words, then a replay of its journal (same index and hash):"
+grep -o 'core stopped.*' "$data.log" || true
+"$bourse" replay "$data" 2>/dev/null
