@@ -19,8 +19,8 @@
 //! every few hundred commands also prune the log; the replay then starts from the
 //! oldest snapshot the log still reaches and checks the acks after it.
 //!
-//! A second, ignored test stops a node with SIGTERM under load and expects every
-//! logged command of the session to have been acknowledged (a node bug, see its reason).
+//! A second test stops a node with SIGTERM under load and expects every logged command
+//! of the session to have been acknowledged before its stream ended.
 
 mod support;
 
@@ -468,7 +468,6 @@ fn applied_once_check(
 /// last acks before it stops serving (node.rs), so every command of a session that
 /// reached the log was acknowledged on that session before its stream ended.
 #[test]
-#[ignore = "NODE BUG: on SIGTERM the session stream ends with Unavailable before the acks of the last durable batches"]
 fn sigterm_under_load_acks_every_logged_command() {
     const CLIENT: u64 = CLIENT_ID_BASE + 50;
     /// Acks to see before the SIGTERM, so the shutdown lands in full flow.

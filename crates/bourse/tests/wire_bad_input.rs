@@ -16,7 +16,7 @@
 //!
 //! Two stream lifecycle tests run their own node: a client that half-closes its stream
 //! still hears every ack, and a client dropped for not reading its acks sees its stream
-//! end. Both are ignored while the node bugs they reproduce stand (see their reasons).
+//! end with an error.
 
 mod support;
 
@@ -413,7 +413,6 @@ async fn client_id_changes(fixture: &mut Fixture) {
 /// A client that sends its batches and then closes its side of the stream (gRPC's way
 /// of saying it has nothing more to send) still hears every ack, then a clean end.
 #[test]
-#[ignore = "NODE BUG: the session ends its reply stream as soon as the client half-closes, dropping every pending ack"]
 fn a_session_half_closed_by_the_client_still_gets_every_ack() {
     const CLIENT: u64 = 400;
     const BATCHES: u64 = 4;
@@ -454,7 +453,6 @@ const BATCH_LEN: u64 = 16;
 /// with an error (outbox.rs: "its stream ends; the client reconnects and resends")
 /// rather than staying open while the node applies its commands without answering.
 #[test]
-#[ignore = "NODE BUG: a session dropped as slow stays open and silent; its later commands apply without acks"]
 fn a_session_dropped_for_not_reading_ends_its_stream() {
     const CLIENT: u64 = 401;
     const DROP_WAIT_MAX: Duration = Duration::from_secs(20);

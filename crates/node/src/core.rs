@@ -51,6 +51,11 @@ pub enum Request {
         query: QueryRequest,
         reply: oneshot::Sender<QueryAnswer>,
     },
+    /// The client closed its side of a session: end it once the acks before are out.
+    EndSession {
+        client: ClientId,
+        session: u64,
+    },
     /// Finish the current batch, then stop.
     Shutdown,
 }
@@ -184,6 +189,7 @@ impl Core {
                     let answer = answer(&self.engine, self.next_index - 1, query);
                     outputs.push(Output::Query { reply, answer });
                 }
+                Request::EndSession { client, session } => outputs.push(Output::EndSession { client, session }),
                 Request::Shutdown => stop = true,
             }
         }

@@ -124,8 +124,14 @@ pub struct Node {
     core_sender: mpsc::Sender<Request>,
     core: std::thread::JoinHandle<()>,
     group: GroupCommit,
+    sessions: Arc<Sessions>,
+    shutdown: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
+    server_stop: tokio::sync::oneshot::Sender<()>,
 }
+
+/// How long a stopping node waits for its connections to take their last replies.
+const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(3);
 
 impl Node {
     /// Recovers from `config.data` and starts serving. Must run inside a tokio runtime.
@@ -164,9 +170,11 @@ impl Node {
             config.clone(),
         );
         let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
+        let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
         let shared = Shared {
             core: core_sender.clone(),
-            sessions,
+            sessions: Arc::clone(&sessions),
+            shutdown: shutdown_seen,
             market,
             metrics: Arc::clone(&metrics),
             client_batch_commands_max: config.client_batch_commands_max,
@@ -175,18 +183,33 @@ impl Node {
         };
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max));
+        let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
         let metrics_addr = match config.metrics_listen {
             Some(listen) => Some(crate::metrics::serve(listen, Arc::clone(&metrics), group.handle()).await?),
             None => None,
         };
         tracing::info!(%addr, ?metrics_addr, data = %config.data.display(), "serving");
-        Ok(Node { addr, metrics_addr, recovered, metrics, core_sender, core, group, server })
+        Ok(Node {
+            addr,
+            metrics_addr,
+            recovered,
+            metrics,
+            core_sender,
+            core,
+            group,
+            sessions,
+            shutdown,
+            server,
+            server_stop,
+        })
     }
 
     /// Finishes the current batch, makes everything durable, answers what is owed, and
-    /// stops serving.
+    /// stops serving: sessions stop being read, their streams end after the last acks,
+    /// and connections get up to `SHUTDOWN_FLUSH_MAX` to take them.
     pub async fn shutdown(self) -> Result<(), NodeError> {
+        let _ = self.shutdown.send(true);
         let _ = self.core_sender.send(Request::Shutdown).await;
         drop(self.core_sender);
         let core = self.core;
@@ -194,12 +217,23 @@ impl Node {
         let group = self.group;
         let journal = tokio::task::spawn_blocking(move || group.shutdown()).await.expect("join task")?;
         tracing::info!(durable = journal.durable_index(), "journal closed");
-        self.server.abort();
+        self.sessions.end_all();
+        let _ = self.server_stop.send(());
+        let mut server = self.server;
+        if tokio::time::timeout(SHUTDOWN_FLUSH_MAX, &mut server).await.is_err() {
+            tracing::warn!("connections still open after the flush window; closing them");
+            server.abort();
+        }
         Ok(())
     }
 }
 
-async fn serve(listener: tokio::net::TcpListener, shared: Shared, message_bytes_max: usize) {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Shared,
+    message_bytes_max: usize,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) {
     use bourse_protocol::proto::{admin_server, market_data_server, order_entry_server, query_server};
     let order_entry = order_entry_server::OrderEntryServer::new(OrderEntryService(shared.clone()))
         .max_decoding_message_size(message_bytes_max);
@@ -214,7 +248,12 @@ async fn serve(listener: tokio::net::TcpListener, shared: Shared, message_bytes_
         .add_service(query)
         .add_service(market)
         // No Nagle: an ack batch must not wait for the peer's delayed ACK (40 ms).
-        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async {
+                let _ = stop.await;
+            },
+        )
         .await;
     if let Err(error) = result {
         tracing::error!(%error, "gRPC server stopped");

@@ -32,32 +32,69 @@ pub enum ClientItem {
 
 /// One output of the core, released once durable.
 pub enum Output {
-    Client { client: ClientId, item: ClientItem },
-    Unary { reply: oneshot::Sender<proto::Ack>, ack: proto::Ack },
-    Query { reply: oneshot::Sender<QueryAnswer>, answer: QueryAnswer },
+    Client {
+        client: ClientId,
+        item: ClientItem,
+    },
+    Unary {
+        reply: oneshot::Sender<proto::Ack>,
+        ack: proto::Ack,
+    },
+    Query {
+        reply: oneshot::Sender<QueryAnswer>,
+        answer: QueryAnswer,
+    },
     Market(proto::MarketDataUpdate),
+    /// The client closed its side of the session: end the stream after the acks before.
+    EndSession {
+        client: ClientId,
+        session: u64,
+    },
 }
 
 /// The sending side of one order-entry session.
 pub type Outbox = mpsc::Sender<Result<proto::ServerBatch, tonic::Status>>;
 
+/// How the node reaches one connected session. The session's reply stream ends once
+/// every `Outbox` and `kill` sender is gone (after delivering what is buffered), or at
+/// once with an error when `kill` is used.
+pub struct SessionHandle {
+    pub session: u64,
+    pub outbox: Outbox,
+    /// Ends the reply stream with an error status, ahead of anything buffered.
+    pub kill: Outbox,
+    /// Tells the session's reader to stop reading commands.
+    pub stop_reading: Arc<tokio::sync::Notify>,
+}
+
 /// Connected sessions by client id. A newer connection of the same client replaces
-/// the older one; `session` tells them apart when the older one closes.
+/// (and ends) the older one; `session` tells them apart when the older one closes.
 #[derive(Default)]
 pub struct Sessions {
-    by_client: Mutex<FxHashMap<ClientId, (u64, Outbox)>>,
+    by_client: Mutex<FxHashMap<ClientId, SessionHandle>>,
 }
 
 impl Sessions {
-    pub fn register(&self, client: ClientId, session: u64, outbox: Outbox) {
-        self.by_client.lock().expect("sessions lock").insert(client, (session, outbox));
+    pub fn register(&self, client: ClientId, handle: SessionHandle) {
+        let replaced = self.by_client.lock().expect("sessions lock").insert(client, handle);
+        if let Some(old) = replaced {
+            old.stop_reading.notify_one();
+        }
     }
 
-    /// Forgets the client's outbox if it is still this session's.
+    /// Forgets the client's session if it is still this one; its stream then ends
+    /// after what is buffered.
     pub fn unregister(&self, client: ClientId, session: u64) {
         let mut sessions = self.by_client.lock().expect("sessions lock");
-        if sessions.get(&client).is_some_and(|(s, _)| *s == session) {
+        if sessions.get(&client).is_some_and(|h| h.session == session) {
             sessions.remove(&client);
+        }
+    }
+
+    /// Ends every session after what is buffered (node shutdown).
+    pub fn end_all(&self) {
+        for (_, handle) in self.by_client.lock().expect("sessions lock").drain() {
+            handle.stop_reading.notify_one();
         }
     }
 }
@@ -136,20 +173,35 @@ impl Pending {
                 Output::Market(update) => {
                     let _ = self.market.send(update);
                 }
+                Output::EndSession { client, session } => {
+                    // Everything before it was collected above; send it first.
+                    self.send_to_sessions(&mut per_client, &mut order);
+                    self.sessions.unregister(client, session);
+                }
             }
         }
+        self.send_to_sessions(&mut per_client, &mut order);
+    }
+
+    fn send_to_sessions(&self, per_client: &mut FxHashMap<ClientId, proto::ServerBatch>, order: &mut Vec<ClientId>) {
         if order.is_empty() {
             return;
         }
         let mut sessions = self.sessions.by_client.lock().expect("sessions lock");
-        for client in order {
+        for client in order.drain(..) {
             let batch = per_client.remove(&client).expect("collected above");
-            let Some((_, outbox)) = sessions.get(&client) else { continue };
-            match outbox.try_send(Ok(batch)) {
+            let Some(handle) = sessions.get(&client) else { continue };
+            match handle.outbox.try_send(Ok(batch)) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    // The client must reconnect and resend; never block the writer here.
-                    sessions.remove(&client);
+                    // Never block the writer: end the session with an error, so the
+                    // client reconnects and resends (exactly-once answers the resends).
+                    let handle = sessions.remove(&client).expect("found above");
+                    let status = tonic::Status::resource_exhausted(
+                        "session dropped: it does not read its acks; reconnect and resend",
+                    );
+                    let _ = handle.kill.try_send(Err(status));
+                    handle.stop_reading.notify_one();
                     self.metrics.sessions_dropped_slow.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(client = client.0, "session dropped: it does not read its acks");
                 }

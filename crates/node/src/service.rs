@@ -21,7 +21,7 @@ use tonic::{Request as GrpcRequest, Response, Status, Streaming};
 
 use crate::core::{Reply, Request};
 use crate::metrics::Metrics;
-use crate::outbox::Sessions;
+use crate::outbox::{SessionHandle, Sessions};
 use crate::query::{QueryAnswer, QueryReply, QueryRequest};
 
 /// What every service needs: the way to the core, the sessions, the market feed.
@@ -34,6 +34,8 @@ pub struct Shared {
     pub client_batch_commands_max: usize,
     pub session_outbox_max: usize,
     pub session_ids: Arc<AtomicU64>,
+    /// Becomes true when the node shuts down: readers stop reading, quietly.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Shared {
@@ -72,61 +74,120 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         let mut inbound = request.into_inner();
         let shared = self.0.clone();
         let (outbox, outgoing) = mpsc::channel(shared.session_outbox_max);
+        let (kill, killed) = mpsc::channel(1);
+        let stop_reading = Arc::new(tokio::sync::Notify::new());
         let session = shared.session_ids.fetch_add(1, Ordering::Relaxed);
+        let handle = SessionHandle { session, outbox: outbox.clone(), kill, stop_reading: Arc::clone(&stop_reading) };
         tokio::spawn(async move {
-            let mut client: Option<ClientId> = None;
             shared.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
-            let ended = session_read(&shared, &mut inbound, &outbox, session, &mut client).await;
-            if let Err(status) = ended {
-                let _ = outbox.send(Err(status)).await;
+            let mut reader = SessionReader { shared: &shared, handle: Some(handle), client: None, session };
+            let end = tokio::select! {
+                end = reader.read(&mut inbound) => end,
+                _ = stop_reading.notified() => ReadEnd::Stopped,
+                _ = wait_shutdown(shared.shutdown.clone()) => ReadEnd::Stopped,
+            };
+            match (end, reader.client) {
+                // The client has nothing more to send: end the stream once the core has
+                // released the acks of everything before (the request queue is FIFO).
+                (ReadEnd::ClientClosed, Some(client)) => {
+                    if shared.send(Request::EndSession { client, session }).await.is_err() {
+                        shared.sessions.unregister(client, session);
+                    }
+                }
+                (ReadEnd::Broken(status), client) => {
+                    let _ = outbox.try_send(Err(status));
+                    if let Some(client) = client {
+                        shared.sessions.unregister(client, session);
+                    }
+                }
+                _ => {}
             }
-            if let Some(client) = client {
-                shared.sessions.unregister(client, session);
-            }
+            drop(outbox);
             shared.metrics.sessions_open.fetch_sub(1, Ordering::Relaxed);
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(outgoing))))
+        let replies = ReceiverStream::new(outgoing).merge(ReceiverStream::new(killed));
+        Ok(Response::new(Box::pin(replies)))
     }
 }
 
-/// Reads one session's batches until the client closes the stream or breaks a rule.
-async fn session_read(
-    shared: &Shared,
-    inbound: &mut Streaming<proto::ClientBatch>,
-    outbox: &crate::outbox::Outbox,
+async fn wait_shutdown(mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    while !*shutdown.borrow() {
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// How reading a session's commands ended.
+enum ReadEnd {
+    /// The client closed its side of the stream.
+    ClientClosed,
+    /// The stream broke or the client broke a rule: end it with this status.
+    Broken(Status),
+    /// The node ended the session (dropped as slow, replaced, shutting down).
+    Stopped,
+}
+
+/// Reads one session's batches and forwards them to the core.
+struct SessionReader<'a> {
+    shared: &'a Shared,
+    /// Registered with the node at the first batch, when the client id is known.
+    handle: Option<SessionHandle>,
+    client: Option<ClientId>,
     session: u64,
-    client: &mut Option<ClientId>,
-) -> Result<(), Status> {
-    while let Some(batch) = inbound.next().await {
-        let batch = batch?;
+}
+
+impl SessionReader<'_> {
+    /// Reads batches until the client closes the stream or breaks a rule.
+    async fn read(&mut self, inbound: &mut Streaming<proto::ClientBatch>) -> ReadEnd {
+        while let Some(batch) = inbound.next().await {
+            let batch = match batch {
+                Ok(batch) => batch,
+                Err(status) => return ReadEnd::Broken(status),
+            };
+            if let Err(status) = self.check(&batch) {
+                return ReadEnd::Broken(status);
+            }
+            if batch.commands.is_empty() {
+                continue;
+            }
+            let client = ClientId(batch.client_id);
+            let items = batch.commands.iter().map(|c| (c.seq, convert_command(c))).collect();
+            if self.shared.send(Request::Commands { client, items, reply: Reply::Session }).await.is_err() {
+                // The core has stopped: the node is shutting down and ends the stream.
+                return ReadEnd::Stopped;
+            }
+        }
+        ReadEnd::ClientClosed
+    }
+
+    /// One client id per stream (registered at the first batch) and bounded batches.
+    fn check(&mut self, batch: &proto::ClientBatch) -> Result<(), Status> {
         let id = ClientId(batch.client_id);
-        match *client {
+        match self.client {
             None => {
                 if id.0 == 0 {
                     return Err(Status::invalid_argument("client_id 0 is reserved"));
                 }
-                shared.sessions.register(id, session, outbox.clone());
-                *client = Some(id);
+                let handle = self.handle.take().expect("registered once");
+                debug_assert_eq!(handle.session, self.session);
+                self.shared.sessions.register(id, handle);
+                self.client = Some(id);
             }
             Some(first) if first != id => {
                 return Err(Status::invalid_argument(format!("client_id {} changed to {} mid-stream", first.0, id.0)));
             }
             Some(_) => {}
         }
-        if batch.commands.len() > shared.client_batch_commands_max {
+        let max = self.shared.client_batch_commands_max;
+        if batch.commands.len() > max {
             return Err(Status::invalid_argument(format!(
-                "a batch of {} commands exceeds client_batch_commands_max {}",
-                batch.commands.len(),
-                shared.client_batch_commands_max
+                "a batch of {} commands exceeds client_batch_commands_max {max}",
+                batch.commands.len()
             )));
         }
-        if batch.commands.is_empty() {
-            continue;
-        }
-        let items = batch.commands.iter().map(|c| (c.seq, convert_command(c))).collect();
-        shared.send(Request::Commands { client: id, items, reply: Reply::Session }).await?;
+        Ok(())
     }
-    Ok(())
 }
 
 pub struct AdminService(pub Shared);
