@@ -89,11 +89,7 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
             match (end, reader.client) {
                 // The client has nothing more to send: end the stream once the core has
                 // released the acks of everything before (the request queue is FIFO).
-                (ReadEnd::ClientClosed, Some(client)) => {
-                    if shared.send(Request::EndSession { client, session }).await.is_err() {
-                        shared.sessions.unregister(client, session);
-                    }
-                }
+                (ReadEnd::ClientClosed, Some(client)) => end_after_acks(&shared, client, session).await,
                 (ReadEnd::Broken(status), client) => {
                     let _ = outbox.try_send(Err(status));
                     if let Some(client) = client {
@@ -107,6 +103,13 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         });
         let replies = ReceiverStream::new(outgoing).merge(ReceiverStream::new(killed));
         Ok(Response::new(Box::pin(replies)))
+    }
+}
+
+/// Ends a session once the core has released the acks of everything queued before.
+async fn end_after_acks(shared: &Shared, client: ClientId, session: u64) {
+    if shared.send(Request::EndSession { client, session }).await.is_err() {
+        shared.sessions.unregister(client, session);
     }
 }
 
