@@ -395,8 +395,10 @@ impl<B: Book> Engine<B> {
         let qty = order.qty_remaining();
         let delta = match order.side {
             Side::Buy => {
-                let new = hold_buy(spec, px, qty).ok_or(Reject::AmountOverflow)?;
-                new.0 - hold_buy(spec, order.px, qty).expect("hold fitted when placed").0
+                // The taker-fee part of the hold depends on the quantity only, so the
+                // hold changes by the price difference times the quantity.
+                hold_buy(spec, px, qty).ok_or(Reject::AmountOverflow)?;
+                (px.0 - order.px.0) * qty.0
             }
             Side::Sell => 0,
         };
