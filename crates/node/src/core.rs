@@ -200,8 +200,12 @@ impl Core {
         self.metrics.batch_commands.lock().expect("metrics lock").record(proposals.len() as u64);
         // Park the outputs before submitting, so the durability report cannot overtake them.
         self.pending.push(last_index, outputs);
-        if !proposals.is_empty() {
-            if let Err(error) = self.journal.submit(proposals) {
+        // The last request taken may carry the batch past `batch_commands_max`; the
+        // journal takes batches of at most that many, in order.
+        let mut proposals = proposals.into_iter().peekable();
+        while proposals.peek().is_some() {
+            let chunk: Vec<Proposal> = proposals.by_ref().take(self.config.batch_commands_max).collect();
+            if let Err(error) = self.journal.submit(chunk) {
                 // The journal can no longer make anything durable: stop the node.
                 tracing::error!(%error, "journal failed; stopping");
                 std::process::abort();

@@ -136,3 +136,24 @@ async fn trade_over_grpc_then_restart_recovers_the_same_state() {
     let (_, _, replayed) = bourse_node::recover(dir.path(), &NodeConfig::default()).unwrap();
     assert_eq!((replayed.index, replayed.state_hash), (index, hash));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_batch_larger_than_the_journal_batch_is_logged_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    // The core takes whole client batches, so one batch of 10 goes past 4.
+    let node = Node::start(NodeConfig { batch_commands_max: 4, ..config(dir.path()) }).await.unwrap();
+    let addr = node.addr;
+    market(addr).await;
+    let mut order_entry = OrderEntryClient::connect(format!("http://{addr}")).await.unwrap();
+    let commands = (1..=10).map(|seq| place(seq, 0, Side::Sell, 200 + seq as i64, 1)).collect();
+    let batches = tokio_stream::iter(vec![proto::ClientBatch { client_id: 9, commands }]);
+    let mut replies = order_entry.session(batches).await.unwrap().into_inner();
+    let mut acks = Vec::new();
+    while let Some(batch) = replies.next().await {
+        acks.extend(batch.unwrap().acks);
+    }
+    assert_eq!(acks.iter().map(|a| a.seq).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
+    let indexes: Vec<u64> = acks.iter().map(|a| a.log_index).collect();
+    assert!(indexes.windows(2).all(|w| w[1] == w[0] + 1), "{indexes:?}");
+    node.shutdown().await.unwrap();
+}
