@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bourse_engine::command::{Command, CommandBody};
+use bourse_engine::command::{Command, CommandBody, OrderKind};
 use bourse_engine::{codec, AccountId, ClientId, Engine, Event, OrderId, OrderStatus, Side, SymbolId};
 use bourse_journal::{GroupCommitHandle, Proposal};
 use bourse_protocol::convert::{self, ConvertError, LogPosition};
@@ -69,6 +69,26 @@ impl Request {
     }
 }
 
+/// Counts of the current batch, added to the shared metrics once per batch.
+#[derive(Default)]
+struct Counts {
+    applied: u64,
+    rejected: u64,
+    duplicate: u64,
+    refused_shape: u64,
+}
+
+impl Counts {
+    fn publish(&mut self, metrics: &Metrics) {
+        use std::sync::atomic::Ordering::Relaxed;
+        metrics.commands_applied.fetch_add(self.applied, Relaxed);
+        metrics.commands_rejected.fetch_add(self.rejected, Relaxed);
+        metrics.commands_duplicate.fetch_add(self.duplicate, Relaxed);
+        metrics.commands_refused_shape.fetch_add(self.refused_shape, Relaxed);
+        *self = Counts::default();
+    }
+}
+
 /// Who placed an open order, for routing its fills and cancellation.
 #[derive(Clone, Copy)]
 struct Owner {
@@ -98,6 +118,9 @@ pub struct Core {
     events: Vec<Event>,
     /// Orders that acted as the incoming side in the current command (scratch).
     takers: Vec<OrderId>,
+    /// Orders of the current command that rest or wait for a trigger (scratch).
+    live: Vec<OrderId>,
+    counts: Counts,
     commands_since_snapshot: u64,
     snapshot_at: Instant,
     snapshot_writer: Option<std::thread::JoinHandle<()>>,
@@ -142,6 +165,8 @@ impl Core {
             bbo_dirty: Vec::new(),
             events: Vec::new(),
             takers: Vec::new(),
+            live: Vec::new(),
+            counts: Counts::default(),
             commands_since_snapshot: 0,
             snapshot_at: Instant::now(),
             snapshot_writer: None,
@@ -160,7 +185,7 @@ impl Core {
                 commands += next.commands_len();
                 batch.push(next);
             }
-            self.metrics.queue_depth.fetch_sub(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
+            self.metrics.queue_depth.0.fetch_sub(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
             let stop = self.process(&mut batch);
             if stop {
                 break;
@@ -197,6 +222,7 @@ impl Core {
         let last_index = self.next_index - 1;
         self.metrics.applied_index.store(last_index, std::sync::atomic::Ordering::Relaxed);
         self.metrics.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counts.publish(&self.metrics);
         self.metrics.batch_commands.lock().expect("metrics lock").record(proposals.len() as u64);
         // Park the outputs before submitting, so the durability report cannot overtake them.
         self.pending.push(last_index, outputs);
@@ -226,7 +252,7 @@ impl Core {
         for (i, (seq, body)) in items.into_iter().enumerate() {
             let ack = match body {
                 Err(error) => {
-                    self.metrics.commands_refused_shape.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.counts.refused_shape += 1;
                     convert::ack_refused(seq, &error)
                 }
                 Ok(body) => {
@@ -264,11 +290,11 @@ impl Core {
         self.events.clear();
         let applied = self.engine.apply(&command, &mut self.events);
         let counter = match (applied.duplicate, applied.outcome) {
-            (true, _) => &self.metrics.commands_duplicate,
-            (false, bourse_engine::Outcome::Rejected(_)) => &self.metrics.commands_rejected,
-            (false, _) => &self.metrics.commands_applied,
+            (true, _) => &mut self.counts.duplicate,
+            (false, bourse_engine::Outcome::Rejected(_)) => &mut self.counts.rejected,
+            (false, _) => &mut self.counts.applied,
         };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *counter += 1;
         self.commands_since_snapshot += 1;
         self.route_events(command.client, LogPosition { log_index: index, ts: command.ts }, outputs);
         convert::ack(command.seq, index, &applied)
@@ -280,13 +306,18 @@ impl Core {
         let market = self.market.receiver_count() > 0;
         let mut trade_seq = 0u32;
         let mut takers = std::mem::take(&mut self.takers);
+        let mut live = std::mem::take(&mut self.live);
         let events = std::mem::take(&mut self.events);
         for event in &events {
             match *event {
-                Event::Accepted { order, account, symbol, .. } => {
+                Event::Accepted { order, account, symbol, kind, .. } => {
                     self.owners.insert(order, Owner { client, account, symbol });
                     takers.push(order);
+                    if matches!(kind, OrderKind::StopLimit { .. } | OrderKind::StopMarket { .. }) {
+                        live.push(order);
+                    }
                 }
+                Event::Triggered { order, .. } => live.retain(|&o| o != order),
                 Event::Moved { order, .. } => {
                     if let Some(owner) = self.owners.get_mut(&order) {
                         owner.client = client;
@@ -321,7 +352,10 @@ impl Core {
                         self.mark_bbo_dirty(owner.symbol, market);
                     }
                 }
-                Event::Rested { symbol, .. } => self.mark_bbo_dirty(symbol, market),
+                Event::Rested { order, symbol, .. } => {
+                    live.push(order);
+                    self.mark_bbo_dirty(symbol, market);
+                }
                 Event::Reduced { order, .. } | Event::Refreshed { order, .. } => {
                     if let Some(owner) = self.owners.get(&order) {
                         let symbol = owner.symbol;
@@ -332,15 +366,20 @@ impl Core {
             }
         }
         self.events = events;
-        // An order that filled completely as the incoming side leaves no event saying so.
+        // An order that filled completely as the incoming side leaves no event saying so:
+        // it is every incoming order that neither rested nor waits for its trigger.
         takers.dedup();
         for &order in &takers {
-            if !matches!(self.engine.order_status(order), Some(OrderStatus::Open | OrderStatus::Pending)) {
+            if !live.contains(&order) {
                 self.owners.remove(&order);
             }
         }
+        debug_assert!(takers.iter().all(|&o| live.contains(&o)
+            == matches!(self.engine.order_status(o), Some(OrderStatus::Open | OrderStatus::Pending))));
         takers.clear();
+        live.clear();
         self.takers = takers;
+        self.live = live;
     }
 
     fn mark_bbo_dirty(&mut self, symbol: SymbolId, market: bool) {

@@ -40,9 +40,9 @@ pub struct Shared {
 
 impl Shared {
     async fn send(&self, request: Request) -> Result<(), Status> {
-        self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
+        self.metrics.queue_depth.0.fetch_add(1, Ordering::Relaxed);
         self.core.send(request).await.map_err(|_| {
-            self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.queue_depth.0.fetch_sub(1, Ordering::Relaxed);
             Status::unavailable("the node is shutting down")
         })
     }
