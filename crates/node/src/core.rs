@@ -201,8 +201,10 @@ impl Core {
 
     /// Applies one batch; returns true when a shutdown was requested.
     fn process(&mut self, batch: &mut Vec<Request>) -> bool {
-        let mut outputs: Vec<Output> = Vec::new();
-        let mut proposals: Vec<Proposal> = Vec::new();
+        let commands: usize = batch.iter().map(Request::commands_len).sum();
+        // An ack per command plus room for fills: sized once, not grown command by command.
+        let mut outputs: Vec<Output> = Vec::with_capacity(commands * 2);
+        let mut proposals: Vec<Proposal> = Vec::with_capacity(commands);
         let mut stop = false;
         for request in batch.drain(..) {
             match request {
