@@ -6,13 +6,25 @@
 //! - `index`: order id → slab slot (an Fx hash map: ids are sequential integers and
 //!   never iterated, so the map's order cannot leak into any output).
 //! - one [`Ladder`] per side: price → level, in 64-price blocks. Each block has a
-//!   64-bit occupancy bitmap and the level slots; blocks are found by hashing the block
-//!   number, and an ordered set of occupied block numbers is touched only when a block
-//!   becomes empty or occupied. The best price is cached; when its level empties the
-//!   next one is found with one bit scan in the same block, or one ordered-set step.
+//!   64-bit occupancy bitmap and the level slots; an ordered set of occupied block
+//!   numbers is touched only when a block becomes empty or occupied. The best price is
+//!   cached; when its level empties the next one is found with one bit scan in the same
+//!   block, or one ordered-set step.
+//! - finding a block: a hash map (block number → pool index) always holds every
+//!   occupied block. While the occupied blocks span at most `DENSE_SPAN_MAX` (4096
+//!   blocks, 262,144 prices with a tick of one) a dense table indexed by block number
+//!   minus a base holds the same entries (`NIL` for the rest of its range), and every
+//!   level access uses it instead of hashing: level accesses are on every insert, move
+//!   and cancel, block changes are rare. Invariant: when the table is on, every
+//!   occupied block lies in its range and both agree (checked by `check_invariants`).
+//!   A new block outside the range rebuilds the table over the occupied span plus some
+//!   slack, or turns it off when that span is too wide; a later new block turns it back
+//!   on once the span is narrow again. Removing a block only clears its entry.
 //!
 //! Complexity: insert, cancel and fill are O(1) expected, except when a level empties
-//! a block (O(log blocks)). Iterating a side is O(levels + orders).
+//! or occupies a block (O(log blocks)), and when a new block lies outside the dense
+//! table's range (a rebuild, O(`DENSE_SPAN_MAX` + blocks)). Iterating a side is
+//! O(levels + orders).
 //!
 //! Prices are used as ladder keys directly (not divided by the tick): with a tick of
 //! one every bit is a possible level; with a larger tick blocks are sparser, which
@@ -55,11 +67,23 @@ struct Block {
 struct Ladder {
     side: Side,
     blocks: FxHashMap<i64, u32>,
+    /// Dense copy of `blocks` when on: `dense[block - dense_base]` is the block's pool
+    /// index or `NIL`, and every block in `blocks` lies in the covered range, so a
+    /// block outside it is empty without hashing. Off (empty) when the occupied blocks
+    /// span more than [`DENSE_SPAN_MAX`].
+    dense: Vec<u32>,
+    dense_base: i64,
     pool: Vec<Block>,
     pool_free: Vec<u32>,
     occupied: BTreeSet<i64>,
     best: Option<i64>,
 }
+
+/// The widest range of blocks (64 prices each) the dense block table covers.
+const DENSE_SPAN_MAX: i64 = 4096;
+/// Blocks added either side of the occupied span when the dense table is rebuilt, so a
+/// drifting price does not rebuild it at every new block.
+const DENSE_SLACK: i64 = 64;
 
 fn split(key: i64) -> (i64, u32) {
     (key >> 6, (key & 63) as u32)
@@ -70,6 +94,8 @@ impl Ladder {
         Ladder {
             side,
             blocks: FxHashMap::default(),
+            dense: Vec::new(),
+            dense_base: 0,
             pool: Vec::new(),
             pool_free: Vec::new(),
             occupied: BTreeSet::new(),
@@ -77,16 +103,50 @@ impl Ladder {
         }
     }
 
+    /// The pool index of an occupied block: from the dense table when it is on, else
+    /// from the hash map.
+    fn block(&self, block: i64) -> Option<u32> {
+        if self.dense.is_empty() {
+            return self.blocks.get(&block).copied();
+        }
+        let index = *self.dense.get(block.wrapping_sub(self.dense_base) as u64 as usize)?;
+        (index != NIL).then_some(index)
+    }
+
+    /// Records a new block in the dense table: in place when it is covered, else by
+    /// rebuilding the table over the occupied span (plus slack), or turning it off when
+    /// that span is too wide. `occupied` and `blocks` already include the block.
+    fn dense_add(&mut self, block: i64, index: u32) {
+        let offset = block.wrapping_sub(self.dense_base) as u64;
+        if !self.dense.is_empty() && offset < self.dense.len() as u64 {
+            self.dense[offset as usize] = index;
+            return;
+        }
+        self.dense.clear();
+        let (Some(&lo), Some(&hi)) = (self.occupied.first(), self.occupied.last()) else { return };
+        if i128::from(hi) - i128::from(lo) >= i128::from(DENSE_SPAN_MAX) {
+            return;
+        }
+        let slack = (DENSE_SPAN_MAX - 1 - (hi - lo)) / 2;
+        let slack = slack.min(DENSE_SLACK);
+        let (lo, hi) = (lo.saturating_sub(slack), hi.saturating_add(slack));
+        self.dense_base = lo;
+        self.dense.resize((hi - lo + 1) as usize, NIL);
+        for (&b, &i) in &self.blocks {
+            self.dense[(b - lo) as usize] = i;
+        }
+    }
+
     fn get(&self, key: i64) -> Option<u32> {
         let (block, bit) = split(key);
-        let b = &self.pool[*self.blocks.get(&block)? as usize];
+        let b = &self.pool[self.block(block)? as usize];
         (b.bits >> bit & 1 == 1).then(|| b.slots[bit as usize])
     }
 
     fn insert(&mut self, key: i64, level: u32) {
         let (block, bit) = split(key);
-        let index = match self.blocks.get(&block) {
-            Some(&index) => index,
+        let index = match self.block(block) {
+            Some(index) => index,
             None => {
                 let fresh = Block { bits: 0, slots: [NIL; 64] };
                 let index = match self.pool_free.pop() {
@@ -101,6 +161,7 @@ impl Ladder {
                 };
                 self.blocks.insert(block, index);
                 self.occupied.insert(block);
+                self.dense_add(block, index);
                 index
             }
         };
@@ -115,13 +176,16 @@ impl Ladder {
 
     fn remove(&mut self, key: i64) {
         let (block, bit) = split(key);
-        let index = *self.blocks.get(&block).expect("removed level's block exists");
+        let index = self.block(block).expect("removed level's block exists");
         let b = &mut self.pool[index as usize];
         b.bits &= !(1 << bit);
         b.slots[bit as usize] = NIL;
         if b.bits == 0 {
             self.blocks.remove(&block);
             self.occupied.remove(&block);
+            if !self.dense.is_empty() {
+                self.dense[(block - self.dense_base) as usize] = NIL;
+            }
             self.pool_free.push(index);
         }
         if self.best == Some(key) {
@@ -132,7 +196,7 @@ impl Ladder {
     /// The next occupied key after `key` in priority order (`key` need not be occupied).
     fn next_worse(&self, key: i64) -> Option<i64> {
         let (block, bit) = split(key);
-        if let Some(&index) = self.blocks.get(&block) {
+        if let Some(index) = self.block(block) {
             let bits = self.pool[index as usize].bits;
             let worse = match self.side {
                 Side::Buy => bits & ((1u64 << bit) - 1),
@@ -147,7 +211,7 @@ impl Ladder {
             Side::Buy => self.occupied.range(..block).next_back(),
             Side::Sell => self.occupied.range(block + 1..).next(),
         }?;
-        let bits = self.pool[self.blocks[next] as usize].bits;
+        let bits = self.pool[self.block(*next).expect("occupied block exists") as usize].bits;
         Some((next << 6) | i64::from(self.pick(bits)))
     }
 
@@ -438,10 +502,86 @@ impl Book for FastBook {
             let bits: u32 = ladder.blocks.values().map(|&b| ladder.pool[b as usize].bits.count_ones()).sum();
             assert_eq!(bits as usize, levels_seen, "ladder bitmap disagrees with levels");
             assert_eq!(ladder.occupied.len(), ladder.blocks.len(), "occupied set disagrees");
-            for &block in ladder.blocks.keys() {
+            for (&block, &index) in &ladder.blocks {
                 assert!(ladder.occupied.contains(&block), "block {block} not in occupied set");
+                assert_eq!(ladder.block(block), Some(index), "dense block table disagrees at block {block}");
             }
+            let dense_used = ladder.dense.iter().filter(|&&index| index != NIL).count();
+            assert!(ladder.dense.is_empty() || dense_used == ladder.blocks.len(), "dense block table has extra blocks");
         }
         assert_eq!(count, self.index.len(), "index has orders not in any level");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::book::ReferenceBook;
+    use crate::command::Stp;
+    use crate::types::AccountId;
+
+    fn order(id: u64, side: Side, px: i64) -> RestingOrder {
+        RestingOrder {
+            id: OrderId(id),
+            account: AccountId(0),
+            side,
+            px: Px(px),
+            qty_visible: Qty(1),
+            qty_hidden: Qty(0),
+            display: Qty(0),
+            ts: id,
+            stp: Stp::Allow,
+            post_only: false,
+        }
+    }
+
+    /// Prices near, far apart (the dense block table turns off) and drifting (it is
+    /// rebuilt); the fast book must agree with the reference book throughout.
+    #[test]
+    fn dense_block_table_on_off_and_rebuilt() {
+        let (mut fast, mut reference) = (FastBook::new(Px(1)), ReferenceBook::new(Px(1)));
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        let mut resting: Vec<(u64, Side)> = Vec::new();
+        let (mut seen_off, mut back_on) = (false, false);
+        for id in 1..4000u64 {
+            if id % 1500 == 0 {
+                // Back to a narrow span: the table must come back on.
+                for (gone, _) in resting.drain(..) {
+                    assert_eq!(fast.remove(OrderId(gone)), reference.remove(OrderId(gone)));
+                }
+            }
+            let side = if next() % 2 == 0 { Side::Buy } else { Side::Sell };
+            let px = match (id / 500) % 3 {
+                0 => 1_000_000 + (next() % 5_000) as i64,
+                1 => (next() % 1_000_000_000) as i64 - 500_000_000,
+                _ => 1_000_000 + (id as i64) * 200 + (next() % 3_000) as i64,
+            };
+            if !resting.is_empty() && next() % 3 == 0 {
+                let (gone, _) = resting.swap_remove((next() % resting.len() as u64) as usize);
+                assert_eq!(fast.remove(OrderId(gone)), reference.remove(OrderId(gone)));
+            } else if !resting.is_empty() && next() % 4 == 0 {
+                let (moved, _) = resting[(next() % resting.len() as u64) as usize];
+                fast.reprice(OrderId(moved), Px(px), Qty(1), Qty(0), id);
+                reference.reprice(OrderId(moved), Px(px), Qty(1), Qty(0), id);
+            } else {
+                fast.insert(order(id, side, px));
+                reference.insert(order(id, side, px));
+                resting.push((id, side));
+            }
+            if id % 50 == 0 {
+                fast.check_invariants();
+                back_on |= seen_off && fast.ladders.iter().any(|l| !l.dense.is_empty() && !l.blocks.is_empty());
+                seen_off |= fast.ladders.iter().any(|l| l.dense.is_empty() && !l.blocks.is_empty());
+                for side in [Side::Buy, Side::Sell] {
+                    assert_eq!(fast.best(side), reference.best(side));
+                    assert_eq!(fast.depth(side, usize::MAX), reference.depth(side, usize::MAX));
+                }
+            }
+        }
+        assert!(seen_off && back_on, "the dense block table was not turned off and back on");
     }
 }
