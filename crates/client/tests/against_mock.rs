@@ -309,7 +309,7 @@ async fn a_short_open_loop_load_run_is_answered_in_full() {
     eprintln!("{report}");
     assert_eq!(report.errors, 0, "{report}");
     // 2,000 scheduled; a slow machine falls behind the schedule and sends fewer.
-    assert!((1_000..=2_001).contains(&report.acked), "{report}");
+    assert!((1_000..=2_000).contains(&report.acked), "{report}");
     assert!(report.latency_us.p50 > 0 && report.latency_us.max >= report.latency_us.p99, "{report}");
     assert!(report.rejected < report.acked / 2, "the flow should mostly be accepted: {report}");
     // A second run finds the assets and the symbol by name and makes new accounts.

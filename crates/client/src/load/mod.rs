@@ -341,6 +341,10 @@ impl ConnectionRun {
         let mut sending = true;
         while sending && Instant::now() < self.end {
             let intended = self.interval.map(|interval| self.start + interval.mul_f64(sent as f64));
+            // The run covers [start, end): a command scheduled at `end` belongs to no one.
+            if intended.is_some_and(|at| at >= self.end) {
+                break;
+            }
             let send_slot = async {
                 if let Some(at) = intended {
                     tokio::time::sleep_until(at).await;
