@@ -126,6 +126,24 @@ pub enum OrderKind {
     },
 }
 
+impl OrderKind {
+    /// The stop trigger, for stop orders.
+    pub fn trigger(&self) -> Option<Px> {
+        match *self {
+            OrderKind::StopLimit { trigger, .. } | OrderKind::StopMarket { trigger, .. } => Some(trigger),
+            OrderKind::Limit { .. } | OrderKind::Market { .. } => None,
+        }
+    }
+
+    /// The limit price (`None` for market orders) and the budget (market orders only).
+    pub fn limit_and_budget(&self) -> (Option<Px>, Option<Amount>) {
+        match *self {
+            OrderKind::Limit { px } | OrderKind::StopLimit { px, .. } => (Some(px), None),
+            OrderKind::Market { budget } | OrderKind::StopMarket { budget, .. } => (None, budget),
+        }
+    }
+}
+
 /// A new order as the client asked for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OrderRequest {

@@ -79,6 +79,29 @@ pub struct Stops {
     pub sells: BTreeSet<(Px, OrderId)>,
 }
 
+impl Stops {
+    /// Files a stop under its trigger; false (and nothing filed) for a non-stop order.
+    pub fn insert(&mut self, stop: StopOrder) -> bool {
+        let Some(trigger) = stop.request.kind.trigger() else { return false };
+        match stop.request.side {
+            Side::Buy => self.buys.insert((trigger, stop.id)),
+            Side::Sell => self.sells.insert((trigger, stop.id)),
+        };
+        self.by_id.insert(stop.id, stop);
+        true
+    }
+
+    pub fn remove(&mut self, id: OrderId) -> Option<StopOrder> {
+        let stop = self.by_id.remove(&id)?;
+        let trigger = stop.request.kind.trigger().expect("only stop orders are filed");
+        match stop.request.side {
+            Side::Buy => self.buys.remove(&(trigger, id)),
+            Side::Sell => self.sells.remove(&(trigger, id)),
+        };
+        Some(stop)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Symbol<B> {
     pub spec: SymbolSpec,

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::book::Book;
 use crate::engine::{Engine, OrderStatus};
-use crate::order::hold_resting;
+use crate::order::{hold_request, hold_resting};
 use crate::types::{AccountId, AssetId, Side};
 
 impl<B: Book> Engine<B> {
@@ -44,16 +44,9 @@ impl<B: Book> Engine<B> {
             }
             for stop in symbol.stops.by_id.values() {
                 let request = &stop.request;
-                let asset = if request.side == Side::Buy { symbol.spec.quote } else { symbol.spec.base };
-                let amount = match (request.side, request.kind) {
-                    (Side::Sell, _) => request.qty.0,
-                    (Side::Buy, crate::command::OrderKind::StopLimit { px, .. }) => {
-                        crate::order::hold_buy(&symbol.spec, px, request.qty).expect("fitted").0
-                    }
-                    (Side::Buy, crate::command::OrderKind::StopMarket { budget, .. }) => budget.expect("budget").0,
-                    _ => panic!("stop {} is not a stop order", stop.id),
-                };
-                *holds.entry((request.account, asset)).or_default() += i128::from(amount);
+                assert!(request.kind.trigger().is_some(), "stop {} is not a stop order", stop.id);
+                let (asset, amount) = hold_request(&symbol.spec, request).expect("hold fitted when placed");
+                *holds.entry((request.account, asset)).or_default() += i128::from(amount.0);
                 *open.entry(request.account).or_default() += 1;
                 assert_eq!(self.orders[&stop.id].status, OrderStatus::Pending, "stop {} not pending", stop.id);
             }

@@ -16,7 +16,7 @@
 //! supply, which is at most `i64::MAX`.
 
 use crate::book::{Book, FillEffect, RestingOrder};
-use crate::command::{MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec};
+use crate::command::{MatchPolicy, OrderRequest, Stp, SymbolSpec};
 use crate::engine::{Engine, Fill, OrderStatus};
 use crate::event::{CancelReason, Event};
 use crate::order::hold_buy;
@@ -39,10 +39,7 @@ pub(crate) struct Taker {
 
 impl Taker {
     pub fn new(id: OrderId, request: &OrderRequest, ts: Timestamp) -> Self {
-        let (limit, budget) = match request.kind {
-            OrderKind::Limit { px } | OrderKind::StopLimit { px, .. } => (Some(px), None),
-            OrderKind::Market { budget } | OrderKind::StopMarket { budget, .. } => (None, budget),
-        };
+        let (limit, budget) = request.kind.limit_and_budget();
         Taker {
             id,
             account: request.account,
@@ -332,10 +329,7 @@ impl<B: Book> Engine<B> {
     pub(crate) fn fok_fillable(&self, request: &OrderRequest) -> bool {
         let symbol = &self.symbols[request.symbol.0 as usize];
         let terms = Terms::of(&symbol.spec);
-        let (limit, budget) = match request.kind {
-            OrderKind::Limit { px } | OrderKind::StopLimit { px, .. } => (Some(px), None),
-            OrderKind::Market { budget } | OrderKind::StopMarket { budget, .. } => (None, budget),
-        };
+        let (limit, budget) = request.kind.limit_and_budget();
         let need = request.qty.0;
         let cancel_incoming = request.stp == Stp::CancelIncoming;
         let mut levels: Vec<LevelLiquidity> = Vec::new();

@@ -30,7 +30,7 @@ pub(crate) fn hold_resting(spec: &SymbolSpec, order: &RestingOrder) -> (AssetId,
 }
 
 /// What a new order reserves, by asset.
-fn hold_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(AssetId, Amount), Reject> {
+pub(crate) fn hold_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(AssetId, Amount), Reject> {
     if request.side == Side::Sell {
         return Ok((spec.base, Amount(request.qty.0)));
     }
@@ -110,10 +110,6 @@ fn check_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(), Reject
     Ok(())
 }
 
-fn is_stop(kind: &OrderKind) -> bool {
-    matches!(kind, OrderKind::StopLimit { .. } | OrderKind::StopMarket { .. })
-}
-
 impl<B: Book> Engine<B> {
     pub(crate) fn place(
         &mut self,
@@ -125,7 +121,7 @@ impl<B: Book> Engine<B> {
         let symbol = self.symbol(request.symbol)?;
         let spec = &symbol.spec;
         check_request(spec, request)?;
-        let stop = is_stop(&request.kind);
+        let stop = request.kind.trigger().is_some();
         let may_rest = stop || request.tif == Tif::Gtc;
         if may_rest && holder.open_orders >= self.config.orders_per_account_max {
             return Err(Reject::OpenOrdersLimit);
@@ -227,30 +223,12 @@ impl<B: Book> Engine<B> {
     }
 
     fn add_stop(&mut self, stop: StopOrder) {
-        let stops = &mut self.symbols[stop.request.symbol.0 as usize].stops;
-        let trigger = match stop.request.kind {
-            OrderKind::StopLimit { trigger, .. } | OrderKind::StopMarket { trigger, .. } => trigger,
-            _ => unreachable!("only stop orders wait for a trigger"),
-        };
-        match stop.request.side {
-            Side::Buy => stops.buys.insert((trigger, stop.id)),
-            Side::Sell => stops.sells.insert((trigger, stop.id)),
-        };
-        stops.by_id.insert(stop.id, stop);
+        let filed = self.symbols[stop.request.symbol.0 as usize].stops.insert(stop);
+        assert!(filed, "only stop orders wait for a trigger");
     }
 
     fn remove_stop(&mut self, sym: SymbolId, id: OrderId) -> StopOrder {
-        let stops = &mut self.symbols[sym.0 as usize].stops;
-        let stop = stops.by_id.remove(&id).expect("stop exists");
-        let trigger = match stop.request.kind {
-            OrderKind::StopLimit { trigger, .. } | OrderKind::StopMarket { trigger, .. } => trigger,
-            _ => unreachable!("only stop orders wait for a trigger"),
-        };
-        match stop.request.side {
-            Side::Buy => stops.buys.remove(&(trigger, id)),
-            Side::Sell => stops.sells.remove(&(trigger, id)),
-        };
-        stop
+        self.symbols[sym.0 as usize].stops.remove(id).expect("stop exists")
     }
 
     /// Fires every stop whose trigger the last trade price has reached, oldest order

@@ -166,16 +166,9 @@ impl<B: Book> Engine<B> {
                     .get_mut(stop.request.account.0 as usize)
                     .ok_or(SnapshotError::Inconsistent("stop of unknown account"))?;
                 holder.open_orders += 1;
-                let trigger = match stop.request.kind {
-                    crate::command::OrderKind::StopLimit { trigger, .. }
-                    | crate::command::OrderKind::StopMarket { trigger, .. } => trigger,
-                    _ => return Err(SnapshotError::Inconsistent("stop without trigger")),
-                };
-                match stop.request.side {
-                    Side::Buy => symbol.stops.buys.insert((trigger, stop.id)),
-                    Side::Sell => symbol.stops.sells.insert((trigger, stop.id)),
-                };
-                symbol.stops.by_id.insert(stop.id, stop);
+                if !symbol.stops.insert(stop) {
+                    return Err(SnapshotError::Inconsistent("stop without trigger"));
+                }
             }
             engine.symbol_names.insert(symbol.spec.name.clone(), crate::types::SymbolId(i as u32));
             engine.symbols.push(symbol);

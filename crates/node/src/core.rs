@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bourse_engine::command::{Command, CommandBody, OrderKind};
+use bourse_engine::command::{Command, CommandBody};
 use bourse_engine::{codec, AccountId, ClientId, Engine, Event, OrderId, OrderStatus, Side, SymbolId};
 use bourse_journal::{GroupCommitHandle, Proposal};
 use bourse_protocol::convert::{self, ConvertError, LogPosition};
@@ -315,7 +315,7 @@ impl Core {
                 Event::Accepted { order, account, symbol, kind, .. } => {
                     self.owners.insert(order, Owner { client, account, symbol });
                     takers.push(order);
-                    if matches!(kind, OrderKind::StopLimit { .. } | OrderKind::StopMarket { .. }) {
+                    if kind.trigger().is_some() {
                         live.push(order);
                     }
                 }
