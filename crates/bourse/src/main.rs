@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod cli;
+mod cluster;
 mod load;
 mod serve;
 
@@ -31,6 +32,13 @@ enum TopCommand {
     },
     /// Run a durable exchange node (journal + engine + gRPC) until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
+    /// Run a member of a replicated cluster (Raft) until SIGINT/SIGTERM.
+    Node(cluster::NodeArgs),
+    /// Start a local cluster, show its members, change its membership.
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+    },
     /// Rebuild the state from a node's data directory and print index and state hash.
     Replay(serve::ReplayArgs),
     /// Drive a live node with a seeded order flow and report throughput and ack latency.
@@ -51,6 +59,8 @@ fn main() -> ExitCode {
         TopCommand::Bench { target } => bench::run(target),
         TopCommand::Serve(args) => serve::serve(args),
         TopCommand::Replay(args) => serve::replay(args),
+        TopCommand::Node(args) => cluster::node(args),
+        TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Load(args) => load::run(args),
         TopCommand::Verb(verb) => cli::run(cli.target, verb),
     };

@@ -34,7 +34,7 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    fn config(&self) -> Result<NodeConfig, String> {
+    pub(crate) fn config(&self) -> Result<NodeConfig, String> {
         let mut config = match &self.config {
             Some(path) => NodeConfig::from_toml_file(path).map_err(|e| e.to_string())?,
             None => NodeConfig::default(),

@@ -13,12 +13,58 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::config::PAYLOAD_BYTES_LIMIT;
 use crate::error::{Error, RecordFault, Result};
 use crate::format::{self, SEGMENT_HEADER_BYTES};
 use crate::journal::Entry;
 use crate::segment::{self, SegmentFile};
+
+/// The journal's files as they were when [`Journal::read_view`] made it: reads records
+/// `first_index() ..= last_index()` from another thread while the owner keeps appending.
+///
+/// Appending never disturbs a view: records already written keep their bytes and place,
+/// and a new segment only adds a file. What the owner must coordinate with readers is
+/// removal: [`Journal::truncate_after`], [`Journal::purge_through`] and snapshot pruning
+/// delete or shorten files a view names, so a read racing one of them fails (missing file,
+/// short segment). Hold a lock across each read and each of those calls, and take a new
+/// view after them. A read beyond what was written when the view was made is refused.
+///
+/// [`Journal::read_view`]: crate::Journal::read_view
+/// [`Journal::truncate_after`]: crate::Journal::truncate_after
+/// [`Journal::purge_through`]: crate::Journal::purge_through
+#[derive(Clone, Debug)]
+pub struct ReadView {
+    segments: Arc<[SegmentFile]>,
+    first_index: u64,
+    last_index: u64,
+}
+
+impl ReadView {
+    pub(crate) fn new(segments: Arc<[SegmentFile]>, first_index: u64, last_index: u64) -> Self {
+        Self { segments, first_index, last_index }
+    }
+
+    /// Reads the records `first ..= last` back from the files (`first == last + 1`: none).
+    pub fn read_range(&self, first: u64, last: u64) -> Result<Entries> {
+        if first < self.first_index || last > self.last_index || first > last + 1 {
+            let (log_first_index, log_last_index) = (self.first_index, self.last_index);
+            return Err(Error::RangeInvalid { first, last, log_first_index, log_last_index });
+        }
+        Ok(Entries::new(&self.segments, first, last))
+    }
+
+    /// Index of the first record held when the view was made.
+    pub fn first_index(&self) -> u64 {
+        self.first_index
+    }
+
+    /// Index of the last record written when the view was made.
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+}
 
 /// An iterator over the records `first ..= last` of a log, in index order. It stops
 /// after the first error.

@@ -224,6 +224,19 @@ pub enum Error {
         /// The bound.
         entries_max: usize,
     },
+    /// [`Journal::purge_through`](crate::Journal::purge_through) on a journal opened with
+    /// [`Journal::open`](crate::Journal::open), whose prefix only its snapshots remove.
+    #[error("purge_through needs a journal opened with Journal::open_purgeable")]
+    PurgeNotEnabled,
+    /// A snapshot in a purgeable journal (see
+    /// [`Journal::open_purgeable`](crate::Journal::open_purgeable)): a snapshot file found in
+    /// its directory (which may belong to another kind of journal), or a
+    /// [`Journal::write_snapshot`](crate::Journal::write_snapshot) call.
+    #[error("{path}: snapshots are disabled in a purgeable journal (its prefix is removed by purge_through)")]
+    SnapshotsDisabled {
+        /// The snapshot file found, or the journal's directory.
+        path: PathBuf,
+    },
     /// The group-commit writer has stopped (shut down, or failed on an I/O error).
     #[error("group-commit writer has stopped")]
     WriterStopped,

@@ -11,6 +11,11 @@
 //!   newer snapshot covers are pruned only once an even newer one exists. Deleting up to
 //!   the newest snapshot, as most logs do, would make falling back to the older snapshot
 //!   useless, since the records after it would be gone.
+//! * A journal opened with [`Journal::open_purgeable`] has no snapshots: its prefix is
+//!   removed only by [`Journal::purge_through`], at its owner's request, and nothing else
+//!   ever deletes a record the owner has not asked to delete. A journal opened with
+//!   [`Journal::open`] is pruned only by its snapshots. The two kinds never mix: each
+//!   refuses the other's operation.
 //! * After an I/O error while changing the log's files the journal is poisoned: a failed
 //!   `fdatasync` cannot be retried safely (the kernel may have dropped the dirty pages),
 //!   so every later call fails until the journal is reopened and recovered.
@@ -27,13 +32,14 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::{JournalConfig, INDEX_MAX, SNAPSHOTS_KEPT};
-use crate::entries::Entries;
+use crate::entries::{Entries, ReadView};
 use crate::error::{Error, Result};
 use crate::format::{self, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
-use crate::recovery::{self, Recovery};
+use crate::recovery::{self, LogKind, Recovery};
 use crate::segment::{self, SegmentFile};
 use crate::snapshot;
 use crate::stats::JournalStats;
@@ -59,6 +65,10 @@ pub struct Journal {
     config: JournalConfig,
     /// Sorted by first index, never empty; the last one is `current`.
     segments: Vec<SegmentFile>,
+    /// A shared copy of `segments` for [`ReadView`]s, replaced whenever the list changes.
+    segments_shared: Arc<[SegmentFile]>,
+    /// Which operation removes the log's prefix: snapshots, or `purge_through`.
+    kind: LogKind,
     current: File,
     current_bytes: u64,
     first_index: u64,
@@ -80,12 +90,23 @@ pub(crate) struct JournalParts {
     pub current_bytes: u64,
     pub last_index: u64,
     pub snapshot_indexes: Vec<u64>,
+    pub kind: LogKind,
 }
 
 impl Journal {
     /// Opens the journal in `dir` (created if missing) and recovers it: see [`Recovery`].
     pub fn open(dir: impl AsRef<Path>, config: JournalConfig) -> Result<(Journal, Recovery)> {
-        recovery::journal_open(dir.as_ref(), config)
+        recovery::journal_open(dir.as_ref(), config, LogKind::Snapshots)
+    }
+
+    /// Opens the journal in `dir` as a log whose prefix its owner removes with
+    /// [`Journal::purge_through`] (a Raft log), and recovers it like [`Journal::open`],
+    /// except that the log may start at any index: the owner keeps its own durable
+    /// record of what it purged and checks the start against it. Snapshot files in `dir`
+    /// are refused ([`Error::SnapshotsDisabled`]), and so is [`Journal::write_snapshot`]:
+    /// nothing prunes this log behind its owner's back.
+    pub fn open_purgeable(dir: impl AsRef<Path>, config: JournalConfig) -> Result<(Journal, Recovery)> {
+        recovery::journal_open(dir.as_ref(), config, LogKind::Purgeable)
     }
 
     /// Builds a journal from recovered parts whose last segment is durable.
@@ -95,6 +116,8 @@ impl Journal {
         Self {
             dir: parts.dir,
             config: parts.config,
+            segments_shared: parts.segments.as_slice().into(),
+            kind: parts.kind,
             segments: parts.segments,
             current: parts.current,
             current_bytes: parts.current_bytes,
@@ -135,6 +158,9 @@ impl Journal {
     /// snapshot nor leave a gap before the log's first record.
     pub fn write_snapshot(&mut self, index: u64, bytes: &[u8]) -> Result<()> {
         self.usable_check()?;
+        if self.kind == LogKind::Purgeable {
+            return Err(Error::SnapshotsDisabled { path: self.dir.clone() });
+        }
         self.snapshot_validate(index, bytes)?;
         // The log is durable up to the snapshot before the snapshot is: after a crash the
         // records it covers are whole, or the log ends before it and restarts after it.
@@ -169,14 +195,40 @@ impl Journal {
         self.poison_on_error(result)
     }
 
+    /// Removes the records up to `index`, whole segments at a time, in a journal opened
+    /// with [`Journal::open_purgeable`]. A segment is deleted only when every record in it
+    /// is at or below `index`, oldest first, so that a crash part-way leaves a suffix of
+    /// the log and never a hole; `first_index()` afterwards is the first record kept,
+    /// which may still be at or below `index` (the caller hides those). An `index` beyond
+    /// the last record removes every segment and restarts the log empty after `index`:
+    /// the next append is `index + 1`. A crash in the middle of that restart leaves a
+    /// shorter log (or none, which reopens empty at 1), so the caller must have made its
+    /// own record of the purge durable first and redo the purge after reopening when the
+    /// log ends before it.
+    pub fn purge_through(&mut self, index: u64) -> Result<()> {
+        self.usable_check()?;
+        if self.kind != LogKind::Purgeable {
+            return Err(Error::PurgeNotEnabled);
+        }
+        if index > INDEX_MAX {
+            return Err(Error::IndexOutOfRange { index });
+        }
+        let result =
+            if index > self.last_index { self.log_restart(index) } else { self.segments_remove_through(index) };
+        self.poison_on_error(result)
+    }
+
     /// Reads the records `first ..= last` back from the files (`first == last + 1`: none).
     pub fn read_range(&self, first: u64, last: u64) -> Result<Entries> {
         self.usable_check()?;
-        if first < self.first_index || last > self.last_index || first > last + 1 {
-            let (log_first_index, log_last_index) = (self.first_index, self.last_index);
-            return Err(Error::RangeInvalid { first, last, log_first_index, log_last_index });
-        }
-        Ok(Entries::new(&self.segments, first, last))
+        self.read_view().read_range(first, last)
+    }
+
+    /// A cheap, sendable description of the files as they are now, to read records from
+    /// another thread while this one keeps appending; see [`ReadView`] for what its owner
+    /// must coordinate.
+    pub fn read_view(&self) -> ReadView {
+        ReadView::new(Arc::clone(&self.segments_shared), self.first_index, self.last_index)
     }
 
     /// Index of the first record held (`last_index() + 1` when the log is empty).
@@ -308,6 +360,7 @@ impl Journal {
         self.current_sync()?;
         let (file, segment) = segment::segment_create(&self.dir, self.last_index + 1)?;
         self.segments.push(segment);
+        self.segments_share();
         self.current = file;
         self.current_bytes = SEGMENT_HEADER_BYTES as u64;
         self.stats.segments_rolled += 1;
@@ -322,6 +375,7 @@ impl Journal {
             .expect("the first segment starts at or before index + 1");
         // Newest first, so that a crash part-way leaves a prefix of the log.
         let removed = self.segments.split_off(position + 1);
+        self.segments_share();
         for segment in removed.iter().rev() {
             segment::file_remove(&segment.path)?;
         }
@@ -364,9 +418,10 @@ impl Journal {
         self.segments_prune()
     }
 
-    /// The snapshot at `snapshot_index` is ahead of the log: the log continues after it.
-    /// Old segments go first (oldest first), then the new one is created, so a crash in
-    /// between leaves no gap between segments for recovery to trip on.
+    /// The log restarts empty after `snapshot_index` (a snapshot ahead of the log, or a
+    /// purge beyond its end). Old segments go first (oldest first), then the new one is
+    /// created, so a crash in between leaves no gap between segments for recovery to trip
+    /// on.
     fn log_restart(&mut self, snapshot_index: u64) -> Result<()> {
         for segment in &self.segments {
             segment::file_remove(&segment.path)?;
@@ -374,6 +429,7 @@ impl Journal {
         segment::dir_sync(&self.dir)?;
         let (file, segment) = segment::segment_create(&self.dir, snapshot_index + 1)?;
         self.segments = vec![segment];
+        self.segments_share();
         self.current = file;
         self.current_bytes = SEGMENT_HEADER_BYTES as u64;
         self.first_index = snapshot_index + 1;
@@ -394,25 +450,35 @@ impl Journal {
         segment::dir_sync(&self.dir)
     }
 
-    /// Deletes segments whose records are all covered by the oldest kept snapshot,
-    /// oldest first, so that a crash part-way leaves a suffix of the log. Never the
-    /// current segment.
+    /// Deletes segments whose records are all covered by the oldest kept snapshot.
     fn segments_prune(&mut self) -> Result<()> {
         if self.snapshot_indexes.len() < SNAPSHOTS_KEPT {
             return Ok(());
         }
-        let covered_index = self.snapshot_indexes[0];
+        self.segments_remove_through(self.snapshot_indexes[0])
+    }
+
+    /// Deletes the segments whose records are all at or below `covered_index`, oldest
+    /// first, so that a crash part-way leaves a suffix of the log. Never the current
+    /// segment.
+    fn segments_remove_through(&mut self, covered_index: u64) -> Result<()> {
         // A segment's records are all covered when the next segment starts at or before
         // covered_index + 1.
         let pruned_count = self.segments.windows(2).take_while(|pair| pair[1].first_index <= covered_index + 1).count();
         if pruned_count == 0 {
             return Ok(());
         }
-        for segment in self.segments.drain(..pruned_count) {
+        let pruned: Vec<SegmentFile> = self.segments.drain(..pruned_count).collect();
+        self.segments_share();
+        self.first_index = self.segments[0].first_index;
+        for segment in &pruned {
             segment::file_remove(&segment.path)?;
         }
-        segment::dir_sync(&self.dir)?;
-        self.first_index = self.segments[0].first_index;
-        Ok(())
+        segment::dir_sync(&self.dir)
+    }
+
+    /// Publishes the current segment list to future [`ReadView`]s.
+    fn segments_share(&mut self) {
+        self.segments_shared = self.segments.as_slice().into();
     }
 }

@@ -10,6 +10,9 @@
 //! * [`Journal::open`] recovers a directory: the newest valid snapshot and the records
 //!   after it ([`Recovery`]). A torn tail is cut; corruption anywhere else is a typed
 //!   [`Error`], never a guess.
+//! * [`Journal::open_purgeable`] opens the same files as a log whose prefix its owner
+//!   removes with [`Journal::purge_through`] instead of snapshots (the Raft log store);
+//!   [`ReadView`] reads records from another thread while the owner appends.
 //! * [`GroupCommit`] owns a journal on a writer thread: producers submit batches through a
 //!   bounded queue, the writer makes each drained group durable with one `fdatasync` and
 //!   acknowledges in index order.
@@ -50,7 +53,7 @@ pub use config::{
     JournalConfig, INDEX_MAX, PAYLOAD_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_BYTES_MIN, SNAPSHOTS_KEPT,
     SNAPSHOT_BYTES_LIMIT,
 };
-pub use entries::Entries;
+pub use entries::{Entries, ReadView};
 pub use error::{Error, RecordFault, Result};
 pub use fsync_probe::{measure_fdatasync_latency, FsyncLatency, FSYNC_PROBE_SAMPLES_MAX, FSYNC_PROBE_WRITE_BYTES};
 pub use group_commit::{GroupCommit, GroupCommitConfig, GroupCommitHandle, IndexRange, Proposal, Ticket};

@@ -14,6 +14,9 @@
 //! 5. Settle the log against the snapshot at index `S`: no segment at all, or a log that
 //!    ends before `S` (the snapshot got ahead of the log), restarts the log at `S + 1`;
 //!    a log that starts after `S + 1` is missing records ([`Error::LogStartUncovered`]).
+//!    A purgeable journal ([`Journal::open_purgeable`]) has no snapshot, refuses snapshot
+//!    files ([`Error::SnapshotsDisabled`]) and accepts a log starting at any index: its
+//!    owner checks the start against its own durable record of what it purged.
 //! 6. Fdatasync the last segment, so that everything recovered is durable before anyone
 //!    acknowledges on its strength.
 //!
@@ -29,6 +32,16 @@ use crate::error::{Error, RecordFault, Result};
 use crate::journal::{Journal, JournalParts};
 use crate::segment::{self, SegmentFile, SEGMENT_SUFFIX, SEGMENT_TEMP_SUFFIX};
 use crate::snapshot::{self, Snapshot, SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX, SNAPSHOT_TEMP_SUFFIX};
+
+/// Which operation removes a journal's prefix; fixed when it is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogKind {
+    /// Snapshots, through [`Journal::write_snapshot`]; the log reaches back to the oldest
+    /// kept snapshot.
+    Snapshots,
+    /// Its owner, through [`Journal::purge_through`]; no snapshots.
+    Purgeable,
+}
 
 /// What [`Journal::open`] found: the state to start from and the records to replay.
 #[derive(Debug)]
@@ -79,17 +92,24 @@ struct Chain {
 }
 
 /// Opens and recovers the journal in `dir`; see the module header.
-pub(crate) fn journal_open(dir: &Path, config: JournalConfig) -> Result<(Journal, Recovery)> {
+pub(crate) fn journal_open(dir: &Path, config: JournalConfig, kind: LogKind) -> Result<(Journal, Recovery)> {
     config.validate()?;
     fs::create_dir_all(dir).map_err(|source| Error::io("create directory", dir, source))?;
     let listing = dir_list(dir)?;
     let temp_files_removed = temps_remove(dir, listing.temps)?;
+    if kind == LogKind::Purgeable {
+        if let Some((_, path)) = listing.snapshots.first() {
+            return Err(Error::SnapshotsDisabled { path: path.clone() });
+        }
+    }
     let (snapshot, snapshot_indexes, snapshots_skipped) = snapshots_load(dir, &listing.snapshots, &config)?;
     let chain = chain_scan(listing.segments)?;
     let snapshot_index = snapshot.as_ref().map_or(0, |snapshot| snapshot.index);
     let tail_cut = chain.tail_cut.clone();
-    let (parts, log_restarted) = log_settle(dir, config, chain, snapshot_index, snapshot_indexes)?;
-    let entries = Entries::new(&parts.segments, snapshot_index + 1, parts.last_index);
+    let (parts, log_restarted) = log_settle(dir, config, chain, snapshot_index, snapshot_indexes, kind)?;
+    // A purgeable log may start after index 1: replay from its first record.
+    let log_first_index = parts.segments.first().map_or(1, |segment| segment.first_index);
+    let entries = Entries::new(&parts.segments, (snapshot_index + 1).max(log_first_index), parts.last_index);
     let journal = Journal::from_parts(parts);
     let recovery = Recovery { snapshot, entries, tail_cut, snapshots_skipped, temp_files_removed, log_restarted };
     Ok((journal, recovery))
@@ -197,6 +217,7 @@ fn log_settle(
     chain: Chain,
     snapshot_index: u64,
     snapshot_indexes: Vec<u64>,
+    kind: LogKind,
 ) -> Result<(JournalParts, bool)> {
     let dir_owned = dir.to_path_buf();
     let log_first_index = chain.segments.first().map(|segment| segment.first_index);
@@ -210,7 +231,7 @@ fn log_settle(
             );
             true
         }
-        Some(log_first_index) if log_first_index > snapshot_index + 1 => {
+        Some(log_first_index) if log_first_index > snapshot_index + 1 && kind == LogKind::Snapshots => {
             return Err(Error::LogStartUncovered { log_first_index, snapshot_index });
         }
         Some(_) => false,
@@ -224,14 +245,23 @@ fn log_settle(
         let current_bytes = crate::format::SEGMENT_HEADER_BYTES as u64;
         let segments = vec![segment];
         let last_index = snapshot_index;
-        let parts =
-            JournalParts { dir: dir_owned, config, segments, current, current_bytes, last_index, snapshot_indexes };
+        let parts = JournalParts {
+            dir: dir_owned,
+            config,
+            segments,
+            current,
+            current_bytes,
+            last_index,
+            snapshot_indexes,
+            kind,
+        };
         return Ok((parts, log_restarted));
     }
     let last = chain.segments.last().expect("a non-empty chain");
     let current = segment::segment_open_append(&last.path, chain.last_segment_bytes)?;
     current.sync_data().map_err(|source| Error::io("fdatasync", &last.path, source))?;
     let (segments, current_bytes, last_index) = (chain.segments, chain.last_segment_bytes, chain.last_index);
-    let parts = JournalParts { dir: dir_owned, config, segments, current, current_bytes, last_index, snapshot_indexes };
+    let parts =
+        JournalParts { dir: dir_owned, config, segments, current, current_bytes, last_index, snapshot_indexes, kind };
     Ok((parts, false))
 }

@@ -37,6 +37,8 @@ pub struct NodeConfig {
     pub grpc_message_bytes_max: usize,
     /// Journal segment size, in bytes.
     pub segment_bytes_max: u64,
+    /// Replication: absent for a single node.
+    pub raft: Option<RaftConfig>,
     /// Bounds of the engine (part of the replicated state).
     #[serde(skip)]
     pub engine: EngineConfig,
@@ -57,9 +59,88 @@ impl Default for NodeConfig {
             market_data_buffer_max: 65_536,
             grpc_message_bytes_max: 4 << 20,
             segment_bytes_max: 64 << 20,
+            raft: None,
             engine: EngineConfig::default(),
         }
     }
+}
+
+/// A member of a replicated cluster.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RaftConfig {
+    /// This node's id: unique in the cluster, never reused after a removal.
+    pub id: u64,
+    /// Where the Raft transport listens.
+    pub listen: SocketAddr,
+    /// The Raft address other members use to reach this node (defaults to `listen`; a
+    /// fault proxy in front of the node is advertised here).
+    pub advertise: Option<String>,
+    /// The client API address other members tell clients to use for this node
+    /// (defaults to the node's gRPC `listen`).
+    pub advertise_api: Option<String>,
+    /// Source address for connections to other members (lets a fault proxy tell
+    /// members apart on one machine).
+    pub bind_ip: Option<std::net::IpAddr>,
+    /// Members to initialize a new cluster with, as `id=api_addr/raft_addr`; only used
+    /// when this node's log is empty, and only the first member initializes.
+    pub bootstrap: Vec<String>,
+    /// Leader heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Election timeout range: a follower that hears no leader for a random time in
+    /// this range campaigns.
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    /// Take a state machine snapshot after this many log entries (each a batch).
+    pub snapshot_every_entries: u64,
+    /// Log entries kept behind a snapshot, so a briefly lagging follower catches up
+    /// from the log rather than by snapshot.
+    pub log_kept_after_snapshot: u64,
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        RaftConfig {
+            id: 1,
+            listen: "127.0.0.1:7500".parse().expect("valid address"),
+            advertise: None,
+            advertise_api: None,
+            bind_ip: None,
+            bootstrap: Vec::new(),
+            heartbeat_ms: 50,
+            election_min_ms: 150,
+            election_max_ms: 300,
+            snapshot_every_entries: 20_000,
+            log_kept_after_snapshot: 2_000,
+        }
+    }
+}
+
+impl RaftConfig {
+    /// The low-latency timing profile: elections after 50–100 ms of silence.
+    pub fn low_latency(mut self) -> Self {
+        self.heartbeat_ms = 15;
+        self.election_min_ms = 50;
+        self.election_max_ms = 100;
+        self
+    }
+
+    /// Parses `id=api/raft` members.
+    pub fn members(&self) -> Result<Vec<(u64, String, String)>, ConfigError> {
+        self.bootstrap.iter().map(|m| parse_member(m)).collect()
+    }
+}
+
+/// Parses one `id=api_addr/raft_addr` member.
+pub fn parse_member(text: &str) -> Result<(u64, String, String), ConfigError> {
+    let bad = || ConfigError(format!("member `{text}`: expected id=api_addr/raft_addr"));
+    let (id, addrs) = text.split_once('=').ok_or_else(bad)?;
+    let (api, raft) = addrs.split_once('/').ok_or_else(bad)?;
+    let id: u64 = id.trim().parse().map_err(|_| bad())?;
+    if id == 0 || api.is_empty() || raft.is_empty() {
+        return Err(bad());
+    }
+    Ok((id, api.to_string(), raft.to_string()))
 }
 
 /// Why a configuration could not be used.
@@ -95,6 +176,21 @@ impl NodeConfig {
             if !(min..=max).contains(&value) {
                 return Err(ConfigError(format!("{field} = {value} is outside {min}..={max}")));
             }
+        }
+        if let Some(raft) = &self.raft {
+            if raft.id == 0 {
+                return Err(ConfigError("raft.id must be at least 1".into()));
+            }
+            if raft.heartbeat_ms == 0 || raft.election_min_ms <= raft.heartbeat_ms {
+                return Err(ConfigError("raft: heartbeat_ms must be above 0 and below election_min_ms".into()));
+            }
+            if raft.election_max_ms <= raft.election_min_ms {
+                return Err(ConfigError("raft: election_max_ms must be above election_min_ms".into()));
+            }
+            if raft.snapshot_every_entries == 0 {
+                return Err(ConfigError("raft.snapshot_every_entries must be at least 1".into()));
+            }
+            raft.members()?;
         }
         Ok(())
     }

@@ -18,6 +18,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bourse_cluster::state_machine::{Committed, MachineRequest};
+use bourse_cluster::Batch;
 use bourse_engine::command::{Command, CommandBody};
 use bourse_engine::{codec, AccountId, ClientId, Engine, Event, OrderId, OrderStatus, Side, SymbolId};
 use bourse_journal::{GroupCommitHandle, Proposal};
@@ -56,8 +60,37 @@ pub enum Request {
         client: ClientId,
         session: u64,
     },
+    /// From the Raft state machine: apply committed entries, snapshot, install.
+    Machine(MachineRequest),
+    /// The last applied index and the state hash there.
+    Status {
+        reply: oneshot::Sender<(u64, [u8; 32])>,
+    },
     /// Finish the current batch, then stop.
     Shutdown,
+}
+
+/// How commands get their place in the log.
+pub enum Sequencer {
+    /// Single node: the core numbers, applies and logs each command itself; outputs wait
+    /// for the journal's fdatasync.
+    Journal(GroupCommitHandle),
+    /// Replicated: the leader's core stamps commands and proposes them to Raft in
+    /// batches; they are applied when the state machine hands them back committed, on
+    /// every replica alike, and their outputs go out at once (committed = durable on a
+    /// majority).
+    Raft(Replica),
+}
+
+/// The core's side of Raft.
+pub struct Replica {
+    /// To the proposer task, which hands each batch to Raft in order. Unbounded so the
+    /// core never blocks on Raft while Raft waits for the core to apply; what is queued
+    /// is bounded by the clients' in-flight windows (each session is read only as fast
+    /// as the core takes its batches).
+    pub proposer: mpsc::UnboundedSender<Batch>,
+    /// Whether this node leads now (kept by the leadership watcher).
+    pub leader: Arc<AtomicBool>,
 }
 
 impl Request {
@@ -102,7 +135,9 @@ type Bbo = (Option<(i64, i64)>, Option<(i64, i64)>);
 
 pub struct Core {
     engine: Engine,
-    journal: GroupCommitHandle,
+    sequencer: Sequencer,
+    /// Unary submitters waiting for their command to be applied (replicated mode).
+    unary: FxHashMap<(ClientId, u64), oneshot::Sender<proto::Ack>>,
     pending: Arc<Pending>,
     metrics: Arc<Metrics>,
     market: tokio::sync::broadcast::Sender<proto::MarketDataUpdate>,
@@ -130,30 +165,19 @@ impl Core {
     pub fn new(
         engine: Engine,
         applied_index: u64,
-        journal: GroupCommitHandle,
+        sequencer: Sequencer,
         pending: Arc<Pending>,
         metrics: Arc<Metrics>,
         market: tokio::sync::broadcast::Sender<proto::MarketDataUpdate>,
         config: NodeConfig,
     ) -> Core {
         let ts_last = engine.ts_last();
-        let mut owners = FxHashMap::default();
-        // Orders resting since before a restart have no session to report to until
-        // their owner connects again; their account and symbol still route cancels.
-        for symbol in 0..engine.symbols_len() as u32 {
-            for side in [Side::Buy, Side::Sell] {
-                for order in engine.book_orders(SymbolId(symbol), side, usize::MAX) {
-                    owners.insert(
-                        order.id,
-                        Owner { client: ClientId(0), account: order.account, symbol: SymbolId(symbol) },
-                    );
-                }
-            }
-        }
+        let owners = owners_of(&engine);
         metrics.applied_index.store(applied_index, std::sync::atomic::Ordering::Relaxed);
         Core {
             engine,
-            journal,
+            sequencer,
+            unary: FxHashMap::default(),
             pending,
             metrics,
             market,
@@ -201,6 +225,9 @@ impl Core {
 
     /// Applies one batch; returns true when a shutdown was requested.
     fn process(&mut self, batch: &mut Vec<Request>) -> bool {
+        if matches!(self.sequencer, Sequencer::Raft(_)) {
+            return self.process_replicated(batch);
+        }
         let commands: usize = batch.iter().map(Request::commands_len).sum();
         // An ack per command plus room for fills: sized once, not grown command by command.
         let mut outputs: Vec<Output> = Vec::with_capacity(commands * 2);
@@ -217,6 +244,10 @@ impl Core {
                     outputs.push(Output::Query { reply, answer });
                 }
                 Request::EndSession { client, session } => outputs.push(Output::EndSession { client, session }),
+                Request::Status { reply } => {
+                    let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
+                }
+                Request::Machine(_) => unreachable!("a single node has no state machine requests"),
                 Request::Shutdown => stop = true,
             }
         }
@@ -233,7 +264,8 @@ impl Core {
         let mut proposals = proposals.into_iter().peekable();
         while proposals.peek().is_some() {
             let chunk: Vec<Proposal> = proposals.by_ref().take(self.config.batch_commands_max).collect();
-            if let Err(error) = self.journal.submit(chunk) {
+            let Sequencer::Journal(journal) = &self.sequencer else { unreachable!("single node") };
+            if let Err(error) = journal.submit(chunk) {
                 // The journal can no longer make anything durable: stop the node.
                 tracing::error!(%error, "journal failed; stopping");
                 std::process::abort();
@@ -273,6 +305,159 @@ impl Core {
         }
     }
 
+    /// One batch in replicated mode: client commands are stamped and proposed (by the
+    /// leader only), committed entries are applied, queries read the applied state.
+    fn process_replicated(&mut self, batch: &mut Vec<Request>) -> bool {
+        let mut outputs: Vec<Output> = Vec::new();
+        let mut proposal: Vec<Vec<u8>> = Vec::new();
+        let mut stop = false;
+        for request in batch.drain(..) {
+            match request {
+                Request::Commands { client, items, reply } => {
+                    self.propose_commands(client, items, reply, &mut outputs, &mut proposal)
+                }
+                Request::Machine(request) => {
+                    // Outputs so far (refusals, query answers) go before what this applies.
+                    self.pending.push(self.next_index - 1, std::mem::take(&mut outputs));
+                    self.machine(request);
+                }
+                Request::Query { query, reply } => {
+                    self.metrics.queries.fetch_add(1, Ordering::Relaxed);
+                    let answer = answer(&self.engine, self.next_index - 1, query);
+                    outputs.push(Output::Query { reply, answer });
+                }
+                Request::EndSession { client, session } => outputs.push(Output::EndSession { client, session }),
+                Request::Status { reply } => {
+                    let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
+                }
+                Request::Shutdown => stop = true,
+            }
+        }
+        self.pending.push(self.next_index - 1, outputs);
+        let Sequencer::Raft(replica) = &self.sequencer else { unreachable!("replicated") };
+        let mut commands = proposal.into_iter().peekable();
+        while commands.peek().is_some() {
+            let chunk: Vec<Vec<u8>> = commands.by_ref().take(self.config.batch_commands_max).collect();
+            if replica.proposer.send(Batch { commands: chunk }).is_err() {
+                // The node is stopping; nothing proposed was acknowledged.
+                break;
+            }
+        }
+        stop
+    }
+
+    /// The leader's half of a client batch: stamp and encode each well-shaped command
+    /// for the next proposal; refuse the badly shaped at once. A follower drops the
+    /// batch: its sessions are being ended so their clients find the leader and resend.
+    fn propose_commands(
+        &mut self,
+        client: ClientId,
+        items: Vec<(u64, Result<CommandBody, ConvertError>)>,
+        reply: Reply,
+        outputs: &mut Vec<Output>,
+        proposal: &mut Vec<Vec<u8>>,
+    ) {
+        let Sequencer::Raft(replica) = &self.sequencer else { unreachable!("replicated") };
+        if !replica.leader.load(Ordering::Acquire) {
+            return;
+        }
+        let last_seq = items.last().map(|(seq, _)| *seq);
+        for (seq, body) in items {
+            match body {
+                Err(error) => {
+                    self.counts.refused_shape += 1;
+                    let ack = convert::ack_refused(seq, &error);
+                    if let Reply::Unary(sender) = reply {
+                        // A unary submit carries one command: this is its answer.
+                        outputs.push(Output::Unary { reply: sender, ack });
+                        return;
+                    }
+                    outputs.push(Output::Client { client, item: ClientItem::Ack(ack) });
+                }
+                Ok(body) => {
+                    let ts = self.stamp();
+                    proposal.push(codec::encode(&Command { client, seq, ts, body }));
+                }
+            }
+        }
+        if let (Reply::Unary(sender), Some(seq)) = (reply, last_seq) {
+            self.unary.insert((client, seq), sender);
+        }
+    }
+
+    fn machine(&mut self, request: MachineRequest) {
+        match request {
+            MachineRequest::Apply { entries, done } => {
+                let mut outputs = Vec::new();
+                for entry in entries {
+                    self.apply_entry(entry, &mut outputs);
+                }
+                self.publish_bbo(&mut outputs);
+                let applied = self.next_index - 1;
+                self.metrics.applied_index.store(applied, Ordering::Relaxed);
+                self.metrics.batches.fetch_add(1, Ordering::Relaxed);
+                self.counts.publish(&self.metrics);
+                self.pending.push(applied, outputs);
+                let _ = done.send(());
+            }
+            MachineRequest::Snapshot { reply } => {
+                let started = Instant::now();
+                let bytes = self.engine.snapshot();
+                self.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(index = self.next_index - 1, ms = started.elapsed().as_millis() as u64, "engine copied");
+                let _ = reply.send(bytes);
+            }
+            MachineRequest::Install { index, bytes, reply } => match Engine::restore(&bytes) {
+                Ok(engine) => {
+                    self.engine = engine;
+                    self.owners = owners_of(&self.engine);
+                    self.bbo_last.clear();
+                    self.next_index = index + 1;
+                    self.ts_last = self.ts_last.max(self.engine.ts_last());
+                    self.metrics.applied_index.store(index, Ordering::Relaxed);
+                    let _ = reply.send(Ok(()));
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(format!("snapshot at {index} does not restore: {error}")));
+                }
+            },
+        }
+    }
+
+    /// Applies one committed entry on this replica. Every replica applies the same
+    /// commands with the same effective timestamps: a command stamped earlier than the
+    /// state's last timestamp (a new leader whose clock is behind) is applied at that
+    /// last timestamp, so engine time never goes backwards, and identically everywhere.
+    fn apply_entry(&mut self, entry: Committed, outputs: &mut Vec<Output>) {
+        if entry.index == 0 {
+            // Raft's first entry, the initial membership: no commands, and index 0 is
+            // where "nothing applied yet" already stands.
+            debug_assert!(entry.batch.is_none());
+            return;
+        }
+        debug_assert_eq!(entry.index, self.next_index, "entries are applied in log order");
+        self.next_index = entry.index + 1;
+        let Some(batch) = entry.batch else { return };
+        for bytes in &batch.commands {
+            let mut command = match codec::decode(bytes) {
+                Ok(command) => command,
+                Err(error) => {
+                    // Only a leader of this code writes entries, so this is a corrupt or
+                    // foreign log: applying around it would fork the replicas.
+                    tracing::error!(index = entry.index, %error, "a committed command does not decode; stopping");
+                    std::process::abort();
+                }
+            };
+            command.ts = command.ts.max(self.engine.ts_last());
+            self.ts_last = self.ts_last.max(command.ts);
+            let ack = self.apply_command(&command, entry.index, outputs);
+            match self.unary.remove(&(command.client, command.seq)) {
+                Some(reply) => outputs.push(Output::Unary { reply, ack }),
+                None => outputs.push(Output::Client { client: command.client, item: ClientItem::Ack(ack) }),
+            }
+        }
+    }
+
     /// The leader timestamp: the wall clock, but never at or before the last one.
     fn stamp(&mut self) -> u64 {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
@@ -289,8 +474,13 @@ impl Core {
         let index = self.next_index;
         self.next_index += 1;
         proposals.push(Proposal { timestamp_ns: command.ts, payload: codec::encode(&command) });
+        self.apply_command(&command, index, outputs)
+    }
+
+    /// Applies one sequenced command at log `index` and routes what it caused.
+    fn apply_command(&mut self, command: &Command, index: u64, outputs: &mut Vec<Output>) -> proto::Ack {
         self.events.clear();
-        let applied = self.engine.apply(&command, &mut self.events);
+        let applied = self.engine.apply(command, &mut self.events);
         let counter = match (applied.duplicate, applied.outcome) {
             (true, _) => &mut self.counts.duplicate,
             (false, bourse_engine::Outcome::Rejected(_)) => &mut self.counts.rejected,
@@ -421,9 +611,10 @@ impl Core {
         if !(by_count || by_time) || self.snapshot_writer.as_ref().is_some_and(|w| !w.is_finished()) {
             return;
         }
+        let Sequencer::Journal(journal) = &self.sequencer else { return };
+        let journal = journal.clone();
         let index = self.next_index - 1;
         let bytes = self.engine.snapshot();
-        let journal = self.journal.clone();
         let metrics = Arc::clone(&self.metrics);
         self.commands_since_snapshot = 0;
         self.snapshot_at = Instant::now();
@@ -438,6 +629,22 @@ impl Core {
             }
         }));
     }
+}
+
+/// Owners of the open orders of `engine`. Orders resting since before a restart have
+/// no session to report to until their owner connects again; their account and symbol
+/// still route cancels.
+fn owners_of(engine: &Engine) -> FxHashMap<OrderId, Owner> {
+    let mut owners = FxHashMap::default();
+    for symbol in 0..engine.symbols_len() as u32 {
+        for side in [Side::Buy, Side::Sell] {
+            for order in engine.book_orders(SymbolId(symbol), side, usize::MAX) {
+                owners
+                    .insert(order.id, Owner { client: ClientId(0), account: order.account, symbol: SymbolId(symbol) });
+            }
+        }
+    }
+    owners
 }
 
 fn market_update(ts: u64, update: proto::market_data_update::Update) -> proto::MarketDataUpdate {

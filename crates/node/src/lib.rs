@@ -15,6 +15,7 @@ pub mod metrics;
 mod node;
 mod outbox;
 mod query;
+mod replica;
 mod service;
 
 pub use config::NodeConfig;

@@ -126,13 +126,17 @@ impl Metrics {
 }
 
 /// Serves `/metrics` on `addr` until the process ends.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, journal: GroupCommitHandle) -> std::io::Result<SocketAddr> {
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    journal: Option<GroupCommitHandle>,
+) -> std::io::Result<SocketAddr> {
     use axum::routing::get;
     let app = axum::Router::new().route(
         "/metrics",
         get(move || {
             let (metrics, journal) = (Arc::clone(&metrics), journal.clone());
-            async move { metrics.render(Some(&journal)) }
+            async move { metrics.render(journal.as_ref()) }
         }),
     );
     let listener = tokio::net::TcpListener::bind(addr).await?;

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,11 +17,17 @@ use bourse_journal::{GroupCommit, GroupCommitConfig, Journal, JournalConfig};
 use bourse_protocol::proto;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::config::NodeConfig;
-use crate::core::{Core, Request};
+use bourse_cluster::member::{Member, MemberConfig};
+use bourse_cluster::snapshot_store::SnapshotStore;
+use bourse_cluster::state_machine::StateMachine;
+use bourse_cluster::Peer;
+
+use crate::config::{NodeConfig, RaftConfig};
+use crate::core::{Core, Replica, Request, Sequencer};
 use crate::metrics::Metrics;
 use crate::outbox::{Pending, Sessions};
-use crate::service::{AdminService, MarketDataService, OrderEntryService, QueryService, Shared};
+use crate::replica::{CoreMachine, Replication};
+use crate::service::{AdminService, ClusterService, MarketDataService, OrderEntryService, QueryService, Shared};
 
 /// Why a node could not start or stop cleanly.
 #[derive(Debug)]
@@ -35,6 +41,7 @@ pub enum NodeError {
         error: codec::DecodeError,
     },
     Io(std::io::Error),
+    Cluster(bourse_cluster::member::MemberError),
 }
 
 impl std::fmt::Display for NodeError {
@@ -45,6 +52,7 @@ impl std::fmt::Display for NodeError {
             NodeError::Snapshot(e) => write!(f, "snapshot: {e}"),
             NodeError::Decode { index, error } => write!(f, "log record {index} does not decode: {error}"),
             NodeError::Io(e) => write!(f, "{e}"),
+            NodeError::Cluster(e) => write!(f, "cluster: {e}"),
         }
     }
 }
@@ -123,7 +131,10 @@ pub struct Node {
     pub metrics: Arc<Metrics>,
     core_sender: mpsc::Sender<Request>,
     core: std::thread::JoinHandle<()>,
-    group: GroupCommit,
+    /// Single node: the journal's writer.
+    group: Option<GroupCommit>,
+    /// Replicated: the Raft member.
+    replication: Option<Arc<Replication>>,
     sessions: Arc<Sessions>,
     shutdown: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
@@ -138,6 +149,9 @@ impl Node {
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         config.validate().map_err(|e| NodeError::Config(e.0))?;
         std::fs::create_dir_all(&config.data)?;
+        if let Some(raft) = config.raft.clone() {
+            return Node::start_replicated(config, raft).await;
+        }
         let (engine, journal, recovered) = recover(&config.data, &config)?;
         tracing::info!(
             index = recovered.index,
@@ -163,7 +177,7 @@ impl Node {
         let core = Core::new(
             engine,
             recovered.index,
-            group.handle(),
+            Sequencer::Journal(group.handle()),
             pending,
             Arc::clone(&metrics),
             market.clone(),
@@ -180,13 +194,16 @@ impl Node {
             client_batch_commands_max: config.client_batch_commands_max,
             session_outbox_max: config.session_outbox_max,
             session_ids: Arc::new(AtomicU64::new(1)),
+            replication: None,
+            advertise: String::new(),
         };
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
+        let shared = Shared { advertise: addr.to_string(), ..shared };
         let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
         let metrics_addr = match config.metrics_listen {
-            Some(listen) => Some(crate::metrics::serve(listen, Arc::clone(&metrics), group.handle()).await?),
+            Some(listen) => Some(crate::metrics::serve(listen, Arc::clone(&metrics), Some(group.handle())).await?),
             None => None,
         };
         tracing::info!(%addr, ?metrics_addr, data = %config.data.display(), "serving");
@@ -197,7 +214,116 @@ impl Node {
             metrics,
             core_sender,
             core,
-            group,
+            group: Some(group),
+            replication: None,
+            sessions,
+            shutdown,
+            server,
+            server_stop,
+        })
+    }
+
+    /// Starts a member of a replicated cluster: the engine from the newest state
+    /// machine snapshot (Raft re-applies the committed log after it), the core in
+    /// replicated mode, the Raft member, the leadership watcher and the services.
+    async fn start_replicated(config: NodeConfig, raft: RaftConfig) -> Result<Node, NodeError> {
+        let started = Instant::now();
+        let dir = config.data.join("raft");
+        let (core_sender, core_receiver) = mpsc::channel(config.queue_requests_max);
+        let store = SnapshotStore::open(dir.join("snapshots"))?;
+        let (state_machine, restored) = StateMachine::open(store, CoreMachine(core_sender.clone()))?;
+        let snapshot_index = restored.meta.as_ref().and_then(|m| m.last_log_id.as_ref()).map(|id| id.index);
+        let engine = match &restored.engine_bytes {
+            Some(bytes) => Engine::restore(bytes).map_err(NodeError::Snapshot)?,
+            None => Engine::new(config.engine),
+        };
+        let index = snapshot_index.unwrap_or(0);
+        let recovered = Recovered {
+            index,
+            snapshot_index,
+            entries_replayed: 0,
+            elapsed: started.elapsed(),
+            state_hash: engine.state_hash(),
+        };
+        tracing::info!(id = raft.id, snapshot = ?snapshot_index, "starting a cluster member");
+        let metrics = Arc::new(Metrics::default());
+        let sessions = Arc::new(Sessions::default());
+        let (market, _) = broadcast::channel::<proto::MarketDataUpdate>(config.market_data_buffer_max);
+        // Applied entries are committed, so their outputs go out at once.
+        let pending = Arc::new(Pending::new(u64::MAX, Arc::clone(&sessions), market.clone(), Arc::clone(&metrics)));
+        let leader = Arc::new(AtomicBool::new(false));
+        let (proposer, proposals) = mpsc::unbounded_channel();
+        let replica = Replica { proposer, leader: Arc::clone(&leader) };
+        let core = Core::new(
+            engine,
+            index,
+            Sequencer::Raft(replica),
+            pending,
+            Arc::clone(&metrics),
+            market.clone(),
+            config.clone(),
+        );
+        let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
+
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let advertise = Peer {
+            api: raft.advertise_api.clone().unwrap_or_else(|| addr.to_string()),
+            raft: raft.advertise.clone().unwrap_or_else(|| raft.listen.to_string()),
+        };
+        let bootstrap = raft
+            .members()
+            .map_err(|e| NodeError::Config(e.0))?
+            .into_iter()
+            .map(|(id, api, raft)| (id, Peer { api, raft }))
+            .collect();
+        let member_config = MemberConfig {
+            id: raft.id,
+            dir,
+            listen: raft.listen,
+            advertise: advertise.clone(),
+            bind_ip: raft.bind_ip,
+            bootstrap,
+            heartbeat_ms: raft.heartbeat_ms,
+            election_min_ms: raft.election_min_ms,
+            election_max_ms: raft.election_max_ms,
+            snapshot_every_entries: raft.snapshot_every_entries,
+            log_kept_after_snapshot: raft.log_kept_after_snapshot,
+        };
+        let member = Member::start(member_config, state_machine, proposals).await.map_err(NodeError::Cluster)?;
+        let leadership = member.leadership();
+        tokio::spawn(crate::replica::watch_leadership(leadership.clone(), leader, Arc::clone(&sessions)));
+        let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
+
+        let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
+        let shared = Shared {
+            core: core_sender.clone(),
+            sessions: Arc::clone(&sessions),
+            shutdown: shutdown_seen,
+            market,
+            metrics: Arc::clone(&metrics),
+            client_batch_commands_max: config.client_batch_commands_max,
+            session_outbox_max: config.session_outbox_max,
+            session_ids: Arc::new(AtomicU64::new(1)),
+            replication: Some(Arc::clone(&replication)),
+            advertise: advertise.api.clone(),
+        };
+        let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
+        let metrics_addr = match config.metrics_listen {
+            Some(listen) => Some(crate::metrics::serve(listen, Arc::clone(&metrics), None).await?),
+            None => None,
+        };
+        tracing::info!(%addr, raft = %raft.listen, id = raft.id, data = %config.data.display(), "serving");
+        Ok(Node {
+            addr,
+            metrics_addr,
+            recovered,
+            metrics,
+            core_sender,
+            core,
+            group: None,
+            replication: Some(replication),
             sessions,
             shutdown,
             server,
@@ -210,13 +336,18 @@ impl Node {
     /// and connections get up to `SHUTDOWN_FLUSH_MAX` to take them.
     pub async fn shutdown(self) -> Result<(), NodeError> {
         let _ = self.shutdown.send(true);
+        if let Some(replication) = self.replication {
+            // Raft first: nothing more is applied once the core stops.
+            replication.member.shutdown().await;
+        }
         let _ = self.core_sender.send(Request::Shutdown).await;
         drop(self.core_sender);
         let core = self.core;
         tokio::task::spawn_blocking(move || core.join()).await.expect("join task").expect("core thread panicked");
-        let group = self.group;
-        let journal = tokio::task::spawn_blocking(move || group.shutdown()).await.expect("join task")?;
-        tracing::info!(durable = journal.durable_index(), "journal closed");
+        if let Some(group) = self.group {
+            let journal = tokio::task::spawn_blocking(move || group.shutdown()).await.expect("join task")?;
+            tracing::info!(durable = journal.durable_index(), "journal closed");
+        }
         self.sessions.end_all();
         let _ = self.server_stop.send(());
         let mut server = self.server;
@@ -234,18 +365,20 @@ async fn serve(
     message_bytes_max: usize,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    use bourse_protocol::proto::{admin_server, market_data_server, order_entry_server, query_server};
+    use bourse_protocol::proto::{admin_server, cluster_server, market_data_server, order_entry_server, query_server};
     let order_entry = order_entry_server::OrderEntryServer::new(OrderEntryService(shared.clone()))
         .max_decoding_message_size(message_bytes_max);
     let admin =
         admin_server::AdminServer::new(AdminService(shared.clone())).max_decoding_message_size(message_bytes_max);
     let query =
         query_server::QueryServer::new(QueryService(shared.clone())).max_decoding_message_size(message_bytes_max);
+    let cluster = cluster_server::ClusterServer::new(ClusterService(shared.clone()));
     let market = market_data_server::MarketDataServer::new(MarketDataService(shared));
     let result = tonic::transport::Server::builder()
         .add_service(order_entry)
         .add_service(admin)
         .add_service(query)
+        .add_service(cluster)
         .add_service(market)
         // No Nagle: an ack batch must not wait for the peer's delayed ACK (40 ms).
         .serve_with_incoming_shutdown(

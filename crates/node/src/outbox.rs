@@ -91,6 +91,14 @@ impl Sessions {
         }
     }
 
+    /// Ends every session at once with an error status (this node stopped leading).
+    pub fn kill_all(&self, status: impl Fn() -> tonic::Status) {
+        for (_, handle) in self.by_client.lock().expect("sessions lock").drain() {
+            let _ = handle.kill.try_send(Err(status()));
+            handle.stop_reading.notify_one();
+        }
+    }
+
     /// Ends every session after what is buffered (node shutdown).
     pub fn end_all(&self) {
         for (_, handle) in self.by_client.lock().expect("sessions lock").drain() {

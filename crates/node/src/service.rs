@@ -23,6 +23,7 @@ use crate::core::{Reply, Request};
 use crate::metrics::Metrics;
 use crate::outbox::{SessionHandle, Sessions};
 use crate::query::{QueryAnswer, QueryReply, QueryRequest};
+use crate::replica::Replication;
 
 /// What every service needs: the way to the core, the sessions, the market feed.
 #[derive(Clone)]
@@ -36,6 +37,10 @@ pub struct Shared {
     pub session_ids: Arc<AtomicU64>,
     /// Becomes true when the node shuts down: readers stop reading, quietly.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The Raft member, when replicated.
+    pub replication: Option<Arc<Replication>>,
+    /// The client address this node advertises.
+    pub advertise: String,
 }
 
 impl Shared {
@@ -47,7 +52,24 @@ impl Shared {
         })
     }
 
-    async fn query(&self, query: QueryRequest) -> QueryAnswer {
+    /// Commands go to the leader only (a single node always leads).
+    fn require_leader(&self) -> Result<(), Status> {
+        match &self.replication {
+            Some(replication) => replication.require_leader(),
+            None => Ok(()),
+        }
+    }
+
+    async fn query(&self, query: QueryRequest, linearizable: bool) -> QueryAnswer {
+        if let (true, Some(replication)) = (linearizable, &self.replication) {
+            replication.require_leader()?;
+            replication.member.linearizable_read().await.map_err(|error| match error {
+                bourse_cluster::member::MemberError::NotLeader { leader } => {
+                    crate::replica::not_leader(leader.as_ref().map(|(_, peer)| peer.api.as_str()))
+                }
+                other => Status::unavailable(format!("linearizable read failed: {other}")),
+            })?;
+        }
         let (reply, answer) = oneshot::channel();
         self.send(Request::Query { query, reply }).await?;
         answer.await.map_err(|_| Status::unavailable("the node stopped before answering"))?
@@ -71,6 +93,7 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         &self,
         request: GrpcRequest<Streaming<proto::ClientBatch>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
+        self.0.require_leader()?;
         let mut inbound = request.into_inner();
         let shared = self.0.clone();
         let (outbox, outgoing) = mpsc::channel(shared.session_outbox_max);
@@ -198,6 +221,7 @@ pub struct AdminService(pub Shared);
 #[tonic::async_trait]
 impl proto::admin_server::Admin for AdminService {
     async fn submit(&self, request: GrpcRequest<proto::SubmitRequest>) -> Result<Response<proto::Ack>, Status> {
+        self.0.require_leader()?;
         let request = request.into_inner();
         if request.client_id == 0 {
             return Err(Status::invalid_argument("client_id 0 is reserved"));
@@ -216,12 +240,15 @@ impl proto::admin_server::Admin for AdminService {
 pub struct QueryService(pub Shared);
 
 /// Sends a query to the core and unpacks the reply of the expected kind.
-async fn query_as<T>(
+async fn query_as<T, R>(
     shared: &Shared,
-    query: QueryRequest,
+    request: GrpcRequest<R>,
+    query: fn(R) -> QueryRequest,
     unpack: fn(QueryReply) -> Option<T>,
 ) -> Result<Response<T>, Status> {
-    let reply = shared.query(query).await?;
+    let linearizable =
+        request.metadata().get("bourse-read").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"linearizable"));
+    let reply = shared.query(query(request.into_inner()), linearizable).await?;
     unpack(reply).map(Response::new).ok_or_else(|| Status::internal("the core answered a different query"))
 }
 
@@ -231,7 +258,7 @@ impl proto::query_server::Query for QueryService {
         &self,
         request: GrpcRequest<proto::GetOrderRequest>,
     ) -> Result<Response<proto::GetOrderReply>, Status> {
-        query_as(&self.0, QueryRequest::Order(request.into_inner()), |r| match r {
+        query_as(&self.0, request, QueryRequest::Order, |r| match r {
             QueryReply::Order(reply) => Some(reply),
             _ => None,
         })
@@ -242,7 +269,7 @@ impl proto::query_server::Query for QueryService {
         &self,
         request: GrpcRequest<proto::GetBalancesRequest>,
     ) -> Result<Response<proto::GetBalancesReply>, Status> {
-        query_as(&self.0, QueryRequest::Balances(request.into_inner()), |r| match r {
+        query_as(&self.0, request, QueryRequest::Balances, |r| match r {
             QueryReply::Balances(reply) => Some(reply),
             _ => None,
         })
@@ -253,7 +280,7 @@ impl proto::query_server::Query for QueryService {
         &self,
         request: GrpcRequest<proto::GetOpenOrdersRequest>,
     ) -> Result<Response<proto::GetOpenOrdersReply>, Status> {
-        query_as(&self.0, QueryRequest::OpenOrders(request.into_inner()), |r| match r {
+        query_as(&self.0, request, QueryRequest::OpenOrders, |r| match r {
             QueryReply::OpenOrders(reply) => Some(reply),
             _ => None,
         })
@@ -264,7 +291,7 @@ impl proto::query_server::Query for QueryService {
         &self,
         request: GrpcRequest<proto::GetDepthRequest>,
     ) -> Result<Response<proto::GetDepthReply>, Status> {
-        query_as(&self.0, QueryRequest::Depth(request.into_inner()), |r| match r {
+        query_as(&self.0, request, QueryRequest::Depth, |r| match r {
             QueryReply::Depth(reply) => Some(reply),
             _ => None,
         })
@@ -273,23 +300,33 @@ impl proto::query_server::Query for QueryService {
 
     async fn get_symbols(
         &self,
-        _request: GrpcRequest<proto::GetSymbolsRequest>,
+        request: GrpcRequest<proto::GetSymbolsRequest>,
     ) -> Result<Response<proto::GetSymbolsReply>, Status> {
-        query_as(&self.0, QueryRequest::Symbols, |r| match r {
-            QueryReply::Symbols(reply) => Some(reply),
-            _ => None,
-        })
+        query_as(
+            &self.0,
+            request,
+            |_| QueryRequest::Symbols,
+            |r| match r {
+                QueryReply::Symbols(reply) => Some(reply),
+                _ => None,
+            },
+        )
         .await
     }
 
     async fn get_assets(
         &self,
-        _request: GrpcRequest<proto::GetAssetsRequest>,
+        request: GrpcRequest<proto::GetAssetsRequest>,
     ) -> Result<Response<proto::GetAssetsReply>, Status> {
-        query_as(&self.0, QueryRequest::Assets, |r| match r {
-            QueryReply::Assets(reply) => Some(reply),
-            _ => None,
-        })
+        query_as(
+            &self.0,
+            request,
+            |_| QueryRequest::Assets,
+            |r| match r {
+                QueryReply::Assets(reply) => Some(reply),
+                _ => None,
+            },
+        )
         .await
     }
 }
@@ -355,4 +392,104 @@ where
     let (sender, receiver) = mpsc::channel(64);
     tokio::spawn(task(sender));
     Box::pin(ReceiverStream::new(receiver))
+}
+
+pub struct ClusterService(pub Shared);
+
+impl ClusterService {
+    async fn status(&self) -> Result<proto::ClusterStatus, Status> {
+        let (reply, answer) = oneshot::channel();
+        self.0.send(Request::Status { reply }).await?;
+        let (applied, hash) = answer.await.map_err(|_| Status::unavailable("the node stopped before answering"))?;
+        let mut status = proto::ClusterStatus {
+            pid: std::process::id(),
+            api: self.0.advertise.clone(),
+            role: "standalone".into(),
+            applied_index: applied,
+            state_hash: bourse_engine::hex(&hash),
+            ..Default::default()
+        };
+        if let Some(replication) = &self.0.replication {
+            let member = replication.member.status();
+            status.id = member.id;
+            status.api = replication.advertise.api.clone();
+            status.raft = replication.advertise.raft.clone();
+            status.role = member.role.into();
+            status.term = member.term;
+            if let Some((id, peer)) = &member.leader {
+                status.leader_id = *id;
+                status.leader_api = peer.api.clone();
+            }
+            status.last_log_index = member.last_log_index;
+            status.committed_index = member.committed;
+            status.snapshot_index = member.snapshot;
+            status.members = member
+                .members
+                .into_iter()
+                .map(|(id, peer, voter)| proto::ClusterMember { id, api: peer.api, raft: peer.raft, voter })
+                .collect();
+        }
+        Ok(status)
+    }
+
+    fn replication(&self) -> Result<&Replication, Status> {
+        self.0.replication.as_deref().ok_or_else(|| Status::failed_precondition("this node is not replicated"))
+    }
+
+    async fn membership_reply(
+        &self,
+        result: Result<(), bourse_cluster::member::MemberError>,
+    ) -> Result<Response<proto::MembershipReply>, Status> {
+        result.map_err(|error| match error {
+            bourse_cluster::member::MemberError::NotLeader { leader } => {
+                crate::replica::not_leader(leader.as_ref().map(|(_, peer)| peer.api.as_str()))
+            }
+            other => Status::aborted(other.to_string()),
+        })?;
+        Ok(Response::new(proto::MembershipReply { status: Some(self.status().await?) }))
+    }
+}
+
+#[tonic::async_trait]
+impl proto::cluster_server::Cluster for ClusterService {
+    async fn status(
+        &self,
+        _request: GrpcRequest<proto::ClusterStatusRequest>,
+    ) -> Result<Response<proto::ClusterStatus>, Status> {
+        Ok(Response::new(ClusterService::status(self).await?))
+    }
+
+    async fn add_node(
+        &self,
+        request: GrpcRequest<proto::AddNodeRequest>,
+    ) -> Result<Response<proto::MembershipReply>, Status> {
+        let request = request.into_inner();
+        if request.id == 0 || request.api.is_empty() || request.raft.is_empty() {
+            return Err(Status::invalid_argument("AddNodeRequest needs an id above 0, an api and a raft address"));
+        }
+        let replication = self.replication()?;
+        replication.require_leader()?;
+        let peer = bourse_cluster::Peer { api: request.api, raft: request.raft };
+        let result = replication.member.add_node(request.id, peer).await;
+        self.membership_reply(result).await
+    }
+
+    async fn remove_node(
+        &self,
+        request: GrpcRequest<proto::RemoveNodeRequest>,
+    ) -> Result<Response<proto::MembershipReply>, Status> {
+        let replication = self.replication()?;
+        replication.require_leader()?;
+        let result = replication.member.remove_node(request.into_inner().id).await;
+        self.membership_reply(result).await
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: GrpcRequest<proto::TransferLeaderRequest>,
+    ) -> Result<Response<proto::MembershipReply>, Status> {
+        let replication = self.replication()?;
+        let result = replication.member.transfer_leader(request.into_inner().to).await;
+        self.membership_reply(result).await
+    }
 }

@@ -9,5 +9,6 @@ mod corruption;
 mod crash;
 mod group_commit;
 mod prop_model;
+mod purge;
 mod roundtrip;
 mod snapshots;

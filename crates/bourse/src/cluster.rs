@@ -1,0 +1,437 @@
+//! `bourse node` (a member of a replicated cluster) and `bourse cluster` (start a local
+//! cluster, show its state, change its membership).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use bourse_protocol::proto;
+use bourse_protocol::proto::cluster_client::ClusterClient;
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use crate::serve::ServeArgs;
+
+/// Flags of `bourse node`: those of `bourse serve`, and the member's place in a cluster.
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// This member's id (unique, never reused after removal).
+    #[arg(long)]
+    id: u64,
+    /// Where the Raft transport listens.
+    #[arg(long)]
+    raft_listen: SocketAddr,
+    /// The Raft address other members use (default: --raft-listen).
+    #[arg(long)]
+    advertise_raft: Option<String>,
+    /// The client address other members give clients for this node (default: --listen).
+    #[arg(long)]
+    advertise_api: Option<String>,
+    /// Source address for connections to other members.
+    #[arg(long)]
+    bind_ip: Option<IpAddr>,
+    /// Initialize a new cluster with these members (id=api/raft, comma separated) when
+    /// this node is the first of them and has an empty log.
+    #[arg(long, value_delimiter = ',')]
+    bootstrap: Vec<String>,
+    /// Elections after 50–100 ms without a leader (heartbeat 15 ms) instead of 150–300 ms.
+    #[arg(long)]
+    low_latency: bool,
+    #[arg(long)]
+    heartbeat_ms: Option<u64>,
+    #[arg(long)]
+    election_min_ms: Option<u64>,
+    #[arg(long)]
+    election_max_ms: Option<u64>,
+    /// Take a state machine snapshot after this many log entries.
+    #[arg(long)]
+    snapshot_every_entries: Option<u64>,
+}
+
+pub fn node(args: NodeArgs) -> Result<(), String> {
+    let mut config = args.serve.config()?;
+    let mut raft = config.raft.clone().unwrap_or_default();
+    if args.low_latency {
+        raft = raft.low_latency();
+    }
+    raft.id = args.id;
+    raft.listen = args.raft_listen;
+    raft.advertise = args.advertise_raft.or(raft.advertise);
+    raft.advertise_api = args.advertise_api.or(raft.advertise_api);
+    raft.bind_ip = args.bind_ip.or(raft.bind_ip);
+    if !args.bootstrap.is_empty() {
+        raft.bootstrap = args.bootstrap;
+    }
+    for (field, value) in [
+        (&mut raft.heartbeat_ms, args.heartbeat_ms),
+        (&mut raft.election_min_ms, args.election_min_ms),
+        (&mut raft.election_max_ms, args.election_max_ms),
+        (&mut raft.snapshot_every_entries, args.snapshot_every_entries),
+    ] {
+        if let Some(value) = value {
+            *field = value;
+        }
+    }
+    config.raft = Some(raft);
+    config.validate().map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(bourse_node::run_until_signal(config)).map_err(|e| e.to_string())
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start a local cluster of separate `bourse node` processes, each with its own data
+    /// directory under DIR, wait for a leader, and print the addresses.
+    Up {
+        #[arg(long = "nodes", id = "node_count", default_value_t = 3)]
+        count: u64,
+        #[arg(long)]
+        data: PathBuf,
+        /// Client ports are base+id, Raft ports base+100+id.
+        #[arg(long, default_value_t = 7400)]
+        base_port: u16,
+        #[arg(long)]
+        low_latency: bool,
+        /// Extra flags for every node (e.g. --snapshot-every-entries=1000).
+        #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
+        node_args: Vec<String>,
+    },
+    /// Stop the nodes `cluster up` started in DIR (SIGTERM, then wait).
+    Down {
+        #[arg(long)]
+        data: PathBuf,
+    },
+    /// Each member's id, process, addresses, role, term, applied index and state hash.
+    Status {
+        /// Read the members from DIR/cluster.json instead of --node.
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
+    /// Add a running node (started without --bootstrap) to the cluster.
+    Add {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        api: String,
+        #[arg(long)]
+        raft: String,
+    },
+    /// Remove a node from the cluster.
+    Remove {
+        #[arg(long)]
+        id: u64,
+    },
+    /// Hand leadership to another voter.
+    TransferLeader {
+        #[arg(long)]
+        to: u64,
+    },
+}
+
+/// The file `cluster up` writes: who it started.
+fn cluster_file(data: &Path) -> PathBuf {
+    data.join("cluster.json")
+}
+
+pub fn run(target: crate::cli::Target, command: ClusterCommand) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        match command {
+            ClusterCommand::Up { count, data, base_port, low_latency, node_args } => {
+                up(count, &data, base_port, low_latency, &node_args, target.json).await
+            }
+            ClusterCommand::Down { data } => down(&data),
+            ClusterCommand::Status { data } => {
+                let addresses = match data {
+                    Some(data) => members_of(&data)?.into_iter().map(|m| m.1).collect(),
+                    None => target.nodes.clone(),
+                };
+                status(&addresses, target.json).await
+            }
+            ClusterCommand::Add { id, api, raft } => {
+                let request = proto::AddNodeRequest { id, api, raft };
+                let reply = on_leader(&target.nodes, |mut c| {
+                    let r = request.clone();
+                    async move { c.add_node(r).await }
+                })
+                .await?;
+                print_membership(reply, target.json)
+            }
+            ClusterCommand::Remove { id } => {
+                let reply =
+                    on_leader(
+                        &target.nodes,
+                        |mut c| async move { c.remove_node(proto::RemoveNodeRequest { id }).await },
+                    )
+                    .await?;
+                print_membership(reply, target.json)
+            }
+            ClusterCommand::TransferLeader { to } => {
+                let reply = on_leader(&target.nodes, |mut c| async move {
+                    c.transfer_leader(proto::TransferLeaderRequest { to }).await
+                })
+                .await?;
+                print_membership(reply, target.json)
+            }
+        }
+    })
+}
+
+/// (id, api address, pid) of each node `cluster up` started in `data`.
+fn members_of(data: &Path) -> Result<Vec<(u64, String, u32)>, String> {
+    let path = cluster_file(data);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let nodes = value["nodes"].as_array().ok_or_else(|| format!("{}: no nodes", path.display()))?;
+    Ok(nodes
+        .iter()
+        .map(|n| {
+            (
+                n["id"].as_u64().unwrap_or(0),
+                n["api"].as_str().unwrap_or_default().to_string(),
+                n["pid"].as_u64().unwrap_or(0) as u32,
+            )
+        })
+        .collect())
+}
+
+async fn up(
+    nodes: u64,
+    data: &Path,
+    base_port: u16,
+    low_latency: bool,
+    node_args: &[String],
+    as_json: bool,
+) -> Result<(), String> {
+    if !(1..=9).contains(&nodes) {
+        return Err("--nodes must be between 1 and 9".into());
+    }
+    if cluster_file(data).exists() {
+        return Err(format!(
+            "{} exists: a cluster was started there (stop it with `bourse cluster down --data {}`, \
+             or remove the directory for a new one)",
+            cluster_file(data).display(),
+            data.display()
+        ));
+    }
+    std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let member = |id: u64| {
+        (format!("127.0.0.1:{}", base_port as u64 + id), format!("127.0.0.1:{}", base_port as u64 + 100 + id))
+    };
+    let bootstrap: Vec<String> = (1..=nodes)
+        .map(|id| {
+            let (api, raft) = member(id);
+            format!("{id}={api}/{raft}")
+        })
+        .collect();
+    let mut started = Vec::new();
+    for id in 1..=nodes {
+        let (api, raft) = member(id);
+        let dir = data.join(format!("node{id}"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let log = std::fs::File::create(dir.join("node.log")).map_err(|e| e.to_string())?;
+        let mut command = Process::new(&exe);
+        command
+            .args(["node", "--id", &id.to_string(), "--data"])
+            .arg(&dir)
+            .args(["--listen", &api, "--raft-listen", &raft, "--bootstrap", &bootstrap.join(",")])
+            .args(node_args.iter().filter(|a| !a.is_empty()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        if low_latency {
+            command.arg("--low-latency");
+        }
+        // Its own process group: a terminal's Ctrl-C to `cluster up` does not reach it.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command.spawn().map_err(|e| format!("starting node {id}: {e}"))?;
+        started.push(json!({ "id": id, "pid": child.id(), "api": api, "raft": raft, "data": dir }));
+    }
+    let text = serde_json::to_string_pretty(&json!({ "nodes": started })).map_err(|e| e.to_string())?;
+    std::fs::write(cluster_file(data), text).map_err(|e| e.to_string())?;
+    let addresses: Vec<String> = (1..=nodes).map(|id| member(id).0).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leader = loop {
+        if let Some(leader) = find_leader(&addresses).await {
+            break leader;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no leader after 30 s; see {}/node*/node.log", data.display()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    if as_json {
+        println!("{}", json!({ "nodes": started, "leader": leader.id, "addresses": addresses.join(",") }));
+    } else {
+        for node in &started {
+            let field = |k: &str| node[k].as_str().map_or_else(|| node[k].to_string(), str::to_string);
+            println!("node {} pid {} api {} raft {}", field("id"), field("pid"), field("api"), field("raft"));
+        }
+        println!("leader: node {} at {}", leader.id, leader.api);
+        println!("addresses: {}", addresses.join(","));
+        println!("stop with: bourse cluster down --data {}", data.display());
+    }
+    Ok(())
+}
+
+fn down(data: &Path) -> Result<(), String> {
+    let members = members_of(data)?;
+    for (id, _, pid) in &members {
+        let sent = Process::new("kill").arg("-TERM").arg(pid.to_string()).stderr(Stdio::null()).status();
+        if !sent.is_ok_and(|s| s.success()) {
+            eprintln!("node {id} (pid {pid}) was not running");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for (id, _, pid) in &members {
+        while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(*pid) {
+            if Instant::now() > deadline {
+                return Err(format!("node {id} (pid {pid}) still runs 15 s after SIGTERM"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    std::fs::remove_file(cluster_file(data)).map_err(|e| e.to_string())?;
+    println!("stopped {} nodes", members.len());
+    Ok(())
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+async fn connect(address: &str) -> Result<ClusterClient<tonic::transport::Channel>, String> {
+    let url = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
+    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+        .map_err(|e| format!("{address}: {e}"))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10));
+    let channel = endpoint.connect().await.map_err(|e| format!("{address}: {e}"))?;
+    Ok(ClusterClient::new(channel))
+}
+
+async fn find_leader(addresses: &[String]) -> Option<proto::ClusterStatus> {
+    for address in addresses {
+        if let Ok(mut client) = connect(address).await {
+            if let Ok(status) = client.status(proto::ClusterStatusRequest {}).await {
+                let status = status.into_inner();
+                if status.role == "leader" {
+                    return Some(status);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Runs a membership call on the leader: tries each address, following the
+/// `bourse-leader` hint of a member that is not the leader.
+async fn on_leader<F, Fut>(addresses: &[String], call: F) -> Result<proto::MembershipReply, String>
+where
+    F: Fn(ClusterClient<tonic::transport::Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<proto::MembershipReply>, tonic::Status>>,
+{
+    let mut queue: Vec<String> = addresses.to_vec();
+    let mut last = String::from("no address given");
+    let mut tries = 0;
+    while let Some(address) = queue.first().cloned() {
+        queue.remove(0);
+        tries += 1;
+        if tries > 10 {
+            break;
+        }
+        let client = match connect(&address).await {
+            Ok(client) => client,
+            Err(error) => {
+                last = error;
+                continue;
+            }
+        };
+        match call(client).await {
+            Ok(reply) => return Ok(reply.into_inner()),
+            Err(status) => {
+                last = format!("{address}: {}", status.message());
+                if status.code() != tonic::Code::Unavailable {
+                    return Err(last);
+                }
+                if let Some(leader) = status.metadata().get("bourse-leader").and_then(|v| v.to_str().ok()) {
+                    queue.insert(0, leader.to_string());
+                }
+            }
+        }
+    }
+    Err(last)
+}
+
+fn status_json(status: &proto::ClusterStatus) -> serde_json::Value {
+    json!({
+        "id": status.id,
+        "pid": status.pid,
+        "address": status.api,
+        "raft": status.raft,
+        "role": status.role,
+        "term": status.term,
+        "leader": status.leader_id,
+        "last_log_index": status.last_log_index,
+        "committed_index": status.committed_index,
+        "applied_index": status.applied_index,
+        "state_hash": status.state_hash,
+        "snapshot_index": status.snapshot_index,
+        "members": status.members.iter().map(|m| json!({"id": m.id, "api": m.api, "raft": m.raft, "voter": m.voter})).collect::<Vec<_>>(),
+    })
+}
+
+async fn status(addresses: &[String], as_json: bool) -> Result<(), String> {
+    let mut rows = Vec::new();
+    for address in addresses {
+        let answer = match connect(address).await {
+            Ok(mut client) => client.status(proto::ClusterStatusRequest {}).await.map_err(|s| s.message().to_string()),
+            Err(error) => Err(error),
+        };
+        rows.push((address.clone(), answer.map(|r| r.into_inner())));
+    }
+    if as_json {
+        let nodes: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(address, answer)| match answer {
+                Ok(status) => status_json(status),
+                Err(error) => json!({ "address": address, "error": error }),
+            })
+            .collect();
+        println!("{}", json!({ "nodes": nodes }));
+        return Ok(());
+    }
+    println!(
+        "{:>3} {:>8} {:<21} {:<10} {:>5} {:>10} {:>10}  state hash",
+        "id", "pid", "address", "role", "term", "committed", "applied"
+    );
+    for (address, answer) in rows {
+        match answer {
+            Ok(s) => println!(
+                "{:>3} {:>8} {:<21} {:<10} {:>5} {:>10} {:>10}  {}",
+                s.id, s.pid, s.api, s.role, s.term, s.committed_index, s.applied_index, s.state_hash
+            ),
+            Err(error) => println!("  - {:>8} {:<21} unreachable: {error}", "-", address),
+        }
+    }
+    Ok(())
+}
+
+fn print_membership(reply: proto::MembershipReply, as_json: bool) -> Result<(), String> {
+    let status = reply.status.unwrap_or_default();
+    if as_json {
+        println!("{}", status_json(&status));
+    } else {
+        println!("done; leader is node {} at {}; members:", status.leader_id, status.leader_api);
+        for m in &status.members {
+            println!("  node {} api {} raft {} {}", m.id, m.api, m.raft, if m.voter { "voter" } else { "learner" });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! One member of a cluster: openraft wired to the journal-backed log store, the engine
+//! state machine and the TCP transport, behind a small API the node uses (propose,
+//! leadership, linearizable reads, membership, status). Nothing outside this crate
+//! names an openraft type.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::type_config::async_runtime::WatchReceiver;
+use openraft::{ChangeMembers, ReadPolicy, ServerState, SnapshotPolicy};
+use tokio::sync::{mpsc, watch};
+
+use crate::log_store::LogStore;
+use crate::network::{Network, NetworkConfig};
+use crate::state_machine::{Machine, StateMachine};
+use crate::types::{Batch, NodeId, Peer, Raft};
+
+/// Everything a member needs to start.
+#[derive(Clone, Debug)]
+pub struct MemberConfig {
+    pub id: NodeId,
+    /// Holds `raft-log/` (the log store) and `snapshots/` (state machine snapshots).
+    pub dir: PathBuf,
+    /// Where the Raft transport listens.
+    pub listen: SocketAddr,
+    /// How other members and clients reach this one.
+    pub advertise: Peer,
+    pub bind_ip: Option<IpAddr>,
+    /// Members to initialize a new cluster with (empty: join by being added).
+    pub bootstrap: Vec<(NodeId, Peer)>,
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    pub snapshot_every_entries: u64,
+    pub log_kept_after_snapshot: u64,
+}
+
+/// Why a member could not start or a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("not the leader; the leader is {leader:?}")]
+    NotLeader { leader: Option<(NodeId, Peer)> },
+}
+
+/// A member's view of itself, for `bourse cluster status`.
+#[derive(Clone, Debug)]
+pub struct MemberStatus {
+    pub id: NodeId,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<(NodeId, Peer)>,
+    pub last_log_index: u64,
+    pub committed: u64,
+    pub last_applied: u64,
+    pub snapshot: u64,
+    /// Members: id, addresses, voter or learner.
+    pub members: Vec<(NodeId, Peer, bool)>,
+}
+
+/// Leadership as the node needs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Leadership {
+    pub is_leader: bool,
+    pub term: u64,
+    pub leader: Option<(NodeId, Peer)>,
+}
+
+/// A running member.
+pub struct Member<M: Machine> {
+    raft: Raft<StateMachine<M>>,
+    id: NodeId,
+    leadership: watch::Receiver<Leadership>,
+    stop: watch::Sender<bool>,
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+fn raft_error(e: impl std::fmt::Display) -> MemberError {
+    MemberError::Raft(e.to_string())
+}
+
+impl<M: Machine> Member<M> {
+    /// Opens the log, starts Raft and the transport, initializes a new cluster when
+    /// this is the first bootstrap member and its log is empty, and proposes every
+    /// batch that arrives on `proposals`, in order.
+    pub async fn start(
+        config: MemberConfig,
+        state_machine: StateMachine<M>,
+        mut proposals: mpsc::UnboundedReceiver<Batch>,
+    ) -> Result<Self, MemberError> {
+        let raft_config = openraft::Config {
+            cluster_name: "bourse".into(),
+            heartbeat_interval: config.heartbeat_ms,
+            election_timeout_min: config.election_min_ms,
+            election_timeout_max: config.election_max_ms,
+            enable_pre_vote: Some(true),
+            api_batch_linger_ms: 0,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
+            max_in_snapshot_log_to_keep: config.log_kept_after_snapshot,
+            install_snapshot_timeout: 10_000,
+            ..Default::default()
+        };
+        let raft_config = Arc::new(raft_config.validate().map_err(raft_error)?);
+        let log_store = LogStore::open(&config.dir.join("raft-log")).map_err(raft_error)?;
+        let network = Network::new(config.id, NetworkConfig { bind_ip: config.bind_ip, ..NetworkConfig::default() });
+        let raft =
+            openraft::Raft::new(config.id, raft_config, network, log_store, state_machine).await.map_err(raft_error)?;
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let (stop, stopping) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let mut transport_stop = stopping.clone();
+        let transport_stopping = async move {
+            let _ = transport_stop.wait_for(|stop| *stop).await;
+        };
+        tasks.push(tokio::spawn(crate::transport::serve(listener, raft.clone(), transport_stopping)));
+
+        if config.bootstrap.first().is_some_and(|(id, _)| *id == config.id) {
+            let initialized = raft.is_initialized().await.map_err(raft_error)?;
+            if !initialized {
+                let members: BTreeMap<NodeId, Peer> = config.bootstrap.iter().cloned().collect();
+                tracing::info!(members = members.len(), "initializing a new cluster");
+                raft.initialize(members).await.map_err(raft_error)?;
+            }
+        }
+
+        let proposing = raft.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(batch) = proposals.recv().await {
+                // Fire and forget: the outcome reaches clients when the entry is applied.
+                // A batch refused because leadership moved is never applied; its clients'
+                // sessions end and they resend to the new leader.
+                if let Err(error) = proposing.client_write_ff(batch, None).await {
+                    tracing::error!(%error, "raft stopped; proposals dropped");
+                    break;
+                }
+            }
+        }));
+
+        let (leadership_tx, leadership) = watch::channel(Leadership::default());
+        let mut metrics = raft.metrics();
+        let id = config.id;
+        let mut stopping_watch = stopping.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let now = {
+                    let m = metrics.borrow_and_update();
+                    let leader = m.current_leader.and_then(|lid| {
+                        m.membership_config.membership().get_node(&lid).map(|peer| (lid, peer.clone()))
+                    });
+                    Leadership { is_leader: m.state == ServerState::Leader, term: m.current_term, leader }
+                };
+                leadership_tx.send_if_modified(|old| {
+                    if *old != now {
+                        *old = now.clone();
+                        true
+                    } else {
+                        false
+                    }
+                });
+                tokio::select! {
+                    changed = metrics.changed() => if changed.is_err() { break },
+                    _ = stopping_watch.changed() => break,
+                }
+            }
+            let _ = id;
+        }));
+        Ok(Member { raft, id: config.id, leadership, stop, tasks: std::sync::Mutex::new(tasks) })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Leadership now, and a receiver that sees every change.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
+    }
+
+    /// Confirms leadership with a quorum (read index) and waits until the state machine
+    /// has applied everything committed before the read: a query answered after this
+    /// sees every acknowledged command. Returns the read index.
+    pub async fn linearizable_read(&self) -> Result<u64, MemberError> {
+        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(read) => Ok(read.index()),
+            Err(error) => match error.forward_to_leader() {
+                Some(forward) => {
+                    Err(MemberError::NotLeader { leader: forward.leader_id.zip(forward.leader_node.clone()) })
+                }
+                None => Err(raft_error(error)),
+            },
+        }
+    }
+
+    /// Adds a node: first as a learner (it catches up from the log or a snapshot),
+    /// then as a voter.
+    pub async fn add_node(&self, id: NodeId, peer: Peer) -> Result<(), MemberError> {
+        self.raft.add_learner(id, peer, true).await.map_err(|e| self.write_error(e))?;
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| self.write_error(e))?;
+        Ok(())
+    }
+
+    /// Removes a node from the cluster altogether.
+    pub async fn remove_node(&self, id: NodeId) -> Result<(), MemberError> {
+        self.raft
+            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| self.write_error(e))?;
+        Ok(())
+    }
+
+    /// Asks the leader to hand leadership to `to`, which campaigns at once.
+    pub async fn transfer_leader(&self, to: NodeId) -> Result<(), MemberError> {
+        if !self.raft.is_leader() {
+            return Err(MemberError::NotLeader { leader: self.leadership.borrow().leader.clone() });
+        }
+        self.raft.trigger().transfer_leader(to).await.map_err(raft_error)
+    }
+
+    fn write_error(
+        &self,
+        error: openraft::errors::RaftError<crate::TypeConfig, openraft::errors::ClientWriteError<crate::TypeConfig>>,
+    ) -> MemberError {
+        match error.forward_to_leader() {
+            Some(forward) => MemberError::NotLeader { leader: forward.leader_id.zip(forward.leader_node.clone()) },
+            None => raft_error(error),
+        }
+    }
+
+    pub fn status(&self) -> MemberStatus {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let members = membership.nodes().map(|(id, peer)| (*id, peer.clone(), voters.contains(id))).collect();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        let leader = m.current_leader.and_then(|lid| membership.get_node(&lid).map(|p| (lid, p.clone())));
+        MemberStatus {
+            id: self.id,
+            role,
+            term: m.current_term,
+            leader,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            committed: m.local_committed.as_ref().map_or(0, |id| id.index),
+            last_applied: m.last_applied.as_ref().map_or(0, |id| id.index),
+            snapshot: m.snapshot.as_ref().map_or(0, |id| id.index),
+            members,
+        }
+    }
+
+    /// Stops Raft and the transport.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "raft shutdown");
+        }
+        for task in self.tasks.lock().expect("tasks lock").drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// How long a caller should wait for a leader before giving up, by default.
+pub const LEADER_WAIT_DEFAULT: Duration = Duration::from_secs(10);
