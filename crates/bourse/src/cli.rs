@@ -22,6 +22,10 @@ pub struct Target {
     /// One JSON object per line instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Queries read the leader's state after a quorum round (every acknowledged
+    /// command is visible) instead of any node's own state.
+    #[arg(long, global = true)]
+    pub linearizable: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -241,7 +245,10 @@ struct Cli {
 
 impl Cli {
     async fn connect(target: Target) -> Fallible<Cli> {
-        let query = QueryClient::connect(target.nodes.clone(), ClientOptions::default()).await.map_err(err)?;
+        let query = QueryClient::connect(target.nodes.clone(), ClientOptions::default())
+            .await
+            .map_err(err)?
+            .linearizable(target.linearizable);
         Ok(Cli { target, query, admin: None })
     }
 

@@ -18,6 +18,8 @@ use crate::options::ClientOptions;
 pub(crate) enum AttemptError {
     /// The endpoint could not serve now (unreachable, restarting, timed out): try the next.
     Retry(String),
+    /// The endpoint is not the leader and named the one that is: try that one next.
+    Redirect { reason: String, leader: String },
     /// Trying elsewhere would not help; the caller hears this.
     Fatal(Error),
 }
@@ -27,6 +29,11 @@ impl AttemptError {
     /// the caller's answer.
     pub(crate) fn from_status(status: tonic::Status) -> Self {
         use tonic::Code;
+        if status.code() == Code::Unavailable {
+            if let Some(leader) = status.metadata().get("bourse-leader").and_then(|v| v.to_str().ok()) {
+                return AttemptError::Redirect { reason: status.message().to_string(), leader: leader.to_string() };
+            }
+        }
         match status.code() {
             Code::Unavailable
             | Code::Unknown
@@ -85,6 +92,13 @@ impl Endpoints {
                         self.channel = None;
                         self.current = (self.current + 1) % self.endpoints.len();
                     }
+                    Err(AttemptError::Redirect { reason, leader }) => {
+                        tracing::debug!(endpoint = self.current_name(), %leader, "redirected to the leader");
+                        last = format!("{}: {reason}", self.current_name());
+                        self.channel = None;
+                        let known = self.names.iter().position(|name| same_address(name, &leader));
+                        self.current = known.unwrap_or((self.current + 1) % self.endpoints.len());
+                    }
                 }
             }
             let waited = started.elapsed();
@@ -124,6 +138,12 @@ impl Endpoints {
     pub(crate) fn reset(&mut self) {
         self.channel = None;
     }
+}
+
+/// Whether two addresses name the same endpoint, with or without a scheme.
+fn same_address(a: &str, b: &str) -> bool {
+    let strip = |s: &str| s.split_once("://").map_or(s, |(_, rest)| rest).trim_end_matches('/').to_string();
+    strip(a) == strip(b)
 }
 
 /// One address as a tonic endpoint with the client's timeouts and keep-alive.

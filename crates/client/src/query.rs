@@ -1,6 +1,10 @@
 //! [`QueryClient`]: the read-only `Query` service and the `MarketData` feed.
 //!
 //! Queries do not go through the log; each reply says the log index it was read at.
+//! By default any node answers from its own state (a follower may be a little behind);
+//! [`QueryClient::linearizable`] asks for reads that the leader answers only after a
+//! quorum confirmed its leadership and it applied everything committed before, so they
+//! see every acknowledged command.
 //! A failed call moves on to the next endpoint (queries are safe to repeat); an unknown
 //! order, account or symbol is [`Error::NotFound`]. The market data stream is not
 //! resumed after a break: its `seq` shows the gap, and the caller subscribes again and
@@ -22,6 +26,7 @@ use crate::options::ClientOptions;
 /// Queries and market data from the first of a list of nodes that answers.
 pub struct QueryClient {
     endpoints: Endpoints,
+    linearizable: bool,
 }
 
 macro_rules! query {
@@ -30,7 +35,12 @@ macro_rules! query {
         $self
             .endpoints
             .with_failover(|channel: Channel| {
-                let request = request.clone();
+                let mut request = tonic::Request::new(request.clone());
+                if $self.linearizable {
+                    request
+                        .metadata_mut()
+                        .insert("bourse-read", tonic::metadata::MetadataValue::from_static("linearizable"));
+                }
                 async move {
                     let response = QueryService::new(channel).$method(request).await;
                     response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
@@ -44,7 +54,14 @@ impl QueryClient {
     pub async fn connect(endpoints: Vec<String>, options: ClientOptions) -> Result<Self> {
         let mut endpoints = Endpoints::new(endpoints, &options)?;
         endpoints.with_failover(|_channel| async { Ok(()) }).await?;
-        Ok(QueryClient { endpoints })
+        Ok(QueryClient { endpoints, linearizable: false })
+    }
+
+    /// Makes every later query linearizable (answered by the leader after a read-index
+    /// round), or not.
+    pub fn linearizable(mut self, on: bool) -> Self {
+        self.linearizable = on;
+        self
     }
 
     /// An open order or a recently closed one.

@@ -94,6 +94,7 @@ impl<M: Machine> Member<M> {
         config: MemberConfig,
         state_machine: StateMachine<M>,
         mut proposals: mpsc::UnboundedReceiver<Batch>,
+        on_dropped: impl Fn(Batch) + Send + Sync + 'static,
     ) -> Result<Self, MemberError> {
         let raft_config = openraft::Config {
             cluster_name: "bourse".into(),
@@ -131,15 +132,31 @@ impl<M: Machine> Member<M> {
         }
 
         let proposing = raft.clone();
+        let on_dropped = Arc::new(on_dropped);
         tasks.push(tokio::spawn(async move {
             while let Some(batch) = proposals.recv().await {
-                // Fire and forget: the outcome reaches clients when the entry is applied.
-                // A batch refused because leadership moved is never applied; its clients'
-                // sessions end and they resend to the new leader.
-                if let Err(error) = proposing.client_write_ff(batch, None).await {
+                // The outcome reaches clients when the entry is applied. A batch Raft
+                // refuses (leadership moved, or a new leader's lease is not yet
+                // confirmed) never reaches the log: the node is told, so its clients
+                // resend (exactly-once makes that safe even if it did reach the log).
+                let (responder, refused) = openraft::impls::ProgressResponder::complete_only();
+                let copy = batch.clone();
+                if let Err(error) = proposing.client_write_ff(batch, Some(responder)).await {
                     tracing::error!(%error, "raft stopped; proposals dropped");
+                    on_dropped(copy);
                     break;
                 }
+                let on_dropped = Arc::clone(&on_dropped);
+                tokio::spawn(async move {
+                    match refused.await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(error)) => {
+                            tracing::debug!(%error, commands = copy.commands.len(), "proposal refused");
+                            on_dropped(copy);
+                        }
+                        Err(_) => on_dropped(copy),
+                    }
+                });
             }
         }));
 
@@ -154,7 +171,16 @@ impl<M: Machine> Member<M> {
                     let leader = m.current_leader.and_then(|lid| {
                         m.membership_config.membership().get_node(&lid).map(|peer| (lid, peer.clone()))
                     });
-                    Leadership { is_leader: m.state == ServerState::Leader, term: m.current_term, leader }
+                    // A new leader takes commands once an entry of its own term is
+                    // applied: its blank entry committed by a quorum, so its lease is
+                    // confirmed and every earlier entry is applied before new ones.
+                    let own_term_applied =
+                        m.last_applied.as_ref().is_some_and(|id| id.leader_id.term == m.current_term);
+                    Leadership {
+                        is_leader: m.state == ServerState::Leader && own_term_applied,
+                        term: m.current_term,
+                        leader,
+                    }
                 };
                 leadership_tx.send_if_modified(|old| {
                     if *old != now {
@@ -223,7 +249,21 @@ impl<M: Machine> Member<M> {
         if !self.raft.is_leader() {
             return Err(MemberError::NotLeader { leader: self.leadership.borrow().leader.clone() });
         }
-        self.raft.trigger().transfer_leader(to).await.map_err(raft_error)
+        if !self.raft.voter_ids().any(|id| id == to) {
+            return Err(MemberError::Raft(format!("node {to} is not a voter")));
+        }
+        self.raft.trigger().transfer_leader(to).await.map_err(raft_error)?;
+        // Answer once the cluster has a leader again: `to`, unless an election went
+        // another way meanwhile.
+        let mut leadership = self.leadership.clone();
+        let me = self.id;
+        let moved = tokio::time::timeout(LEADER_WAIT_DEFAULT, async move {
+            leadership.wait_for(|now| now.leader.as_ref().is_some_and(|(id, _)| *id != me)).await.is_ok()
+        });
+        match moved.await {
+            Ok(true) => Ok(()),
+            _ => Err(MemberError::Raft(format!("leadership did not move within {LEADER_WAIT_DEFAULT:?}"))),
+        }
     }
 
     fn write_error(

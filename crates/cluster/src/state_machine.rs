@@ -117,8 +117,7 @@ impl<M: Machine> RaftSnapshotBuilder<TypeConfig> for StateMachine<M> {
                 return Err(gone());
             }
             let bytes = answer.await.map_err(|_| gone())?;
-            let meta =
-                SnapshotMeta { last_log_id: inner.last_applied, last_membership: inner.membership.clone() };
+            let meta = SnapshotMeta { last_log_id: inner.last_applied, last_membership: inner.membership.clone() };
             (meta, bytes)
         };
         let store = self.snapshots.clone();

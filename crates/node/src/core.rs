@@ -62,6 +62,10 @@ pub enum Request {
     },
     /// From the Raft state machine: apply committed entries, snapshot, install.
     Machine(MachineRequest),
+    /// Raft refused a proposed batch: it will not be applied, so its waiters resend.
+    Unproposed {
+        batch: Batch,
+    },
     /// The last applied index and the state hash there.
     Status {
         reply: oneshot::Sender<(u64, [u8; 32])>,
@@ -247,7 +251,9 @@ impl Core {
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
-                Request::Machine(_) => unreachable!("a single node has no state machine requests"),
+                Request::Machine(_) | Request::Unproposed { .. } => {
+                    unreachable!("a single node has no state machine")
+                }
                 Request::Shutdown => stop = true,
             }
         }
@@ -330,6 +336,7 @@ impl Core {
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
+                Request::Unproposed { batch } => self.unproposed(&batch, &mut outputs),
                 Request::Shutdown => stop = true,
             }
         }
@@ -383,6 +390,22 @@ impl Core {
         if let (Reply::Unary(sender), Some(seq)) = (reply, last_seq) {
             self.unary.insert((client, seq), sender);
         }
+    }
+
+    /// A batch Raft refused: its unary waiters are let go (they hear UNAVAILABLE and
+    /// retry) and the sessions of its clients are ended so they resend at once rather
+    /// than after their answer timeout.
+    fn unproposed(&mut self, batch: &Batch, outputs: &mut Vec<Output>) {
+        let mut clients: Vec<ClientId> = Vec::new();
+        for bytes in &batch.commands {
+            let Ok(command) = codec::decode(bytes) else { continue };
+            self.unary.remove(&(command.client, command.seq));
+            clients.push(command.client);
+        }
+        clients.sort_unstable();
+        clients.dedup();
+        tracing::debug!(commands = batch.commands.len(), clients = clients.len(), "a proposal was refused");
+        outputs.extend(clients.into_iter().map(|client| Output::Reset { client }));
     }
 
     fn machine(&mut self, request: MachineRequest) {

@@ -290,7 +290,13 @@ impl Node {
             snapshot_every_entries: raft.snapshot_every_entries,
             log_kept_after_snapshot: raft.log_kept_after_snapshot,
         };
-        let member = Member::start(member_config, state_machine, proposals).await.map_err(NodeError::Cluster)?;
+        let dropped_to = core_sender.clone();
+        let on_dropped = move |batch: bourse_cluster::Batch| {
+            let core = dropped_to.clone();
+            tokio::spawn(async move { core.send(Request::Unproposed { batch }).await });
+        };
+        let member =
+            Member::start(member_config, state_machine, proposals, on_dropped).await.map_err(NodeError::Cluster)?;
         let leadership = member.leadership();
         tokio::spawn(crate::replica::watch_leadership(leadership.clone(), leader, Arc::clone(&sessions)));
         let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });

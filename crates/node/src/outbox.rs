@@ -45,6 +45,10 @@ pub enum Output {
         answer: QueryAnswer,
     },
     Market(proto::MarketDataUpdate),
+    /// End the client's session with UNAVAILABLE so it reconnects and resends.
+    Reset {
+        client: ClientId,
+    },
     /// The client closed its side of the session: end the stream after the acks before.
     EndSession {
         client: ClientId,
@@ -88,6 +92,14 @@ impl Sessions {
         let mut sessions = self.by_client.lock().expect("sessions lock");
         if sessions.get(&client).is_some_and(|h| h.session == session) {
             sessions.remove(&client);
+        }
+    }
+
+    /// Ends one client's session at once with an error status.
+    pub fn kill(&self, client: ClientId, status: impl Fn() -> tonic::Status) {
+        if let Some(handle) = self.by_client.lock().expect("sessions lock").remove(&client) {
+            let _ = handle.kill.try_send(Err(status()));
+            handle.stop_reading.notify_one();
         }
     }
 
@@ -180,6 +192,12 @@ impl Pending {
                 }
                 Output::Market(update) => {
                     let _ = self.market.send(update);
+                }
+                Output::Reset { client } => {
+                    self.send_to_sessions(&mut per_client, &mut order);
+                    self.sessions.kill(client, || {
+                        tonic::Status::unavailable("the command was not taken into the log; reconnect and resend")
+                    });
                 }
                 Output::EndSession { client, session } => {
                     // Everything before it was collected above; send it first.
