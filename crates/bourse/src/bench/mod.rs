@@ -8,6 +8,7 @@ use clap::Subcommand;
 
 mod ec;
 mod engine;
+mod failover;
 mod measure;
 mod memory;
 mod phases;
@@ -22,11 +23,14 @@ pub enum BenchCommand {
     Engine(engine::EngineArgs),
     /// Recovery time of a node from a journal of ec2020 commands, with and without a snapshot.
     Recovery(recovery::RecoveryArgs),
+    /// Time from killing a cluster's leader to the first command its successor acknowledges.
+    Failover(failover::FailoverArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
     match command {
         BenchCommand::Engine(args) => engine::run(&args),
         BenchCommand::Recovery(args) => recovery::run(&args),
+        BenchCommand::Failover(args) => failover::run(&args),
     }
 }
