@@ -100,6 +100,14 @@ pub enum ClusterCommand {
         #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
         node_args: Vec<String>,
     },
+    /// Start again, on its data, a node `cluster up` started in DIR (after it was
+    /// killed or stopped).
+    Restart {
+        #[arg(long)]
+        data: PathBuf,
+        #[arg(long)]
+        id: u64,
+    },
     /// Stop the nodes `cluster up` started in DIR (SIGTERM, then wait).
     Down {
         #[arg(long)]
@@ -181,6 +189,7 @@ pub fn run(target: crate::cli::Target, command: ClusterCommand) -> Result<(), St
                 up(count, &data, base_port, low_latency, &node_args, target.json).await
             }
             ClusterCommand::Down { data } => down(&data),
+            ClusterCommand::Restart { data, id } => restart(&data, id),
             ClusterCommand::Status { data } => {
                 let addresses = match data {
                     Some(data) => members_of(&data)?.into_iter().map(|m| m.1).collect(),
@@ -276,7 +285,8 @@ async fn up(
         let child = spawn_node(&exe, &node, &bootstrap.join(","), &extra)?;
         started.push(json!({ "id": id, "pid": child.id(), "api": node.api, "raft": node.raft, "data": node.dir }));
     }
-    let text = serde_json::to_string_pretty(&json!({ "nodes": started })).map_err(|e| e.to_string())?;
+    let record = json!({ "nodes": started, "bootstrap": bootstrap.join(","), "node_args": extra });
+    let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
     std::fs::write(cluster_file(data), text).map_err(|e| e.to_string())?;
     let addresses: Vec<String> = (1..=nodes).map(|id| member(id).0).collect();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -301,6 +311,32 @@ async fn up(
         println!("stop with: bourse cluster down --data {}", data.display());
     }
     Ok(())
+}
+
+fn restart(data: &Path, id: u64) -> Result<(), String> {
+    let path = cluster_file(data);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut record: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bootstrap = record["bootstrap"].as_str().unwrap_or_default().to_string();
+    let extra: Vec<String> =
+        record["node_args"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_string)).collect();
+    let nodes = record["nodes"].as_array_mut().ok_or_else(|| format!("{}: no nodes", path.display()))?;
+    let entry = nodes.iter_mut().find(|n| n["id"].as_u64() == Some(id)).ok_or_else(|| format!("no node {id}"))?;
+    let pid = entry["pid"].as_u64().unwrap_or(0) as u32;
+    if pid != 0 && Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
+        return Err(format!("node {id} (pid {pid}) is still running"));
+    }
+    let node = LocalNode {
+        id,
+        api: entry["api"].as_str().unwrap_or_default().to_string(),
+        raft: entry["raft"].as_str().unwrap_or_default().to_string(),
+        dir: PathBuf::from(entry["data"].as_str().unwrap_or_default()),
+    };
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = spawn_node(&exe, &node, &bootstrap, &extra)?;
+    entry["pid"] = json!(child.id());
+    println!("node {id} started again: pid {} api {}", child.id(), node.api);
+    std::fs::write(&path, serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?).map_err(|e| e.to_string())
 }
 
 fn down(data: &Path) -> Result<(), String> {
