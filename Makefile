@@ -2,14 +2,14 @@
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: test demo build fmt lint fuzz bench
+.PHONY: test demo build fmt lint fuzz bench chaos
 
 test:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace
 
-# The engine benchmark, then a local durable exchange under load (scripts/demo.sh).
+# The engine benchmark, then a replicated 3-node exchange under load that loses its leader (scripts/demo.sh).
 demo: build
 	./scripts/demo.sh
 
@@ -21,6 +21,11 @@ fmt:
 
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Random faults on a real 5-node cluster under load, in release (crates/bourse/tests/cluster.rs):
+# `make chaos BOURSE_CHAOS_SECS=600 BOURSE_CHAOS_SEED=42`.
+chaos:
+	$(CARGO) test --release -p bourse --test cluster chaos_long -- --ignored --nocapture
 
 # The real fuzzer (cargo-fuzz on nightly): `make fuzz FUZZ_SECONDS=600`.
 fuzz:
