@@ -65,5 +65,11 @@ if [ -t 0 ] && [ -t 1 ]; then
 fi
 
 echo
-echo "== 6. Stopping the cluster (SIGTERM: each node finishes its batch and exits)"
+echo "== 6. Stopping the cluster (SIGTERM: each node finishes its batch and exits), then"
+echo "      replaying each node's snapshot and committed log: same index, same state hash"
 "$bourse" cluster down --data "$data"
+for node in 1 2 3; do
+  printf 'node %s: ' "$node"
+  "$bourse" replay "$data/node$node" 2>/dev/null | tr '\n' ' '
+  echo
+done

@@ -70,7 +70,8 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// The data directory of a node (or a copy of it); the node must not be running.
+    /// The data directory of a node or cluster member (or a copy of it); it must not be
+    /// running. A member replays its snapshot and committed log.
     data: PathBuf,
     /// Print one JSON object as the last line: {"index": N, "state_hash": "<hex>"}.
     #[arg(long)]
@@ -78,13 +79,22 @@ pub struct ReplayArgs {
 }
 
 pub fn replay(args: ReplayArgs) -> Result<(), String> {
-    if !bourse_node::journal_dir(&args.data).is_dir() {
-        return Err(format!("{} has no journal directory", args.data.display()));
-    }
-    let (_, _, recovered) = bourse_node::recover(&args.data, &NodeConfig::default()).map_err(|e| e.to_string())?;
+    let recovered = if args.data.join("raft").is_dir() {
+        // A cluster member: its snapshot and committed log.
+        let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
+        let config = NodeConfig::default();
+        runtime.block_on(bourse_node::recover_member(&args.data, &config)).map_err(|e| e.to_string())?.1
+    } else if bourse_node::journal_dir(&args.data).is_dir() {
+        bourse_node::recover(&args.data, &NodeConfig::default()).map_err(|e| e.to_string())?.2
+    } else {
+        return Err(format!(
+            "{} has neither a journal (bourse serve) nor a raft directory (bourse node)",
+            args.data.display()
+        ));
+    };
     let hash = hex(&recovered.state_hash);
     eprintln!(
-        "replayed {}: snapshot at {:?}, {} records after it, in {:.3} s",
+        "replayed {}: snapshot at {:?}, {} commands after it, in {:.3} s",
         args.data.display(),
         recovered.snapshot_index,
         recovered.entries_replayed,

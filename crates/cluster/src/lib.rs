@@ -12,6 +12,7 @@ pub mod fault;
 pub mod log_store;
 pub mod member;
 pub mod network;
+pub mod replay;
 pub mod snapshot_store;
 pub mod state_machine;
 pub mod transport;

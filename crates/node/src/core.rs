@@ -462,7 +462,7 @@ impl Core {
         self.next_index = entry.index + 1;
         let Some(batch) = entry.batch else { return };
         for bytes in &batch.commands {
-            let mut command = match codec::decode(bytes) {
+            let command = match committed_command(&self.engine, bytes) {
                 Ok(command) => command,
                 Err(error) => {
                     // Only a leader of this code writes entries, so this is a corrupt or
@@ -471,7 +471,6 @@ impl Core {
                     std::process::abort();
                 }
             };
-            command.ts = command.ts.max(self.engine.ts_last());
             self.ts_last = self.ts_last.max(command.ts);
             let ack = self.apply_command(&command, entry.index, outputs);
             match self.unary.remove(&(command.client, command.seq)) {
@@ -652,6 +651,16 @@ impl Core {
             }
         }));
     }
+}
+
+/// A command of a committed entry as every replica applies it: decoded, and stamped no
+/// earlier than the state's last timestamp (a new leader whose clock is behind the old
+/// one's stamps its first commands earlier; they are applied at the last time instead,
+/// the same way on every replica and in every replay).
+pub(crate) fn committed_command(engine: &Engine, bytes: &[u8]) -> Result<Command, codec::DecodeError> {
+    let mut command = codec::decode(bytes)?;
+    command.ts = command.ts.max(engine.ts_last());
+    Ok(command)
 }
 
 /// Owners of the open orders of `engine`. Orders resting since before a restart have

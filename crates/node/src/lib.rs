@@ -19,4 +19,4 @@ mod replica;
 mod service;
 
 pub use config::NodeConfig;
-pub use node::{journal_dir, recover, run_until_signal, Node, NodeError, Recovered};
+pub use node::{journal_dir, recover, recover_member, run_until_signal, Node, NodeError, Recovered};

@@ -122,6 +122,46 @@ pub fn recover(data: &Path, config: &NodeConfig) -> Result<(Engine, Journal, Rec
     Ok((engine, journal, recovered))
 }
 
+/// Rebuilds the engine of a cluster member from its data directory (the member must
+/// not be running): the newest state machine snapshot, then the committed log after it,
+/// applied as a running member applies it.
+pub async fn recover_member(data: &Path, config: &NodeConfig) -> Result<(Engine, Recovered), NodeError> {
+    let started = Instant::now();
+    let engine = std::cell::RefCell::new(Engine::new(config.engine));
+    let snapshot_index = std::cell::Cell::new(None);
+    let mut replayed = 0u64;
+    let mut events: Vec<Event> = Vec::new();
+    let start = |start: &bourse_cluster::replay::ReplayStart| -> Result<(), String> {
+        if let Some((index, bytes)) = &start.snapshot {
+            *engine.borrow_mut() = Engine::restore(bytes).map_err(|e| format!("snapshot at {index}: {e}"))?;
+            snapshot_index.set(Some(*index));
+        }
+        Ok(())
+    };
+    let apply = |entry: bourse_cluster::state_machine::Committed| -> Result<(), String> {
+        let Some(batch) = entry.batch else { return Ok(()) };
+        let mut engine = engine.borrow_mut();
+        for bytes in &batch.commands {
+            let command = crate::core::committed_command(&engine, bytes)
+                .map_err(|e| format!("entry {}: a command does not decode: {e}", entry.index))?;
+            events.clear();
+            engine.apply(&command, &mut events);
+            replayed += 1;
+        }
+        Ok(())
+    };
+    let last = bourse_cluster::replay::replay_member(&data.join("raft"), start, apply).await?;
+    let engine = engine.into_inner();
+    let recovered = Recovered {
+        index: last.unwrap_or(0),
+        snapshot_index: snapshot_index.get(),
+        entries_replayed: replayed,
+        elapsed: started.elapsed(),
+        state_hash: engine.state_hash(),
+    };
+    Ok((engine, recovered))
+}
+
 /// A running node.
 pub struct Node {
     /// The gRPC address it listens on.
