@@ -315,6 +315,9 @@ enum StreamEnd {
     Done,
     /// Broken: connect again and resend.
     Broken(String),
+    /// The node took commands but answered nothing for `request_timeout`: it may be
+    /// cut off from the rest of its cluster, so resend elsewhere first.
+    Silent(String),
     /// The session cannot go on.
     Fatal(Error),
 }
@@ -369,6 +372,10 @@ async fn drive(shared: Arc<Shared>, mut endpoints: Endpoints, first: Stream) {
                 tracing::warn!(endpoint = endpoints.current_name(), client = shared.client_id.0, %reason, "stream broken");
                 endpoints.reset();
             }
+            StreamEnd::Silent(reason) => {
+                tracing::warn!(endpoint = endpoints.current_name(), client = shared.client_id.0, %reason, "node silent; trying the next");
+                endpoints.advance();
+            }
         }
     }
 }
@@ -414,7 +421,7 @@ async fn run_stream(shared: &Shared, stream: &mut Stream) -> StreamEnd {
             },
             () = shared.wake.notified() => {}
             () = sleep_until_some(give_up_at) => {
-                return StreamEnd::Broken(format!("no answer within {answer_timeout:?}"));
+                return StreamEnd::Silent(format!("no answer within {answer_timeout:?}"));
             }
         }
     }

@@ -133,6 +133,13 @@ impl Endpoints {
         }
     }
 
+    /// Forgets the connection to the current endpoint and makes the next endpoint the
+    /// first to try (this one took requests and went silent).
+    pub(crate) fn advance(&mut self) {
+        self.channel = None;
+        self.current = (self.current + 1) % self.endpoints.len();
+    }
+
     /// Forgets the connection to the current endpoint (it broke), so the next attempt
     /// connects again, to the same endpoint first.
     pub(crate) fn reset(&mut self) {

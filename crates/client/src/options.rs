@@ -40,12 +40,12 @@ impl Default for ClientOptions {
             inflight_max: INFLIGHT_MAX_LIMIT,
             batch_len_max: 64,
             connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(3),
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_secs(1),
             unavailable_max: Duration::from_secs(30),
             events_capacity: 65_536,
-            keepalive_interval: Duration::from_secs(5),
+            keepalive_interval: Duration::from_secs(2),
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::type_config::async_runtime::WatchReceiver;
+use openraft::Instant as _;
 use openraft::{ChangeMembers, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{mpsc, watch};
 
@@ -162,25 +163,30 @@ impl<M: Machine> Member<M> {
 
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
         let mut metrics = raft.metrics();
-        let id = config.id;
         let mut stopping_watch = stopping.clone();
+        // A leader cut off from its quorum keeps its role in openraft until it hears a
+        // higher term, which an isolated node never does. It counts as leading only while
+        // a quorum acknowledged it within two election timeouts (by then the majority side
+        // has elected another), so its clients are sent away instead of waiting on it.
+        let quorum_stale = Duration::from_millis(2 * config.election_max_ms);
+        let mut tick = tokio::time::interval(Duration::from_millis(config.heartbeat_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tasks.push(tokio::spawn(async move {
             loop {
                 let now = {
                     let m = metrics.borrow_and_update();
-                    let leader = m.current_leader.and_then(|lid| {
-                        m.membership_config.membership().get_node(&lid).map(|peer| (lid, peer.clone()))
-                    });
                     // A new leader takes commands once an entry of its own term is
                     // applied: its blank entry committed by a quorum, so its lease is
                     // confirmed and every earlier entry is applied before new ones.
                     let own_term_applied =
                         m.last_applied.as_ref().is_some_and(|id| id.leader_id.term == m.current_term);
-                    Leadership {
-                        is_leader: m.state == ServerState::Leader && own_term_applied,
-                        term: m.current_term,
-                        leader,
-                    }
+                    let quorum_fresh = m.last_quorum_acked.as_ref().is_some_and(|at| at.elapsed() < quorum_stale);
+                    let single = m.membership_config.membership().voter_ids().count() == 1;
+                    let is_leader = m.state == ServerState::Leader && own_term_applied && (quorum_fresh || single);
+                    let leader = m.current_leader.filter(|&lid| lid != m.id || is_leader).and_then(|lid| {
+                        m.membership_config.membership().get_node(&lid).map(|peer| (lid, peer.clone()))
+                    });
+                    Leadership { is_leader, term: m.current_term, leader }
                 };
                 leadership_tx.send_if_modified(|old| {
                     if *old != now {
@@ -192,10 +198,10 @@ impl<M: Machine> Member<M> {
                 });
                 tokio::select! {
                     changed = metrics.changed() => if changed.is_err() { break },
+                    _ = tick.tick() => {}
                     _ = stopping_watch.changed() => break,
                 }
             }
-            let _ = id;
         }));
         Ok(Member { raft, id: config.id, leadership, stop, tasks: std::sync::Mutex::new(tasks) })
     }

@@ -52,11 +52,23 @@ pub struct NetworkConfig {
     /// Size of the slices a snapshot is written in when openraft does not suggest one;
     /// each slice must make progress within the RPC's `soft_ttl`.
     pub snapshot_chunk: usize,
+    /// The least time a replication reply (AppendEntries, a `stream_append` reply,
+    /// TransferLeader) is waited for. openraft's deadline for these is a fraction of the
+    /// heartbeat interval (6 ms with an 8 ms heartbeat), which a follower busy with a
+    /// large batch and its fsync can miss while healthy; dropping the connection then
+    /// stalls replication to it. A dead peer is still found by connection errors, and a
+    /// silent one after this long, without holding up the other followers.
+    pub reply_timeout_min: Duration,
 }
 
 impl Default for NetworkConfig {
     fn default() -> Self {
-        Self { connect_timeout: Duration::from_millis(500), bind_ip: None, snapshot_chunk: 1 << 20 }
+        Self {
+            connect_timeout: Duration::from_millis(500),
+            bind_ip: None,
+            snapshot_chunk: 1 << 20,
+            reply_timeout_min: Duration::from_millis(500),
+        }
     }
 }
 
@@ -152,6 +164,12 @@ fn closed() -> Fail {
 }
 
 impl PeerClient {
+    /// The deadline for a replication reply: openraft's, but at least
+    /// [`NetworkConfig::reply_timeout_min`].
+    fn reply_ttl(&self, option: &RPCOption) -> Duration {
+        option.soft_ttl().max(self.config.reply_timeout_min)
+    }
+
     fn rpc_error(&self, fail: Fail, action: RPCTypes, timeout: Duration) -> RpcError {
         match fail {
             Fail::Unreachable(m) | Fail::Closed(m) => {
@@ -286,7 +304,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, RpcError> {
-        let ttl = option.soft_ttl();
+        let ttl = self.reply_ttl(&option);
         self.call(FrameKind::Append, FrameKind::AppendReply, RPCTypes::AppendEntries, &rpc, ttl).await
     }
 
@@ -305,7 +323,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         req: TransferLeaderRequest,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse, RpcError> {
-        let ttl = option.soft_ttl();
+        let ttl = self.reply_ttl(&option);
         self.call(FrameKind::TransferLeader, FrameKind::TransferLeaderReply, RPCTypes::TransferLeader, &req, ttl).await
     }
 
@@ -353,7 +371,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         S: Stream<Item = AppendEntriesRequest> + OptionalSend + Unpin + 'static,
     {
         Box::pin(async move {
-            let ttl = option.soft_ttl();
+            let ttl = self.reply_ttl(&option);
             let mut retried = false;
             let conn = loop {
                 let reused = self.conn.is_some();

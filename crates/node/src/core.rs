@@ -62,6 +62,10 @@ pub enum Request {
     },
     /// From the Raft state machine: apply committed entries, snapshot, install.
     Machine(MachineRequest),
+    /// This node stopped leading: unary waiters are let go (they hear UNAVAILABLE and
+    /// retry elsewhere; a command of theirs that still commits is answered to the retry
+    /// as a duplicate).
+    Deposed,
     /// Raft refused a proposed batch: it will not be applied, so its waiters resend.
     Unproposed {
         batch: Batch,
@@ -251,7 +255,7 @@ impl Core {
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
-                Request::Machine(_) | Request::Unproposed { .. } => {
+                Request::Machine(_) | Request::Unproposed { .. } | Request::Deposed => {
                     unreachable!("a single node has no state machine")
                 }
                 Request::Shutdown => stop = true,
@@ -337,6 +341,7 @@ impl Core {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
                 Request::Unproposed { batch } => self.unproposed(&batch, &mut outputs),
+                Request::Deposed => self.unary.clear(),
                 Request::Shutdown => stop = true,
             }
         }

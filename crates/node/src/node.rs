@@ -338,7 +338,12 @@ impl Node {
         let member =
             Member::start(member_config, state_machine, proposals, on_dropped).await.map_err(NodeError::Cluster)?;
         let leadership = member.leadership();
-        tokio::spawn(crate::replica::watch_leadership(leadership.clone(), leader, Arc::clone(&sessions)));
+        tokio::spawn(crate::replica::watch_leadership(
+            leadership.clone(),
+            leader,
+            Arc::clone(&sessions),
+            core_sender.clone(),
+        ));
         let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
 
         let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);

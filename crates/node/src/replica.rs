@@ -61,6 +61,7 @@ pub async fn watch_leadership(
     mut leadership: watch::Receiver<Leadership>,
     leader: Arc<AtomicBool>,
     sessions: Arc<Sessions>,
+    core: mpsc::Sender<Request>,
 ) {
     loop {
         let (is_leader, term) = {
@@ -72,6 +73,7 @@ pub async fn watch_leadership(
             tracing::info!(term, is_leader, "leadership changed");
             if was {
                 sessions.kill_all(|| not_leader(None));
+                let _ = core.send(Request::Deposed).await;
             }
         }
         if leadership.changed().await.is_err() {

@@ -232,7 +232,11 @@ impl proto::admin_server::Admin for AdminService {
         self.0
             .send(Request::Commands { client: ClientId(request.client_id), items, reply: Reply::Unary(reply) })
             .await?;
-        let ack = ack.await.map_err(|_| Status::unavailable("the node stopped before the command was durable"))?;
+        let ack = ack.await.map_err(|_| {
+            Status::unavailable(
+                "no answer: the node stopped or stopped leading before the command was committed; resend it",
+            )
+        })?;
         Ok(Response::new(ack))
     }
 }
