@@ -156,7 +156,7 @@ impl<M: Machine> RaftStateMachine<TypeConfig> for StateMachine<M> {
                     None
                 }
             };
-            let commands = batch.as_ref().map_or(0, |b| b.commands.len() as u32);
+            let commands = batch.as_ref().map_or(0, |b| b.len() as u32);
             committed.push(Committed { index: log_id.index, term: log_id.leader_id.term, batch });
             responders.push((responder, commands));
             inner.last_applied = Some(log_id);

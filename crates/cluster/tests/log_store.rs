@@ -53,7 +53,7 @@ fn log_id(term: u64, index: u64) -> LogId {
 /// A normal entry with a payload that varies with the index.
 fn entry(term: u64, index: u64) -> Entry {
     let command = format!("command-{term}-{index}").into_bytes();
-    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(Batch { commands: vec![command; 3] }) }
+    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(Batch::from_commands(vec![command; 3])) }
 }
 
 fn entries(term: u64, first: u64, last: u64) -> Vec<Entry> {

@@ -182,8 +182,8 @@ impl RaftStateMachine<TypeConfig> for MemSm {
             match entry.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(batch) => {
-                    n = batch.commands.len() as u32;
-                    inner.commands.extend(batch.commands);
+                    n = batch.len() as u32;
+                    inner.commands.extend(batch.iter().map(<[u8]>::to_vec));
                 }
                 EntryPayload::Membership(m) => inner.membership = StoredMembership::new(Some(entry.log_id), m),
             }
@@ -342,7 +342,7 @@ impl Cluster {
     async fn write(&self, leader: NodeId, tag: &str, n: usize) -> u64 {
         let mut last = 0;
         for i in 0..n {
-            let batch = Batch { commands: vec![format!("{tag}-{i}").into_bytes()] };
+            let batch = Batch::from_commands([format!("{tag}-{i}")]);
             // A new leader refuses writes until a quorum has acknowledged it (its lease).
             let mut tries = 0;
             let resp = loop {
@@ -430,7 +430,7 @@ fn postcard_round_trips_openraft_messages() {
     let entries = vec![
         Entry::new_blank(log_id(3, 2, 5)),
         Entry::new_membership(log_id(3, 2, 6), membership()),
-        Entry::new_normal(log_id(3, 2, 7), Batch { commands: vec![vec![1, 2, 3], vec![]] }),
+        Entry::new_normal(log_id(3, 2, 7), Batch::from_commands([vec![1, 2, 3], vec![]])),
     ];
     let append = AppendEntriesRequest {
         vote,
@@ -533,7 +533,7 @@ fn appends(from: u64, n: u64) -> Vec<AppendEntriesRequest> {
         .map(|i| AppendEntriesRequest {
             vote: Vote::new_committed(1, 1),
             prev_log_id: i.checked_sub(1).map(|p| log_id(1, 1, p)),
-            entries: vec![Entry::new_normal(log_id(1, 1, i), Batch { commands: vec![i.to_le_bytes().to_vec()] })],
+            entries: vec![Entry::new_normal(log_id(1, 1, i), Batch::from_commands([i.to_le_bytes()]))],
             leader_commit: None,
         })
         .collect()

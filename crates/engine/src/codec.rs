@@ -34,6 +34,13 @@ pub fn encode(command: &Command) -> Vec<u8> {
     postcard::to_allocvec(command).expect("encoding to memory cannot fail")
 }
 
+/// Appends the encoding of `command` to `buffer` (what [`encode`] returns, without a
+/// buffer of its own).
+pub fn encode_into(command: &Command, buffer: &mut Vec<u8>) {
+    let taken = std::mem::take(buffer);
+    *buffer = postcard::to_extend(command, taken).expect("encoding to memory cannot fail");
+}
+
 pub fn decode(bytes: &[u8]) -> Result<Command, DecodeError> {
     if bytes.len() > COMMAND_BYTES_MAX {
         return Err(DecodeError::TooLong(bytes.len()));

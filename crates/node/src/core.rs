@@ -62,14 +62,10 @@ pub enum Request {
     },
     /// From the Raft state machine: apply committed entries, snapshot, install.
     Machine(MachineRequest),
-    /// This node stopped leading: unary waiters are let go (they hear UNAVAILABLE and
-    /// retry elsewhere; a command of theirs that still commits is answered to the retry
-    /// as a duplicate).
+    /// This node stopped leading, or Raft refused a proposal while leadership moved:
+    /// unary waiters are let go (they hear UNAVAILABLE and retry where the leader is; a
+    /// command of theirs that still commits is answered to the retry as a duplicate).
     Deposed,
-    /// Raft refused a proposed batch: it will not be applied, so its waiters resend.
-    Unproposed {
-        batch: Batch,
-    },
     /// The last applied index and the state hash there.
     Status {
         reply: oneshot::Sender<(u64, [u8; 32])>,
@@ -255,7 +251,7 @@ impl Core {
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
-                Request::Machine(_) | Request::Unproposed { .. } | Request::Deposed => {
+                Request::Machine(_) | Request::Deposed => {
                     unreachable!("a single node has no state machine")
                 }
                 Request::Shutdown => stop = true,
@@ -319,12 +315,12 @@ impl Core {
     /// leader only), committed entries are applied, queries read the applied state.
     fn process_replicated(&mut self, batch: &mut Vec<Request>) -> bool {
         let mut outputs: Vec<Output> = Vec::new();
-        let mut proposal: Vec<Vec<u8>> = Vec::new();
+        let mut proposals: Vec<Batch> = Vec::new();
         let mut stop = false;
         for request in batch.drain(..) {
             match request {
                 Request::Commands { client, items, reply } => {
-                    self.propose_commands(client, items, reply, &mut outputs, &mut proposal)
+                    self.propose_commands(client, items, reply, &mut outputs, &mut proposals)
                 }
                 Request::Machine(request) => {
                     // Outputs so far (refusals, query answers) go before what this applies.
@@ -340,17 +336,14 @@ impl Core {
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
-                Request::Unproposed { batch } => self.unproposed(&batch, &mut outputs),
                 Request::Deposed => self.unary.clear(),
                 Request::Shutdown => stop = true,
             }
         }
         self.pending.push(self.next_index - 1, outputs);
         let Sequencer::Raft(replica) = &self.sequencer else { unreachable!("replicated") };
-        let mut commands = proposal.into_iter().peekable();
-        while commands.peek().is_some() {
-            let chunk: Vec<Vec<u8>> = commands.by_ref().take(self.config.batch_commands_max).collect();
-            if replica.proposer.send(Batch { commands: chunk }).is_err() {
+        for batch in proposals {
+            if replica.proposer.send(batch).is_err() {
                 // The node is stopping; nothing proposed was acknowledged.
                 break;
             }
@@ -367,7 +360,7 @@ impl Core {
         items: Vec<(u64, Result<CommandBody, ConvertError>)>,
         reply: Reply,
         outputs: &mut Vec<Output>,
-        proposal: &mut Vec<Vec<u8>>,
+        proposals: &mut Vec<Batch>,
     ) {
         let Sequencer::Raft(replica) = &self.sequencer else { unreachable!("replicated") };
         if !replica.leader.load(Ordering::Acquire) {
@@ -388,29 +381,19 @@ impl Core {
                 }
                 Ok(body) => {
                     let ts = self.stamp();
-                    proposal.push(codec::encode(&Command { client, seq, ts, body }));
+                    // Entries of at most `batch_commands_max` commands.
+                    let room = proposals.last().is_some_and(|b| b.len() < self.config.batch_commands_max);
+                    if !room {
+                        proposals.push(Batch::with_capacity(64 * self.config.batch_commands_max.min(1024)));
+                    }
+                    let batch = proposals.last_mut().expect("one was just ensured");
+                    batch.push_with(|buffer| codec::encode_into(&Command { client, seq, ts, body }, buffer));
                 }
             }
         }
         if let (Reply::Unary(sender), Some(seq)) = (reply, last_seq) {
             self.unary.insert((client, seq), sender);
         }
-    }
-
-    /// A batch Raft refused: its unary waiters are let go (they hear UNAVAILABLE and
-    /// retry) and the sessions of its clients are ended so they resend at once rather
-    /// than after their answer timeout.
-    fn unproposed(&mut self, batch: &Batch, outputs: &mut Vec<Output>) {
-        let mut clients: Vec<ClientId> = Vec::new();
-        for bytes in &batch.commands {
-            let Ok(command) = codec::decode(bytes) else { continue };
-            self.unary.remove(&(command.client, command.seq));
-            clients.push(command.client);
-        }
-        clients.sort_unstable();
-        clients.dedup();
-        tracing::debug!(commands = batch.commands.len(), clients = clients.len(), "a proposal was refused");
-        outputs.extend(clients.into_iter().map(|client| Output::Reset { client }));
     }
 
     fn machine(&mut self, request: MachineRequest) {
@@ -466,7 +449,7 @@ impl Core {
         debug_assert_eq!(entry.index, self.next_index, "entries are applied in log order");
         self.next_index = entry.index + 1;
         let Some(batch) = entry.batch else { return };
-        for bytes in &batch.commands {
+        for bytes in batch.iter() {
             let command = match committed_command(&self.engine, bytes) {
                 Ok(command) => command,
                 Err(error) => {

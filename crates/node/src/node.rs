@@ -141,7 +141,7 @@ pub async fn recover_member(data: &Path, config: &NodeConfig) -> Result<(Engine,
     let apply = |entry: bourse_cluster::state_machine::Committed| -> Result<(), String> {
         let Some(batch) = entry.batch else { return Ok(()) };
         let mut engine = engine.borrow_mut();
-        for bytes in &batch.commands {
+        for bytes in batch.iter() {
             let command = crate::core::committed_command(&engine, bytes)
                 .map_err(|e| format!("entry {}: a command does not decode: {e}", entry.index))?;
             events.clear();
@@ -330,13 +330,15 @@ impl Node {
             snapshot_every_entries: raft.snapshot_every_entries,
             log_kept_after_snapshot: raft.log_kept_after_snapshot,
         };
-        let dropped_to = core_sender.clone();
-        let on_dropped = move |batch: bourse_cluster::Batch| {
-            let core = dropped_to.clone();
-            tokio::spawn(async move { core.send(Request::Unproposed { batch }).await });
+        let (refused_core, refused_sessions) = (core_sender.clone(), Arc::clone(&sessions));
+        let on_refused = move |_commands: usize| {
+            // Leadership is moving: the clients resend where the leader is.
+            refused_sessions.kill_all(|| crate::replica::not_leader(None));
+            let core = refused_core.clone();
+            tokio::spawn(async move { core.send(Request::Deposed).await });
         };
         let member =
-            Member::start(member_config, state_machine, proposals, on_dropped).await.map_err(NodeError::Cluster)?;
+            Member::start(member_config, state_machine, proposals, on_refused).await.map_err(NodeError::Cluster)?;
         let leadership = member.leadership();
         tokio::spawn(crate::replica::watch_leadership(
             leadership.clone(),

@@ -45,10 +45,6 @@ pub enum Output {
         answer: QueryAnswer,
     },
     Market(proto::MarketDataUpdate),
-    /// End the client's session with UNAVAILABLE so it reconnects and resends.
-    Reset {
-        client: ClientId,
-    },
     /// The client closed its side of the session: end the stream after the acks before.
     EndSession {
         client: ClientId,
@@ -95,15 +91,7 @@ impl Sessions {
         }
     }
 
-    /// Ends one client's session at once with an error status.
-    pub fn kill(&self, client: ClientId, status: impl Fn() -> tonic::Status) {
-        if let Some(handle) = self.by_client.lock().expect("sessions lock").remove(&client) {
-            let _ = handle.kill.try_send(Err(status()));
-            handle.stop_reading.notify_one();
-        }
-    }
-
-    /// Ends every session at once with an error status (this node stopped leading).
+    /// Ends every session at once with an error status (leadership moved).
     pub fn kill_all(&self, status: impl Fn() -> tonic::Status) {
         for (_, handle) in self.by_client.lock().expect("sessions lock").drain() {
             let _ = handle.kill.try_send(Err(status()));
@@ -192,12 +180,6 @@ impl Pending {
                 }
                 Output::Market(update) => {
                     let _ = self.market.send(update);
-                }
-                Output::Reset { client } => {
-                    self.send_to_sessions(&mut per_client, &mut order);
-                    self.sessions.kill(client, || {
-                        tonic::Status::unavailable("the command was not taken into the log; reconnect and resend")
-                    });
                 }
                 Output::EndSession { client, session } => {
                     // Everything before it was collected above; send it first.

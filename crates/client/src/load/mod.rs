@@ -80,8 +80,8 @@ impl Default for SymbolSetup {
             fee_taker: 2,
             px_mid: 100_000,
             band_ticks: 375,
-            quote_deposit: 1_000_000_000_000_000,
-            base_credit: 1_000_000_000_000,
+            quote_deposit: 1_000_000_000_000,
+            base_credit: 1_000_000_000,
         }
     }
 }
