@@ -214,4 +214,25 @@ mod tests {
         let bad = NodeConfig { batch_commands_max: 0, ..NodeConfig::default() };
         assert!(bad.validate().is_err());
     }
+
+    #[test]
+    fn raft_settings_are_checked_and_members_parsed() {
+        let config: NodeConfig = toml::from_str(
+            "[raft]\nid = 2\nlisten = \"127.0.0.1:7502\"\nbootstrap = [\"1=127.0.0.1:7401/127.0.0.1:7501\"]\n",
+        )
+        .unwrap();
+        let raft = config.raft.clone().unwrap();
+        assert_eq!(raft.id, 2);
+        assert_eq!(raft.members().unwrap(), [(1, "127.0.0.1:7401".to_string(), "127.0.0.1:7501".to_string())]);
+        assert!(config.validate().is_ok());
+        for bad in ["1=a", "x=a/b", "0=a/b", "1=/b", "1=a/"] {
+            assert!(parse_member(bad).is_err(), "{bad}");
+        }
+        let invalid = |raft: RaftConfig| NodeConfig { raft: Some(raft), ..NodeConfig::default() }.validate().is_err();
+        assert!(invalid(RaftConfig { id: 0, ..RaftConfig::default() }));
+        assert!(invalid(RaftConfig { heartbeat_ms: 60, ..RaftConfig::default() }));
+        assert!(invalid(RaftConfig { election_max_ms: 60, ..RaftConfig::default() }));
+        assert!(invalid(RaftConfig { bootstrap: vec!["nonsense".into()], ..RaftConfig::default() }));
+        assert!(!invalid(RaftConfig::default().low_latency()));
+    }
 }

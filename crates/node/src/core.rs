@@ -670,3 +670,36 @@ fn owners_of(engine: &Engine) -> FxHashMap<OrderId, Owner> {
 fn market_update(ts: u64, update: proto::market_data_update::Update) -> proto::MarketDataUpdate {
     proto::MarketDataUpdate { seq: 0, ts, update: Some(update) }
 }
+
+#[cfg(test)]
+mod tests {
+    use bourse_engine::command::{Command, CommandBody};
+    use bourse_engine::{codec, ClientId, Engine, EngineConfig};
+
+    use super::committed_command;
+
+    fn command(seq: u64, ts: u64) -> Command {
+        Command {
+            client: ClientId(9),
+            seq,
+            ts,
+            body: CommandBody::CreateAsset { name: format!("A{seq}"), decimals: 2 },
+        }
+    }
+
+    #[test]
+    fn a_command_stamped_before_the_last_time_is_applied_at_the_last_time() {
+        let mut engine = Engine::new(EngineConfig::default());
+        let mut events = Vec::new();
+        engine.apply(&committed_command(&engine, &codec::encode(&command(1, 1_000))).unwrap(), &mut events);
+        assert_eq!(engine.ts_last(), 1_000);
+        // A new leader whose clock is behind stamps 400: applied at 1,000, on every replica.
+        let late = committed_command(&engine, &codec::encode(&command(2, 400))).unwrap();
+        assert_eq!(late.ts, 1_000);
+        engine.apply(&late, &mut events);
+        assert_eq!(engine.ts_last(), 1_000);
+        // A later stamp is kept as it is.
+        assert_eq!(committed_command(&engine, &codec::encode(&command(3, 2_000))).unwrap().ts, 2_000);
+        assert!(committed_command(&engine, &[0xff, 0xff, 0xff]).is_err());
+    }
+}
