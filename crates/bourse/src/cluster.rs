@@ -37,8 +37,8 @@ pub struct NodeArgs {
     /// this node is the first of them and has an empty log.
     #[arg(long, value_delimiter = ',')]
     bootstrap: Vec<String>,
-    /// Heartbeat 8 ms, election timeout 20–40 ms (a dead leader is replaced after about
-    /// 60–80 ms) instead of 25 ms and 60–120 ms (180–240 ms).
+    /// Heartbeat 5 ms, election timeout 10–35 ms (a dead leader is replaced after about
+    /// 45–70 ms) instead of 20 ms and 40–100 ms (140–200 ms).
     #[arg(long)]
     low_latency: bool,
     #[arg(long)]

@@ -31,8 +31,8 @@ pub struct FailoverArgs {
     /// Leader kills to measure.
     #[arg(long, default_value_t = 100)]
     trials: u32,
-    /// The low-latency timing profile (heartbeat 8 ms, election timeout 20–40 ms)
-    /// instead of the default (25 ms, 60–120 ms).
+    /// The low-latency timing profile (heartbeat 5 ms, election timeout 10–35 ms)
+    /// instead of the default (20 ms, 40–100 ms).
     #[arg(long)]
     low_latency: bool,
     /// Client ports are base+id, Raft ports base+100+id.
@@ -196,7 +196,7 @@ async fn run_async(args: &FailoverArgs) -> Result<(), String> {
         }
     };
     std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
-    let (heartbeat_ms, election) = if args.low_latency { (8, "20-40 ms") } else { (25, "60-120 ms") };
+    let (heartbeat_ms, election) = if args.low_latency { (5, "10-35 ms") } else { (20, "40-100 ms") };
     eprintln!(
         "failover: {} nodes, {} trials, heartbeat {heartbeat_ms} ms, election timeout {election}, seed {}, data {}",
         args.nodes,

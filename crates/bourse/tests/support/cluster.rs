@@ -66,7 +66,7 @@ macro_rules! say {
 /// the defaults, so that a debug build sharing two cores with four other nodes, the load
 /// and the test does not stall long enough to start spurious elections. The scenarios
 /// also pass with `BOURSE_CLUSTER_LOW_LATENCY=1`, which runs the nodes with
-/// `--low-latency` (8 ms, 20–40 ms) instead.
+/// `--low-latency` (5 ms, 10–35 ms) instead.
 pub fn timing_args() -> Vec<String> {
     if std::env::var("BOURSE_CLUSTER_LOW_LATENCY").is_ok_and(|v| v == "1") {
         return vec!["--low-latency".into()];
