@@ -233,7 +233,7 @@ mod tests {
         let invalid = |raft: RaftConfig| NodeConfig { raft: Some(raft), ..NodeConfig::default() }.validate().is_err();
         assert!(invalid(RaftConfig { id: 0, ..RaftConfig::default() }));
         assert!(invalid(RaftConfig { heartbeat_ms: 60, ..RaftConfig::default() }));
-        assert!(invalid(RaftConfig { election_max_ms: 60, ..RaftConfig::default() }));
+        assert!(invalid(RaftConfig { election_min_ms: 100, election_max_ms: 100, ..RaftConfig::default() }));
         assert!(invalid(RaftConfig { bootstrap: vec!["nonsense".into()], ..RaftConfig::default() }));
         assert!(!invalid(RaftConfig::default().low_latency()));
     }

@@ -81,6 +81,9 @@ fn convert_command(command: &proto::ClientCommand) -> Result<CommandBody, Conver
     CommandBody::try_from(body)
 }
 
+/// How long a session that stopped being read keeps draining its request stream.
+const INBOUND_DRAIN_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct OrderEntryService(pub Shared);
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -123,6 +126,14 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
             }
             drop(outbox);
             shared.metrics.sessions_open.fetch_sub(1, Ordering::Relaxed);
+            // Dropping a request stream the client is still sending on resets the whole
+            // HTTP/2 stream, replies included: the acks still buffered for this session
+            // would be lost. Keep taking (and ignoring) what the client sends until it
+            // closes its side, so the replies drain first; bounded, so a client that
+            // never closes cannot hold the task.
+            let _ =
+                tokio::time::timeout(INBOUND_DRAIN_MAX, async { while let Ok(Some(_)) = inbound.message().await {} })
+                    .await;
         });
         let replies = ReceiverStream::new(outgoing).merge(ReceiverStream::new(killed));
         Ok(Response::new(Box::pin(replies)))
