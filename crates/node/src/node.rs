@@ -224,28 +224,15 @@ impl Node {
             config.clone(),
         );
         let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
-        let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
-        let shared = Shared {
-            core: core_sender.clone(),
-            sessions: Arc::clone(&sessions),
-            shutdown: shutdown_seen,
-            market,
-            metrics: Arc::clone(&metrics),
-            client_batch_commands_max: config.client_batch_commands_max,
-            session_outbox_max: config.session_outbox_max,
-            session_ids: Arc::new(AtomicU64::new(1)),
-            replication: None,
-            advertise: String::new(),
-        };
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let shared = Shared { advertise: addr.to_string(), ..shared };
-        let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
-        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
-        let metrics_addr = match config.metrics_listen {
-            Some(listen) => Some(crate::metrics::serve(listen, Arc::clone(&metrics), Some(group.handle())).await?),
-            None => None,
-        };
+        let Serving { shutdown, server, server_stop, metrics_addr } = Serving::start(
+            listener,
+            &config,
+            Shared::new(&config, core_sender.clone(), &sessions, market, &metrics, None, addr.to_string()),
+            Some(group.handle()),
+        )
+        .await?;
         tracing::info!(%addr, ?metrics_addr, data = %config.data.display(), "serving");
         Ok(Node {
             addr,
@@ -348,25 +335,17 @@ impl Node {
         ));
         let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
 
-        let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
-        let shared = Shared {
-            core: core_sender.clone(),
-            sessions: Arc::clone(&sessions),
-            shutdown: shutdown_seen,
+        let shared = Shared::new(
+            &config,
+            core_sender.clone(),
+            &sessions,
             market,
-            metrics: Arc::clone(&metrics),
-            client_batch_commands_max: config.client_batch_commands_max,
-            session_outbox_max: config.session_outbox_max,
-            session_ids: Arc::new(AtomicU64::new(1)),
-            replication: Some(Arc::clone(&replication)),
-            advertise: advertise.api.clone(),
-        };
-        let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
-        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
-        let metrics_addr = match config.metrics_listen {
-            Some(listen) => Some(crate::metrics::serve(listen, Arc::clone(&metrics), None).await?),
-            None => None,
-        };
+            &metrics,
+            Some(Arc::clone(&replication)),
+            advertise.api.clone(),
+        );
+        let Serving { shutdown, server, server_stop, metrics_addr } =
+            Serving::start(listener, &config, shared, None).await?;
         tracing::info!(%addr, raft = %raft.listen, id = raft.id, data = %config.data.display(), "serving");
         Ok(Node {
             addr,
@@ -409,6 +388,63 @@ impl Node {
             server.abort();
         }
         Ok(())
+    }
+}
+
+/// The gRPC server and `/metrics` of a started node, and how to stop them.
+struct Serving {
+    shutdown: tokio::sync::watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    server_stop: tokio::sync::oneshot::Sender<()>,
+    metrics_addr: Option<SocketAddr>,
+}
+
+impl Serving {
+    /// Serves gRPC on `listener` (the services see `shared`, whose shutdown signal this
+    /// owns) and, when configured, `/metrics` (with the journal's counters, if any).
+    async fn start(
+        listener: tokio::net::TcpListener,
+        config: &NodeConfig,
+        shared: (Shared, tokio::sync::watch::Sender<bool>),
+        journal: Option<bourse_journal::GroupCommitHandle>,
+    ) -> std::io::Result<Serving> {
+        let (shared, shutdown) = shared;
+        let metrics = Arc::clone(&shared.metrics);
+        let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
+        let metrics_addr = match config.metrics_listen {
+            Some(listen) => Some(crate::metrics::serve(listen, metrics, journal).await?),
+            None => None,
+        };
+        Ok(Serving { shutdown, server, server_stop, metrics_addr })
+    }
+}
+
+impl Shared {
+    /// What the services share, and the sender of its shutdown signal.
+    fn new(
+        config: &NodeConfig,
+        core: mpsc::Sender<Request>,
+        sessions: &Arc<Sessions>,
+        market: broadcast::Sender<proto::MarketDataUpdate>,
+        metrics: &Arc<Metrics>,
+        replication: Option<Arc<Replication>>,
+        advertise: String,
+    ) -> (Shared, tokio::sync::watch::Sender<bool>) {
+        let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
+        let shared = Shared {
+            core,
+            sessions: Arc::clone(sessions),
+            shutdown: shutdown_seen,
+            market,
+            metrics: Arc::clone(metrics),
+            client_batch_commands_max: config.client_batch_commands_max,
+            session_outbox_max: config.session_outbox_max,
+            session_ids: Arc::new(AtomicU64::new(1)),
+            replication,
+            advertise,
+        };
+        (shared, shutdown)
     }
 }
 
