@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod cli;
 mod cluster;
+mod gateway;
 mod load;
 mod serve;
 
@@ -39,6 +40,11 @@ enum TopCommand {
         #[command(subcommand)]
         command: cluster::ClusterCommand,
     },
+    /// Run a gateway (client sessions, fair sequencing stamps, market data), or make its keys.
+    Gateway {
+        #[command(subcommand)]
+        command: gateway::GatewayCommand,
+    },
     /// Rebuild the state from a node's data directory and print index and state hash.
     Replay(serve::ReplayArgs),
     /// Drive a live node with a seeded order flow and report throughput and ack latency.
@@ -62,6 +68,7 @@ fn main() -> ExitCode {
         TopCommand::Node(args) => cluster::node(args),
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Load(args) => load::run(args),
+        TopCommand::Gateway { command } => gateway::run(command),
         TopCommand::Verb(verb) => cli::run(cli.target, verb),
     };
     match result {

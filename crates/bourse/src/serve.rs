@@ -31,6 +31,10 @@ pub struct ServeArgs {
     /// Commands the core applies per batch (and per journal group at most).
     #[arg(long)]
     batch_commands_max: Option<usize>,
+    /// d_s: how long the fair sequencer holds a gateway batch past its gateway stamp,
+    /// in microseconds (0: gateway batches are sequenced as they arrive).
+    #[arg(long)]
+    sequencer_window_us: Option<u64>,
 }
 
 impl ServeArgs {
@@ -56,6 +60,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.batch_commands_max {
             config.batch_commands_max = n;
+        }
+        if let Some(n) = self.sequencer_window_us {
+            config.sequencer_window_us = n;
         }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)

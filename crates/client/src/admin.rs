@@ -103,9 +103,10 @@ impl AdminSession {
     /// One `Submit`, resent to the endpoints in turn until one answers.
     async fn call(&mut self, command: &proto::ClientCommand) -> Result<proto::Ack> {
         let request = proto::SubmitRequest { client_id: self.client_id.0, command: Some(command.clone()) };
+        let options = self.endpoints.options().clone();
         self.endpoints
             .with_failover(|channel| {
-                let request = request.clone();
+                let request = options.request(request.clone());
                 async move {
                     let response = AdminClient::new(channel).submit(request).await;
                     response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)

@@ -323,16 +323,20 @@ enum StreamEnd {
 }
 
 async fn open_stream(endpoints: &mut Endpoints) -> Result<Stream> {
+    let options = endpoints.options().clone();
     endpoints
-        .with_failover(|channel| async move {
-            // The outbound queue is unbounded, but what goes in is bounded: each window
-            // entry at most once per resend round.
-            let (outbound, receiver) = mpsc::unbounded_channel();
-            let response = OrderEntryClient::new(channel)
-                .session(UnboundedReceiverStream::new(receiver))
-                .await
-                .map_err(AttemptError::from_status)?;
-            Ok(Stream { outbound, inbound: response.into_inner() })
+        .with_failover(|channel| {
+            let options = options.clone();
+            async move {
+                // The outbound queue is unbounded, but what goes in is bounded: each window
+                // entry at most once per resend round.
+                let (outbound, receiver) = mpsc::unbounded_channel();
+                let response = OrderEntryClient::new(channel)
+                    .session(options.request(UnboundedReceiverStream::new(receiver)))
+                    .await
+                    .map_err(AttemptError::from_status)?;
+                Ok(Stream { outbound, inbound: response.into_inner() })
+            }
         })
         .await
 }

@@ -66,6 +66,10 @@ impl Endpoints {
         Ok(Endpoints { names, endpoints, current: 0, channel: None, options: options.clone() })
     }
 
+    pub(crate) fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
     /// The endpoint in use (or tried next).
     pub(crate) fn current_name(&self) -> &str {
         &self.names[self.current]

@@ -45,6 +45,6 @@ pub use admin::AdminSession;
 pub use client::{Client, ClientStats, Events, Permit, SessionEvent};
 pub use client_id::random_client_id;
 pub use error::{Error, Result};
-pub use options::ClientOptions;
+pub use options::{ApiKey, ClientOptions};
 pub use query::{MarketDataStream, QueryClient};
 pub use reply::Reply;

@@ -32,6 +32,32 @@ pub struct ClientOptions {
     /// HTTP/2 keep-alive ping interval; a ping unanswered for as long again breaks the
     /// connection, so a node that vanished without closing it is noticed.
     pub keepalive_interval: Duration,
+    /// The API key sent with every call (as `authorization: Bearer <key>`): gateways
+    /// require one; nodes ignore it.
+    pub api_key: Option<ApiKey>,
+}
+
+/// A secret: shown as `ApiKey(..)` in debug output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(pub String);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(..)")
+    }
+}
+
+impl ClientOptions {
+    /// `message` as a request carrying the API key, if any.
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(key) = &self.api_key {
+            if let Ok(value) = format!("Bearer {}", key.0).parse() {
+                request.metadata_mut().insert("authorization", value);
+            }
+        }
+        request
+    }
 }
 
 impl Default for ClientOptions {
@@ -46,6 +72,7 @@ impl Default for ClientOptions {
             unavailable_max: Duration::from_secs(30),
             events_capacity: 65_536,
             keepalive_interval: Duration::from_secs(2),
+            api_key: None,
         }
     }
 }
@@ -71,6 +98,11 @@ impl ClientOptions {
         ] {
             if value.is_zero() {
                 return fail(format!("{name} must be positive"));
+            }
+        }
+        if let Some(key) = &self.api_key {
+            if key.0.parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>().is_err() {
+                return fail("api_key must be printable ASCII".into());
             }
         }
         if self.backoff_max < self.backoff_min {

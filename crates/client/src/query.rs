@@ -32,10 +32,11 @@ pub struct QueryClient {
 macro_rules! query {
     ($self:ident, $method:ident, $request:expr) => {{
         let request = $request;
+        let options = $self.endpoints.options().clone();
         $self
             .endpoints
             .with_failover(|channel: Channel| {
-                let mut request = tonic::Request::new(request.clone());
+                let mut request = options.request(request.clone());
                 if $self.linearizable {
                     request
                         .metadata_mut()
@@ -86,6 +87,22 @@ impl QueryClient {
     }
 
     /// Every symbol with its specification.
+    /// A gateway's L2 book of `symbol` with the sequence number of its last update
+    /// (gap recovery for a `Channel::L2` subscriber).
+    pub async fn l2(&mut self, symbol: SymbolId, levels_max: u32) -> Result<proto::L2Snapshot> {
+        let request = proto::GetDepthRequest { symbol: symbol.0, levels_max };
+        let options = self.endpoints.options().clone();
+        self.endpoints
+            .with_failover(|channel| {
+                let request = options.request(request);
+                async move {
+                    let response = MarketDataClient::new(channel).get_l2(request).await;
+                    response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
+                }
+            })
+            .await
+    }
+
     pub async fn symbols(&mut self) -> Result<proto::GetSymbolsReply> {
         query!(self, get_symbols, proto::GetSymbolsRequest {})
     }
@@ -108,11 +125,25 @@ impl QueryClient {
 
     /// Trades and best bid and offer changes of `symbols` (all symbols when empty).
     pub async fn subscribe(&mut self, symbols: &[SymbolId]) -> Result<MarketDataStream> {
-        let request = proto::SubscribeRequest { symbols: symbols.iter().map(|symbol| symbol.0).collect() };
+        self.subscribe_channels(symbols, &[]).await
+    }
+
+    /// The chosen `channels` of `symbols` (all symbols when empty; trades and BBO when
+    /// no channel is named). Nodes serve trades and BBO only; gateways serve every channel.
+    pub async fn subscribe_channels(
+        &mut self,
+        symbols: &[SymbolId],
+        channels: &[proto::Channel],
+    ) -> Result<MarketDataStream> {
+        let request = proto::SubscribeRequest {
+            symbols: symbols.iter().map(|symbol| symbol.0).collect(),
+            channels: channels.iter().map(|&channel| channel as i32).collect(),
+        };
+        let options = self.endpoints.options().clone();
         let inner = self
             .endpoints
             .with_failover(|channel| {
-                let request = request.clone();
+                let request = options.request(request.clone());
                 async move {
                     let response = MarketDataClient::new(channel).subscribe(request).await;
                     response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)

@@ -14,6 +14,9 @@ pub struct Reply {
     /// True when the node had applied this seq before (a retry after a lost answer):
     /// the outcome is the original one and nothing changed this time.
     pub duplicate: bool,
+    /// Through a gateway: when it received the command, on its clock (ns since the
+    /// epoch); 0 from a node.
+    pub gateway_ts: u64,
 }
 
 impl Reply {

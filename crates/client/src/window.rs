@@ -301,7 +301,7 @@ impl<T> Window<T> {
 pub fn reply_from_ack(ack: &proto::Ack) -> Result<Reply, Error> {
     let outcome: Outcome = convert::outcome_from_ack(ack)
         .map_err(|error| Error::Protocol(format!("unreadable ack for seq {}: {error}", ack.seq)))?;
-    Ok(Reply { seq: ack.seq, outcome, log_index: ack.log_index, duplicate: ack.duplicate })
+    Ok(Reply { seq: ack.seq, outcome, log_index: ack.log_index, duplicate: ack.duplicate, gateway_ts: ack.gateway_ts })
 }
 
 #[cfg(test)]
@@ -319,7 +319,13 @@ mod tests {
     }
 
     fn ack_ok(seq: u64, id: u64) -> proto::Ack {
-        proto::Ack { seq, log_index: 10 + seq, duplicate: false, outcome: Some(proto::ack::Outcome::OkId(id)) }
+        proto::Ack {
+            seq,
+            log_index: 10 + seq,
+            duplicate: false,
+            outcome: Some(proto::ack::Outcome::OkId(id)),
+            gateway_ts: 0,
+        }
     }
 
     fn ack_reject(seq: u64, reject: Reject) -> proto::Ack {
@@ -328,6 +334,7 @@ mod tests {
             log_index: 10 + seq,
             duplicate: false,
             outcome: Some(proto::ack::Outcome::Rejected(reject.into())),
+            gateway_ts: 0,
         }
     }
 
@@ -530,7 +537,7 @@ mod tests {
     fn an_ack_without_outcome_is_a_protocol_error_answer() {
         let mut window = window_with(1, 8);
         window.take_sendable(10);
-        let ack = proto::Ack { seq: 1, log_index: 3, duplicate: false, outcome: None };
+        let ack = proto::Ack { seq: 1, log_index: 3, duplicate: false, outcome: None, gateway_ts: 0 };
         let (_, result) = completed(window.on_ack(&ack).0);
         assert!(matches!(result, Err(Error::Protocol(_))));
     }
@@ -602,7 +609,7 @@ mod tests {
                 } else {
                     (self.outcomes[(command.seq - 1) as usize], true)
                 };
-                proto::Ack { seq: command.seq, log_index: 1, duplicate, outcome: Some(outcome.into()) }
+                proto::Ack { seq: command.seq, log_index: 1, duplicate, outcome: Some(outcome.into()), gateway_ts: 0 }
             }
         }
 

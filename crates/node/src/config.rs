@@ -37,6 +37,14 @@ pub struct NodeConfig {
     pub grpc_message_bytes_max: usize,
     /// Journal segment size, in bytes.
     pub segment_bytes_max: u64,
+    /// d_s, the fair sequencing window for gateway batches, in microseconds: a batch
+    /// waits until the leader's clock is this far past its gateway stamp (or every
+    /// gateway's watermark has passed it). 0 sequences gateway batches as they arrive.
+    pub sequencer_window_us: u64,
+    /// Gateway batches the sequencer holds at most; beyond, the links wait.
+    pub sequencer_capacity: usize,
+    /// Replies queued for one gateway link before the link is dropped as too slow.
+    pub link_outbox_max: usize,
     /// Replication: absent for a single node.
     pub raft: Option<RaftConfig>,
     /// Bounds of the engine (part of the replicated state).
@@ -59,6 +67,9 @@ impl Default for NodeConfig {
             market_data_buffer_max: 65_536,
             grpc_message_bytes_max: 4 << 20,
             segment_bytes_max: 64 << 20,
+            sequencer_window_us: 500,
+            sequencer_capacity: 65_536,
+            link_outbox_max: 16_384,
             raft: None,
             engine: EngineConfig::default(),
         }
@@ -169,7 +180,10 @@ impl NodeConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(&str, u64, u64, u64); 7] = [
+        let checks: [(&str, u64, u64, u64); 10] = [
+            ("sequencer_window_us", self.sequencer_window_us, 0, 10_000_000),
+            ("sequencer_capacity", self.sequencer_capacity as u64, 1, 1 << 24),
+            ("link_outbox_max", self.link_outbox_max as u64, 1, 1 << 24),
             ("batch_commands_max", self.batch_commands_max as u64, 1, 65_536),
             ("queue_requests_max", self.queue_requests_max as u64, 1, 1 << 20),
             ("client_batch_commands_max", self.client_batch_commands_max as u64, 1, 65_536),

@@ -26,13 +26,14 @@ use bourse_engine::command::{Command, CommandBody};
 use bourse_engine::{codec, AccountId, ClientId, Engine, Event, OrderId, OrderStatus, Side, SymbolId};
 use bourse_journal::{GroupCommitHandle, Proposal};
 use bourse_protocol::convert::{self, ConvertError, LogPosition};
+use bourse_protocol::feed::FeedBuilder;
 use bourse_protocol::proto;
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::NodeConfig;
 use crate::metrics::Metrics;
-use crate::outbox::{ClientItem, Output, Pending};
+use crate::outbox::{Broadcasts, ClientItem, FeedItem, FeedStart, Output, Pending};
 use crate::query::{answer, QueryAnswer, QueryRequest};
 
 /// Where an ack goes.
@@ -66,6 +67,10 @@ pub enum Request {
     /// unary waiters are let go (they hear UNAVAILABLE and retry where the leader is; a
     /// command of theirs that still commits is answered to the retry as a duplicate).
     Deposed,
+    /// A gateway's feed starts: the books now, then every entry after.
+    Feed {
+        reply: oneshot::Sender<FeedStart>,
+    },
     /// The last applied index and the state hash there.
     Status {
         reply: oneshot::Sender<(u64, [u8; 32])>,
@@ -145,6 +150,13 @@ pub struct Core {
     pending: Arc<Pending>,
     metrics: Arc<Metrics>,
     market: tokio::sync::broadcast::Sender<proto::MarketDataUpdate>,
+    feed: tokio::sync::broadcast::Sender<Arc<FeedItem>>,
+    /// Publishes the order-level feed while someone follows it.
+    feed_builder: Option<FeedBuilder>,
+    /// The current entry's public events (scratch).
+    feed_events: Vec<proto::OrderEvent>,
+    /// Trades so far in the current log entry: (log_index, trade_seq) names a trade.
+    entry_trades: u32,
     config: NodeConfig,
     /// The index the next logged command gets.
     next_index: u64,
@@ -172,9 +184,10 @@ impl Core {
         sequencer: Sequencer,
         pending: Arc<Pending>,
         metrics: Arc<Metrics>,
-        market: tokio::sync::broadcast::Sender<proto::MarketDataUpdate>,
+        broadcasts: Broadcasts,
         config: NodeConfig,
     ) -> Core {
+        let Broadcasts { market, feed } = broadcasts;
         let ts_last = engine.ts_last();
         let owners = owners_of(&engine);
         metrics.applied_index.store(applied_index, std::sync::atomic::Ordering::Relaxed);
@@ -185,6 +198,10 @@ impl Core {
             pending,
             metrics,
             market,
+            feed,
+            feed_builder: None,
+            feed_events: Vec::new(),
+            entry_trades: 0,
             config,
             next_index: applied_index + 1,
             ts_last,
@@ -229,6 +246,10 @@ impl Core {
 
     /// Applies one batch; returns true when a shutdown was requested.
     fn process(&mut self, batch: &mut Vec<Request>) -> bool {
+        if self.feed_builder.is_some() && self.feed.receiver_count() == 0 {
+            // Nobody follows the feed any more; the next follower starts from a new image.
+            self.feed_builder = None;
+        }
         if matches!(self.sequencer, Sequencer::Raft(_)) {
             return self.process_replicated(batch);
         }
@@ -248,6 +269,7 @@ impl Core {
                     outputs.push(Output::Query { reply, answer });
                 }
                 Request::EndSession { client, session } => outputs.push(Output::EndSession { client, session }),
+                Request::Feed { reply } => self.feed_start(reply, &mut outputs),
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
@@ -333,6 +355,7 @@ impl Core {
                     outputs.push(Output::Query { reply, answer });
                 }
                 Request::EndSession { client, session } => outputs.push(Output::EndSession { client, session }),
+                Request::Feed { reply } => self.feed_start(reply, &mut outputs),
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
@@ -422,6 +445,9 @@ impl Core {
                 Ok(engine) => {
                     self.engine = engine;
                     self.owners = owners_of(&self.engine);
+                    if self.feed_builder.take().is_some() {
+                        self.pending.push(self.next_index - 1, vec![Output::Feed(Arc::new(FeedItem::Reset))]);
+                    }
                     self.bbo_last.clear();
                     self.next_index = index + 1;
                     self.ts_last = self.ts_last.max(self.engine.ts_last());
@@ -448,7 +474,11 @@ impl Core {
         }
         debug_assert_eq!(entry.index, self.next_index, "entries are applied in log order");
         self.next_index = entry.index + 1;
-        let Some(batch) = entry.batch else { return };
+        self.entry_trades = 0;
+        let Some(batch) = entry.batch else {
+            self.flush_feed(entry.index, self.ts_last, outputs);
+            return;
+        };
         for bytes in batch.iter() {
             let command = match committed_command(&self.engine, bytes) {
                 Ok(command) => command,
@@ -466,6 +496,26 @@ impl Core {
                 None => outputs.push(Output::Client { client: command.client, item: ClientItem::Ack(ack) }),
             }
         }
+        self.flush_feed(entry.index, self.ts_last, outputs);
+    }
+
+    /// A feed follower's start: an image of every book after the last applied entry,
+    /// and the broadcast it reads the following entries from (entries at or below the
+    /// image's index that are still on their way are skipped by the reader). Released
+    /// with the outputs, so a follower never sees state that is not yet durable.
+    fn feed_start(&mut self, reply: oneshot::Sender<FeedStart>, outputs: &mut Vec<Output>) {
+        let builder = self.feed_builder.get_or_insert_with(|| FeedBuilder::from_engine(&self.engine));
+        let image = builder.image(&self.engine, self.next_index - 1, self.ts_last);
+        outputs.push(Output::FeedImage { reply, start: (image, self.feed.subscribe()) });
+    }
+
+    /// Publishes the public events of the entry at `index`, while the feed is followed.
+    fn flush_feed(&mut self, index: u64, ts: u64, outputs: &mut Vec<Output>) {
+        if self.feed_builder.is_none() {
+            return;
+        }
+        let events = std::mem::take(&mut self.feed_events);
+        outputs.push(Output::Feed(Arc::new(FeedItem::Entry(proto::FeedEntry { log_index: index, ts, events }))));
     }
 
     /// The leader timestamp: the wall clock, but never at or before the last one.
@@ -484,7 +534,11 @@ impl Core {
         let index = self.next_index;
         self.next_index += 1;
         proposals.push(Proposal { timestamp_ns: command.ts, payload: codec::encode(&command) });
-        self.apply_command(&command, index, outputs)
+        // A single node logs every command as an entry of its own.
+        self.entry_trades = 0;
+        let ack = self.apply_command(&command, index, outputs);
+        self.flush_feed(index, command.ts, outputs);
+        ack
     }
 
     /// Applies one sequenced command at log `index` and routes what it caused.
@@ -498,7 +552,12 @@ impl Core {
         };
         *counter += 1;
         self.commands_since_snapshot += 1;
+        let first_trade = self.entry_trades;
         self.route_events(command.client, LogPosition { log_index: index, ts: command.ts }, outputs);
+        if let Some(builder) = &mut self.feed_builder {
+            let mut trade_seq = first_trade;
+            builder.command(&self.engine, &self.events, &mut trade_seq, &mut self.feed_events);
+        }
         convert::ack(command.seq, index, &applied)
     }
 
@@ -506,7 +565,7 @@ impl Core {
     /// bookkeeping of who owns which open order.
     fn route_events(&mut self, client: ClientId, at: LogPosition, outputs: &mut Vec<Output>) {
         let market = self.market.receiver_count() > 0;
-        let mut trade_seq = 0u32;
+        let mut trade_seq = self.entry_trades;
         let mut takers = std::mem::take(&mut self.takers);
         let mut live = std::mem::take(&mut self.live);
         let events = std::mem::take(&mut self.events);
@@ -568,6 +627,7 @@ impl Core {
             }
         }
         self.events = events;
+        self.entry_trades = trade_seq;
         // An order that filled completely as the incoming side leaves no event saying so:
         // it is every incoming order that neither rested nor waits for its trigger.
         takers.dedup();
@@ -668,7 +728,7 @@ fn owners_of(engine: &Engine) -> FxHashMap<OrderId, Owner> {
 }
 
 fn market_update(ts: u64, update: proto::market_data_update::Update) -> proto::MarketDataUpdate {
-    proto::MarketDataUpdate { seq: 0, ts, update: Some(update) }
+    proto::MarketDataUpdate { seq: 0, ts, update: Some(update), release_ts: 0 }
 }
 
 #[cfg(test)]

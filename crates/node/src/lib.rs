@@ -11,6 +11,8 @@
 
 pub mod config;
 mod core;
+mod fair;
+mod link;
 pub mod metrics;
 mod node;
 mod outbox;

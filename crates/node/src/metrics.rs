@@ -36,6 +36,18 @@ pub struct Metrics {
     pub snapshots: AtomicU64,
     /// Commands per core batch, as a log2 histogram.
     pub batch_commands: std::sync::Mutex<Log2Histogram>,
+    pub links_open: AtomicI64,
+    pub feeds_open: AtomicI64,
+    /// Gateway batches the fair sequencer released, and how many of them came out
+    /// behind a later stamp: the one released just before (CloudEx's ratio) or the
+    /// highest released so far (the stricter one).
+    pub fair_released: AtomicU64,
+    pub fair_out_of_order_prev: AtomicU64,
+    pub fair_out_of_order_hwm: AtomicU64,
+    /// Gateway batches held by the sequencer now.
+    pub fair_held: AtomicI64,
+    /// How long each batch was held, in nanoseconds.
+    pub fair_held_ns: std::sync::Mutex<Log2Histogram>,
 }
 
 fn counter(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
@@ -112,6 +124,32 @@ impl Metrics {
         );
         counter(&mut out, "applied_index", "Highest log index applied.", "gauge", load(&self.applied_index));
         counter(&mut out, "snapshots_total", "Snapshots taken.", "counter", load(&self.snapshots));
+        counter(&mut out, "links_open", "Gateway links connected.", "gauge", load_i(&self.links_open));
+        counter(&mut out, "feeds_open", "Order-level feeds served.", "gauge", load_i(&self.feeds_open));
+        counter(
+            &mut out,
+            "sequencer_released_total",
+            "Gateway batches released by the fair sequencer.",
+            "counter",
+            load(&self.fair_released),
+        );
+        counter(
+            &mut out,
+            "sequencer_out_of_order_prev_total",
+            "Released batches stamped earlier than the batch released just before them.",
+            "counter",
+            load(&self.fair_out_of_order_prev),
+        );
+        counter(
+            &mut out,
+            "sequencer_out_of_order_hwm_total",
+            "Released batches stamped earlier than the latest stamp released before them.",
+            "counter",
+            load(&self.fair_out_of_order_hwm),
+        );
+        counter(&mut out, "sequencer_held", "Gateway batches held now.", "gauge", load_i(&self.fair_held));
+        let held = self.fair_held_ns.lock().expect("metrics lock").clone();
+        histogram(&mut out, "sequencer_hold_seconds", "Time a gateway batch waited.", &held, 1e-9);
         let batch = self.batch_commands.lock().expect("metrics lock").clone();
         histogram(&mut out, "batch_commands", "Commands per core batch.", &batch, 1.0);
         if let Some(journal) = journal {

@@ -24,8 +24,10 @@ use bourse_cluster::Peer;
 
 use crate::config::{NodeConfig, RaftConfig};
 use crate::core::{Core, Replica, Request, Sequencer};
+use crate::fair::{FairConfig, FairSequencer};
+use crate::link::GatewayLinkService;
 use crate::metrics::Metrics;
-use crate::outbox::{Pending, Sessions};
+use crate::outbox::{Broadcasts, FeedItem, Pending, Sessions};
 use crate::replica::{CoreMachine, Replication};
 use crate::service::{AdminService, ClusterService, MarketDataService, OrderEntryService, QueryService, Shared};
 
@@ -203,8 +205,14 @@ impl Node {
         let metrics = Arc::new(Metrics::default());
         let sessions = Arc::new(Sessions::default());
         let (market, _) = broadcast::channel::<proto::MarketDataUpdate>(config.market_data_buffer_max);
-        let pending =
-            Arc::new(Pending::new(recovered.index, Arc::clone(&sessions), market.clone(), Arc::clone(&metrics)));
+        let (feed, _) = broadcast::channel::<Arc<FeedItem>>(config.market_data_buffer_max);
+        let pending = Arc::new(Pending::new(
+            recovered.index,
+            Arc::clone(&sessions),
+            market.clone(),
+            feed.clone(),
+            Arc::clone(&metrics),
+        ));
         let release = Arc::clone(&pending);
         let group_config =
             GroupCommitConfig { batch_entries_max: config.batch_commands_max.max(1), ..GroupCommitConfig::default() };
@@ -220,7 +228,7 @@ impl Node {
             Sequencer::Journal(group.handle()),
             pending,
             Arc::clone(&metrics),
-            market.clone(),
+            Broadcasts { market: market.clone(), feed },
             config.clone(),
         );
         let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
@@ -229,7 +237,7 @@ impl Node {
         let Serving { shutdown, server, server_stop, metrics_addr } = Serving::start(
             listener,
             &config,
-            Shared::new(&config, core_sender.clone(), &sessions, market, &metrics, None, addr.to_string()),
+            Shared::new(&config, core_sender.clone(), &sessions, market, &metrics, None, addr.to_string())?,
             Some(group.handle()),
         )
         .await?;
@@ -276,8 +284,10 @@ impl Node {
         let metrics = Arc::new(Metrics::default());
         let sessions = Arc::new(Sessions::default());
         let (market, _) = broadcast::channel::<proto::MarketDataUpdate>(config.market_data_buffer_max);
+        let (feed, _) = broadcast::channel::<Arc<FeedItem>>(config.market_data_buffer_max);
         // Applied entries are committed, so their outputs go out at once.
-        let pending = Arc::new(Pending::new(u64::MAX, Arc::clone(&sessions), market.clone(), Arc::clone(&metrics)));
+        let pending =
+            Arc::new(Pending::new(u64::MAX, Arc::clone(&sessions), market.clone(), feed.clone(), Arc::clone(&metrics)));
         let leader = Arc::new(AtomicBool::new(false));
         let (proposer, proposals) = mpsc::unbounded_channel();
         let replica = Replica { proposer, leader: Arc::clone(&leader) };
@@ -287,7 +297,7 @@ impl Node {
             Sequencer::Raft(replica),
             pending,
             Arc::clone(&metrics),
-            market.clone(),
+            Broadcasts { market: market.clone(), feed },
             config.clone(),
         );
         let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
@@ -343,7 +353,7 @@ impl Node {
             &metrics,
             Some(Arc::clone(&replication)),
             advertise.api.clone(),
-        );
+        )?;
         let Serving { shutdown, server, server_stop, metrics_addr } =
             Serving::start(listener, &config, shared, None).await?;
         tracing::info!(%addr, raft = %raft.listen, id = raft.id, data = %config.data.display(), "serving");
@@ -430,8 +440,13 @@ impl Shared {
         metrics: &Arc<Metrics>,
         replication: Option<Arc<Replication>>,
         advertise: String,
-    ) -> (Shared, tokio::sync::watch::Sender<bool>) {
+    ) -> std::io::Result<(Shared, tokio::sync::watch::Sender<bool>)> {
         let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
+        let fair = FairConfig {
+            window_ns: config.sequencer_window_us.saturating_mul(1_000),
+            capacity: config.sequencer_capacity,
+        };
+        let fair = FairSequencer::start(fair, core.clone(), Arc::clone(metrics))?;
         let shared = Shared {
             core,
             sessions: Arc::clone(sessions),
@@ -443,8 +458,10 @@ impl Shared {
             session_ids: Arc::new(AtomicU64::new(1)),
             replication,
             advertise,
+            fair,
+            link_outbox_max: config.link_outbox_max,
         };
-        (shared, shutdown)
+        Ok((shared, shutdown))
     }
 }
 
@@ -454,7 +471,9 @@ async fn serve(
     message_bytes_max: usize,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    use bourse_protocol::proto::{admin_server, cluster_server, market_data_server, order_entry_server, query_server};
+    use bourse_protocol::proto::{
+        admin_server, cluster_server, gateway_link_server, market_data_server, order_entry_server, query_server,
+    };
     let order_entry = order_entry_server::OrderEntryServer::new(OrderEntryService(shared.clone()))
         .max_decoding_message_size(message_bytes_max);
     let admin =
@@ -462,6 +481,8 @@ async fn serve(
     let query =
         query_server::QueryServer::new(QueryService(shared.clone())).max_decoding_message_size(message_bytes_max);
     let cluster = cluster_server::ClusterServer::new(ClusterService(shared.clone()));
+    let link = gateway_link_server::GatewayLinkServer::new(GatewayLinkService(shared.clone()))
+        .max_decoding_message_size(message_bytes_max);
     let market = market_data_server::MarketDataServer::new(MarketDataService(shared));
     let result = tonic::transport::Server::builder()
         .add_service(order_entry)
@@ -469,6 +490,7 @@ async fn serve(
         .add_service(query)
         .add_service(cluster)
         .add_service(market)
+        .add_service(link)
         // No Nagle: an ack batch must not wait for the peer's delayed ACK (40 ms).
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),

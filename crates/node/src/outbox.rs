@@ -45,6 +45,13 @@ pub enum Output {
         answer: QueryAnswer,
     },
     Market(proto::MarketDataUpdate),
+    /// One log entry's public order-level events, for the gateways' feeds.
+    Feed(Arc<FeedItem>),
+    /// A feed subscriber's starting image, released once its index is durable.
+    FeedImage {
+        reply: oneshot::Sender<FeedStart>,
+        start: FeedStart,
+    },
     /// The client closed its side of the session: end the stream after the acks before.
     EndSession {
         client: ClientId,
@@ -52,8 +59,68 @@ pub enum Output {
     },
 }
 
-/// The sending side of one order-entry session.
-pub type Outbox = mpsc::Sender<Result<proto::ServerBatch, tonic::Status>>;
+/// The node's public broadcasts: market data as nodes publish it, and the order-level
+/// feed gateways derive theirs from.
+#[derive(Clone)]
+pub struct Broadcasts {
+    pub market: broadcast::Sender<proto::MarketDataUpdate>,
+    pub feed: broadcast::Sender<Arc<FeedItem>>,
+}
+
+/// What the feed broadcast carries.
+pub enum FeedItem {
+    Entry(proto::FeedEntry),
+    /// The state was replaced (a snapshot was installed): every feed must start over
+    /// from a new image.
+    Reset,
+}
+
+/// Where a feed subscriber starts: the books at one index, then the entries after it.
+pub type FeedStart = (proto::BookImage, broadcast::Receiver<Arc<FeedItem>>);
+
+/// The sending side of a gateway link.
+pub type LinkSender = mpsc::Sender<Result<proto::GatewayDown, tonic::Status>>;
+
+/// How the node reaches a client: its own order-entry stream, or the link of the
+/// gateway it is connected through.
+#[derive(Clone)]
+pub enum Outbox {
+    Session(mpsc::Sender<Result<proto::ServerBatch, tonic::Status>>),
+    Link { client: ClientId, sender: LinkSender },
+}
+
+impl Outbox {
+    fn try_send(&self, batch: proto::ServerBatch) -> Result<(), mpsc::error::TrySendError<()>> {
+        match self {
+            Outbox::Session(sender) => sender.try_send(Ok(batch)).map_err(|e| e.map_value()),
+            Outbox::Link { client, sender } => {
+                let reply = proto::ClientReply { client_id: client.0, batch: Some(batch) };
+                sender.try_send(Ok(proto::GatewayDown { replies: vec![reply] })).map_err(|e| e.map_value())
+            }
+        }
+    }
+
+    /// Ends the stream with `status` (for a link: the whole link).
+    fn try_fail(&self, status: tonic::Status) {
+        let _ = match self {
+            Outbox::Session(sender) => sender.try_send(Err(status)).map_err(|e| e.map_value()),
+            Outbox::Link { sender, .. } => sender.try_send(Err(status)).map_err(|e| e.map_value()),
+        };
+    }
+}
+
+trait MapValue {
+    fn map_value(self) -> mpsc::error::TrySendError<()>;
+}
+
+impl<T> MapValue for mpsc::error::TrySendError<T> {
+    fn map_value(self) -> mpsc::error::TrySendError<()> {
+        match self {
+            mpsc::error::TrySendError::Full(_) => mpsc::error::TrySendError::Full(()),
+            mpsc::error::TrySendError::Closed(_) => mpsc::error::TrySendError::Closed(()),
+        }
+    }
+}
 
 /// How the node reaches one connected session. The session's reply stream ends once
 /// every `Outbox` and `kill` sender is gone (after delivering what is buffered), or at
@@ -94,7 +161,7 @@ impl Sessions {
     /// Ends every session at once with an error status (leadership moved).
     pub fn kill_all(&self, status: impl Fn() -> tonic::Status) {
         for (_, handle) in self.by_client.lock().expect("sessions lock").drain() {
-            let _ = handle.kill.try_send(Err(status()));
+            handle.kill.try_fail(status());
             handle.stop_reading.notify_one();
         }
     }
@@ -118,6 +185,7 @@ pub struct Pending {
     parked: Mutex<Parked>,
     sessions: Arc<Sessions>,
     market: broadcast::Sender<proto::MarketDataUpdate>,
+    feed: broadcast::Sender<Arc<FeedItem>>,
     metrics: Arc<Metrics>,
 }
 
@@ -126,9 +194,10 @@ impl Pending {
         durable: u64,
         sessions: Arc<Sessions>,
         market: broadcast::Sender<proto::MarketDataUpdate>,
+        feed: broadcast::Sender<Arc<FeedItem>>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Pending { parked: Mutex::new(Parked { durable, batches: VecDeque::new() }), sessions, market, metrics }
+        Pending { parked: Mutex::new(Parked { durable, batches: VecDeque::new() }), sessions, market, feed, metrics }
     }
 
     /// Parks a batch's outputs under `index`, or sends them at once if that index is
@@ -181,6 +250,12 @@ impl Pending {
                 Output::Market(update) => {
                     let _ = self.market.send(update);
                 }
+                Output::Feed(item) => {
+                    let _ = self.feed.send(item);
+                }
+                Output::FeedImage { reply, start } => {
+                    let _ = reply.send(start);
+                }
                 Output::EndSession { client, session } => {
                     // Everything before it was collected above; send it first.
                     self.send_to_sessions(&mut per_client, &mut order);
@@ -199,7 +274,7 @@ impl Pending {
         for client in order.drain(..) {
             let batch = per_client.remove(&client).expect("collected above");
             let Some(handle) = sessions.get(&client) else { continue };
-            match handle.outbox.try_send(Ok(batch)) {
+            match handle.outbox.try_send(batch) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     // Never block the writer: end the session with an error, so the
@@ -208,7 +283,7 @@ impl Pending {
                     let status = tonic::Status::resource_exhausted(
                         "session dropped: it does not read its acks; reconnect and resend",
                     );
-                    let _ = handle.kill.try_send(Err(status));
+                    handle.kill.try_fail(status);
                     handle.stop_reading.notify_one();
                     self.metrics.sessions_dropped_slow.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(client = client.0, "session dropped: it does not read its acks");

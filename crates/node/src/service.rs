@@ -20,8 +20,9 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status, Streaming};
 
 use crate::core::{Reply, Request};
+use crate::fair::FairSequencer;
 use crate::metrics::Metrics;
-use crate::outbox::{SessionHandle, Sessions};
+use crate::outbox::{Outbox, SessionHandle, Sessions};
 use crate::query::{QueryAnswer, QueryReply, QueryRequest};
 use crate::replica::Replication;
 
@@ -41,10 +42,13 @@ pub struct Shared {
     pub replication: Option<Arc<Replication>>,
     /// The client address this node advertises.
     pub advertise: String,
+    /// Where gateway links hand their stamped batches.
+    pub fair: FairSequencer,
+    pub link_outbox_max: usize,
 }
 
 impl Shared {
-    async fn send(&self, request: Request) -> Result<(), Status> {
+    pub(crate) async fn send(&self, request: Request) -> Result<(), Status> {
         self.metrics.queue_depth.0.fetch_add(1, Ordering::Relaxed);
         self.core.send(request).await.map_err(|_| {
             self.metrics.queue_depth.0.fetch_sub(1, Ordering::Relaxed);
@@ -53,7 +57,7 @@ impl Shared {
     }
 
     /// Commands go to the leader only (a single node always leads).
-    fn require_leader(&self) -> Result<(), Status> {
+    pub(crate) fn require_leader(&self) -> Result<(), Status> {
         match &self.replication {
             Some(replication) => replication.require_leader(),
             None => Ok(()),
@@ -76,17 +80,17 @@ impl Shared {
     }
 }
 
-fn convert_command(command: &proto::ClientCommand) -> Result<CommandBody, ConvertError> {
+pub(crate) fn convert_command(command: &proto::ClientCommand) -> Result<CommandBody, ConvertError> {
     let body: &Body = command.body.as_ref().ok_or(ConvertError::FieldMissing { field: "ClientCommand.body" })?;
     CommandBody::try_from(body)
 }
 
 /// How long a session that stopped being read keeps draining its request stream.
-const INBOUND_DRAIN_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const INBOUND_DRAIN_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct OrderEntryService(pub Shared);
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
 impl proto::order_entry_server::OrderEntry for OrderEntryService {
@@ -103,7 +107,12 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         let (kill, killed) = mpsc::channel(1);
         let stop_reading = Arc::new(tokio::sync::Notify::new());
         let session = shared.session_ids.fetch_add(1, Ordering::Relaxed);
-        let handle = SessionHandle { session, outbox: outbox.clone(), kill, stop_reading: Arc::clone(&stop_reading) };
+        let handle = SessionHandle {
+            session,
+            outbox: Outbox::Session(outbox.clone()),
+            kill: Outbox::Session(kill),
+            stop_reading: Arc::clone(&stop_reading),
+        };
         tokio::spawn(async move {
             shared.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
             let mut reader = SessionReader { shared: &shared, handle: Some(handle), client: None, session };
@@ -147,7 +156,7 @@ async fn end_after_acks(shared: &Shared, client: ClientId, session: u64) {
     }
 }
 
-async fn wait_shutdown(mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn wait_shutdown(mut shutdown: tokio::sync::watch::Receiver<bool>) {
     while !*shutdown.borrow() {
         if shutdown.changed().await.is_err() {
             return;
@@ -387,18 +396,28 @@ impl proto::market_data_server::MarketData for MarketDataService {
         });
         Ok(Response::new(stream))
     }
+
+    async fn get_l2(
+        &self,
+        _request: GrpcRequest<proto::GetDepthRequest>,
+    ) -> Result<Response<proto::L2Snapshot>, Status> {
+        Err(Status::failed_precondition(
+            "L2 sequence numbers are kept by gateways: ask a gateway, or Query.GetDepth on a node",
+        ))
+    }
 }
 
+/// The symbol of the updates a node publishes (trades and BBO).
 fn update_symbol(update: &proto::MarketDataUpdate) -> u32 {
     match &update.update {
         Some(proto::market_data_update::Update::Trade(trade)) => trade.symbol,
         Some(proto::market_data_update::Update::Bbo(bbo)) => bbo.symbol,
-        None => u32::MAX,
+        _ => u32::MAX,
     }
 }
 
 /// A stream fed by a task: the task gets a sender and the caller the receiving stream.
-fn async_stream<T, F, Fut>(task: F) -> BoxStream<T>
+pub(crate) fn async_stream<T, F, Fut>(task: F) -> BoxStream<T>
 where
     T: Send + 'static,
     F: FnOnce(mpsc::Sender<Result<T, Status>>) -> Fut,

@@ -511,13 +511,19 @@ impl From<Outcome> for proto::ack::Outcome {
 
 /// The answer to the command with `seq`, applied (or found a duplicate) at `log_index`.
 pub fn ack(seq: u64, log_index: u64, applied: &Applied) -> proto::Ack {
-    proto::Ack { seq, log_index, duplicate: applied.duplicate, outcome: Some(applied.outcome.into()) }
+    proto::Ack { seq, log_index, duplicate: applied.duplicate, outcome: Some(applied.outcome.into()), gateway_ts: 0 }
 }
 
 /// The answer to a command the node refused before the log because its shape was wrong.
 /// `log_index` is 0: the command was never logged and its `seq` is not used up.
 pub fn ack_refused(seq: u64, error: &ConvertError) -> proto::Ack {
-    proto::Ack { seq, log_index: 0, duplicate: false, outcome: Some(proto::ack::Outcome::Rejected(error.into())) }
+    proto::Ack {
+        seq,
+        log_index: 0,
+        duplicate: false,
+        outcome: Some(proto::ack::Outcome::Rejected(error.into())),
+        gateway_ts: 0,
+    }
 }
 
 /// The engine outcome an ack carries. A node refusal (code 1000 or more) has no engine

@@ -9,6 +9,7 @@ use clap::Subcommand;
 mod ec;
 mod engine;
 mod failover;
+mod fairness;
 mod measure;
 mod memory;
 mod phases;
@@ -25,6 +26,9 @@ pub enum BenchCommand {
     Recovery(recovery::RecoveryArgs),
     /// Time from killing a cluster's leader to the first command its successor acknowledges.
     Failover(failover::FailoverArgs),
+    /// Inbound and outbound unfairness through several gateways with injected delays and
+    /// clock error, over a sweep of the sequencing window d_s and hold time d_h.
+    Fairness(fairness::FairnessArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -32,5 +36,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Engine(args) => engine::run(&args),
         BenchCommand::Recovery(args) => recovery::run(&args),
         BenchCommand::Failover(args) => failover::run(&args),
+        BenchCommand::Fairness(args) => fairness::run(&args),
     }
 }

@@ -326,7 +326,7 @@ mod tests {
                 }
                 _ => 0,
             };
-            flow.on_reply(&Reply { seq, outcome: Outcome::Ok { id }, log_index: seq, duplicate: false });
+            flow.on_reply(&Reply { seq, outcome: Outcome::Ok { id }, log_index: seq, duplicate: false, gateway_ts: 0 });
             bodies.push(body);
         }
         bodies
@@ -388,7 +388,13 @@ mod tests {
         let (body, intent) = flow.gtc();
         let CommandBody::Place(request) = body else { panic!("a place") };
         flow.on_sent(1, intent);
-        flow.on_reply(&Reply { seq: 1, outcome: Outcome::Ok { id: 42 }, log_index: 1, duplicate: false });
+        flow.on_reply(&Reply {
+            seq: 1,
+            outcome: Outcome::Ok { id: 42 },
+            log_index: 1,
+            duplicate: false,
+            gateway_ts: 0,
+        });
         assert_eq!(flow.open_orders(), 1);
         let fill = |qty| proto::FillReport { order: 42, qty, ..Default::default() };
         flow.on_fill(&fill(request.qty.0 - request.qty.0.min(10)));
@@ -398,18 +404,30 @@ mod tests {
 
         let (_, intent) = flow.gtc();
         flow.on_sent(2, intent);
-        flow.on_reply(&Reply { seq: 2, outcome: Outcome::Ok { id: 43 }, log_index: 2, duplicate: false });
+        flow.on_reply(&Reply {
+            seq: 2,
+            outcome: Outcome::Ok { id: 43 },
+            log_index: 2,
+            duplicate: false,
+            gateway_ts: 0,
+        });
         flow.on_cancel(&proto::CancelReport { order: 43, ..Default::default() });
         assert_eq!(flow.open_orders(), 0);
 
         let (_, intent) = flow.gtc();
         flow.on_sent(3, intent);
-        flow.on_reply(&Reply { seq: 3, outcome: Outcome::Ok { id: 44 }, log_index: 3, duplicate: false });
+        flow.on_reply(&Reply {
+            seq: 3,
+            outcome: Outcome::Ok { id: 44 },
+            log_index: 3,
+            duplicate: false,
+            gateway_ts: 0,
+        });
         let (_, intent) = flow.move_order();
         assert_eq!(intent, Intent::Modify { order: OrderId(44) });
         flow.on_sent(4, intent);
         let unknown = Outcome::Rejected(Reject::OrderUnknown);
-        flow.on_reply(&Reply { seq: 4, outcome: unknown, log_index: 4, duplicate: false });
+        flow.on_reply(&Reply { seq: 4, outcome: unknown, log_index: 4, duplicate: false, gateway_ts: 0 });
         assert_eq!(flow.open_orders(), 0, "an order the exchange does not know is forgotten");
     }
 
@@ -419,7 +437,7 @@ mod tests {
         let (_, intent) = flow.gtc();
         flow.on_sent(1, intent);
         let rejected = Outcome::Rejected(Reject::BalanceInsufficient);
-        flow.on_reply(&Reply { seq: 1, outcome: rejected, log_index: 1, duplicate: false });
+        flow.on_reply(&Reply { seq: 1, outcome: rejected, log_index: 1, duplicate: false, gateway_ts: 0 });
         assert_eq!((flow.open_orders(), flow.pending()), (0, 0));
     }
 }

@@ -157,7 +157,7 @@ impl LoadConfig {
 /// Sets up the market, runs the flow on every connection and reports.
 pub async fn run_load(config: LoadConfig) -> Result<LoadReport> {
     config.validate()?;
-    let (market, assets) = setup_market(&config).await?;
+    let (market, assets) = setup_market(&config.endpoints, &config.symbol, &config.client).await?;
     let mut connections = Vec::with_capacity(config.connections);
     for index in 0..config.connections {
         connections.push(setup_connection(&config, index, market, assets).await?);
@@ -194,12 +194,15 @@ pub async fn run_load(config: LoadConfig) -> Result<LoadReport> {
     Ok(report)
 }
 
-/// Finds or creates the two assets and the symbol; returns the flow's market and the
-/// (base, quote) asset ids.
-async fn setup_market(config: &LoadConfig) -> Result<(FlowMarket, (AssetId, AssetId))> {
-    let setup = &config.symbol;
-    let mut query = QueryClient::connect(config.endpoints.clone(), config.client.clone()).await?;
-    let mut admin = AdminSession::connect(config.endpoints.clone(), random_client_id(), config.client.clone()).await?;
+/// Finds or creates the two assets and the symbol of `setup` on the exchange at
+/// `endpoints`; returns the flow's market and the (base, quote) asset ids.
+pub async fn setup_market(
+    endpoints: &[String],
+    setup: &SymbolSetup,
+    options: &ClientOptions,
+) -> Result<(FlowMarket, (AssetId, AssetId))> {
+    let mut query = QueryClient::connect(endpoints.to_vec(), options.clone()).await?;
+    let mut admin = AdminSession::connect(endpoints.to_vec(), random_client_id(), options.clone()).await?;
     let base = find_or_create_asset(&mut query, &mut admin, &setup.base).await?;
     let quote = find_or_create_asset(&mut query, &mut admin, &setup.quote).await?;
     let (symbol, tick, lot) = match query.symbol_by_name(&setup.symbol).await? {
@@ -278,13 +281,26 @@ async fn setup_connection(
 ) -> Result<Connection> {
     let client = Client::connect(config.endpoints.clone(), random_client_id(), config.client.clone()).await?;
     let events = client.events().expect("a new client has its events");
-    let creates = (0..config.accounts_per_connection).map(|_| CommandBody::CreateAccount).collect();
-    let mut accounts = Vec::with_capacity(config.accounts_per_connection as usize);
+    let accounts = funded_accounts(&client, config.accounts_per_connection, (base, quote), &config.symbol).await?;
+    let seed = config.seed.wrapping_add(index as u64);
+    let flow = OrderFlow::new(seed, market, accounts, config.open_orders_per_connection);
+    Ok(Connection { client, events, flow })
+}
+
+/// Creates `count` accounts through `client` and funds each with the quote deposit and
+/// base credit of `setup`.
+pub async fn funded_accounts(
+    client: &Client,
+    count: u32,
+    (base, quote): (AssetId, AssetId),
+    setup: &SymbolSetup,
+) -> Result<Vec<AccountId>> {
+    let creates = (0..count).map(|_| CommandBody::CreateAccount).collect();
+    let mut accounts = Vec::with_capacity(count as usize);
     for reply in client.submit_batch(creates).await? {
         let id = reply.ok_id().ok_or_else(|| setup_failed("an account", &reply))?;
         accounts.push(AccountId(id as u32));
     }
-    let setup = &config.symbol;
     let funding = accounts
         .iter()
         .flat_map(|&account| {
@@ -299,9 +315,7 @@ async fn setup_connection(
             return Err(setup_failed("a deposit", &reply));
         }
     }
-    let seed = config.seed.wrapping_add(index as u64);
-    let flow = OrderFlow::new(seed, market, accounts, config.open_orders_per_connection);
-    Ok(Connection { client, events, flow })
+    Ok(accounts)
 }
 
 /// Counters one connection shares with the progress reporter.

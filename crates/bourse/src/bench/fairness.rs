@@ -1,0 +1,378 @@
+//! `bourse bench fairness`: inbound and outbound unfairness, measured on one machine.
+//!
+//! One node (in this process) and several gateways (in this process too, each with its
+//! own injected delays and clock error from `--profile`, seeded); traders spread over
+//! the gateways send Poisson order flows at an open-loop rate. Each run of the sweep
+//! starts everything afresh with one (d_s, d_h) pair and measures:
+//!
+//! - inbound unfairness: orders in the order the engine processed them (their order
+//!   ids), each with the stamp its gateway gave it; the share stamped earlier than the
+//!   order processed just before (CloudEx's ratio, `iur_prev`) and than the highest
+//!   stamp processed so far (`iur_hwm`, stricter); also the same on true arrival
+//!   times (clock error removed: only possible here, where the clock model is known);
+//! - outbound unfairness: market data items (log entries with public events) that
+//!   reached at least one gateway after their release time, and the delivery spread
+//!   (latest minus earliest release of the same item across gateways, true clock);
+//! - the cost: order acknowledgement latency from each order's intended send time, and
+//!   how long after t_m market data went out.
+//!
+//! The recommended setting is the cheapest of the sweep that meets both targets
+//! (unfairness under 0.1 %, delivery spread p99 under 100 µs).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bourse_client::load::{funded_accounts, setup_market, SymbolSetup};
+use bourse_client::{random_client_id, Client, ClientOptions};
+use bourse_engine::command::{CommandBody, OrderRequest, Tif};
+use bourse_engine::{Px, Qty, Side};
+use bourse_fairness::{true_now_ns, Profile, ProfileSpec, Spread, Unfairness};
+use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
+use bourse_node::{Node, NodeConfig};
+use clap::Args;
+use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+
+#[derive(Args, Debug)]
+pub struct FairnessArgs {
+    /// Gateways, each with its own injected delays and clock.
+    #[arg(long, default_value_t = 4)]
+    gateways: u32,
+    /// Traders per gateway.
+    #[arg(long, default_value_t = 4)]
+    traders: u32,
+    /// Orders per second per trader (Poisson arrivals).
+    #[arg(long, default_value_t = 250.0)]
+    rate: f64,
+    /// Seconds of trading per run.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Sequencing windows d_s to try, in µs.
+    #[arg(long, value_delimiter = ',', default_value = "0,100,200,400,600,800")]
+    d_s: Vec<u64>,
+    /// Hold times d_h to try, in µs. With as many values as --d-s the two lists are
+    /// paired in order; otherwise every combination runs.
+    #[arg(long, value_delimiter = ',', default_value = "0,100,200,400,600,800")]
+    d_h: Vec<u64>,
+    /// Injection profile of every gateway (see bourse_fairness::inject): presets none,
+    /// cloudex, huygens, ntp, and keys such as in=100us,jitter=20us,spikes=0/400/200@6s,
+    /// out=50us,offset=1ms,drift=10ppm,clock=huygens.
+    #[arg(long, default_value = "cloudex")]
+    profile: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object as the last line of stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The figures of one run.
+#[derive(Clone, Debug)]
+struct RunReport {
+    d_s_us: u64,
+    d_h_us: u64,
+    orders: u64,
+    iur_prev: f64,
+    iur_hwm: f64,
+    iur_prev_true: f64,
+    iur_hwm_true: f64,
+    items: u64,
+    our: f64,
+    spread_p50_us: f64,
+    spread_p99_us: f64,
+    spread_max_us: f64,
+    latency_p50_us: f64,
+    latency_p99_us: f64,
+    market_delay_p50_us: f64,
+    seconds: f64,
+}
+
+impl RunReport {
+    fn json(&self) -> String {
+        format!(
+            concat!(
+                "{{\"d_s_us\": {}, \"d_h_us\": {}, \"orders\": {}, \"inbound_unfairness\": {:.6}, ",
+                "\"inbound_unfairness_strict\": {:.6}, \"inbound_unfairness_true_clock\": {:.6}, ",
+                "\"inbound_unfairness_strict_true_clock\": {:.6}, \"items\": {}, \"outbound_unfairness\": {:.6}, ",
+                "\"delivery_spread_us_p50\": {:.1}, \"delivery_spread_us_p99\": {:.1}, \"delivery_spread_us_max\": {:.1}, ",
+                "\"latency_us_p50\": {:.1}, \"latency_us_p99\": {:.1}, \"market_data_delay_us_p50\": {:.1}, \"seconds\": {:.2}}}"
+            ),
+            self.d_s_us,
+            self.d_h_us,
+            self.orders,
+            self.iur_prev,
+            self.iur_hwm,
+            self.iur_prev_true,
+            self.iur_hwm_true,
+            self.items,
+            self.our,
+            self.spread_p50_us,
+            self.spread_p99_us,
+            self.spread_max_us,
+            self.latency_p50_us,
+            self.latency_p99_us,
+            self.market_delay_p50_us,
+            self.seconds,
+        )
+    }
+
+    fn meets_targets(&self) -> bool {
+        self.iur_prev < 0.001 && self.iur_hwm < 0.001 && self.our < 0.001 && self.spread_p99_us < 100.0
+    }
+}
+
+pub fn run(args: &FairnessArgs) -> Result<(), String> {
+    if args.gateways == 0 || args.traders == 0 || args.d_s.is_empty() || args.d_h.is_empty() {
+        return Err("--gateways, --traders, --d-s and --d-h must not be empty or zero".into());
+    }
+    if !(args.rate > 0.0 && args.seconds > 0.0) {
+        return Err("--rate and --seconds must be positive".into());
+    }
+    let spec: ProfileSpec = args.profile.parse().map_err(|e| format!("--profile: {e}"))?;
+    let pairs: Vec<(u64, u64)> = if args.d_s.len() == args.d_h.len() {
+        args.d_s.iter().copied().zip(args.d_h.iter().copied()).collect()
+    } else {
+        args.d_s.iter().flat_map(|&s| args.d_h.iter().map(move |&h| (s, h))).collect()
+    };
+    eprintln!(
+        "fairness: {} gateways x {} traders at {} orders/s each, {} s per run, profile {:?}, seed {}",
+        args.gateways, args.traders, args.rate, args.seconds, args.profile, args.seed
+    );
+    for g in 0..args.gateways {
+        eprintln!("  gateway {}: {:?}", g + 1, Profile::for_gateway(&spec, g, args.seed));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let mut reports = Vec::new();
+    for (i, &(d_s, d_h)) in pairs.iter().enumerate() {
+        eprintln!("run {}/{}: d_s {d_s} µs, d_h {d_h} µs", i + 1, pairs.len());
+        let report = runtime.block_on(one_run(args, &spec, d_s, d_h))?;
+        eprintln!(
+            "  inbound {:.3}% (strict {:.3}%), outbound {:.3}%, spread p99 {:.0} µs, ack p50 {:.0} µs",
+            report.iur_prev * 100.0,
+            report.iur_hwm * 100.0,
+            report.our * 100.0,
+            report.spread_p99_us,
+            report.latency_p50_us
+        );
+        reports.push(report);
+    }
+    print_table(&reports);
+    let recommended = reports
+        .iter()
+        .filter(|r| r.meets_targets())
+        .min_by_key(|r| (r.d_s_us + r.d_h_us, r.d_s_us))
+        .or_else(|| reports.iter().min_by(|a, b| (a.iur_hwm + a.our).total_cmp(&(b.iur_hwm + b.our))));
+    let recommended = recommended.expect("at least one run");
+    println!(
+        "recommended: d_s {} µs, d_h {} µs ({})",
+        recommended.d_s_us,
+        recommended.d_h_us,
+        if recommended.meets_targets() { "meets every target" } else { "the fairest run; no run met every target" }
+    );
+    if args.json {
+        let sweep: Vec<String> = reports.iter().map(RunReport::json).collect();
+        let last = recommended.json();
+        println!("{{\"sweep\": [{}], \"recommended\": {}, {}", sweep.join(", "), last, &last[1..]);
+    }
+    Ok(())
+}
+
+fn print_table(reports: &[RunReport]) {
+    println!(
+        "{:>6} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "d_s",
+        "d_h",
+        "orders",
+        "iur%",
+        "iur_hwm%",
+        "iur_t%",
+        "hwm_t%",
+        "items",
+        "our%",
+        "dws_p50",
+        "dws_p99",
+        "ack_p50",
+        "md_p50"
+    );
+    for r in reports {
+        println!(
+            "{:>6} {:>6} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.0} {:>9.0}",
+            r.d_s_us,
+            r.d_h_us,
+            r.orders,
+            r.iur_prev * 100.0,
+            r.iur_hwm * 100.0,
+            r.iur_prev_true * 100.0,
+            r.iur_hwm_true * 100.0,
+            r.items,
+            r.our * 100.0,
+            r.spread_p50_us,
+            r.spread_p99_us,
+            r.latency_p50_us,
+            r.market_delay_p50_us
+        );
+    }
+    println!(
+        "(µs: d_s, d_h, delivery spread dws, ack latency, market data delay after t_m; _t: on true arrival times)"
+    );
+}
+
+/// One accepted order as a trader saw it.
+struct Placed {
+    order: u64,
+    gateway: u32,
+    gateway_ts: u64,
+    latency_ns: u64,
+}
+
+async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) -> Result<RunReport, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let config = NodeConfig {
+        data: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        sequencer_window_us: d_s,
+        ..NodeConfig::default()
+    };
+    let node = Node::start(config).await.map_err(|e| e.to_string())?;
+    let endpoints = vec![node.addr.to_string()];
+    let setup = SymbolSetup::default();
+    let options = ClientOptions::default();
+    let (market, assets) = setup_market(&endpoints, &setup, &options).await.map_err(|e| e.to_string())?;
+    let admin =
+        Client::connect(endpoints.clone(), random_client_id(), options.clone()).await.map_err(|e| e.to_string())?;
+    let accounts =
+        funded_accounts(&admin, args.gateways * args.traders, assets, &setup).await.map_err(|e| e.to_string())?;
+    admin.close().await.map_err(|e| e.to_string())?;
+
+    let mut gateways = Vec::new();
+    let mut clocks = Vec::new();
+    for g in 0..args.gateways {
+        let mut config = GatewayConfig::new(g + 1, "127.0.0.1:0".parse().expect("an address"), endpoints.clone());
+        config.hold_us = d_h;
+        config.open = true;
+        config.probe = true;
+        config.heartbeat_us = 1_000;
+        config.inject = Profile::for_gateway(spec, g, args.seed);
+        clocks.push(config.inject.clock.skewed());
+        gateways.push(Gateway::start(config, KeyStore::default()).await.map_err(|e| e.to_string())?);
+    }
+    let ready_by = Instant::now() + Duration::from_secs(10);
+    while !gateways.iter().all(Gateway::market_ready) {
+        if Instant::now() > ready_by {
+            return Err("the gateways' feeds did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for gateway in &gateways {
+        gateway.probe().take();
+    }
+
+    let placed: Arc<Mutex<Vec<Placed>>> = Arc::default();
+    let started = Instant::now();
+    let end = started + Duration::from_secs_f64(args.seconds);
+    let mut tasks = Vec::new();
+    for (i, &account) in accounts.iter().enumerate() {
+        let g = i as u32 % args.gateways;
+        let address = gateways[g as usize].addr().to_string();
+        let client = Arc::new(
+            Client::connect(vec![address], random_client_id(), options.clone()).await.map_err(|e| e.to_string())?,
+        );
+        let placed = Arc::clone(&placed);
+        let seed = args.seed.wrapping_mul(1_000).wrapping_add(i as u64);
+        let rate = args.rate;
+        let (symbol, mid) = (market.symbol, market.px_mid);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let mut next = Instant::now();
+            let mut inflight = Vec::new();
+            while next < end {
+                tokio::time::sleep_until(next.into()).await;
+                let intended = true_now_ns() - next.elapsed().as_nanos() as u64;
+                let side = if rng.gen_bool(0.5) { Side::Buy } else { Side::Sell };
+                let px = mid + rng.gen_range(-4..=4);
+                let body = CommandBody::Place(OrderRequest::limit(account, symbol, side, Px(px), Qty(1), Tif::Gtc));
+                let (client, placed) = (Arc::clone(&client), Arc::clone(&placed));
+                inflight.push(tokio::spawn(async move {
+                    if let Ok(reply) = client.submit(body).await {
+                        if let Some(order) = reply.ok_id() {
+                            let latency_ns = true_now_ns().saturating_sub(intended);
+                            let record = Placed { order, gateway: g, gateway_ts: reply.gateway_ts, latency_ns };
+                            placed.lock().expect("placed lock").push(record);
+                        }
+                    }
+                }));
+                let gap = -(1.0 - rng.gen::<f64>()).ln() / rate;
+                next += Duration::from_secs_f64(gap);
+            }
+            for task in inflight {
+                let _ = task.await;
+            }
+            if let Ok(client) = Arc::try_unwrap(client) {
+                let _ = client.close().await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| e.to_string())?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    // Let the last releases happen.
+    tokio::time::sleep(Duration::from_millis(50) + Duration::from_micros(d_h)).await;
+
+    let mut placed = std::mem::take(&mut *placed.lock().expect("placed lock"));
+    placed.sort_by_key(|p| p.order);
+    let (mut stamped, mut truth) = (Unfairness::new(), Unfairness::new());
+    let mut latency = Histogram::<u64>::new(3).expect("a histogram");
+    for p in &placed {
+        stamped.observe(p.gateway_ts);
+        truth.observe(clocks[p.gateway as usize].true_of(p.gateway_ts));
+        latency.saturating_record(p.latency_ns);
+    }
+
+    let records: Vec<Vec<bourse_gateway::probe::Release>> = gateways.iter().map(|g| g.probe().take()).collect();
+    let mut seen: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+    for list in &records {
+        for r in list {
+            *seen.entry(r.log_index).or_default() += 1;
+        }
+    }
+    let mut spread = Spread::new(args.gateways);
+    let mut market_delay = Histogram::<u64>::new(3).expect("a histogram");
+    for list in &records {
+        for r in list.iter().filter(|r| seen[&r.log_index] == args.gateways) {
+            spread.observe(
+                r.log_index,
+                bourse_fairness::Delivery {
+                    release_ts: r.release_ts,
+                    late: r.arrived_late,
+                    delivered_true_ns: r.released_true,
+                },
+            );
+            market_delay.saturating_record(r.released_true.saturating_sub(r.ts));
+        }
+    }
+    let summary = spread.summary();
+    for gateway in gateways {
+        gateway.shutdown().await;
+    }
+    node.shutdown().await.map_err(|e| e.to_string())?;
+    let us = |ns: u64| ns as f64 / 1_000.0;
+    Ok(RunReport {
+        d_s_us: d_s,
+        d_h_us: d_h,
+        orders: placed.len() as u64,
+        iur_prev: stamped.iur_prev().value(),
+        iur_hwm: stamped.iur_hwm().value(),
+        iur_prev_true: truth.iur_prev().value(),
+        iur_hwm_true: truth.iur_hwm().value(),
+        items: summary.complete,
+        our: summary.late.value(),
+        spread_p50_us: us(summary.p50_ns),
+        spread_p99_us: us(summary.p99_ns),
+        spread_max_us: us(summary.max_ns),
+        latency_p50_us: us(latency.value_at_quantile(0.5)),
+        latency_p99_us: us(latency.value_at_quantile(0.99)),
+        market_delay_p50_us: us(market_delay.value_at_quantile(0.5)),
+        seconds,
+    })
+}

@@ -1,0 +1,111 @@
+//! `bourse gateway …`: run a gateway, and make its API keys.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use bourse_fairness::{Profile, ProfileSpec};
+use bourse_gateway::keys::{append, entry_for, generate_key};
+use bourse_gateway::{GatewayConfig, KeyStore};
+use clap::{Args, Subcommand};
+
+#[derive(Subcommand, Debug)]
+pub enum GatewayCommand {
+    /// Run a gateway in front of a cluster until SIGINT/SIGTERM.
+    Run(RunArgs),
+    /// Make a new API key, add its hash to a key file, and print the key (shown once).
+    KeyAdd(KeyAddArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// This gateway's id, unique among the exchange's gateways.
+    #[arg(long)]
+    id: u32,
+    /// The client-facing gRPC address.
+    #[arg(long, default_value = "127.0.0.1:7600")]
+    listen: SocketAddr,
+    /// The cluster's node addresses (comma separated); the link follows the leader.
+    #[arg(long, value_delimiter = ',', required = true)]
+    cluster: Vec<String>,
+    /// Nodes to read the market data feed from, preferred first (default: the cluster's,
+    /// last first).
+    #[arg(long, value_delimiter = ',')]
+    feed: Vec<String>,
+    /// The API key file (see `bourse gateway key-add`).
+    #[arg(long)]
+    keys: Option<PathBuf>,
+    /// Accept sessions without a key, each acting for every account: loopback tests only.
+    #[arg(long, conflicts_with = "keys")]
+    open: bool,
+    /// d_h: hold market data until t_m plus this many µs on the gateway clock.
+    #[arg(long, default_value_t = 1_000)]
+    hold_us: u64,
+    /// How often the gateway sends its clock to the sequencer when idle, in µs.
+    #[arg(long, default_value_t = 1_000)]
+    heartbeat_us: u64,
+    /// Commands per second per session on average, and in a burst.
+    #[arg(long, default_value_t = 100_000)]
+    rate_per_sec: u64,
+    #[arg(long, default_value_t = 10_000)]
+    burst: u64,
+    /// Unanswered commands per session, at most.
+    #[arg(long, default_value_t = 1_024)]
+    in_flight_max: usize,
+    /// Injected delays and clock error (measurement only): none, cloudex, huygens, ntp,
+    /// or keys such as in=100us,jitter=20us,spikes=0/400/200@6s,offset=1ms.
+    #[arg(long, default_value = "none")]
+    inject: String,
+    /// Seed of the injection's draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct KeyAddArgs {
+    /// The key file (created if absent).
+    #[arg(long)]
+    keys: PathBuf,
+    /// A name for the key holder, unique in the file.
+    #[arg(long)]
+    name: String,
+    /// Accounts the key trades for (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    account: Vec<u32>,
+    /// The key may create assets, symbols and accounts, move money and act for every
+    /// account.
+    #[arg(long)]
+    admin: bool,
+}
+
+pub fn run(command: GatewayCommand) -> Result<(), String> {
+    match command {
+        GatewayCommand::Run(args) => run_gateway(args),
+        GatewayCommand::KeyAdd(args) => {
+            let key = generate_key();
+            append(&args.keys, entry_for(&key, &args.name, args.account, args.admin)).map_err(|e| e.to_string())?;
+            eprintln!("added {:?} to {} (the file keeps only the key's hash)", args.name, args.keys.display());
+            println!("{key}");
+            Ok(())
+        }
+    }
+}
+
+fn run_gateway(args: RunArgs) -> Result<(), String> {
+    let keys = match (&args.keys, args.open) {
+        (Some(path), _) => KeyStore::load(path).map_err(|e| e.to_string())?,
+        (None, true) => KeyStore::default(),
+        (None, false) => return Err("give --keys FILE (or --open, for loopback tests)".into()),
+    };
+    let spec: ProfileSpec = args.inject.parse().map_err(|e| format!("--inject: {e}"))?;
+    let mut config = GatewayConfig::new(args.id, args.listen, args.cluster);
+    config.feed = args.feed;
+    config.open = args.open;
+    config.hold_us = args.hold_us;
+    config.heartbeat_us = args.heartbeat_us;
+    config.rate_per_sec = args.rate_per_sec;
+    config.burst = args.burst;
+    config.in_flight_max = args.in_flight_max;
+    config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(bourse_gateway::run_until_signal(config, keys)).map_err(|e| e.to_string())
+}

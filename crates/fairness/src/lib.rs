@@ -1,0 +1,33 @@
+//! # bourse-fairness
+//!
+//! Fair sequencing and hold-and-release (see docs/ARCHITECTURE.md, "Fairness", and the
+//! definitions in the fairness notes):
+//!
+//! - [`sequencer`]: the leader's resequencing buffer, ordering orders by their gateway timestamp
+//!   (delay buffer and watermark merge), with [`Resequencer`].
+//! - [`hold`]: the gateway's hold-and-release queue for market data, [`HoldQueue`].
+//! - [`metrics`]: inbound unfairness (`iur_prev`, `iur_hwm`) and outbound unfairness and delivery
+//!   spread ([`Unfairness`], [`Spread`]).
+//! - [`clock`]: skewed gateway clocks ([`SkewedClock`]) and the true clock ([`true_now_ns`]).
+//! - [`inject`]: seeded per-gateway delay and clock-error profiles parsed from a spec string, and
+//!   [`DelayLine`], a thread that applies a delay to a stream of items.
+//! - [`precise`]: sub-millisecond sleeps ([`sleep_until_ns`], [`lower_timer_slack`]).
+//!
+//! Times are `u64` nanoseconds since the Unix epoch throughout. The sequencer, hold queue and
+//! metrics are pure (time is passed in); only `clock`, `inject` and `precise` touch the system.
+
+pub mod clock;
+pub mod hold;
+pub mod inject;
+pub mod metrics;
+pub mod precise;
+pub mod sequencer;
+
+pub use clock::{true_now_ns, SkewedClock};
+pub use hold::{Due, HoldQueue};
+pub use inject::{
+    ClockModel, ClockPreset, ClockSpec, DelayLine, DelayModel, Jitter, Profile, ProfileSpec, SpecError, Spikes,
+};
+pub use metrics::{Delivery, Observation, Ratio, Spread, SpreadSummary, Unfairness};
+pub use precise::{lower_timer_slack, sleep_until_ns};
+pub use sequencer::{Full, Released, Resequencer, SequencerStats, Stamp};

@@ -1,0 +1,92 @@
+//! Gateway settings, each with its default and bound.
+
+use std::net::SocketAddr;
+
+use bourse_fairness::inject::{Profile, ProfileSpec};
+
+/// Everything a gateway needs to start.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// This gateway's id: unique among the exchange's gateways (the sequencer's
+    /// tie-break and watermark key).
+    pub id: u32,
+    /// The client-facing gRPC address.
+    pub listen: SocketAddr,
+    /// Client addresses of the cluster's nodes; the link goes to the leader (following
+    /// the nodes' `bourse-leader` hints).
+    pub cluster: Vec<String>,
+    /// Nodes to read the order-level feed from, in order of preference (empty: the
+    /// cluster's, last first, so a follower serves it when one is listed).
+    pub feed: Vec<String>,
+    /// d_h, in microseconds: market data caused at leader time t_m is released to this
+    /// gateway's subscribers when the gateway clock reaches t_m + d_h.
+    pub hold_us: u64,
+    /// How often an idle gateway tells the sequencer its clock (the watermark).
+    pub heartbeat_us: u64,
+    /// Commands per second a session may send on average, and in a burst.
+    pub rate_per_sec: u64,
+    pub burst: u64,
+    /// Commands of one session forwarded and not yet answered, at most.
+    pub in_flight_max: usize,
+    /// Commands one client batch may carry.
+    pub batch_commands_max: usize,
+    /// Market data releases buffered per subscriber before it is dropped as too slow.
+    pub subscriber_buffer: usize,
+    /// Injected delay and clock error (for measuring fairness on one machine).
+    pub inject: Profile,
+    /// Keep a record of every market data release (for `bourse bench fairness`).
+    pub probe: bool,
+    /// Accept sessions without a key (every session acts for every account). For tests
+    /// and benchmarks on loopback only.
+    pub open: bool,
+}
+
+impl GatewayConfig {
+    pub fn new(id: u32, listen: SocketAddr, cluster: Vec<String>) -> Self {
+        GatewayConfig {
+            id,
+            listen,
+            cluster,
+            feed: Vec::new(),
+            hold_us: 1_000,
+            heartbeat_us: 1_000,
+            rate_per_sec: 100_000,
+            burst: 10_000,
+            in_flight_max: 1_024,
+            batch_commands_max: 4_096,
+            subscriber_buffer: 16_384,
+            inject: Profile::for_gateway(&"none".parse::<ProfileSpec>().expect("a preset"), id, 0),
+            probe: false,
+            open: false,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.cluster.is_empty() {
+            return Err("a gateway needs at least one cluster address".into());
+        }
+        let checks: [(&str, u64, u64, u64); 6] = [
+            ("hold_us", self.hold_us, 0, 10_000_000),
+            ("heartbeat_us", self.heartbeat_us, 100, 1_000_000),
+            ("rate_per_sec", self.rate_per_sec, 1, u64::MAX),
+            ("burst", self.burst, 1, u64::MAX),
+            ("in_flight_max", self.in_flight_max as u64, 1, 1 << 20),
+            ("subscriber_buffer", self.subscriber_buffer as u64, 16, 1 << 24),
+        ];
+        for (field, value, min, max) in checks {
+            if !(min..=max).contains(&value) {
+                return Err(format!("{field} = {value} is outside {min}..={max}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the feed is read from, in order of preference.
+    pub fn feed_sources(&self) -> Vec<String> {
+        if self.feed.is_empty() {
+            self.cluster.iter().rev().cloned().collect()
+        } else {
+            self.feed.clone()
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! # bourse-gateway
+//!
+//! The tier between clients and the cluster (docs/ARCHITECTURE.md, "Gateways and
+//! fairness"). A gateway:
+//!
+//! - holds client order-entry sessions: each authenticates with an API key
+//!   ([`keys`]), may act only for its key's accounts, and is held to a rate and a
+//!   number of unanswered commands;
+//! - stamps every client batch with its arrival time on the gateway clock and sends
+//!   it, in stamp order, on its one link to the leader ([`link`]), whose fair sequencer
+//!   orders batches of every gateway by stamp; idle, it sends its clock (a watermark)
+//!   so the sequencer need not wait out its window; when the leader changes it
+//!   reconnects and resends what is unanswered (exactly-once makes that safe);
+//! - reads the order-level feed from a replica and derives every market data channel
+//!   from it ([`market`]), holding each update until `t_m + d_h` on its clock and then
+//!   releasing it to all its subscribers together (hold-and-release).
+//!
+//! The gateway stores nothing: exactly-once lives in the engine, so a gateway can be
+//! restarted, or a client can move to another gateway, without losing or doubling a
+//! command.
+
+pub mod config;
+pub mod keys;
+mod link;
+pub mod market;
+pub mod probe;
+mod proxy;
+mod session;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bourse_fairness::inject::DelayLine;
+use bourse_fairness::SkewedClock;
+use bourse_protocol::proto;
+use rustc_hash::FxHashMap;
+use tokio::sync::{mpsc, watch};
+
+pub use config::GatewayConfig;
+pub use keys::{KeyStore, Principal};
+pub use probe::Probe;
+
+/// Codes of the gateway's refusals (below the log, so they do not use up a seq).
+pub mod refusal {
+    pub const NOT_AUTHORIZED: u32 = 1004;
+    pub const RATE_LIMITED: u32 = 1005;
+    pub const IN_FLIGHT_LIMIT: u32 = 1006;
+}
+
+/// What travels up the gateway's pipe to the link, in stamp order.
+enum UpItem {
+    Batch(proto::StampedBatch),
+    /// The gateway clock: nothing stamped earlier follows.
+    Watermark(u64),
+}
+
+/// The stamping point: taking a stamp and entering the pipe happen under one lock, so
+/// stamps enter the pipe in order and a watermark never overtakes an earlier stamp.
+struct Pipe {
+    next_seq: u64,
+    /// The last stamp given: stamps never go backwards, even when the (injected)
+    /// clock steps back at a simulated sync.
+    last_ts: u64,
+    line: DelayLine<UpItem>,
+}
+
+impl Pipe {
+    fn stamp(&mut self, clock: &SkewedClock) -> u64 {
+        self.last_ts = clock.now_ns().max(self.last_ts);
+        self.last_ts
+    }
+}
+
+/// One command forwarded and not yet answered: resent after a link reconnects.
+struct InFlight {
+    gateway_ts: u64,
+    gateway_seq: u64,
+    command: proto::ClientCommand,
+}
+
+/// A connected client session, by its exchange-wide client id.
+struct SessionEntry {
+    session: u64,
+    outbox: mpsc::Sender<Result<proto::ServerBatch, tonic::Status>>,
+    in_flight: Mutex<BTreeMap<u64, InFlight>>,
+}
+
+/// What the gateway's tasks share.
+struct State {
+    config: GatewayConfig,
+    keys: KeyStore,
+    clock: SkewedClock,
+    sessions: Mutex<FxHashMap<u64, Arc<SessionEntry>>>,
+    pipe: Mutex<Pipe>,
+    market: Arc<market::Market>,
+    shutdown: watch::Receiver<bool>,
+    session_ids: std::sync::atomic::AtomicU64,
+    /// The highest gateway_seq handed to a link: after a reconnect, unanswered
+    /// commands up to it are resent; later ones are still in the pipe.
+    sent_through: std::sync::atomic::AtomicU64,
+}
+
+impl State {
+    /// Stamps `commands` of `client` and sends them up; they wait as in flight.
+    fn forward(&self, client: u64, entry: &SessionEntry, commands: Vec<proto::ClientCommand>) {
+        let mut pipe = self.pipe.lock().expect("pipe lock");
+        let gateway_ts = pipe.stamp(&self.clock);
+        pipe.next_seq += 1;
+        let gateway_seq = pipe.next_seq;
+        {
+            let mut in_flight = entry.in_flight.lock().expect("in-flight lock");
+            for command in &commands {
+                in_flight.insert(command.seq, InFlight { gateway_ts, gateway_seq, command: command.clone() });
+            }
+        }
+        let batch = proto::StampedBatch { client_id: client, gateway_ts, gateway_seq, commands };
+        // Fails only if the line's thread died; the commands stay in flight and are
+        // resent when the link next reconnects.
+        let _ = pipe.line.send(UpItem::Batch(batch));
+    }
+
+    /// Sends the gateway clock up as a watermark.
+    fn heartbeat(&self) {
+        let mut pipe = self.pipe.lock().expect("pipe lock");
+        let now = pipe.stamp(&self.clock);
+        let _ = pipe.line.send(UpItem::Watermark(now));
+    }
+
+    /// Hands a client's acks, fills and cancels to its session; acks end the commands'
+    /// flight and get the stamp the gateway gave them.
+    fn deliver(&self, reply: proto::ClientReply) {
+        let Some(mut batch) = reply.batch else { return };
+        let entry = self.sessions.lock().expect("sessions lock").get(&reply.client_id).cloned();
+        let Some(entry) = entry else { return };
+        {
+            let mut in_flight = entry.in_flight.lock().expect("in-flight lock");
+            for ack in &mut batch.acks {
+                if let Some(flight) = in_flight.remove(&ack.seq) {
+                    ack.gateway_ts = flight.gateway_ts;
+                }
+            }
+        }
+        if let Err(mpsc::error::TrySendError::Full(_)) = entry.outbox.try_send(Ok(batch)) {
+            // Never block the link for one slow client: drop its session; it reconnects
+            // and resends, and exactly-once answers the resends.
+            self.drop_session(reply.client_id, entry.session, "session dropped: it does not read its acks");
+        }
+    }
+
+    fn drop_session(&self, client: u64, session: u64, reason: &str) {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        if let Some(entry) = sessions.get(&client).filter(|e| e.session == session) {
+            let _ = entry.outbox.try_send(Err(tonic::Status::resource_exhausted(reason.to_owned())));
+            sessions.remove(&client);
+        }
+    }
+}
+
+/// A running gateway.
+pub struct Gateway {
+    addr: SocketAddr,
+    probe: Arc<Probe>,
+    market: Arc<market::Market>,
+    shutdown: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// Why a gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl Gateway {
+    /// Starts serving on `config.listen`. Must run inside a tokio runtime.
+    pub async fn start(config: GatewayConfig, keys: KeyStore) -> Result<Gateway, GatewayError> {
+        config.validate().map_err(GatewayError::Config)?;
+        let (shutdown, shutdown_seen) = watch::channel(false);
+        let clock = config.inject.clock.skewed();
+        let probe = Arc::new(Probe::new(config.probe));
+        let market = market::Market::start(&config, clock, Arc::clone(&probe), shutdown_seen.clone())?;
+        let (up_sender, up_receiver) = mpsc::unbounded_channel();
+        let line = DelayLine::spawn(
+            &format!("gw{}-up", config.id),
+            config.inject.inbound.clone(),
+            config.inject.inbound_seed,
+            move |item| {
+                let _ = up_sender.send(item);
+            },
+        )?;
+        let state = Arc::new(State {
+            keys,
+            clock,
+            sessions: Mutex::new(FxHashMap::default()),
+            pipe: Mutex::new(Pipe { next_seq: 0, last_ts: 0, line }),
+            market,
+            shutdown: shutdown_seen,
+            session_ids: std::sync::atomic::AtomicU64::new(1),
+            sent_through: std::sync::atomic::AtomicU64::new(0),
+            config,
+        });
+        tokio::spawn(link::run(Arc::clone(&state), up_receiver));
+        tokio::spawn(link::heartbeats(Arc::clone(&state)));
+        let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
+        let addr = listener.local_addr()?;
+        let market = Arc::clone(&state.market);
+        let server = tokio::spawn(serve(listener, state));
+        tracing::info!(%addr, "gateway serving");
+        Ok(Gateway { addr, probe, market, shutdown, server })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Whether the gateway has its market state (its feed delivered an image).
+    pub fn market_ready(&self) -> bool {
+        self.market.is_ready()
+    }
+
+    /// What this gateway recorded of its market data releases.
+    pub fn probe(&self) -> &Arc<Probe> {
+        &self.probe
+    }
+
+    /// Stops serving: sessions and subscriptions end, the link closes.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let mut server = self.server;
+        if tokio::time::timeout(std::time::Duration::from_secs(3), &mut server).await.is_err() {
+            server.abort();
+        }
+    }
+}
+
+async fn serve(listener: tokio::net::TcpListener, state: Arc<State>) {
+    use bourse_protocol::proto::{market_data_server, order_entry_server, query_server};
+    let mut stop = state.shutdown.clone();
+    let order_entry = order_entry_server::OrderEntryServer::new(session::OrderEntryService(Arc::clone(&state)));
+    let market = market_data_server::MarketDataServer::new(market::MarketDataService(Arc::clone(&state.market)));
+    let query = query_server::QueryServer::new(proxy::QueryProxy::new(Arc::clone(&state)));
+    let admin = bourse_protocol::proto::admin_server::AdminServer::new(proxy::AdminProxy::new(Arc::clone(&state)));
+    let result = tonic::transport::Server::builder()
+        .add_service(order_entry)
+        .add_service(market)
+        .add_service(query)
+        .add_service(admin)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async move {
+                while !*stop.borrow() {
+                    if stop.changed().await.is_err() {
+                        break;
+                    }
+                }
+            },
+        )
+        .await;
+    if let Err(error) = result {
+        tracing::error!(%error, "gateway server stopped");
+    }
+}
+
+/// Runs a gateway until SIGINT or SIGTERM.
+pub async fn run_until_signal(config: GatewayConfig, keys: KeyStore) -> Result<(), GatewayError> {
+    let gateway = Gateway::start(config, keys).await?;
+    println!("bourse gateway listening on {}", gateway.addr());
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+    }
+    gateway.shutdown().await;
+    Ok(())
+}

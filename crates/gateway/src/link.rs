@@ -1,0 +1,208 @@
+//! The gateway's one link to the leader.
+//!
+//! Up: stamped batches and watermarks from the pipe, coalesced into `GatewayUp`
+//! messages in pipe order. Down: every attached client's acks, fills and cancels.
+//!
+//! Failover: when the link breaks or the node says it is not the leader, the gateway
+//! connects to the leader it was told of (or the next address), attaches every session
+//! it holds, and resends every unanswered command that an earlier link carried, with
+//! its original stamp and gateway_seq; what the pipe still holds follows as usual.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bourse_protocol::proto;
+use bourse_protocol::proto::gateway_link_client::GatewayLinkClient;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Endpoint;
+
+use crate::{State, UpItem};
+
+/// Pause after a failed attempt, doubling up to `BACKOFF_MAX`.
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_millis(500);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Keeps the link up until the gateway stops.
+pub(crate) async fn run(state: Arc<State>, mut pipe: mpsc::UnboundedReceiver<UpItem>) {
+    let mut stop = state.shutdown.clone();
+    let mut targets: Vec<String> = state.config.cluster.clone();
+    let mut current = 0usize;
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let target = targets[current % targets.len()].clone();
+        match connect(&state, &target).await {
+            Ok((up, inbound)) => {
+                tracing::info!(gateway = state.config.id, leader = %target, "link up");
+                backoff = BACKOFF_MIN;
+                let end = tokio::select! {
+                    end = pump(&state, &mut pipe, up, inbound) => end,
+                    _ = stop.wait_for(|stopping| *stopping) => return,
+                };
+                tracing::warn!(gateway = state.config.id, leader = %target, reason = %end, "link down; reconnecting");
+            }
+            Err(Failure::Redirect(leader)) => {
+                tracing::debug!(gateway = state.config.id, %leader, "redirected to the leader");
+                current = match targets.iter().position(|t| same_address(t, &leader)) {
+                    Some(i) => i,
+                    None => {
+                        targets.push(leader);
+                        targets.len() - 1
+                    }
+                };
+                continue;
+            }
+            Err(Failure::Retry(reason)) => {
+                tracing::debug!(gateway = state.config.id, %target, %reason, "link attempt failed");
+                current += 1;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.wait_for(|stopping| *stopping) => return,
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+enum Failure {
+    Redirect(String),
+    Retry(String),
+}
+
+type Up = mpsc::UnboundedSender<proto::GatewayUp>;
+
+/// A connection to a node: no Nagle, keep-alive pings so a vanished node is noticed.
+pub(crate) async fn channel(target: &str) -> Result<tonic::transport::Channel, String> {
+    let uri = if target.contains("://") { target.to_owned() } else { format!("http://{target}") };
+    let endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| e.to_string())?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(1))
+        .keep_alive_timeout(Duration::from_secs(2));
+    tokio::time::timeout(CONNECT_TIMEOUT, endpoint.connect())
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// Opens a Link stream and sends the first message: every session attached and every
+/// unanswered command resent.
+async fn connect(state: &State, target: &str) -> Result<(Up, tonic::Streaming<proto::GatewayDown>), Failure> {
+    let channel = channel(target).await.map_err(Failure::Retry)?;
+    let (up, receiver) = mpsc::unbounded_channel();
+    up.send(first_message(state)).map_err(|_| Failure::Retry("closed".into()))?;
+    let response = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        GatewayLinkClient::new(channel).link(UnboundedReceiverStream::new(receiver)),
+    )
+    .await
+    .map_err(|_| Failure::Retry("no answer".into()))?;
+    match response {
+        Ok(response) => Ok((up, response.into_inner())),
+        Err(status) => {
+            let hint = status.metadata().get("bourse-leader").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            match hint {
+                Some(leader) if status.code() == tonic::Code::Unavailable => Err(Failure::Redirect(leader)),
+                _ => Err(Failure::Retry(format!("{:?}: {}", status.code(), status.message()))),
+            }
+        }
+    }
+}
+
+/// Every session attached, and every unanswered command resent with its stamp.
+fn first_message(state: &State) -> proto::GatewayUp {
+    let sessions: Vec<(u64, Arc<crate::SessionEntry>)> =
+        state.sessions.lock().expect("sessions lock").iter().map(|(id, e)| (*id, Arc::clone(e))).collect();
+    let mut message = proto::GatewayUp { gateway: state.config.id, ..Default::default() };
+    let sent_through = state.sent_through.load(std::sync::atomic::Ordering::Acquire);
+    for (client, entry) in sessions {
+        message.attach.push(client);
+        let in_flight = entry.in_flight.lock().expect("in-flight lock");
+        for flight in in_flight.values().filter(|f| f.gateway_seq <= sent_through) {
+            match message.batches.last_mut() {
+                Some(batch) if batch.client_id == client && batch.gateway_seq == flight.gateway_seq => {
+                    batch.commands.push(flight.command.clone())
+                }
+                _ => message.batches.push(proto::StampedBatch {
+                    client_id: client,
+                    gateway_ts: flight.gateway_ts,
+                    gateway_seq: flight.gateway_seq,
+                    commands: vec![flight.command.clone()],
+                }),
+            }
+        }
+    }
+    message
+}
+
+/// Moves the pipe up and the replies down until the link breaks.
+async fn pump(
+    state: &State,
+    pipe: &mut mpsc::UnboundedReceiver<UpItem>,
+    up: Up,
+    mut inbound: tonic::Streaming<proto::GatewayDown>,
+) -> String {
+    loop {
+        tokio::select! {
+            item = pipe.recv() => {
+                let Some(item) = item else { return "the gateway is stopping".into() };
+                let mut message = proto::GatewayUp { gateway: state.config.id, ..Default::default() };
+                add(&mut message, item);
+                while let Ok(item) = pipe.try_recv() {
+                    add(&mut message, item);
+                }
+                if let Some(last) = message.batches.last() {
+                    state.sent_through.store(last.gateway_seq, std::sync::atomic::Ordering::Release);
+                }
+                if up.send(message).is_err() {
+                    return "the link's stream closed".into();
+                }
+            }
+            down = inbound.message() => match down {
+                Ok(Some(down)) => {
+                    for reply in down.replies {
+                        state.deliver(reply);
+                    }
+                }
+                Ok(None) => return "the leader ended the link".into(),
+                Err(status) => return format!("{:?}: {}", status.code(), status.message()),
+            },
+        }
+    }
+}
+
+fn add(message: &mut proto::GatewayUp, item: UpItem) {
+    match item {
+        UpItem::Batch(batch) => {
+            message.watermark = message.watermark.max(batch.gateway_ts);
+            message.batches.push(batch);
+        }
+        UpItem::Watermark(ts) => message.watermark = message.watermark.max(ts),
+    }
+}
+
+/// Sends the gateway clock up every `heartbeat_us`, so the sequencer can release other
+/// gateways' batches without waiting out its window for this one.
+pub(crate) async fn heartbeats(state: Arc<State>) {
+    let mut stop = state.shutdown.clone();
+    let mut tick = tokio::time::interval(Duration::from_micros(state.config.heartbeat_us));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => state.heartbeat(),
+            _ = stop.wait_for(|stopping| *stopping) => return,
+        }
+    }
+}
+
+/// Whether two addresses name the same endpoint, with or without a scheme.
+fn same_address(a: &str, b: &str) -> bool {
+    let strip = |s: &str| s.split_once("://").map_or(s, |(_, rest)| rest).trim_end_matches('/').to_string();
+    strip(a) == strip(b)
+}

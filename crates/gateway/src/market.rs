@@ -1,0 +1,379 @@
+//! Market data on a gateway: the feed from a replica, held and released at once.
+//!
+//! A task reads the order-level feed (`GatewayLink.Feed`) from a node, preferring the
+//! addresses configured first; the messages pass the injected engine→gateway delay and
+//! reach the release thread. There, every entry waits in a [`HoldQueue`] until the
+//! gateway clock reaches `t_R = t_m + d_h`; at that instant the thread applies it to the
+//! gateway's [`MarketState`] and hands the updates it derives (order-level events,
+//! trades, L2, BBO, statistics) to every subscriber in one broadcast. A subscriber that
+//! cannot keep up is dropped with a reason; it never holds the others back.
+//!
+//! The release thread is a thread, not a task: tokio's timer ticks in milliseconds and
+//! releases are judged in microseconds. It sleeps with a lowered timer slack and is
+//! woken by each arriving message.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bourse_fairness::inject::DelayLine;
+use bourse_fairness::{precise, HoldQueue, SkewedClock};
+use bourse_market::MarketState;
+use bourse_protocol::proto;
+use bourse_protocol::proto::gateway_link_client::GatewayLinkClient;
+use bourse_protocol::proto::market_data_update::Update;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::config::GatewayConfig;
+use crate::probe::{Probe, Release};
+
+/// What subscribers receive: the updates of one released entry, or the news that the
+/// gateway's market state started over (its feed restarted).
+pub enum Released {
+    Updates(Vec<proto::MarketDataUpdate>),
+    Restarted,
+}
+
+/// The gateway's market data: the state as released, and the subscribers' broadcast.
+pub struct Market {
+    state: Mutex<Option<MarketState>>,
+    updates: broadcast::Sender<Arc<Released>>,
+    ready: AtomicBool,
+}
+
+/// A feed message on its way to the release thread.
+enum Inbound {
+    Message(proto::FeedMessage),
+}
+
+impl Market {
+    /// Starts the feed task and the release thread.
+    pub(crate) fn start(
+        config: &GatewayConfig,
+        clock: SkewedClock,
+        probe: Arc<Probe>,
+        shutdown: watch::Receiver<bool>,
+    ) -> std::io::Result<Arc<Market>> {
+        let (updates, _) = broadcast::channel(config.subscriber_buffer);
+        let market = Arc::new(Market { state: Mutex::new(None), updates, ready: AtomicBool::new(false) });
+        let (to_release, from_feed) = std::sync::mpsc::channel::<Inbound>();
+        let hold_ns = config.hold_us * 1_000;
+        let releaser = {
+            let market = Arc::clone(&market);
+            let shutdown = shutdown.clone();
+            std::thread::Builder::new()
+                .name(format!("gw{}-release", config.id))
+                .spawn(move || release_loop(market, clock, hold_ns, from_feed, probe, shutdown))?
+        };
+        let wake = releaser.thread().clone();
+        let line = DelayLine::spawn(
+            &format!("gw{}-down", config.id),
+            config.inject.outbound.clone(),
+            config.inject.outbound_seed,
+            move |message| {
+                let _ = to_release.send(Inbound::Message(message));
+                wake.unpark();
+            },
+        )?;
+        tokio::spawn(read_feed(config.feed_sources(), line, shutdown, config.id));
+        Ok(market)
+    }
+
+    /// Whether the gateway has a market state (its feed delivered an image).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+/// Reads the feed from the sources in turn, forever: a broken feed is reopened (the
+/// new image restarts the market state).
+async fn read_feed(
+    sources: Vec<String>,
+    line: DelayLine<proto::FeedMessage>,
+    mut stop: watch::Receiver<bool>,
+    id: u32,
+) {
+    let mut current = 0usize;
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let source = &sources[current % sources.len()];
+        let attempt = async {
+            let channel = crate::link::channel(source).await?;
+            let mut stream = GatewayLinkClient::new(channel)
+                .max_decoding_message_size(64 << 20)
+                .feed(proto::FeedRequest {})
+                .await
+                .map_err(|s| s.message().to_string())?
+                .into_inner();
+            tracing::info!(gateway = id, %source, "feed open");
+            loop {
+                match stream.message().await {
+                    Ok(Some(message)) => {
+                        if line.send(message).is_err() {
+                            return Err("the delay line stopped".to_string());
+                        }
+                    }
+                    Ok(None) => return Err("the node ended the feed".to_string()),
+                    Err(status) => return Err(format!("{:?}: {}", status.code(), status.message())),
+                }
+            }
+        };
+        let reason: Result<(), String> = tokio::select! {
+            result = attempt => result,
+            _ = stop.wait_for(|stopping| *stopping) => return,
+        };
+        if let Err(reason) = reason {
+            tracing::warn!(gateway = id, %source, %reason, "feed lost; reopening");
+        }
+        current += 1;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.wait_for(|stopping| *stopping) => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// The release thread: holds entries until their release time on the gateway clock,
+/// then applies and broadcasts them.
+fn release_loop(
+    market: Arc<Market>,
+    clock: SkewedClock,
+    hold_ns: u64,
+    inbound: std::sync::mpsc::Receiver<Inbound>,
+    probe: Arc<Probe>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let _ = precise::lower_timer_slack();
+    let mut held: HoldQueue<proto::FeedEntry> = HoldQueue::new();
+    let mut out = Vec::new();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        loop {
+            match inbound.try_recv() {
+                Ok(Inbound::Message(message)) => match message.body {
+                    Some(proto::feed_message::Body::Image(image)) => {
+                        // A new image: what is held belongs to the old feed.
+                        while held.pop_due(u64::MAX).is_some() {}
+                        market.restart(image);
+                    }
+                    Some(proto::feed_message::Body::Entry(entry)) => {
+                        let now = clock.now_ns();
+                        let release_ts = entry.ts.saturating_add(hold_ns);
+                        held.push(now, release_ts, entry);
+                    }
+                    None => {}
+                },
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+            }
+        }
+        let now = clock.now_ns();
+        while let Some(due) = held.pop_due(now) {
+            let released_local = clock.now_ns();
+            let released_true = bourse_fairness::true_now_ns();
+            market.release(&due.item, due.release_ts, &mut out);
+            probe.record(Release {
+                log_index: due.item.log_index,
+                ts: due.item.ts,
+                release_ts: due.release_ts,
+                arrived_late: due.late,
+                released_local,
+                released_true,
+            });
+        }
+        match held.next_due() {
+            Some(due) => {
+                let deadline = clock.true_of(due);
+                let wait = deadline.saturating_sub(bourse_fairness::true_now_ns());
+                if wait > 0 {
+                    std::thread::park_timeout(Duration::from_nanos(wait));
+                }
+            }
+            None => std::thread::park_timeout(Duration::from_millis(100)),
+        }
+    }
+}
+
+impl Market {
+    fn restart(&self, image: proto::BookImage) {
+        let mut state = self.state.lock().expect("market lock");
+        let had = state.is_some();
+        match MarketState::from_image(&image) {
+            Ok(market) => {
+                *state = Some(market);
+                self.ready.store(true, Ordering::Release);
+            }
+            Err(error) => {
+                tracing::error!(%error, index = image.log_index, "the feed's image is not a book; waiting for another");
+                *state = None;
+                self.ready.store(false, Ordering::Release);
+            }
+        }
+        if had {
+            let _ = self.updates.send(Arc::new(Released::Restarted));
+        }
+    }
+
+    /// Applies one entry and hands its updates to every subscriber, stamped with their
+    /// release time.
+    fn release(&self, entry: &proto::FeedEntry, release_ts: u64, out: &mut Vec<proto::MarketDataUpdate>) {
+        let mut state = self.state.lock().expect("market lock");
+        let Some(market) = state.as_mut() else { return };
+        out.clear();
+        if let Err(error) = market.apply_entry(entry, out) {
+            tracing::error!(%error, index = entry.log_index, "the feed does not fit the book; waiting for a new image");
+            *state = None;
+            self.ready.store(false, Ordering::Release);
+            let _ = self.updates.send(Arc::new(Released::Restarted));
+            return;
+        }
+        if out.is_empty() {
+            return;
+        }
+        for update in out.iter_mut() {
+            update.release_ts = release_ts;
+        }
+        let _ = self.updates.send(Arc::new(Released::Updates(std::mem::take(out))));
+    }
+}
+
+/// The MarketData service of a gateway.
+pub(crate) struct MarketDataService(pub Arc<Market>);
+
+type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// How long an idle subscription waits before a heartbeat.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
+#[tonic::async_trait]
+impl proto::market_data_server::MarketData for MarketDataService {
+    type SubscribeStream = BoxStream<proto::MarketDataUpdate>;
+
+    async fn subscribe(
+        &self,
+        request: Request<proto::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let request = request.into_inner();
+        let symbols: HashSet<u32> = request.symbols.iter().copied().collect();
+        let mut channels: HashSet<proto::Channel> = HashSet::new();
+        for &channel in &request.channels {
+            match proto::Channel::try_from(channel) {
+                Ok(proto::Channel::Unspecified) | Err(_) => {
+                    return Err(Status::invalid_argument(format!(
+                        "SubscribeRequest.channels: unknown channel {channel}"
+                    )))
+                }
+                Ok(channel) => {
+                    channels.insert(channel);
+                }
+            }
+        }
+        if channels.is_empty() {
+            channels.extend([proto::Channel::Trades, proto::Channel::Bbo]);
+        }
+        // The starting images and the broadcast are taken under one lock, so nothing
+        // released falls between them.
+        let (first, mut updates) = {
+            let state = self.0.state.lock().expect("market lock");
+            let Some(market) = state.as_ref() else {
+                return Err(Status::unavailable("the gateway has no market data yet; try again"));
+            };
+            let mut first = Vec::new();
+            let wanted: Vec<u32> =
+                market.symbols().map(|s| s.id).filter(|s| symbols.is_empty() || symbols.contains(s)).collect();
+            for &symbol in &wanted {
+                if channels.contains(&proto::Channel::L2) {
+                    if let Some(snapshot) = market.l2_snapshot(symbol, usize::MAX) {
+                        first.push(update(market.ts(), Update::L2Snapshot(snapshot)));
+                    }
+                }
+                if channels.contains(&proto::Channel::Orders) {
+                    for event in market.l3_image(symbol) {
+                        first.push(update(market.ts(), Update::Order(event)));
+                    }
+                }
+            }
+            (first, self.0.updates.subscribe())
+        };
+        let (out, receiver) = mpsc::channel(256);
+        tokio::spawn(async move {
+            let mut seq = 0u64;
+            for mut message in first {
+                seq += 1;
+                message.seq = seq;
+                if out.send(Ok(message)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let released = match tokio::time::timeout(HEARTBEAT_EVERY, updates.recv()).await {
+                    Err(_) => {
+                        seq += 1;
+                        let beat = proto::MarketDataUpdate {
+                            seq,
+                            update: Some(Update::Heartbeat(proto::Heartbeat {})),
+                            ..Default::default()
+                        };
+                        if out.send(Ok(beat)).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Ok(Ok(released)) => released,
+                    Ok(Err(broadcast::error::RecvError::Lagged(missed))) => {
+                        let status = Status::resource_exhausted(format!(
+                            "subscriber dropped: it fell {missed} releases behind; subscribe again"
+                        ));
+                        let _ = out.send(Err(status)).await;
+                        return;
+                    }
+                    Ok(Err(broadcast::error::RecvError::Closed)) => return,
+                };
+                match &*released {
+                    Released::Restarted => {
+                        let status = Status::unavailable("the gateway's market data restarted; subscribe again");
+                        let _ = out.send(Err(status)).await;
+                        return;
+                    }
+                    Released::Updates(list) => {
+                        for message in list {
+                            let symbol = bourse_market::symbol(message);
+                            if !symbols.is_empty() && !symbol.is_some_and(|s| symbols.contains(&s)) {
+                                continue;
+                            }
+                            if !channels.contains(&bourse_market::channel(message)) {
+                                continue;
+                            }
+                            seq += 1;
+                            if out.send(Ok(proto::MarketDataUpdate { seq, ..message.clone() })).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    async fn get_l2(&self, request: Request<proto::GetDepthRequest>) -> Result<Response<proto::L2Snapshot>, Status> {
+        let request = request.into_inner();
+        let state = self.0.state.lock().expect("market lock");
+        let market = state.as_ref().ok_or_else(|| Status::unavailable("the gateway has no market data yet"))?;
+        let levels = if request.levels_max == 0 { usize::MAX } else { request.levels_max as usize };
+        market
+            .l2_snapshot(request.symbol, levels)
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found(format!("no symbol {}", request.symbol)))
+    }
+}
+
+fn update(ts: u64, update: Update) -> proto::MarketDataUpdate {
+    proto::MarketDataUpdate { seq: 0, ts, update: Some(update), release_ts: 0 }
+}

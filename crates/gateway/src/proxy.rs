@@ -1,0 +1,188 @@
+//! Queries through a gateway: passed to the cluster (any member answers), for the
+//! accounts the session's key owns.
+
+use std::sync::Arc;
+
+use bourse_client::{ClientOptions, QueryClient};
+use bourse_engine::{AccountId, OrderId, SymbolId};
+use bourse_protocol::proto;
+use tokio::sync::Mutex;
+use tonic::{Request, Response, Status};
+
+use crate::session::authenticate;
+use crate::State;
+
+pub(crate) struct QueryProxy {
+    state: Arc<State>,
+    client: Mutex<Option<QueryClient>>,
+}
+
+impl QueryProxy {
+    pub(crate) fn new(state: Arc<State>) -> Self {
+        QueryProxy { state, client: Mutex::new(None) }
+    }
+
+    async fn call<T, F>(&self, f: F) -> Result<Response<T>, Status>
+    where
+        F: for<'a> FnOnce(
+            &'a mut QueryClient,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = bourse_client::Result<T>> + Send + 'a>>,
+    {
+        let mut guard = self.client.lock().await;
+        if guard.is_none() {
+            let client = QueryClient::connect(self.state.config.cluster.clone(), ClientOptions::default())
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+            *guard = Some(client);
+        }
+        let client = guard.as_mut().expect("connected above");
+        f(client).await.map(Response::new).map_err(to_status)
+    }
+
+    fn owns(&self, principal: &crate::Principal, account: u32) -> Result<(), Status> {
+        if principal.may_query(account) {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(format!("this key does not own account {account}")))
+        }
+    }
+}
+
+fn to_status(error: bourse_client::Error) -> Status {
+    match error {
+        bourse_client::Error::Status { code, message } => Status::new(code, message),
+        bourse_client::Error::NotFound(what) => Status::not_found(what),
+        other => Status::unavailable(other.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl proto::query_server::Query for QueryProxy {
+    async fn get_order(
+        &self,
+        request: Request<proto::GetOrderRequest>,
+    ) -> Result<Response<proto::GetOrderReply>, Status> {
+        let principal = authenticate(&self.state, &request)?;
+        let order = request.into_inner().order;
+        let reply = self.call(|c| Box::pin(c.order(OrderId(order)))).await?;
+        if let Some(info) = &reply.get_ref().order {
+            self.owns(&principal, info.account)?;
+        }
+        Ok(reply)
+    }
+
+    async fn get_balances(
+        &self,
+        request: Request<proto::GetBalancesRequest>,
+    ) -> Result<Response<proto::GetBalancesReply>, Status> {
+        let principal = authenticate(&self.state, &request)?;
+        let account = request.into_inner().account;
+        self.owns(&principal, account)?;
+        self.call(|c| Box::pin(c.balances(AccountId(account)))).await
+    }
+
+    async fn get_open_orders(
+        &self,
+        request: Request<proto::GetOpenOrdersRequest>,
+    ) -> Result<Response<proto::GetOpenOrdersReply>, Status> {
+        let principal = authenticate(&self.state, &request)?;
+        let account = request.into_inner().account;
+        self.owns(&principal, account)?;
+        self.call(|c| Box::pin(c.open_orders(AccountId(account)))).await
+    }
+
+    async fn get_depth(
+        &self,
+        request: Request<proto::GetDepthRequest>,
+    ) -> Result<Response<proto::GetDepthReply>, Status> {
+        authenticate(&self.state, &request)?;
+        let request = request.into_inner();
+        self.call(|c| Box::pin(c.depth(SymbolId(request.symbol), request.levels_max))).await
+    }
+
+    async fn get_symbols(
+        &self,
+        request: Request<proto::GetSymbolsRequest>,
+    ) -> Result<Response<proto::GetSymbolsReply>, Status> {
+        authenticate(&self.state, &request)?;
+        self.call(|c| Box::pin(c.symbols())).await
+    }
+
+    async fn get_assets(
+        &self,
+        request: Request<proto::GetAssetsRequest>,
+    ) -> Result<Response<proto::GetAssetsReply>, Status> {
+        authenticate(&self.state, &request)?;
+        self.call(|c| Box::pin(c.assets())).await
+    }
+}
+
+/// Admin.Submit through a gateway: the key must be allowed the command; the call goes
+/// to the leader (following the nodes' hints), under the key's own client id space.
+pub(crate) struct AdminProxy {
+    state: Arc<State>,
+    leader: Mutex<Option<(String, tonic::transport::Channel)>>,
+}
+
+impl AdminProxy {
+    pub(crate) fn new(state: Arc<State>) -> Self {
+        AdminProxy { state, leader: Mutex::new(None) }
+    }
+}
+
+#[tonic::async_trait]
+impl proto::admin_server::Admin for AdminProxy {
+    async fn submit(&self, request: Request<proto::SubmitRequest>) -> Result<Response<proto::Ack>, Status> {
+        use bourse_engine::command::CommandBody;
+        let principal = authenticate(&self.state, &request)?;
+        let mut request = request.into_inner();
+        let command =
+            request.command.as_ref().ok_or_else(|| Status::invalid_argument("SubmitRequest.command is required"))?;
+        if let Some(Ok(body)) = command.body.as_ref().map(CommandBody::try_from) {
+            if !principal.may(&body) {
+                return Err(Status::permission_denied("this key may not send that command"));
+            }
+        }
+        if request.client_id == 0 {
+            return Err(Status::invalid_argument("client_id 0 is reserved"));
+        }
+        request.client_id = principal.client_id(request.client_id);
+        let mut targets = self.state.config.cluster.clone();
+        let mut last = String::new();
+        for _ in 0..(2 * targets.len() + 2) {
+            let (target, channel) = {
+                let mut leader = self.leader.lock().await;
+                match leader.as_ref() {
+                    Some(found) => found.clone(),
+                    None => {
+                        let target = targets[0].clone();
+                        let channel = match crate::link::channel(&target).await {
+                            Ok(channel) => channel,
+                            Err(reason) => {
+                                last = reason;
+                                targets.rotate_left(1);
+                                continue;
+                            }
+                        };
+                        *leader = Some((target.clone(), channel.clone()));
+                        (target, channel)
+                    }
+                }
+            };
+            match proto::admin_client::AdminClient::new(channel).submit(request.clone()).await {
+                Ok(ack) => return Ok(ack),
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    *self.leader.lock().await = None;
+                    last = format!("{target}: {}", status.message());
+                    match status.metadata().get("bourse-leader").and_then(|v| v.to_str().ok()) {
+                        Some(hint) => targets.insert(0, hint.to_owned()),
+                        None => targets.rotate_left(1),
+                    }
+                }
+                Err(status) => return Err(status),
+            }
+        }
+        Err(Status::unavailable(format!("no leader reachable: {last}")))
+    }
+}

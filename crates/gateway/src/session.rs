@@ -1,0 +1,241 @@
+//! Client order-entry sessions on a gateway: authenticate, check, limit, stamp, forward.
+//!
+//! The wire contract is the node's `OrderEntry.Session`; a client library written for a
+//! node works unchanged against a gateway once it sends an API key. The client id a
+//! client chooses is mapped to an exchange-wide one per key ([`Principal::client_id`]),
+//! so two keys' clients never share an exactly-once record.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bourse_engine::command::CommandBody;
+use bourse_protocol::convert::{self, ConvertError};
+use bourse_protocol::proto;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::keys::Principal;
+use crate::{refusal, SessionEntry, State};
+
+pub(crate) struct OrderEntryService(pub Arc<State>);
+
+type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The key holder of a request, from `authorization: Bearer <key>`.
+pub(crate) fn authenticate<T>(state: &State, request: &Request<T>) -> Result<Arc<Principal>, Status> {
+    if state.config.open {
+        return Ok(Arc::new(Principal::open()));
+    }
+    let header = request
+        .metadata()
+        .get("authorization")
+        .ok_or_else(|| Status::unauthenticated("an API key is required: authorization: Bearer <key>"))?;
+    let key = header
+        .to_str()
+        .ok()
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .ok_or_else(|| Status::unauthenticated("authorization must be: Bearer <key>"))?;
+    state.keys.verify(key.trim()).ok_or_else(|| Status::unauthenticated("unknown API key"))
+}
+
+#[tonic::async_trait]
+impl proto::order_entry_server::OrderEntry for OrderEntryService {
+    type SessionStream = BoxStream<proto::ServerBatch>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<proto::ClientBatch>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let principal = authenticate(&self.0, &request)?;
+        let mut inbound = request.into_inner();
+        let state = Arc::clone(&self.0);
+        let capacity = state.config.in_flight_max.max(64);
+        let (outbox, outgoing) = mpsc::channel(capacity);
+        let session = state.session_ids.fetch_add(1, Ordering::Relaxed);
+        let entry = Arc::new(SessionEntry { session, outbox: outbox.clone(), in_flight: Default::default() });
+        tokio::spawn(async move {
+            let mut reader = Reader {
+                state: &state,
+                principal,
+                entry,
+                client: None,
+                bucket: Bucket::new(state.config.rate_per_sec, state.config.burst),
+            };
+            let mut stop = state.shutdown.clone();
+            let end = tokio::select! {
+                end = reader.read(&mut inbound) => end,
+                _ = outbox.closed() => Ok(()),
+                _ = stop.wait_for(|stopping| *stopping) => Ok(()),
+            };
+            if let Err(status) = end {
+                let _ = outbox.try_send(Err(status));
+            } else {
+                // The client closed its side: its stream ends once what it sent is answered.
+                let deadline = Instant::now() + std::time::Duration::from_secs(5);
+                while !reader.entry.in_flight.lock().expect("in-flight lock").is_empty() && Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            }
+            if let Some(client) = reader.client {
+                let mut sessions = state.sessions.lock().expect("sessions lock");
+                if sessions.get(&client).is_some_and(|e| e.session == session) {
+                    sessions.remove(&client);
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(outgoing))))
+    }
+}
+
+/// Reads one session's batches.
+struct Reader<'a> {
+    state: &'a State,
+    principal: Arc<Principal>,
+    entry: Arc<SessionEntry>,
+    /// The exchange-wide client id, set at the first batch.
+    client: Option<u64>,
+    bucket: Bucket,
+}
+
+impl Reader<'_> {
+    async fn read(&mut self, inbound: &mut Streaming<proto::ClientBatch>) -> Result<(), Status> {
+        let mut chosen = None;
+        while let Some(batch) = inbound.next().await {
+            let batch = batch?;
+            match chosen {
+                None => {
+                    if batch.client_id == 0 {
+                        return Err(Status::invalid_argument("client_id 0 is reserved"));
+                    }
+                    chosen = Some(batch.client_id);
+                    let client = self.principal.client_id(batch.client_id);
+                    self.client = Some(client);
+                    let old =
+                        self.state.sessions.lock().expect("sessions lock").insert(client, Arc::clone(&self.entry));
+                    if let Some(old) = old {
+                        let _ = old.outbox.try_send(Err(Status::aborted("replaced by a newer session of this client")));
+                    }
+                }
+                Some(first) if first != batch.client_id => {
+                    return Err(Status::invalid_argument(format!(
+                        "client_id {first} changed to {} mid-stream",
+                        batch.client_id
+                    )));
+                }
+                Some(_) => {}
+            }
+            let max = self.state.config.batch_commands_max;
+            if batch.commands.len() > max {
+                return Err(Status::invalid_argument(format!(
+                    "a batch of {} commands exceeds the gateway's {max}",
+                    batch.commands.len()
+                )));
+            }
+            self.take(batch.commands).await?;
+        }
+        Ok(())
+    }
+
+    /// Refuses what this session may not send now and forwards the rest in one stamp.
+    async fn take(&mut self, commands: Vec<proto::ClientCommand>) -> Result<(), Status> {
+        let client = self.client.expect("set at the first batch");
+        let mut refused = Vec::new();
+        let mut forward = Vec::with_capacity(commands.len());
+        let in_flight = self.entry.in_flight.lock().expect("in-flight lock").len();
+        for command in commands {
+            let refusal = match command.body.as_ref().map(CommandBody::try_from) {
+                None => {
+                    Some(convert::ack_refused(command.seq, &ConvertError::FieldMissing { field: "ClientCommand.body" }))
+                }
+                Some(Err(error)) => Some(convert::ack_refused(command.seq, &error)),
+                Some(Ok(body)) if crate::keys::is_filler(&body) => None,
+                Some(Ok(body)) if !self.principal.may(&body) => Some(refuse(
+                    command.seq,
+                    refusal::NOT_AUTHORIZED,
+                    "not_authorized",
+                    "this key may not act for that account or send that command",
+                )),
+                Some(Ok(_)) if in_flight + forward.len() >= self.state.config.in_flight_max => Some(refuse(
+                    command.seq,
+                    refusal::IN_FLIGHT_LIMIT,
+                    "in_flight_limit",
+                    "too many commands unanswered: wait for acks and resend",
+                )),
+                Some(Ok(_)) if !self.bucket.take() => Some(refuse(
+                    command.seq,
+                    refusal::RATE_LIMITED,
+                    "rate_limited",
+                    "the session's command rate is spent: wait and resend",
+                )),
+                Some(Ok(_)) => None,
+            };
+            match refusal {
+                Some(ack) => refused.push(ack),
+                None => forward.push(command),
+            }
+        }
+        if !forward.is_empty() {
+            self.state.forward(client, &self.entry, forward);
+        }
+        if !refused.is_empty() {
+            let batch = proto::ServerBatch { acks: refused, ..Default::default() };
+            self.entry.outbox.send(Ok(batch)).await.map_err(|_| Status::cancelled("session closed"))?;
+        }
+        Ok(())
+    }
+}
+
+fn refuse(seq: u64, code: u32, name: &str, detail: &str) -> proto::Ack {
+    let info = proto::RejectInfo { code, name: name.to_owned(), detail: detail.to_owned() };
+    proto::Ack {
+        seq,
+        log_index: 0,
+        duplicate: false,
+        outcome: Some(proto::ack::Outcome::Rejected(info)),
+        gateway_ts: 0,
+    }
+}
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved.
+struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    fn new(rate: u64, burst: u64) -> Self {
+        Bucket { rate: rate as f64, burst: burst as f64, tokens: burst as f64, last: Instant::now() }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.rate).min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bucket;
+
+    #[test]
+    fn the_bucket_allows_its_burst_then_its_rate() {
+        let mut bucket = Bucket::new(1_000, 10);
+        let taken = (0..20).filter(|_| bucket.take()).count();
+        assert!((10..=11).contains(&taken), "the burst, give or take the time the loop took: {taken}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let more = (0..20).filter(|_| bucket.take()).count();
+        assert!((4..=10).contains(&more), "about 5 refilled in 5 ms at 1,000/s: {more}");
+    }
+}

@@ -1,0 +1,354 @@
+//! Gateways against a real node over loopback: the fair sequencer's order, keys and
+//! limits, hold-and-release across two gateways, and market data that rebuilds the
+//! engine's book.
+
+use std::time::{Duration, Instant};
+
+use bourse_client::load::{funded_accounts, setup_market, SymbolSetup};
+use bourse_client::{random_client_id, ApiKey, Client, ClientOptions, Error, QueryClient};
+use bourse_engine::command::{CommandBody, OrderRequest, Tif};
+use bourse_engine::{AccountId, Px, Qty, Side, SymbolId};
+use bourse_gateway::keys::{entry_for, generate_key};
+use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
+use bourse_market::L2Book;
+use bourse_node::{Node, NodeConfig};
+use bourse_protocol::proto;
+use bourse_protocol::proto::client_command::Body;
+use bourse_protocol::proto::gateway_link_client::GatewayLinkClient;
+use bourse_protocol::proto::market_data_update::Update;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+struct Exchange {
+    node: Node,
+    _dir: tempfile::TempDir,
+    symbol: SymbolId,
+    accounts: Vec<AccountId>,
+}
+
+/// A node with a market and `accounts` funded accounts.
+async fn exchange(window_us: u64, capacity: usize, accounts: u32) -> Exchange {
+    let dir = tempfile::tempdir().unwrap();
+    let config = NodeConfig {
+        data: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        sequencer_window_us: window_us,
+        sequencer_capacity: capacity,
+        ..NodeConfig::default()
+    };
+    let node = Node::start(config).await.unwrap();
+    let endpoints = vec![node.addr.to_string()];
+    let setup = SymbolSetup::default();
+    let (market, assets) = setup_market(&endpoints, &setup, &ClientOptions::default()).await.unwrap();
+    let admin = Client::connect(endpoints, random_client_id(), ClientOptions::default()).await.unwrap();
+    let accounts = funded_accounts(&admin, accounts, assets, &setup).await.unwrap();
+    admin.close().await.unwrap();
+    Exchange { node, _dir: dir, symbol: market.symbol, accounts }
+}
+
+fn place(account: AccountId, symbol: SymbolId, side: Side, px: i64) -> CommandBody {
+    CommandBody::Place(OrderRequest::limit(account, symbol, side, Px(px), Qty(1), Tif::Gtc))
+}
+
+fn wire(seq: u64, body: &CommandBody) -> proto::ClientCommand {
+    proto::ClientCommand { seq, body: Some(Body::from(body)) }
+}
+
+fn now_ns() -> u64 {
+    bourse_fairness::true_now_ns()
+}
+
+/// A raw gateway link to the node, as a gateway would open it.
+async fn raw_link(
+    addr: &str,
+    gateway: u32,
+) -> (mpsc::UnboundedSender<proto::GatewayUp>, tonic::Streaming<proto::GatewayDown>) {
+    let (up, receiver) = mpsc::unbounded_channel();
+    // As a gateway does on connecting: say who it is, so the sequencer waits for it.
+    up.send(proto::GatewayUp { gateway, ..Default::default() }).unwrap();
+    let down = GatewayLinkClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .link(UnboundedReceiverStream::new(receiver))
+        .await
+        .unwrap()
+        .into_inner();
+    (up, down)
+}
+
+fn stamped(gateway: u32, client: u64, ts: u64, gateway_seq: u64, command: proto::ClientCommand) -> proto::GatewayUp {
+    proto::GatewayUp {
+        gateway,
+        watermark: 0,
+        attach: vec![],
+        batches: vec![proto::StampedBatch { client_id: client, gateway_ts: ts, gateway_seq, commands: vec![command] }],
+    }
+}
+
+/// The order id in the first ack for `client` on `down`.
+async fn order_id(down: &mut tonic::Streaming<proto::GatewayDown>, client: u64) -> u64 {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), down.message()).await.unwrap().unwrap().unwrap();
+        for reply in message.replies.into_iter().filter(|r| r.client_id == client) {
+            if let Some(ack) = reply.batch.unwrap().acks.first() {
+                match ack.outcome {
+                    Some(proto::ack::Outcome::OkId(id)) => return id,
+                    ref other => panic!("order refused: {other:?}"),
+                }
+            }
+        }
+    }
+}
+
+/// Two gateways; the one whose batch arrives first stamped it later. Returns the two
+/// order ids: (earlier stamp, later stamp).
+async fn skewed_pair(exchange: &Exchange, same_stamp: bool) -> (u64, u64) {
+    let addr = exchange.node.addr.to_string();
+    let (up1, mut down1) = raw_link(&addr, 1).await;
+    let (up2, mut down2) = raw_link(&addr, 2).await;
+    let (client1, client2) = (random_client_id().0, random_client_id().0);
+    let t0 = now_ns();
+    let later = if same_stamp { t0 } else { t0 + 5_000_000 };
+    let body = place(exchange.accounts[0], exchange.symbol, Side::Buy, 99_000);
+    // Gateway 2's batch, stamped later, arrives first ...
+    up2.send(stamped(2, client2, later, 1, wire(1, &body))).unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // ... then gateway 1's, stamped earlier (or the same).
+    up1.send(stamped(1, client1, t0, 1, wire(1, &body))).unwrap();
+    let first = order_id(&mut down1, client1).await;
+    let second = order_id(&mut down2, client2).await;
+    (first, second)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sequencer_orders_gateway_batches_by_stamp_not_by_arrival() {
+    // d_s = 300 ms: far more than the 20 ms the earlier-stamped batch arrives late by.
+    let fair = exchange(300_000, 1024, 1).await;
+    let (earlier, later) = skewed_pair(&fair, false).await;
+    assert!(earlier < later, "stamp order: {earlier} before {later}");
+    // Equal stamps: the lower gateway id goes first, whatever arrived first.
+    let (gateway1, gateway2) = skewed_pair(&fair, true).await;
+    assert!(gateway1 < gateway2, "tie broken by gateway id: {gateway1} before {gateway2}");
+
+    // d_s = 0: the sequencer is off and arrival order wins.
+    let unfair = exchange(0, 1024, 1).await;
+    let (earlier, later) = skewed_pair(&unfair, false).await;
+    assert!(earlier > later, "arrival order without a window: {earlier} after {later}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watermarks_release_before_the_window_and_a_full_buffer_slows_the_link() {
+    // A 5 s window, but both gateways say their clocks passed the stamps.
+    let exchange = exchange(5_000_000, 4, 1).await;
+    let addr = exchange.node.addr.to_string();
+    let (up1, mut down1) = raw_link(&addr, 1).await;
+    let (up2, _down2) = raw_link(&addr, 2).await;
+    let client = random_client_id().0;
+    let body = place(exchange.accounts[0], exchange.symbol, Side::Buy, 99_000);
+    let started = Instant::now();
+    let t0 = now_ns();
+    up2.send(proto::GatewayUp { gateway: 2, watermark: t0, ..Default::default() }).unwrap();
+    up1.send(stamped(1, client, t0, 1, wire(1, &body))).unwrap();
+    up2.send(proto::GatewayUp { gateway: 2, watermark: t0 + 1, ..Default::default() }).unwrap();
+    order_id(&mut down1, client).await;
+    assert!(started.elapsed() < Duration::from_secs(2), "released by watermarks in {:?}", started.elapsed());
+
+    // Twenty batches into a buffer of four, with gateway 2 silent: each waits out the
+    // window... unless gateway 2 leaves, which takes its watermark out of the rule.
+    drop(up2);
+    let t1 = now_ns();
+    for seq in 2..22 {
+        up1.send(stamped(1, client, t1 + seq, seq, wire(seq, &body))).unwrap();
+    }
+    let mut acked = 0;
+    while acked < 20 {
+        let message = tokio::time::timeout(Duration::from_secs(20), down1.message()).await.unwrap().unwrap().unwrap();
+        acked += message.replies.iter().map(|r| r.batch.as_ref().map_or(0, |b| b.acks.len())).sum::<usize>();
+    }
+    let metrics = &exchange.node.metrics;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert!(metrics.fair_held.load(Relaxed) <= 4);
+    assert_eq!(metrics.fair_released.load(Relaxed), 21);
+}
+
+fn open_gateway(id: u32, node: &Node, hold_us: u64) -> GatewayConfig {
+    let mut config = GatewayConfig::new(id, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
+    config.hold_us = hold_us;
+    config.open = true;
+    config.probe = true;
+    config
+}
+
+async fn wait_ready(gateway: &Gateway) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gateway.market_ready() {
+        assert!(Instant::now() < deadline, "the gateway's feed never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_release_the_same_trade_together_and_not_before_its_time() {
+    let exchange = exchange(0, 1024, 2).await;
+    let hold = Duration::from_millis(200);
+    let g1 =
+        Gateway::start(open_gateway(1, &exchange.node, hold.as_micros() as u64), KeyStore::default()).await.unwrap();
+    let g2 =
+        Gateway::start(open_gateway(2, &exchange.node, hold.as_micros() as u64), KeyStore::default()).await.unwrap();
+    wait_ready(&g1).await;
+    wait_ready(&g2).await;
+    let mut subscribers = Vec::new();
+    for gateway in [&g1, &g2] {
+        let mut query = QueryClient::connect(vec![gateway.addr().to_string()], ClientOptions::default()).await.unwrap();
+        subscribers.push(query.subscribe_channels(&[exchange.symbol], &[proto::Channel::Trades]).await.unwrap());
+    }
+    let trader =
+        Client::connect(vec![g1.addr().to_string()], random_client_id(), ClientOptions::default()).await.unwrap();
+    let (maker, taker) = (exchange.accounts[0], exchange.accounts[1]);
+    trader.submit(place(maker, exchange.symbol, Side::Sell, 100_000)).await.unwrap();
+    trader.submit(place(taker, exchange.symbol, Side::Buy, 100_000)).await.unwrap();
+    let mut seen = Vec::new();
+    for subscriber in &mut subscribers {
+        loop {
+            let update = tokio::time::timeout(Duration::from_secs(10), subscriber.next_update())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            if let Some(Update::Trade(trade)) = &update.update {
+                let received = now_ns();
+                assert_eq!(update.release_ts, update.ts + hold.as_nanos() as u64);
+                assert!(received >= update.release_ts, "delivered {} ns early", update.release_ts - received);
+                seen.push((trade.log_index, trade.trade_seq, received));
+                break;
+            }
+        }
+    }
+    assert_eq!((seen[0].0, seen[0].1), (seen[1].0, seen[1].1), "the same trade");
+    let spread = seen[0].2.abs_diff(seen[1].2);
+    assert!(spread < 50_000_000, "both gateways released within 50 ms of each other: {spread} ns");
+    for gateway in [&g1, &g2] {
+        let releases = gateway.probe().take();
+        assert!(releases.iter().any(|r| r.log_index == seen[0].0), "the probe saw the release");
+        assert!(releases.iter().all(|r| r.released_local >= r.release_ts));
+    }
+    trader.close().await.unwrap();
+    g1.shutdown().await;
+    g2.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l2_from_a_gateway_rebuilds_the_depth_and_recovers_from_a_gap() {
+    let exchange = exchange(0, 1024, 4).await;
+    let gateway = Gateway::start(open_gateway(1, &exchange.node, 0), KeyStore::default()).await.unwrap();
+    wait_ready(&gateway).await;
+    let endpoints = vec![gateway.addr().to_string()];
+    let mut query = QueryClient::connect(endpoints.clone(), ClientOptions::default()).await.unwrap();
+    let mut feed = query.subscribe_channels(&[exchange.symbol], &[proto::Channel::L2]).await.unwrap();
+    let trader = Client::connect(endpoints, random_client_id(), ClientOptions::default()).await.unwrap();
+    // A seeded flow around the mid: some rests, some trades.
+    let mut px = 100_000i64;
+    let mut placed = Vec::new();
+    for i in 0..200u64 {
+        px += [-3, 2, -1, 1, 3, -2][(i % 6) as usize];
+        let side = if i % 3 == 0 { Side::Sell } else { Side::Buy };
+        let account = exchange.accounts[(i % 4) as usize];
+        placed.push(trader.send(&place(account, exchange.symbol, side, px)).await.unwrap());
+    }
+    trader.flush().await.unwrap();
+    let depth = query.depth(exchange.symbol, 1_000).await.unwrap();
+    let want = |levels: &[proto::Level]| levels.iter().map(|l| (l.px, l.qty)).collect::<Vec<_>>();
+    // Snapshot first, then updates; drop one update to make a gap.
+    let mut book: Option<L2Book> = None;
+    let mut dropped = false;
+    let mut gap_seen = false;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let update = tokio::time::timeout(Duration::from_secs(5), feed.next_update()).await.unwrap().unwrap().unwrap();
+        match update.update {
+            Some(Update::L2Snapshot(snapshot)) => book = Some(L2Book::from_snapshot(&snapshot)),
+            Some(Update::L2Update(change)) => {
+                let book = book.as_mut().expect("a snapshot comes first");
+                if !dropped && change.symbol_seq > 5 {
+                    dropped = true;
+                    continue;
+                }
+                if book.apply(&change).is_err() {
+                    gap_seen = true;
+                    let snapshot = query.l2(exchange.symbol, 0).await.unwrap();
+                    book.resync(&snapshot).expect("a fresh snapshot covers the gap");
+                }
+                if change.log_index >= depth.log_index
+                    && want(&depth.bids) == book.bids().collect::<Vec<_>>()
+                    && want(&depth.asks) == book.asks().collect::<Vec<_>>()
+                {
+                    break;
+                }
+            }
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the L2 book never matched the node's depth");
+    }
+    assert!(gap_seen, "the dropped update was noticed as a gap");
+    trader.close().await.unwrap();
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_acts_only_for_its_own_accounts() {
+    let exchange = exchange(0, 1024, 2).await;
+    let (mine, theirs) = (exchange.accounts[0], exchange.accounts[1]);
+    let key = generate_key();
+    let keys = KeyStore::from_entries(vec![entry_for(&key, "alice", vec![mine.0], false)]).unwrap();
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.open = false;
+    let gateway = Gateway::start(config, keys).await.unwrap();
+    let endpoints = vec![gateway.addr().to_string()];
+    let options = ClientOptions { api_key: Some(ApiKey(key)), ..ClientOptions::default() };
+    let alice = Client::connect(endpoints.clone(), random_client_id(), options.clone()).await.unwrap();
+    let reply = alice.submit(place(mine, exchange.symbol, Side::Buy, 99_000)).await.unwrap();
+    assert!(reply.ok_id().is_some(), "her own account: {reply:?}");
+    assert!(reply.gateway_ts > 0, "the gateway stamped it");
+    let refused = alice.submit(place(theirs, exchange.symbol, Side::Buy, 99_000)).await;
+    assert!(matches!(refused, Err(Error::Refused { code: 1004, .. })), "{refused:?}");
+    let deposit =
+        CommandBody::Deposit { account: mine, asset: bourse_engine::AssetId(0), amount: bourse_engine::Amount(1) };
+    assert!(
+        matches!(alice.submit(deposit).await, Err(Error::Refused { code: 1004, .. })),
+        "money moves need an admin key"
+    );
+    // She can still trade after the refusals (their seqs were filled).
+    assert!(alice.submit(place(mine, exchange.symbol, Side::Buy, 98_000)).await.unwrap().ok_id().is_some());
+    let mut query = QueryClient::connect(endpoints.clone(), options.clone()).await.unwrap();
+    assert!(query.balances(mine).await.is_ok());
+    assert!(query.balances(theirs).await.is_err(), "another account's balances");
+    // No key, or a wrong one: no session.
+    let short = ClientOptions { unavailable_max: Duration::from_millis(500), ..ClientOptions::default() };
+    assert!(Client::connect(endpoints.clone(), random_client_id(), short.clone()).await.is_err());
+    let wrong = ClientOptions { api_key: Some(ApiKey(generate_key())), ..short };
+    assert!(Client::connect(endpoints, random_client_id(), wrong).await.is_err());
+    alice.close().await.unwrap();
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_over_its_rate_is_refused_clearly() {
+    let exchange = exchange(0, 1024, 1).await;
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.rate_per_sec = 1;
+    config.burst = 3;
+    let gateway = Gateway::start(config, KeyStore::default()).await.unwrap();
+    let trader =
+        Client::connect(vec![gateway.addr().to_string()], random_client_id(), ClientOptions::default()).await.unwrap();
+    let mut refused = 0;
+    for _ in 0..6 {
+        match trader.submit(place(exchange.accounts[0], exchange.symbol, Side::Buy, 99_000)).await {
+            Ok(_) => {}
+            Err(Error::Refused { code: 1005, .. }) => refused += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert!(refused >= 2, "a burst of 3 at 1 a second refuses the rest: {refused}");
+    trader.close().await.unwrap();
+    gateway.shutdown().await;
+}

@@ -1,0 +1,197 @@
+//! The gateways' side of a node: one Link stream per gateway into the fair sequencer,
+//! and the order-level Feed every member serves.
+//!
+//! A link carries many clients. Each client it attaches is registered with the node's
+//! sessions under the link, so acks, fills and cancels of that client go down the link
+//! tagged with its id; a newer session of the same client (on another link, or direct)
+//! takes over its reports. A link is one stream: when it is too slow to take its
+//! replies, or leadership moves, the whole link ends and the gateway reconnects and
+//! resends what is unanswered (exactly-once makes the resends harmless).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bourse_engine::ClientId;
+use bourse_fairness::Stamp;
+use bourse_protocol::proto;
+use rustc_hash::FxHashSet;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request as GrpcRequest, Response, Status, Streaming};
+
+use crate::core::Request;
+use crate::fair::Inbound;
+use crate::outbox::{FeedItem, LinkSender, Outbox, SessionHandle};
+use crate::service::{async_stream, convert_command, wait_shutdown, BoxStream, Shared, INBOUND_DRAIN_MAX};
+
+pub struct GatewayLinkService(pub Shared);
+
+#[tonic::async_trait]
+impl proto::gateway_link_server::GatewayLink for GatewayLinkService {
+    type LinkStream = BoxStream<proto::GatewayDown>;
+    type FeedStream = BoxStream<proto::FeedMessage>;
+
+    async fn link(
+        &self,
+        request: GrpcRequest<Streaming<proto::GatewayUp>>,
+    ) -> Result<Response<Self::LinkStream>, Status> {
+        self.0.require_leader()?;
+        let mut inbound = request.into_inner();
+        let shared = self.0.clone();
+        let (down, outgoing) = mpsc::channel(shared.link_outbox_max);
+        let (kill, killed) = mpsc::channel(1);
+        let session = shared.session_ids.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            shared.metrics.links_open.fetch_add(1, Ordering::Relaxed);
+            let mut reader =
+                LinkReader { shared: &shared, down, kill, session, gateway: None, attached: Default::default() };
+            let closed = reader.down.clone();
+            let end = tokio::select! {
+                end = reader.read(&mut inbound) => end,
+                _ = closed.closed() => Ok(()),
+                _ = wait_shutdown(shared.shutdown.clone()) => Ok(()),
+            };
+            reader.close(end).await;
+            shared.metrics.links_open.fetch_sub(1, Ordering::Relaxed);
+            // As for sessions: keep taking what the gateway sends until it closes, so the
+            // replies already queued are not reset with the stream.
+            let _ =
+                tokio::time::timeout(INBOUND_DRAIN_MAX, async { while let Ok(Some(_)) = inbound.message().await {} })
+                    .await;
+        });
+        let replies = ReceiverStream::new(outgoing).merge(ReceiverStream::new(killed));
+        Ok(Response::new(Box::pin(replies)))
+    }
+
+    async fn feed(&self, _request: GrpcRequest<proto::FeedRequest>) -> Result<Response<Self::FeedStream>, Status> {
+        let (reply, start) = oneshot::channel();
+        self.0.send(Request::Feed { reply }).await?;
+        let (image, mut entries) = start.await.map_err(|_| Status::unavailable("the node stopped"))?;
+        let metrics = Arc::clone(&self.0.metrics);
+        let stream = async_stream(move |out| async move {
+            metrics.feeds_open.fetch_add(1, Ordering::Relaxed);
+            let from = image.log_index;
+            let message = proto::FeedMessage { body: Some(proto::feed_message::Body::Image(image)) };
+            if out.send(Ok(message)).await.is_ok() {
+                loop {
+                    let item = match entries.recv().await {
+                        Ok(item) => item,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                        Err(broadcast::error::RecvError::Lagged(missed)) => {
+                            metrics.subscribers_dropped_slow.fetch_add(1, Ordering::Relaxed);
+                            let status = Status::resource_exhausted(format!(
+                                "feed dropped: it fell {missed} entries behind; reconnect for a new image"
+                            ));
+                            let _ = out.send(Err(status)).await;
+                            break;
+                        }
+                    };
+                    let entry = match &*item {
+                        FeedItem::Entry(entry) if entry.log_index <= from => continue,
+                        FeedItem::Entry(entry) => entry.clone(),
+                        FeedItem::Reset => {
+                            let status = Status::unavailable("the state was replaced by a snapshot; reconnect");
+                            let _ = out.send(Err(status)).await;
+                            break;
+                        }
+                    };
+                    let message = proto::FeedMessage { body: Some(proto::feed_message::Body::Entry(entry)) };
+                    if out.send(Ok(message)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            metrics.feeds_open.fetch_sub(1, Ordering::Relaxed);
+        });
+        Ok(Response::new(stream))
+    }
+}
+
+/// Reads one gateway's messages into the sequencer.
+struct LinkReader<'a> {
+    shared: &'a Shared,
+    down: LinkSender,
+    kill: LinkSender,
+    session: u64,
+    gateway: Option<u32>,
+    attached: FxHashSet<u64>,
+}
+
+impl LinkReader<'_> {
+    async fn read(&mut self, inbound: &mut Streaming<proto::GatewayUp>) -> Result<(), Status> {
+        while let Some(up) = inbound.next().await {
+            let up = up?;
+            match self.gateway {
+                None => {
+                    self.gateway = Some(up.gateway);
+                    self.send(Inbound::Connect { gateway: up.gateway }).await?;
+                }
+                Some(gateway) if gateway != up.gateway => {
+                    return Err(Status::invalid_argument(format!(
+                        "gateway id {gateway} changed to {} mid-stream",
+                        up.gateway
+                    )));
+                }
+                Some(_) => {}
+            }
+            for &client in &up.attach {
+                self.attach(client)?;
+            }
+            for batch in up.batches {
+                let max = self.shared.client_batch_commands_max;
+                if batch.commands.len() > max {
+                    return Err(Status::invalid_argument(format!(
+                        "a batch of {} commands exceeds client_batch_commands_max {max}",
+                        batch.commands.len()
+                    )));
+                }
+                self.attach(batch.client_id)?;
+                let stamp = Stamp { ts: batch.gateway_ts, gateway: up.gateway, gateway_seq: batch.gateway_seq };
+                let items = batch.commands.iter().map(|c| (c.seq, convert_command(c))).collect();
+                self.send(Inbound::Batch { stamp, client: ClientId(batch.client_id), items }).await?;
+            }
+            if up.watermark > 0 {
+                self.send(Inbound::Watermark { gateway: up.gateway, ts: up.watermark }).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send(&self, message: Inbound) -> Result<(), Status> {
+        self.shared.fair.send(message).await.map_err(|()| Status::unavailable("the node is shutting down"))
+    }
+
+    /// Routes the client's reports to this link from now on.
+    fn attach(&mut self, client: u64) -> Result<(), Status> {
+        if client == 0 {
+            return Err(Status::invalid_argument("client_id 0 is reserved"));
+        }
+        if self.attached.insert(client) {
+            let id = ClientId(client);
+            let handle = SessionHandle {
+                session: self.session,
+                outbox: Outbox::Link { client: id, sender: self.down.clone() },
+                kill: Outbox::Link { client: id, sender: self.kill.clone() },
+                // A client moving to another link must not stop this one's reader.
+                stop_reading: Arc::new(tokio::sync::Notify::new()),
+            };
+            self.shared.sessions.register(id, handle);
+        }
+        Ok(())
+    }
+
+    /// Detaches every client of the link and takes its gateway out of the sequencer's
+    /// watermark; a broken link ends with its status.
+    async fn close(self, end: Result<(), Status>) {
+        if let Err(status) = end {
+            let _ = self.kill.try_send(Err(status));
+        }
+        for &client in &self.attached {
+            self.shared.sessions.unregister(ClientId(client), self.session);
+        }
+        if let Some(gateway) = self.gateway {
+            let _ = self.shared.fair.send(Inbound::Disconnect { gateway }).await;
+        }
+    }
+}
