@@ -26,6 +26,16 @@ pub struct Target {
     /// command is visible) instead of any node's own state.
     #[arg(long, global = true)]
     pub linearizable: bool,
+    /// The API key a gateway asks for (nodes ignore it).
+    #[arg(long, global = true, env = "BOURSE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+}
+
+impl Target {
+    /// Client options carrying the API key, if one was given.
+    pub fn options(&self) -> ClientOptions {
+        ClientOptions { api_key: self.api_key.clone().map(bourse_client::ApiKey), ..ClientOptions::default() }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -245,7 +255,7 @@ struct Cli {
 
 impl Cli {
     async fn connect(target: Target) -> Fallible<Cli> {
-        let query = QueryClient::connect(target.nodes.clone(), ClientOptions::default())
+        let query = QueryClient::connect(target.nodes.clone(), target.options())
             .await
             .map_err(err)?
             .linearizable(target.linearizable);
@@ -262,10 +272,9 @@ impl Cli {
 
     async fn submit(&mut self, what: &str, body: CommandBody) -> Fallible<()> {
         if self.admin.is_none() {
-            let session =
-                AdminSession::connect(self.target.nodes.clone(), random_client_id(), ClientOptions::default())
-                    .await
-                    .map_err(err)?;
+            let session = AdminSession::connect(self.target.nodes.clone(), random_client_id(), self.target.options())
+                .await
+                .map_err(err)?;
             self.admin = Some(session);
         }
         let reply: Reply = self.admin.as_mut().expect("connected above").submit(body).await.map_err(err)?;
@@ -462,10 +471,19 @@ impl Cli {
         let mut seen = 0u64;
         while count.is_none_or(|count| seen < count) {
             let Some(update) = stream.next_update().await.map_err(err)? else { break };
+            let held = held_note(&update);
             match update.update {
                 Some(proto::market_data_update::Update::Trade(t)) => self.print(
-                    format!("#{} trade symbol {} {} @ {} (taker {})", update.seq, t.symbol, t.qty, t.px, side_name(t.taker_side)),
-                    json!({"seq": update.seq, "ts": update.ts, "trade": {"symbol": t.symbol, "px": t.px, "qty": t.qty}}),
+                    format!(
+                        "#{} trade symbol {} {} @ {} (taker {}){held}",
+                        update.seq,
+                        t.symbol,
+                        t.qty,
+                        t.px,
+                        side_name(t.taker_side)
+                    ),
+                    json!({"seq": update.seq, "ts": update.ts, "release_ts": update.release_ts,
+                           "trade": {"symbol": t.symbol, "px": t.px, "qty": t.qty}}),
                 ),
                 Some(proto::market_data_update::Update::Bbo(b)) if bbo => self.print(
                     format!(
@@ -481,6 +499,19 @@ impl Cli {
         }
         Ok(())
     }
+}
+
+/// Through a gateway: how long the update was held, and when it arrived, after t_m.
+fn held_note(update: &proto::MarketDataUpdate) -> String {
+    if update.release_ts == 0 {
+        return String::new();
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        " [released at t_m + {} µs, here at t_m + {} µs]",
+        update.release_ts.saturating_sub(update.ts) / 1_000,
+        now.saturating_sub(update.ts) / 1_000
+    )
 }
 
 fn side_name(side: i32) -> &'static str {

@@ -37,8 +37,10 @@ pub struct RunArgs {
     /// Accept sessions without a key, each acting for every account: loopback tests only.
     #[arg(long, conflicts_with = "keys")]
     open: bool,
-    /// d_h: hold market data until t_m plus this many µs on the gateway clock.
-    #[arg(long, default_value_t = 1_000)]
+    /// d_h: hold market data until t_m plus this many µs on the gateway clock. It must
+    /// cover commit, apply and delivery to the slowest gateway (`bourse bench fairness`
+    /// measures it).
+    #[arg(long, default_value_t = 3_000)]
     hold_us: u64,
     /// How often the gateway sends its clock to the sequencer when idle, in µs.
     #[arg(long, default_value_t = 1_000)]

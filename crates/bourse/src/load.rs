@@ -34,14 +34,15 @@ pub struct LoadArgs {
     json: bool,
 }
 
-pub fn run(args: LoadArgs) -> Result<(), String> {
+/// `target` gives the global flags; its `--api-key` is sent when the target is a gateway.
+pub fn run(args: LoadArgs, target: &crate::cli::Target) -> Result<(), String> {
     let config = LoadConfig {
         endpoints: args.targets,
         connections: args.connections,
         seconds: args.seconds,
         rate: args.rate,
         seed: args.seed,
-        client: ClientOptions { inflight_max: args.inflight, batch_len_max: args.batch, ..ClientOptions::default() },
+        client: ClientOptions { inflight_max: args.inflight, batch_len_max: args.batch, ..target.options() },
         ..LoadConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

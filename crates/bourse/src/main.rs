@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         TopCommand::Replay(args) => serve::replay(args),
         TopCommand::Node(args) => cluster::node(args),
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
-        TopCommand::Load(args) => load::run(args),
+        TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::Gateway { command } => gateway::run(command),
         TopCommand::Verb(verb) => cli::run(cli.target, verb),
     };

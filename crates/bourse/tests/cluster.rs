@@ -302,6 +302,40 @@ async fn isolated_leader_clients_fail_over() {
     finish(&h, w).await;
 }
 
+/// Clients that reach the exchange only through a gateway: the gateway's one link
+/// follows the leader through a SIGKILL and a SIGSTOP, resending what was unanswered
+/// with its original stamps, and every check holds (exactly once included: the
+/// resends of the gateway and of the clients meet the engine's record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_follows_the_leader() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut h = ClusterHarness::start("gateway", 3, HarnessOptions::default()).await;
+    let mut config = bourse_gateway::GatewayConfig::new(1, "127.0.0.1:0".parse().expect("an address"), h.endpoints());
+    config.open = true;
+    let gateway = bourse_gateway::Gateway::start(config, bourse_gateway::KeyStore::default()).await.expect("a gateway");
+    let options = WorkloadOptions { seed: 0x6_a7e1, ..WorkloadOptions::default() };
+    let w = Workload::start("gateway", vec![gateway.addr().to_string()], options).await;
+    w.wait_progress(&h, "the start, through the gateway", PROGRESS_DELTA, PROGRESS_MAX).await;
+    let all = h.all();
+
+    let (leader, status) = h.leader().await;
+    h.kill(leader);
+    w.wait_progress(&h, "SIGKILL of the leader, through the gateway", PROGRESS_DELTA, PROGRESS_MAX).await;
+    let (_, new) = h.wait_for_leader(&others(&all, &[leader]), status.term, LEADER_MAX).await;
+    say!(h.name, "new leader node {} in term {}", new.id, new.term);
+    h.restart(leader).await;
+    converge_and_check(&h, &w, &all).await;
+
+    let (leader, status) = h.leader().await;
+    h.stop(leader);
+    w.wait_progress(&h, "SIGSTOP of the leader, through the gateway", PROGRESS_DELTA, PROGRESS_MAX).await;
+    h.wait_for_leader(&others(&all, &[leader]), status.term, LEADER_MAX).await;
+    h.cont(leader);
+    converge_and_check(&h, &w, &all).await;
+    finish(&h, w).await;
+    gateway.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------------
 // The long form
 // ---------------------------------------------------------------------------------------

@@ -134,6 +134,9 @@ fn unfairness_of(processed_ts: &[u64]) -> Unfairness {
     u
 }
 
+/// The largest spread recorded as itself; longer ones are recorded as this.
+pub const SPREAD_MAX_NS: u64 = 3_600_000_000_000;
+
 /// One receiver's delivery of one item, for [`Spread::observe`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivery {
@@ -205,8 +208,9 @@ impl Spread {
         Self {
             receivers: receivers.max(1),
             pending: HashMap::new(),
-            // Three significant figures, auto-resizing: spreads are recorded to within 0.1 %.
-            spreads: Histogram::new(3).expect("3 significant figures is a valid precision"),
+            // Three significant figures up to an hour: spreads are recorded to within 0.1 %.
+            // (Fixed bounds: an auto-resizing histogram does not grow on saturating_record.)
+            spreads: Histogram::new_with_bounds(1, SPREAD_MAX_NS, 3).expect("valid bounds and precision"),
             complete: 0,
             complete_late: 0,
             complete_zero: 0,
@@ -277,6 +281,21 @@ impl Spread {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn spreads_are_reported_in_nanoseconds_as_measured() {
+        let mut spread = Spread::new(2);
+        for item in 0..100u64 {
+            let base = 1_000_000_000 + item * 10_000;
+            spread.observe(item, Delivery { release_ts: base, late: false, delivered_true_ns: base });
+            spread.observe(item, Delivery { release_ts: base, late: false, delivered_true_ns: base + 150_000 });
+        }
+        let summary = spread.summary();
+        assert_eq!(summary.complete, 100);
+        for ns in [summary.p50_ns, summary.p99_ns, summary.max_ns] {
+            assert!((149_000..=151_000).contains(&ns), "150 µs within 0.1 %: {ns}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -48,7 +48,7 @@ impl GatewayConfig {
             listen,
             cluster,
             feed: Vec::new(),
-            hold_us: 1_000,
+            hold_us: 3_000,
             heartbeat_us: 1_000,
             rate_per_sec: 100_000,
             burst: 10_000,

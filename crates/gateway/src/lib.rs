@@ -148,6 +148,12 @@ impl State {
         }
     }
 
+    /// Whether any session has a command unanswered.
+    fn any_in_flight(&self) -> bool {
+        let sessions = self.sessions.lock().expect("sessions lock");
+        sessions.values().any(|entry| !entry.in_flight.lock().expect("in-flight lock").is_empty())
+    }
+
     fn drop_session(&self, client: u64, session: u64, reason: &str) {
         let mut sessions = self.sessions.lock().expect("sessions lock");
         if let Some(entry) = sessions.get(&client).filter(|e| e.session == session) {

@@ -19,10 +19,17 @@ use tonic::transport::Endpoint;
 
 use crate::{State, UpItem};
 
-/// Pause after a failed attempt, doubling up to `BACKOFF_MAX`.
-const BACKOFF_MIN: Duration = Duration::from_millis(10);
-const BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// Pause after a failed attempt, doubling up to `BACKOFF_MAX`: short, because an
+/// election takes a few hundred milliseconds and every one of them counts.
+const BACKOFF_MIN: Duration = Duration::from_millis(5);
+const BACKOFF_MAX: Duration = Duration::from_millis(50);
+/// How long a node may take to accept the Link stream (a stopped process still accepts
+/// TCP connections).
+const OPEN_TIMEOUT: Duration = Duration::from_millis(500);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A link with commands unanswered and nothing heard for this long is taken for broken
+/// (a stopped or partitioned leader that still holds the connection open).
+const SILENT_MAX: Duration = Duration::from_secs(1);
 
 /// Keeps the link up until the gateway stops.
 pub(crate) async fn run(state: Arc<State>, mut pipe: mpsc::UnboundedReceiver<UpItem>) {
@@ -83,8 +90,8 @@ pub(crate) async fn channel(target: &str) -> Result<tonic::transport::Channel, S
         .map_err(|e| e.to_string())?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(1))
-        .keep_alive_timeout(Duration::from_secs(2));
+        .http2_keep_alive_interval(Duration::from_millis(500))
+        .keep_alive_timeout(Duration::from_secs(1));
     tokio::time::timeout(CONNECT_TIMEOUT, endpoint.connect())
         .await
         .map_err(|_| "connect timed out".to_string())?
@@ -98,7 +105,7 @@ async fn connect(state: &State, target: &str) -> Result<(Up, tonic::Streaming<pr
     let (up, receiver) = mpsc::unbounded_channel();
     up.send(first_message(state)).map_err(|_| Failure::Retry("closed".into()))?;
     let response = tokio::time::timeout(
-        CONNECT_TIMEOUT,
+        OPEN_TIMEOUT,
         GatewayLinkClient::new(channel).link(UnboundedReceiverStream::new(receiver)),
     )
     .await
@@ -148,8 +155,15 @@ async fn pump(
     up: Up,
     mut inbound: tonic::Streaming<proto::GatewayDown>,
 ) -> String {
+    let mut heard = tokio::time::Instant::now();
+    let mut check = tokio::time::interval(SILENT_MAX / 4);
     loop {
         tokio::select! {
+            _ = check.tick() => {
+                if heard.elapsed() > SILENT_MAX && state.any_in_flight() {
+                    return format!("no answer for {SILENT_MAX:?} with commands in flight");
+                }
+            }
             item = pipe.recv() => {
                 let Some(item) = item else { return "the gateway is stopping".into() };
                 let mut message = proto::GatewayUp { gateway: state.config.id, ..Default::default() };
@@ -166,6 +180,7 @@ async fn pump(
             }
             down = inbound.message() => match down {
                 Ok(Some(down)) => {
+                    heard = tokio::time::Instant::now();
                     for reply in down.replies {
                         state.deliver(reply);
                     }

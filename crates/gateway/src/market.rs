@@ -89,7 +89,8 @@ impl Market {
 }
 
 /// Reads the feed from the sources in turn, forever: a broken feed is reopened (the
-/// new image restarts the market state).
+/// new image restarts the market state). A source that says it leads is passed over
+/// while another is left to try, so market data does not load the leader.
 async fn read_feed(
     sources: Vec<String>,
     line: DelayLine<proto::FeedMessage>,
@@ -97,11 +98,22 @@ async fn read_feed(
     id: u32,
 ) {
     let mut current = 0usize;
+    let mut passed_over = 0usize;
     let mut backoff = Duration::from_millis(10);
     loop {
         let source = &sources[current % sources.len()];
+        let avoid_leader = passed_over + 1 < sources.len();
         let attempt = async {
             let channel = crate::link::channel(source).await?;
+            if avoid_leader {
+                let status = proto::cluster_client::ClusterClient::new(channel.clone())
+                    .status(proto::ClusterStatusRequest {})
+                    .await
+                    .map_err(|s| s.message().to_string())?;
+                if status.get_ref().role == "leader" {
+                    return Err(LEADER.to_string());
+                }
+            }
             let mut stream = GatewayLinkClient::new(channel)
                 .max_decoding_message_size(64 << 20)
                 .feed(proto::FeedRequest {})
@@ -125,9 +137,16 @@ async fn read_feed(
             result = attempt => result,
             _ = stop.wait_for(|stopping| *stopping) => return,
         };
-        if let Err(reason) = reason {
-            tracing::warn!(gateway = id, %source, %reason, "feed lost; reopening");
+        match reason {
+            Err(reason) if reason == LEADER => {
+                passed_over += 1;
+                current += 1;
+                continue;
+            }
+            Err(reason) => tracing::warn!(gateway = id, %source, %reason, "feed lost; reopening"),
+            Ok(()) => {}
         }
+        passed_over = 0;
         current += 1;
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
@@ -136,6 +155,9 @@ async fn read_feed(
         backoff = (backoff * 2).min(Duration::from_millis(500));
     }
 }
+
+/// Why a source was passed over.
+const LEADER: &str = "the leader: another member serves the feed";
 
 /// The release thread: holds entries until their release time on the gateway clock,
 /// then applies and broadcasts them.

@@ -67,7 +67,7 @@ impl Default for NodeConfig {
             market_data_buffer_max: 65_536,
             grpc_message_bytes_max: 4 << 20,
             segment_bytes_max: 64 << 20,
-            sequencer_window_us: 500,
+            sequencer_window_us: 1_000,
             sequencer_capacity: 65_536,
             link_outbox_max: 16_384,
             raft: None,

@@ -39,20 +39,22 @@ pub struct FairnessArgs {
     #[arg(long, default_value_t = 4)]
     gateways: u32,
     /// Traders per gateway.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 2)]
     traders: u32,
-    /// Orders per second per trader (Poisson arrivals).
-    #[arg(long, default_value_t = 250.0)]
+    /// Orders per second per trader (Poisson arrivals). The defaults (1,600 orders/s in
+    /// all) leave some of a 2-core machine idle: everything runs in this one process, and
+    /// a saturated machine measures its scheduler, not the mechanisms.
+    #[arg(long, default_value_t = 200.0)]
     rate: f64,
     /// Seconds of trading per run.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
     /// Sequencing windows d_s to try, in µs.
-    #[arg(long, value_delimiter = ',', default_value = "0,100,200,400,600,800")]
+    #[arg(long, value_delimiter = ',', default_value = "0,250,500,750,1000,2000,3000")]
     d_s: Vec<u64>,
     /// Hold times d_h to try, in µs. With as many values as --d-s the two lists are
     /// paired in order; otherwise every combination runs.
-    #[arg(long, value_delimiter = ',', default_value = "0,100,200,400,600,800")]
+    #[arg(long, value_delimiter = ',', default_value = "0,250,500,750,1000,2000,3000")]
     d_h: Vec<u64>,
     /// Injection profile of every gateway (see bourse_fairness::inject): presets none,
     /// cloudex, huygens, ntp, and keys such as in=100us,jitter=20us,spikes=0/400/200@6s,
@@ -61,6 +63,11 @@ pub struct FairnessArgs {
     profile: String,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Where the node's data directories go (default: /dev/shm when it exists, so the
+    /// shared disk's fdatasync times, milliseconds at their tail, do not stand in for
+    /// the fairness mechanisms' own delays; otherwise the system's temp directory).
+    #[arg(long)]
+    data: Option<std::path::PathBuf>,
     /// Print one JSON object as the last line of stdout.
     #[arg(long)]
     json: bool,
@@ -135,11 +142,25 @@ pub fn run(args: &FairnessArgs) -> Result<(), String> {
         args.d_s.iter().flat_map(|&s| args.d_h.iter().map(move |&h| (s, h))).collect()
     };
     eprintln!(
-        "fairness: {} gateways x {} traders at {} orders/s each, {} s per run, profile {:?}, seed {}",
-        args.gateways, args.traders, args.rate, args.seconds, args.profile, args.seed
+        "fairness: {} gateways x {} traders at {} orders/s each, {} s per run, profile {:?}, seed {}, node data in {}",
+        args.gateways,
+        args.traders,
+        args.rate,
+        args.seconds,
+        args.profile,
+        args.seed,
+        args.data.as_ref().map_or("/dev/shm (or the temp directory)".into(), |d| d.display().to_string())
     );
     for g in 0..args.gateways {
-        eprintln!("  gateway {}: {:?}", g + 1, Profile::for_gateway(&spec, g, args.seed));
+        let profile = Profile::for_gateway(&spec, g, args.seed);
+        eprintln!(
+            "  gateway {}: to the leader {:?}; from it {:?}; clock offset {} ns, drift {:.3} ppm",
+            g + 1,
+            profile.inbound,
+            profile.outbound,
+            profile.clock.offset_ns,
+            profile.clock.drift_ppm
+        );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let mut reports = Vec::new();
@@ -226,7 +247,12 @@ struct Placed {
 }
 
 async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) -> Result<RunReport, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let parent = match &args.data {
+        Some(dir) => dir.clone(),
+        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
+    };
+    let dir = tempfile::Builder::new().prefix("bourse-fairness-").tempdir_in(&parent).map_err(|e| e.to_string())?;
     let config = NodeConfig {
         data: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("an address"),
@@ -322,7 +348,9 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
     let mut placed = std::mem::take(&mut *placed.lock().expect("placed lock"));
     placed.sort_by_key(|p| p.order);
     let (mut stamped, mut truth) = (Unfairness::new(), Unfairness::new());
-    let mut latency = Histogram::<u64>::new(3).expect("a histogram");
+    let histogram =
+        || Histogram::<u64>::new_with_bounds(1, bourse_fairness::metrics::SPREAD_MAX_NS, 3).expect("bounds");
+    let mut latency = histogram();
     for p in &placed {
         stamped.observe(p.gateway_ts);
         truth.observe(clocks[p.gateway as usize].true_of(p.gateway_ts));
@@ -337,7 +365,7 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         }
     }
     let mut spread = Spread::new(args.gateways);
-    let mut market_delay = Histogram::<u64>::new(3).expect("a histogram");
+    let mut market_delay = histogram();
     for list in &records {
         for r in list.iter().filter(|r| seen[&r.log_index] == args.gateways) {
             spread.observe(
