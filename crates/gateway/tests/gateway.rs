@@ -352,3 +352,58 @@ async fn a_session_over_its_rate_is_refused_clearly() {
     trader.close().await.unwrap();
     gateway.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_over_its_in_flight_bound_is_refused_clearly() {
+    // A 2 s window and a second gateway that never speaks: every batch waits out the
+    // window, so the session's commands stay unanswered meanwhile.
+    let exchange = exchange(2_000_000, 1024, 1).await;
+    let (_silent, _down) = raw_link(&exchange.node.addr.to_string(), 99).await;
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.in_flight_max = 3;
+    let gateway = Gateway::start(config, KeyStore::default()).await.unwrap();
+    let trader =
+        Client::connect(vec![gateway.addr().to_string()], random_client_id(), ClientOptions::default()).await.unwrap();
+    let body = place(exchange.accounts[0], exchange.symbol, Side::Buy, 99_000);
+    let answers = futures_util::future::join_all((0..6).map(|_| trader.submit(body.clone()))).await;
+    let refused = answers.iter().filter(|a| matches!(a, Err(Error::Refused { code: 1006, .. }))).count();
+    let placed = answers.iter().filter(|a| a.as_ref().is_ok_and(|r| r.ok_id().is_some())).count();
+    assert_eq!((placed, refused), (3, 3), "three forwarded, three refused: {answers:?}");
+    trader.close().await.unwrap();
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_does_not_read_is_dropped_with_a_reason() {
+    let exchange = exchange(0, 1024, 2).await;
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.subscriber_buffer = 16;
+    let gateway = Gateway::start(config, KeyStore::default()).await.unwrap();
+    wait_ready(&gateway).await;
+    let endpoints = vec![gateway.addr().to_string()];
+    let mut query = QueryClient::connect(endpoints.clone(), ClientOptions::default()).await.unwrap();
+    let channels = [proto::Channel::Orders, proto::Channel::L2, proto::Channel::Trades, proto::Channel::Bbo];
+    let mut slow = query.subscribe_channels(&[], &channels).await.unwrap();
+    let trader = Client::connect(endpoints, random_client_id(), ClientOptions::default()).await.unwrap();
+    for i in 0..3_000i64 {
+        let side = if i % 2 == 0 { Side::Buy } else { Side::Sell };
+        trader.send(&place(exchange.accounts[(i % 2) as usize], exchange.symbol, side, 99_990 + i % 20)).await.unwrap();
+    }
+    trader.flush().await.unwrap();
+    // Only now does the subscriber read: what was buffered, then the reason it was dropped.
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(10), slow.next_update()).await.expect("the stream ends") {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without a reason"),
+            Err(error) => break error,
+        }
+    };
+    let text = ended.to_string();
+    assert!(text.contains("ResourceExhausted") && text.contains("behind"), "{text}");
+    // Others are not held back: a new subscriber gets its snapshot at once.
+    let mut fresh = query.subscribe_channels(&[exchange.symbol], &[proto::Channel::L2]).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), fresh.next_update()).await.unwrap().unwrap().unwrap();
+    assert!(matches!(first.update, Some(Update::L2Snapshot(_))));
+    trader.close().await.unwrap();
+    gateway.shutdown().await;
+}
