@@ -24,6 +24,9 @@ pub struct RunArgs {
     /// The client-facing gRPC address.
     #[arg(long, default_value = "127.0.0.1:7600")]
     listen: SocketAddr,
+    /// Address for the Prometheus /metrics endpoint.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
     /// The cluster's node addresses (comma separated); the link follows the leader.
     #[arg(long, value_delimiter = ',', required = true)]
     cluster: Vec<String>,
@@ -101,6 +104,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     let spec: ProfileSpec = args.inject.parse().map_err(|e| format!("--inject: {e}"))?;
     let mut config = GatewayConfig::new(args.id, args.listen, args.cluster);
     config.feed = args.feed;
+    config.metrics_listen = args.metrics_listen;
     config.open = args.open;
     config.hold_us = args.hold_us;
     config.heartbeat_us = args.heartbeat_us;

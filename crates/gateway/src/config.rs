@@ -12,6 +12,8 @@ pub struct GatewayConfig {
     pub id: u32,
     /// The client-facing gRPC address.
     pub listen: SocketAddr,
+    /// Prometheus `/metrics` address; none to serve no metrics.
+    pub metrics_listen: Option<SocketAddr>,
     /// Client addresses of the cluster's nodes; the link goes to the leader (following
     /// the nodes' `bourse-leader` hints).
     pub cluster: Vec<String>,
@@ -46,6 +48,7 @@ impl GatewayConfig {
         GatewayConfig {
             id,
             listen,
+            metrics_listen: None,
             cluster,
             feed: Vec::new(),
             hold_us: 3_000,

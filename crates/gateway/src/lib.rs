@@ -23,6 +23,7 @@ pub mod config;
 pub mod keys;
 mod link;
 pub mod market;
+pub mod metrics;
 pub mod probe;
 mod proxy;
 mod session;
@@ -94,6 +95,7 @@ struct State {
     sessions: Mutex<FxHashMap<u64, Arc<SessionEntry>>>,
     pipe: Mutex<Pipe>,
     market: Arc<market::Market>,
+    metrics: Arc<metrics::Metrics>,
     shutdown: watch::Receiver<bool>,
     session_ids: std::sync::atomic::AtomicU64,
     /// The highest gateway_seq handed to a link: after a reconnect, unanswered
@@ -114,6 +116,7 @@ impl State {
                 in_flight.insert(command.seq, InFlight { gateway_ts, gateway_seq, command: command.clone() });
             }
         }
+        self.metrics.commands_forwarded.fetch_add(commands.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let batch = proto::StampedBatch { client_id: client, gateway_ts, gateway_seq, commands };
         // Fails only if the line's thread died; the commands stay in flight and are
         // resent when the link next reconnects.
@@ -159,6 +162,7 @@ impl State {
         if let Some(entry) = sessions.get(&client).filter(|e| e.session == session) {
             let _ = entry.outbox.try_send(Err(tonic::Status::resource_exhausted(reason.to_owned())));
             sessions.remove(&client);
+            self.metrics.sessions_dropped_slow.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -166,6 +170,7 @@ impl State {
 /// A running gateway.
 pub struct Gateway {
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     probe: Arc<Probe>,
     market: Arc<market::Market>,
     shutdown: watch::Sender<bool>,
@@ -188,7 +193,13 @@ impl Gateway {
         let (shutdown, shutdown_seen) = watch::channel(false);
         let clock = config.inject.clock.skewed();
         let probe = Arc::new(Probe::new(config.probe));
-        let market = market::Market::start(&config, clock, Arc::clone(&probe), shutdown_seen.clone())?;
+        let metrics = Arc::new(metrics::Metrics::default());
+        let market =
+            market::Market::start(&config, clock, Arc::clone(&probe), Arc::clone(&metrics), shutdown_seen.clone())?;
+        let metrics_addr = match config.metrics_listen {
+            Some(addr) => Some(metrics::serve(addr, Arc::clone(&metrics), Arc::clone(&probe)).await?),
+            None => None,
+        };
         let (up_sender, up_receiver) = mpsc::unbounded_channel();
         let line = DelayLine::spawn(
             &format!("gw{}-up", config.id),
@@ -204,6 +215,7 @@ impl Gateway {
             sessions: Mutex::new(FxHashMap::default()),
             pipe: Mutex::new(Pipe { next_seq: 0, last_ts: 0, line }),
             market,
+            metrics,
             shutdown: shutdown_seen,
             session_ids: std::sync::atomic::AtomicU64::new(1),
             sent_through: std::sync::atomic::AtomicU64::new(0),
@@ -216,11 +228,16 @@ impl Gateway {
         let market = Arc::clone(&state.market);
         let server = tokio::spawn(serve(listener, state));
         tracing::info!(%addr, "gateway serving");
-        Ok(Gateway { addr, probe, market, shutdown, server })
+        Ok(Gateway { addr, metrics_addr, probe, market, shutdown, server })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `/metrics` is served, if it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Whether the gateway has its market state (its feed delivered an image).
@@ -275,6 +292,9 @@ async fn serve(listener: tokio::net::TcpListener, state: Arc<State>) {
 pub async fn run_until_signal(config: GatewayConfig, keys: KeyStore) -> Result<(), GatewayError> {
     let gateway = Gateway::start(config, keys).await?;
     println!("bourse gateway listening on {}", gateway.addr());
+    if let Some(metrics) = gateway.metrics_addr() {
+        println!("metrics on http://{metrics}/metrics");
+    }
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),

@@ -8,6 +8,7 @@
 //! it holds, and resends every unanswered command that an earlier link carried, with
 //! its original stamp and gateway_seq; what the pipe still holds follows as usual.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,11 +46,14 @@ pub(crate) async fn run(state: Arc<State>, mut pipe: mpsc::UnboundedReceiver<UpI
         match connect(&state, &target).await {
             Ok((up, inbound)) => {
                 tracing::info!(gateway = state.config.id, leader = %target, "link up");
+                state.metrics.link_up.store(1, Ordering::Relaxed);
+                state.metrics.link_connects.fetch_add(1, Ordering::Relaxed);
                 backoff = BACKOFF_MIN;
                 let end = tokio::select! {
                     end = pump(&state, &mut pipe, up, inbound) => end,
                     _ = stop.wait_for(|stopping| *stopping) => return,
                 };
+                state.metrics.link_up.store(0, Ordering::Relaxed);
                 tracing::warn!(gateway = state.config.id, leader = %target, reason = %end, "link down; reconnecting");
             }
             Err(Failure::Redirect(leader)) => {
@@ -127,7 +131,7 @@ fn first_message(state: &State) -> proto::GatewayUp {
     let sessions: Vec<(u64, Arc<crate::SessionEntry>)> =
         state.sessions.lock().expect("sessions lock").iter().map(|(id, e)| (*id, Arc::clone(e))).collect();
     let mut message = proto::GatewayUp { gateway: state.config.id, ..Default::default() };
-    let sent_through = state.sent_through.load(std::sync::atomic::Ordering::Acquire);
+    let sent_through = state.sent_through.load(Ordering::Acquire);
     for (client, entry) in sessions {
         message.attach.push(client);
         let in_flight = entry.in_flight.lock().expect("in-flight lock");
@@ -145,6 +149,8 @@ fn first_message(state: &State) -> proto::GatewayUp {
             }
         }
     }
+    let resent: usize = message.batches.iter().map(|b| b.commands.len()).sum();
+    state.metrics.link_resent.fetch_add(resent as u64, Ordering::Relaxed);
     message
 }
 
@@ -172,7 +178,7 @@ async fn pump(
                     add(&mut message, item);
                 }
                 if let Some(last) = message.batches.last() {
-                    state.sent_through.store(last.gateway_seq, std::sync::atomic::Ordering::Release);
+                    state.sent_through.store(last.gateway_seq, Ordering::Release);
                 }
                 if up.send(message).is_err() {
                     return "the link's stream closed".into();

@@ -28,6 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::config::GatewayConfig;
+use crate::metrics::Metrics;
 use crate::probe::{Probe, Release};
 
 /// What subscribers receive: the updates of one released entry, or the news that the
@@ -42,6 +43,7 @@ pub struct Market {
     state: Mutex<Option<MarketState>>,
     updates: broadcast::Sender<Arc<Released>>,
     ready: AtomicBool,
+    metrics: Arc<Metrics>,
 }
 
 /// A feed message on its way to the release thread.
@@ -55,10 +57,11 @@ impl Market {
         config: &GatewayConfig,
         clock: SkewedClock,
         probe: Arc<Probe>,
+        metrics: Arc<Metrics>,
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Arc<Market>> {
         let (updates, _) = broadcast::channel(config.subscriber_buffer);
-        let market = Arc::new(Market { state: Mutex::new(None), updates, ready: AtomicBool::new(false) });
+        let market = Arc::new(Market { state: Mutex::new(None), updates, ready: AtomicBool::new(false), metrics });
         let (to_release, from_feed) = std::sync::mpsc::channel::<Inbound>();
         let hold_ns = config.hold_us * 1_000;
         let releaser = {
@@ -200,6 +203,10 @@ fn release_loop(
             let released_local = clock.now_ns();
             let released_true = bourse_fairness::true_now_ns();
             market.release(&due.item, due.release_ts, &mut out);
+            if due.item.events.is_empty() {
+                // No market data in this entry (a deposit, say): nothing was released.
+                continue;
+            }
             probe.record(Release {
                 log_index: due.item.log_index,
                 ts: due.item.ts,
@@ -230,6 +237,7 @@ impl Market {
             Ok(market) => {
                 *state = Some(market);
                 self.ready.store(true, Ordering::Release);
+                self.metrics.feed_starts.fetch_add(1, Ordering::Relaxed);
             }
             Err(error) => {
                 tracing::error!(%error, index = image.log_index, "the feed's image is not a book; waiting for another");
@@ -324,7 +332,10 @@ impl proto::market_data_server::MarketData for MarketDataService {
             (first, self.0.updates.subscribe())
         };
         let (out, receiver) = mpsc::channel(256);
+        let metrics = Arc::clone(&self.0.metrics);
         tokio::spawn(async move {
+            metrics.subscribers_open.fetch_add(1, Ordering::Relaxed);
+            let _open = Gauge(&metrics.subscribers_open);
             let mut seq = 0u64;
             for mut message in first {
                 seq += 1;
@@ -349,6 +360,7 @@ impl proto::market_data_server::MarketData for MarketDataService {
                     }
                     Ok(Ok(released)) => released,
                     Ok(Err(broadcast::error::RecvError::Lagged(missed))) => {
+                        metrics.subscribers_dropped_slow.fetch_add(1, Ordering::Relaxed);
                         let status = Status::resource_exhausted(format!(
                             "subscriber dropped: it fell {missed} releases behind; subscribe again"
                         ));
@@ -393,6 +405,15 @@ impl proto::market_data_server::MarketData for MarketDataService {
             .l2_snapshot(request.symbol, levels)
             .map(Response::new)
             .ok_or_else(|| Status::not_found(format!("no symbol {}", request.symbol)))
+    }
+}
+
+/// Takes one off a gauge when dropped (whichever way a subscription task ends).
+struct Gauge<'a>(&'a std::sync::atomic::AtomicI64);
+
+impl Drop for Gauge<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -57,6 +57,7 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         let session = state.session_ids.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(SessionEntry { session, outbox: outbox.clone(), in_flight: Default::default() });
         tokio::spawn(async move {
+            state.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
             let mut reader = Reader {
                 state: &state,
                 principal,
@@ -85,6 +86,7 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
                     sessions.remove(&client);
                 }
             }
+            state.metrics.sessions_open.fetch_sub(1, Ordering::Relaxed);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(outgoing))))
     }
@@ -173,7 +175,10 @@ impl Reader<'_> {
                 Some(Ok(_)) => None,
             };
             match refusal {
-                Some(ack) => refused.push(ack),
+                Some(ack) => {
+                    self.count_refusal(&ack);
+                    refused.push(ack);
+                }
                 None => forward.push(command),
             }
         }
@@ -185,6 +190,22 @@ impl Reader<'_> {
             self.entry.outbox.send(Ok(batch)).await.map_err(|_| Status::cancelled("session closed"))?;
         }
         Ok(())
+    }
+}
+
+impl Reader<'_> {
+    fn count_refusal(&self, ack: &proto::Ack) {
+        let metrics = &self.state.metrics;
+        let counter = match &ack.outcome {
+            Some(proto::ack::Outcome::Rejected(info)) => match info.code {
+                refusal::NOT_AUTHORIZED => &metrics.refused_not_authorized,
+                refusal::RATE_LIMITED => &metrics.refused_rate_limited,
+                refusal::IN_FLIGHT_LIMIT => &metrics.refused_in_flight,
+                _ => &metrics.refused_shape,
+            },
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 

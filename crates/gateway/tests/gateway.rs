@@ -171,6 +171,16 @@ async fn watermarks_release_before_the_window_and_a_full_buffer_slows_the_link()
     assert_eq!(metrics.fair_released.load(Relaxed), 21);
 }
 
+/// The text of `/metrics` at `addr`.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: gateway\r\n\r\n").await.unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.unwrap();
+    text
+}
+
 fn open_gateway(id: u32, node: &Node, hold_us: u64) -> GatewayConfig {
     let mut config = GatewayConfig::new(id, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
     config.hold_us = hold_us;
@@ -302,6 +312,7 @@ async fn a_key_acts_only_for_its_own_accounts() {
     let keys = KeyStore::from_entries(vec![entry_for(&key, "alice", vec![mine.0], false)]).unwrap();
     let mut config = open_gateway(1, &exchange.node, 0);
     config.open = false;
+    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
     let gateway = Gateway::start(config, keys).await.unwrap();
     let endpoints = vec![gateway.addr().to_string()];
     let options = ClientOptions { api_key: Some(ApiKey(key)), ..ClientOptions::default() };
@@ -327,6 +338,11 @@ async fn a_key_acts_only_for_its_own_accounts() {
     assert!(Client::connect(endpoints.clone(), random_client_id(), short.clone()).await.is_err());
     let wrong = ClientOptions { api_key: Some(ApiKey(generate_key())), ..short };
     assert!(Client::connect(endpoints, random_client_id(), wrong).await.is_err());
+    let metrics = scrape(gateway.metrics_addr().unwrap()).await;
+    assert!(metrics.contains("bourse_gateway_commands_refused_total{reason=\"not_authorized\"} 2\n"), "{metrics}");
+    // Two orders, and the fillers the client sent in the two refused seqs.
+    assert!(metrics.contains("bourse_gateway_commands_forwarded_total 4\n"), "{metrics}");
+    assert!(metrics.contains("bourse_gateway_link_up 1\n"), "{metrics}");
     alice.close().await.unwrap();
     gateway.shutdown().await;
 }

@@ -1,0 +1,120 @@
+//! A gateway's counters and their Prometheus text form at `/metrics`.
+
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::probe::Probe;
+
+/// Counters bumped by the gateway's tasks (relaxed atomics).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub sessions_open: AtomicI64,
+    pub sessions_dropped_slow: AtomicU64,
+    /// Commands stamped and sent up.
+    pub commands_forwarded: AtomicU64,
+    pub refused_not_authorized: AtomicU64,
+    pub refused_rate_limited: AtomicU64,
+    pub refused_in_flight: AtomicU64,
+    pub refused_shape: AtomicU64,
+    /// 1 while the link to the leader is up.
+    pub link_up: AtomicI64,
+    pub link_connects: AtomicU64,
+    /// Unanswered commands resent on reconnecting.
+    pub link_resent: AtomicU64,
+    pub subscribers_open: AtomicI64,
+    pub subscribers_dropped_slow: AtomicU64,
+    /// Times the feed (re)started from an image.
+    pub feed_starts: AtomicU64,
+}
+
+fn line(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(
+        out,
+        "# HELP bourse_gateway_{name} {help}\n# TYPE bourse_gateway_{name} {kind}\nbourse_gateway_{name} {value}"
+    );
+}
+
+impl Metrics {
+    pub fn render(&self, probe: &Probe) -> String {
+        let mut out = String::new();
+        let u = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let i = |a: &AtomicI64| a.load(Ordering::Relaxed);
+        line(&mut out, "sessions_open", "Client sessions connected.", "gauge", i(&self.sessions_open));
+        line(
+            &mut out,
+            "sessions_dropped_slow_total",
+            "Sessions dropped for not reading their acks.",
+            "counter",
+            u(&self.sessions_dropped_slow),
+        );
+        line(
+            &mut out,
+            "commands_forwarded_total",
+            "Commands stamped and sent to the leader.",
+            "counter",
+            u(&self.commands_forwarded),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP bourse_gateway_commands_refused_total Commands refused at the gateway, by reason.\n# TYPE bourse_gateway_commands_refused_total counter"
+        );
+        for (reason, value) in [
+            ("not_authorized", &self.refused_not_authorized),
+            ("rate_limited", &self.refused_rate_limited),
+            ("in_flight_limit", &self.refused_in_flight),
+            ("shape", &self.refused_shape),
+        ] {
+            let _ = writeln!(out, "bourse_gateway_commands_refused_total{{reason=\"{reason}\"}} {}", u(value));
+        }
+        line(&mut out, "link_up", "1 while the link to the leader is up.", "gauge", i(&self.link_up));
+        line(&mut out, "link_connects_total", "Links opened to a leader.", "counter", u(&self.link_connects));
+        line(
+            &mut out,
+            "link_resent_total",
+            "Unanswered commands resent after a reconnect.",
+            "counter",
+            u(&self.link_resent),
+        );
+        line(&mut out, "subscribers_open", "Market data subscribers connected.", "gauge", i(&self.subscribers_open));
+        line(
+            &mut out,
+            "subscribers_dropped_slow_total",
+            "Subscribers dropped for falling behind.",
+            "counter",
+            u(&self.subscribers_dropped_slow),
+        );
+        line(&mut out, "feed_starts_total", "Times the feed started from an image.", "counter", u(&self.feed_starts));
+        let (released, late) = probe.counts();
+        line(&mut out, "market_released_total", "Log entries with market data released.", "counter", released);
+        line(
+            &mut out,
+            "market_late_total",
+            "Of those, entries that arrived at or after their release time (outbound unfairness).",
+            "counter",
+            late,
+        );
+        out
+    }
+}
+
+/// Serves `/metrics` on `addr` until the process ends.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, probe: Arc<Probe>) -> std::io::Result<SocketAddr> {
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let (metrics, probe) = (Arc::clone(&metrics), Arc::clone(&probe));
+            async move { metrics.render(&probe) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "gateway metrics server stopped");
+        }
+    });
+    Ok(local)
+}
