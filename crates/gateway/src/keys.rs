@@ -62,17 +62,26 @@ impl Principal {
     /// Whether this key may send `body`. Trading commands need the account; the rest
     /// (creating things, moving money, suspensions) need an administrative key.
     pub fn may(&self, body: &CommandBody) -> bool {
+        self.refusal(body).is_none()
+    }
+
+    /// Why this key may not send `body`, or `None` when it may.
+    pub fn refusal(&self, body: &CommandBody) -> Option<String> {
         if self.admin || is_filler(body) {
-            return true;
+            return None;
         }
         let account = match body {
             CommandBody::Place(order) => order.account,
             CommandBody::Cancel { account, .. }
             | CommandBody::Reduce { account, .. }
             | CommandBody::Move { account, .. } => *account,
-            _ => return false,
+            _ => return Some(format!("key {:?} may not send administrative commands", self.name)),
         };
-        self.accounts.contains(&account.0)
+        if self.accounts.contains(&account.0) {
+            None
+        } else {
+            Some(format!("key {:?} does not own account {}", self.name, account.0))
+        }
     }
 
     /// Whether this key may read `account`'s balances and orders.

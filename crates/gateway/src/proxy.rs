@@ -140,8 +140,8 @@ impl proto::admin_server::Admin for AdminProxy {
         let command =
             request.command.as_ref().ok_or_else(|| Status::invalid_argument("SubmitRequest.command is required"))?;
         if let Some(Ok(body)) = command.body.as_ref().map(CommandBody::try_from) {
-            if !principal.may(&body) {
-                return Err(Status::permission_denied("this key may not send that command"));
+            if let Some(why) = principal.refusal(&body) {
+                return Err(Status::permission_denied(format!("not_authorized: {why}")));
             }
         }
         if request.client_id == 0 {

@@ -154,12 +154,10 @@ impl Reader<'_> {
                 }
                 Some(Err(error)) => Some(convert::ack_refused(command.seq, &error)),
                 Some(Ok(body)) if crate::keys::is_filler(&body) => None,
-                Some(Ok(body)) if !self.principal.may(&body) => Some(refuse(
-                    command.seq,
-                    refusal::NOT_AUTHORIZED,
-                    "not_authorized",
-                    "this key may not act for that account or send that command",
-                )),
+                Some(Ok(body)) if !self.principal.may(&body) => {
+                    let why = self.principal.refusal(&body).unwrap_or_default();
+                    Some(refuse(command.seq, refusal::NOT_AUTHORIZED, "not_authorized", &why))
+                }
                 Some(Ok(_)) if in_flight + forward.len() >= self.state.config.in_flight_max => Some(refuse(
                     command.seq,
                     refusal::IN_FLIGHT_LIMIT,
