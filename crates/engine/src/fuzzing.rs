@@ -357,6 +357,21 @@ fn order_from(bytes: &mut Bytes<'_>, account: AccountId, sym: u8) -> OrderReques
     }
 }
 
+/// `len` bytes from SplitMix64 seeded with `seed`: a command stream for [`run`] and the
+/// property tests that reproduces from its seed.
+pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)) as u8
+        })
+        .collect()
+}
+
 /// The fuzz entry point: drives the fixture with commands made from `data`, both
 /// structured and decoded from raw bytes, comparing the two books throughout.
 pub fn run(data: &[u8]) {

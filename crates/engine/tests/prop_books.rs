@@ -53,25 +53,11 @@ proptest! {
     }
 }
 
-/// SplitMix64: a tiny seeded generator, so a failing stream reproduces from its seed.
-fn stream(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            (z ^ (z >> 31)) as u8
-        })
-        .collect()
-}
-
 #[test]
 fn seeded_long_streams_agree() {
     for seed in 0..12u64 {
         eprintln!("seeded stream: seed {seed}");
-        let data = stream(seed, 60_000);
+        let data = bourse_engine::fuzzing::seeded_bytes(seed, 60_000);
         let mut d = Differential::new();
         drive(&mut d, &mut Bytes::new(&data), usize::MAX);
         d.assert_same_hash();
@@ -82,6 +68,6 @@ fn seeded_long_streams_agree() {
 fn fuzz_entry_point_survives_seeded_input() {
     for seed in 100..140u64 {
         eprintln!("fuzz input: seed {seed}");
-        bourse_engine::fuzzing::run(&stream(seed, 4_000));
+        bourse_engine::fuzzing::run(&bourse_engine::fuzzing::seeded_bytes(seed, 4_000));
     }
 }

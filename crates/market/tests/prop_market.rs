@@ -484,26 +484,12 @@ proptest! {
     }
 }
 
-/// SplitMix64 bytes, so a failing stream reproduces from its seed.
-fn stream(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            (z ^ (z >> 31)) as u8
-        })
-        .collect()
-}
-
 /// Long seeded streams, and proof that they reach what the properties are about.
 #[test]
 fn seeded_long_streams_equal_the_engine() {
     let mut total = Coverage::default();
     for seed in 0..4u64 {
-        let c = run(&stream(seed, 30_000), 150 + seed as usize * 100, (300, 340), 8);
+        let c = run(&bourse_engine::fuzzing::seeded_bytes(seed, 30_000), 150 + seed as usize * 100, (300, 340), 8);
         total.entries += c.entries;
         total.trades += c.trades;
         total.refreshes += c.refreshes;

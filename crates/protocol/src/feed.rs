@@ -707,7 +707,7 @@ mod tests {
     #[test]
     fn seeded_streams_rebuild_the_books_exactly() {
         for seed in 0..6u64 {
-            let data = seeded_bytes(seed, 24_000);
+            let data = bourse_engine::fuzzing::seeded_bytes(seed, 24_000);
             let mut bytes = Bytes::new(&data);
             let mut d = Differential::new();
             let mut builder = FeedBuilder::from_engine(&d.fast);
@@ -740,19 +740,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// SplitMix64 bytes, so a failing stream reproduces from its seed.
-    fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
-        let mut state = seed;
-        (0..len)
-            .map(|_| {
-                state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = state;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                (z ^ (z >> 31)) as u8
-            })
-            .collect()
     }
 }
