@@ -24,6 +24,7 @@ use bourse_engine::command::CommandBody;
 use bourse_engine::ClientId;
 use bourse_fairness::{precise, Resequencer, Stamp};
 use bourse_protocol::convert::ConvertError;
+use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
 use crate::core::{Reply, Request};
@@ -90,11 +91,14 @@ impl FairSequencer {
 fn run(config: FairConfig, mut receiver: mpsc::Receiver<Inbound>, core: mpsc::Sender<Request>, metrics: Arc<Metrics>) {
     let _ = precise::lower_timer_slack();
     let mut buffer: Resequencer<(ClientId, Items)> = Resequencer::new(config.window_ns, config.capacity.max(1));
+    // Links per gateway id: a gateway that reconnects before its old link is noticed
+    // dead has two for a while, and stays connected until the last one closes.
+    let mut links: FxHashMap<u32, usize> = FxHashMap::default();
     let mut open = true;
     loop {
         while open && buffer.len() < config.capacity.max(1) {
             match receiver.try_recv() {
-                Ok(message) => take(&mut buffer, message),
+                Ok(message) => take(&mut buffer, &mut links, message),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => open = false,
             }
@@ -135,10 +139,20 @@ fn run(config: FairConfig, mut receiver: mpsc::Receiver<Inbound>, core: mpsc::Se
     }
 }
 
-fn take(buffer: &mut Resequencer<(ClientId, Items)>, message: Inbound) {
+fn take(buffer: &mut Resequencer<(ClientId, Items)>, links: &mut FxHashMap<u32, usize>, message: Inbound) {
     match message {
-        Inbound::Connect { gateway } => buffer.connect(gateway),
-        Inbound::Disconnect { gateway } => buffer.disconnect(gateway),
+        Inbound::Connect { gateway } => {
+            *links.entry(gateway).or_default() += 1;
+            buffer.connect(gateway);
+        }
+        Inbound::Disconnect { gateway } => {
+            let count = links.entry(gateway).or_default();
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                links.remove(&gateway);
+                buffer.disconnect(gateway);
+            }
+        }
         Inbound::Watermark { gateway, ts } => buffer.heartbeat(gateway, ts),
         Inbound::Batch { stamp, client, items } => {
             let now = bourse_fairness::true_now_ns();
