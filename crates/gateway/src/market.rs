@@ -1,12 +1,18 @@
 //! Market data on a gateway: the feed from a replica, held and released at once.
 //!
 //! A task reads the order-level feed (`GatewayLink.Feed`) from a node, preferring the
-//! addresses configured first; the messages pass the injected engine→gateway delay and
-//! reach the release thread. There, every entry waits in a [`HoldQueue`] until the
-//! gateway clock reaches `t_R = t_m + d_h`; at that instant the thread applies it to the
-//! gateway's [`MarketState`] and hands the updates it derives (order-level events,
-//! trades, L2, BBO, statistics) to every subscriber in one broadcast. A subscriber that
-//! cannot keep up is dropped with a reason; it never holds the others back.
+//! addresses configured first, and hands each message to the release thread with the
+//! time it came. There, every entry waits in a [`HoldQueue`] until the gateway clock
+//! reaches `t_R = t_m + d_h`; at that instant the thread applies it to the gateway's
+//! [`MarketState`] and hands the updates it derives (order-level events, trades, L2,
+//! BBO, statistics) to every subscriber in one broadcast. A subscriber that cannot keep
+//! up is dropped with a reason; it never holds the others back.
+//!
+//! The injected engine→gateway delay is modelled in the same thread, not by a delay
+//! line of its own: a message that came at `r` is taken to arrive at
+//! `max(previous arrival, r + sample)` (a FIFO link) and is seen by the gateway only
+//! then. A thread per injected link would wake at the very instants the release threads
+//! must, on the same few CPUs, and be measured as unfairness.
 //!
 //! The release thread is a thread, not a task: tokio's timer ticks in milliseconds and
 //! releases are judged in microseconds. It sleeps with a lowered timer slack and is
@@ -17,12 +23,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bourse_fairness::inject::DelayLine;
+use bourse_fairness::inject::DelayModel;
 use bourse_fairness::{precise, HoldQueue, SkewedClock};
 use bourse_market::MarketState;
 use bourse_protocol::proto;
 use bourse_protocol::proto::gateway_link_client::GatewayLinkClient;
 use bourse_protocol::proto::market_data_update::Update;
+use rand::SeedableRng;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -47,8 +54,10 @@ pub struct Market {
 }
 
 /// A feed message on its way to the release thread.
-enum Inbound {
-    Message(proto::FeedMessage),
+struct Inbound {
+    message: proto::FeedMessage,
+    /// When the feed task got it, true clock.
+    received: u64,
 }
 
 impl Market {
@@ -63,25 +72,21 @@ impl Market {
         let (updates, _) = broadcast::channel(config.subscriber_buffer);
         let market = Arc::new(Market { state: Mutex::new(None), updates, ready: AtomicBool::new(false), metrics });
         let (to_release, from_feed) = std::sync::mpsc::channel::<Inbound>();
+        let link = Link {
+            model: config.inject.outbound.clone(),
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(config.inject.outbound_seed),
+            last_arrival: 0,
+        };
         let hold_ns = config.hold_us * 1_000;
         let releaser = {
             let market = Arc::clone(&market);
             let shutdown = shutdown.clone();
             std::thread::Builder::new()
                 .name(format!("gw{}-release", config.id))
-                .spawn(move || release_loop(market, clock, hold_ns, from_feed, probe, shutdown))?
+                .spawn(move || release_loop(market, clock, hold_ns, link, from_feed, probe, shutdown))?
         };
-        let wake = releaser.thread().clone();
-        let line = DelayLine::spawn(
-            &format!("gw{}-down", config.id),
-            config.inject.outbound.clone(),
-            config.inject.outbound_seed,
-            move |message| {
-                let _ = to_release.send(Inbound::Message(message));
-                wake.unpark();
-            },
-        )?;
-        tokio::spawn(read_feed(config.feed_sources(), line, shutdown, config.id));
+        let sink = Sink { sender: to_release, wake: releaser.thread().clone() };
+        tokio::spawn(read_feed(config.feed_sources(), sink, shutdown, config.id));
         Ok(market)
     }
 
@@ -91,15 +96,44 @@ impl Market {
     }
 }
 
+/// The feed task's way to the release thread.
+struct Sink {
+    sender: std::sync::mpsc::Sender<Inbound>,
+    wake: std::thread::Thread,
+}
+
+impl Sink {
+    fn send(&self, message: proto::FeedMessage) -> Result<(), ()> {
+        let received = bourse_fairness::true_now_ns();
+        self.sender.send(Inbound { message, received }).map_err(|_| ())?;
+        self.wake.unpark();
+        Ok(())
+    }
+}
+
+/// The injected engine→gateway link: a FIFO delay.
+struct Link {
+    model: DelayModel,
+    rng: rand_chacha::ChaCha8Rng,
+    last_arrival: u64,
+}
+
+impl Link {
+    /// When a message the feed task got at `received` reaches the gateway.
+    fn arrival(&mut self, received: u64) -> u64 {
+        if self.model.is_zero() {
+            return received;
+        }
+        let delay = self.model.sample(received, &mut self.rng);
+        self.last_arrival = self.last_arrival.max(received.saturating_add(delay));
+        self.last_arrival
+    }
+}
+
 /// Reads the feed from the sources in turn, forever: a broken feed is reopened (the
 /// new image restarts the market state). A source that says it leads is passed over
 /// while another is left to try, so market data does not load the leader.
-async fn read_feed(
-    sources: Vec<String>,
-    line: DelayLine<proto::FeedMessage>,
-    mut stop: watch::Receiver<bool>,
-    id: u32,
-) {
+async fn read_feed(sources: Vec<String>, line: Sink, mut stop: watch::Receiver<bool>, id: u32) {
     let mut current = 0usize;
     let mut passed_over = 0usize;
     let mut backoff = Duration::from_millis(10);
@@ -128,7 +162,7 @@ async fn read_feed(
                 match stream.message().await {
                     Ok(Some(message)) => {
                         if line.send(message).is_err() {
-                            return Err("the delay line stopped".to_string());
+                            return Err("the release thread stopped".to_string());
                         }
                     }
                     Ok(None) => return Err("the node ended the feed".to_string()),
@@ -168,12 +202,15 @@ fn release_loop(
     market: Arc<Market>,
     clock: SkewedClock,
     hold_ns: u64,
+    mut link: Link,
     inbound: std::sync::mpsc::Receiver<Inbound>,
     probe: Arc<Probe>,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = precise::lower_timer_slack();
     let mut held: HoldQueue<proto::FeedEntry> = HoldQueue::new();
+    // Messages on the (injected) link: arrival time, in order.
+    let mut in_transit: std::collections::VecDeque<(u64, proto::FeedMessage)> = Default::default();
     let mut out = Vec::new();
     loop {
         if *shutdown.borrow() {
@@ -181,21 +218,26 @@ fn release_loop(
         }
         loop {
             match inbound.try_recv() {
-                Ok(Inbound::Message(message)) => match message.body {
-                    Some(proto::feed_message::Body::Image(image)) => {
-                        // A new image: what is held belongs to the old feed.
-                        while held.pop_due(u64::MAX).is_some() {}
-                        market.restart(image);
-                    }
-                    Some(proto::feed_message::Body::Entry(entry)) => {
-                        let now = clock.now_ns();
-                        let release_ts = entry.ts.saturating_add(hold_ns);
-                        held.push(now, release_ts, entry);
-                    }
-                    None => {}
-                },
+                Ok(Inbound { message, received }) => in_transit.push_back((link.arrival(received), message)),
                 Err(std::sync::mpsc::TryRecvError::Empty) => break,
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+            }
+        }
+        let now_true = bourse_fairness::true_now_ns();
+        while in_transit.front().is_some_and(|(arrival, _)| *arrival <= now_true) {
+            let (arrival, message) = in_transit.pop_front().expect("checked");
+            match message.body {
+                Some(proto::feed_message::Body::Image(image)) => {
+                    // A new image: what is held belongs to the old feed.
+                    while held.pop_due(u64::MAX).is_some() {}
+                    market.restart(image);
+                }
+                Some(proto::feed_message::Body::Entry(entry)) => {
+                    let release_ts = entry.ts.saturating_add(hold_ns);
+                    // Late when it arrived (on the gateway clock) at or after t_R.
+                    held.push(clock.at(arrival), release_ts, entry);
+                }
+                None => {}
             }
         }
         let now = clock.now_ns();
@@ -216,9 +258,10 @@ fn release_loop(
                 released_true,
             });
         }
-        match held.next_due() {
-            Some(due) => {
-                let deadline = clock.true_of(due);
+        let next_release = held.next_due().map(|due| clock.true_of(due));
+        let next_arrival = in_transit.front().map(|(arrival, _)| *arrival);
+        match next_release.into_iter().chain(next_arrival).min() {
+            Some(deadline) => {
                 let wait = deadline.saturating_sub(bourse_fairness::true_now_ns());
                 if wait > 0 {
                     std::thread::park_timeout(Duration::from_nanos(wait));
