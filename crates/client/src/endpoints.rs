@@ -152,7 +152,7 @@ impl Endpoints {
 }
 
 /// Whether two addresses name the same endpoint, with or without a scheme.
-fn same_address(a: &str, b: &str) -> bool {
+pub fn same_address(a: &str, b: &str) -> bool {
     let strip = |s: &str| s.split_once("://").map_or(s, |(_, rest)| rest).trim_end_matches('/').to_string();
     strip(a) == strip(b)
 }

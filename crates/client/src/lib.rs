@@ -44,6 +44,7 @@ pub mod window;
 pub use admin::AdminSession;
 pub use client::{Client, ClientStats, Events, Permit, SessionEvent};
 pub use client_id::random_client_id;
+pub use endpoints::same_address;
 pub use error::{Error, Result};
 pub use options::{ApiKey, ClientOptions};
 pub use query::{MarketDataStream, QueryClient};

@@ -49,6 +49,9 @@ pub mod refusal {
     pub const IN_FLIGHT_LIMIT: u32 = 1006;
 }
 
+/// A gRPC reply stream fed by a task.
+type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
+
 /// What travels up the gateway's pipe to the link, in stamp order.
 enum UpItem {
     Batch(proto::StampedBatch),

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bourse_client::same_address;
 use bourse_protocol::proto;
 use bourse_protocol::proto::gateway_link_client::GatewayLinkClient;
 use tokio::sync::mpsc;
@@ -220,10 +221,4 @@ pub(crate) async fn heartbeats(state: Arc<State>) {
             _ = stop.wait_for(|stopping| *stopping) => return,
         }
     }
-}
-
-/// Whether two addresses name the same endpoint, with or without a scheme.
-fn same_address(a: &str, b: &str) -> bool {
-    let strip = |s: &str| s.split_once("://").map_or(s, |(_, rest)| rest).trim_end_matches('/').to_string();
-    strip(a) == strip(b)
 }

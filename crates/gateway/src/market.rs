@@ -37,6 +37,7 @@ use tonic::{Request, Response, Status};
 use crate::config::GatewayConfig;
 use crate::metrics::Metrics;
 use crate::probe::{Probe, Release};
+use crate::BoxStream;
 
 /// What subscribers receive: the updates of one released entry, or the news that the
 /// gateway's market state started over (its feed restarted).
@@ -318,8 +319,6 @@ impl Market {
 
 /// The MarketData service of a gateway.
 pub(crate) struct MarketDataService(pub Arc<Market>);
-
-type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// How long an idle subscription waits before a heartbeat.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);

@@ -18,11 +18,9 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::keys::Principal;
-use crate::{refusal, SessionEntry, State};
+use crate::{refusal, BoxStream, SessionEntry, State};
 
 pub(crate) struct OrderEntryService(pub Arc<State>);
-
-type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// The key holder of a request, from `authorization: Bearer <key>`.
 pub(crate) fn authenticate<T>(state: &State, request: &Request<T>) -> Result<Arc<Principal>, Status> {

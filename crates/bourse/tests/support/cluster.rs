@@ -439,12 +439,7 @@ impl ClusterHarness {
     pub async fn status(&self, slot: usize) -> Result<proto::ClusterStatus, String> {
         let api = self.slots[slot].api;
         let call = async {
-            let channel = Endpoint::from_shared(format!("http://{api}"))
-                .map_err(|e| e.to_string())?
-                .connect_timeout(STATUS_WAIT_MAX)
-                .connect()
-                .await
-                .map_err(|e| format!("connect: {e}"))?;
+            let channel = connect_api(api).await?;
             ClusterClient::new(channel)
                 .status(proto::ClusterStatusRequest {})
                 .await
@@ -597,12 +592,7 @@ impl ClusterHarness {
             let api = self.slots[slot].api;
             let remaining = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(100));
             let attempt = async {
-                let channel = Endpoint::from_shared(format!("http://{api}"))
-                    .map_err(|e| e.to_string())?
-                    .connect_timeout(STATUS_WAIT_MAX)
-                    .connect()
-                    .await
-                    .map_err(|e| format!("connect: {e}"))?;
+                let channel = connect_api(api).await?;
                 call(ClusterClient::new(channel)).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))
             };
             match tokio::time::timeout(remaining, attempt).await {
@@ -680,6 +670,16 @@ impl Drop for ClusterHarness {
             slot.child = None;
         }
     }
+}
+
+/// A channel to a node's client address.
+async fn connect_api(api: std::net::SocketAddr) -> Result<tonic::transport::Channel, String> {
+    Endpoint::from_shared(format!("http://{api}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(STATUS_WAIT_MAX)
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))
 }
 
 pub fn status_line(s: &proto::ClusterStatus) -> String {
