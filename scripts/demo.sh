@@ -63,9 +63,9 @@ echo "      released by every gateway at the same instant."
 keys="$data/keys.toml"
 ops_key=$("$bourse" gateway key-add --keys "$keys" --name ops --admin 2>/dev/null)
 alice_key=$("$bourse" gateway key-add --keys "$keys" --name alice --account 0,1 2>/dev/null)
-"$bourse" gateway run --id 1 --listen "$gw1" --cluster "$nodes" --keys "$keys" 2>"$data/gateway1.log" &
+"$bourse" gateway run --id 1 --listen "$gw1" --cluster "$nodes" --keys "$keys" --release-priority 10 2>"$data/gateway1.log" &
 gateway_pids+=($!)
-"$bourse" gateway run --id 2 --listen "$gw2" --cluster "$nodes" --keys "$keys" 2>"$data/gateway2.log" &
+"$bourse" gateway run --id 2 --listen "$gw2" --cluster "$nodes" --keys "$keys" --release-priority 10 2>"$data/gateway2.log" &
 gateway_pids+=($!)
 sleep 1
 echo "   alice follows trades on gateway 2 and trades between her accounts 0 and 1 on gateway 1:"

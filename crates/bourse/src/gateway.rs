@@ -45,6 +45,11 @@ pub struct RunArgs {
     /// measures it).
     #[arg(long, default_value_t = 3_000)]
     hold_us: u64,
+    /// Run the market data release thread under SCHED_FIFO at this priority (1–99), so
+    /// it wakes at each release instant even when ordinary threads hold every CPU.
+    /// Needs CAP_SYS_NICE; without it the gateway warns and runs at ordinary priority.
+    #[arg(long)]
+    release_priority: Option<u8>,
     /// How often the gateway sends its clock to the sequencer when idle, in µs.
     #[arg(long, default_value_t = 1_000)]
     heartbeat_us: u64,
@@ -107,6 +112,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     config.metrics_listen = args.metrics_listen;
     config.open = args.open;
     config.hold_us = args.hold_us;
+    config.release_priority = args.release_priority;
     config.heartbeat_us = args.heartbeat_us;
     config.rate_per_sec = args.rate_per_sec;
     config.burst = args.burst;

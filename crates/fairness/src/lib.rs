@@ -11,7 +11,8 @@
 //! - [`clock`]: skewed gateway clocks ([`SkewedClock`]) and the true clock ([`true_now_ns`]).
 //! - [`inject`]: seeded per-gateway delay and clock-error profiles parsed from a spec string, and
 //!   [`DelayLine`], a thread that applies a delay to a stream of items.
-//! - [`precise`]: sub-millisecond sleeps ([`sleep_until_ns`], [`lower_timer_slack`]).
+//! - [`precise`]: sub-millisecond sleeps ([`sleep_until_ns`], [`lower_timer_slack`]) and real-time
+//!   priority ([`run_realtime`]).
 //!
 //! Times are `u64` nanoseconds since the Unix epoch throughout. The sequencer, hold queue and
 //! metrics are pure (time is passed in); only `clock`, `inject` and `precise` touch the system.
@@ -29,5 +30,5 @@ pub use inject::{
     ClockModel, ClockPreset, ClockSpec, DelayLine, DelayModel, Jitter, Profile, ProfileSpec, SpecError, Spikes,
 };
 pub use metrics::{Delivery, Observation, Ratio, Spread, SpreadSummary, Unfairness};
-pub use precise::{lower_timer_slack, sleep_until_ns};
+pub use precise::{lower_timer_slack, run_realtime, sleep_until_ns};
 pub use sequencer::{Full, Released, Resequencer, SequencerStats, Stamp};

@@ -13,6 +13,12 @@
 //! - Optionally, the last few µs before the deadline are spun ([`sleep_until_ns_with_spin`]); the
 //!   default, [`SPIN_NS`], is no spin (its docs give the measurements). Nothing here busy-waits
 //!   longer than the spin it is given.
+//! - [`run_realtime`] puts the calling thread under `SCHED_FIFO`, so that a thread which must
+//!   wake at an instant is not kept waiting behind ordinary threads that have time left in
+//!   their slice. It needs `CAP_SYS_NICE` (or an `RLIMIT_RTPRIO`); callers fall back to ordinary
+//!   priority when refused. Only for threads that sleep almost all the time: a real-time thread
+//!   that spins holds its CPU against everything else (the kernel's real-time throttling leaves
+//!   others 5 %).
 //!
 //! Never returns before the deadline (as read by [`crate::true_now_ns`]); it may return late by
 //! the OS's wake-up latency, which on a loaded machine is unbounded.
@@ -46,6 +52,32 @@ pub fn lower_timer_slack() -> std::io::Result<()> {
         rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1))?;
     }
     Ok(())
+}
+
+/// Runs the calling thread under `SCHED_FIFO` at `priority` (1–99). Errors when the priority is
+/// out of range, the platform has no such policy, or the process may not (no `CAP_SYS_NICE`).
+pub fn run_realtime(priority: u8) -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    {
+        use thread_priority::{
+            set_thread_priority_and_policy, thread_native_id, RealtimeThreadSchedulePolicy, ThreadPriority,
+            ThreadPriorityValue, ThreadSchedulePolicy,
+        };
+        if priority == 0 {
+            return Err("a real-time priority is 1 to 99".to_string());
+        }
+        let value = ThreadPriorityValue::try_from(priority).map_err(|e| e.to_string())?;
+        set_thread_priority_and_policy(
+            thread_native_id(),
+            ThreadPriority::Crossplatform(value),
+            ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
+        )
+        .map_err(|e| format!("SCHED_FIFO at priority {priority} refused: {e:?}"))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err(format!("no SCHED_FIFO here (priority {priority})"))
+    }
 }
 
 /// The calling thread's timer slack in ns (Linux only; `None` elsewhere or on error).
@@ -124,6 +156,21 @@ mod tests {
             errors.sort_unstable();
             // Loose: the median wake-up must be within 5 ms even on a loaded machine.
             assert!(errors[errors.len() / 2] < 5_000_000, "{errors:?}");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn realtime_priority_is_checked_and_then_granted_or_refused_with_a_reason() {
+        std::thread::spawn(|| {
+            assert!(run_realtime(0).is_err());
+            assert!(run_realtime(100).is_err());
+            // Granted with CAP_SYS_NICE, refused without: either way, no panic, and a
+            // refusal says why.
+            if let Err(reason) = run_realtime(1) {
+                assert!(reason.contains("refused") || reason.contains("no SCHED_FIFO"), "{reason}");
+            }
         })
         .join()
         .unwrap();

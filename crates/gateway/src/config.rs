@@ -23,6 +23,11 @@ pub struct GatewayConfig {
     /// d_h, in microseconds: market data caused at leader time t_m is released to this
     /// gateway's subscribers when the gateway clock reaches t_m + d_h.
     pub hold_us: u64,
+    /// Run the release thread under `SCHED_FIFO` at this priority (1–99), so that it
+    /// wakes at each release instant even while ordinary threads hold every CPU. Needs
+    /// `CAP_SYS_NICE`; when refused the gateway warns and runs at ordinary priority.
+    /// None: ordinary priority.
+    pub release_priority: Option<u8>,
     /// How often an idle gateway tells the sequencer its clock (the watermark).
     pub heartbeat_us: u64,
     /// Commands per second a session may send on average, and in a burst.
@@ -52,6 +57,7 @@ impl GatewayConfig {
             cluster,
             feed: Vec::new(),
             hold_us: 3_000,
+            release_priority: None,
             heartbeat_us: 1_000,
             rate_per_sec: 100_000,
             burst: 10_000,
@@ -81,6 +87,9 @@ impl GatewayConfig {
                 return Err(format!("{field} = {value} is outside {min}..={max}"));
             }
         }
+        if let Some(priority) = self.release_priority.filter(|p| !(1..=99).contains(p)) {
+            return Err(format!("release_priority = {priority} is outside 1..=99"));
+        }
         Ok(())
     }
 
@@ -91,5 +100,30 @@ impl GatewayConfig {
         } else {
             self.feed.clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_out_of_bounds_are_refused_by_name() {
+        let base = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec!["127.0.0.1:1".into()]);
+        assert!(base.validate().is_ok());
+        let mut config = base.clone();
+        config.cluster.clear();
+        assert!(config.validate().unwrap_err().contains("cluster"));
+        let mut config = base.clone();
+        config.heartbeat_us = 10;
+        assert!(config.validate().unwrap_err().contains("heartbeat_us = 10"));
+        for priority in [0, 100] {
+            let mut config = base.clone();
+            config.release_priority = Some(priority);
+            assert!(config.validate().unwrap_err().contains(&format!("release_priority = {priority}")));
+        }
+        let mut config = base;
+        config.release_priority = Some(99);
+        assert!(config.validate().is_ok());
     }
 }

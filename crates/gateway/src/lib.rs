@@ -176,6 +176,7 @@ pub struct Gateway {
     metrics_addr: Option<SocketAddr>,
     probe: Arc<Probe>,
     market: Arc<market::Market>,
+    metrics: Arc<metrics::Metrics>,
     shutdown: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -229,9 +230,10 @@ impl Gateway {
         let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
         let addr = listener.local_addr()?;
         let market = Arc::clone(&state.market);
+        let metrics = Arc::clone(&state.metrics);
         let server = tokio::spawn(serve(listener, state));
         tracing::info!(%addr, "gateway serving");
-        Ok(Gateway { addr, metrics_addr, probe, market, shutdown, server })
+        Ok(Gateway { addr, metrics_addr, probe, market, metrics, shutdown, server })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -246,6 +248,12 @@ impl Gateway {
     /// Whether the gateway has its market state (its feed delivered an image).
     pub fn market_ready(&self) -> bool {
         self.market.is_ready()
+    }
+
+    /// Whether the market data release thread runs at real-time priority (configured
+    /// with `release_priority`, and granted).
+    pub fn release_realtime(&self) -> bool {
+        self.metrics.release_realtime.load(std::sync::atomic::Ordering::Relaxed) == 1
     }
 
     /// What this gateway recorded of its market data releases.

@@ -8,18 +8,21 @@
 //! BBO, statistics) to every subscriber in one broadcast. A subscriber that cannot keep
 //! up is dropped with a reason; it never holds the others back.
 //!
-//! The injected engine→gateway delay is modelled in the same thread, not by a delay
-//! line of its own: a message that came at `r` is taken to arrive at
-//! `max(previous arrival, r + sample)` (a FIFO link) and is seen by the gateway only
-//! then. A thread per injected link would wake at the very instants the release threads
-//! must, on the same few CPUs, and be measured as unfairness.
+//! The injected engine→gateway delay is modelled, not played out by a delay line of its
+//! own: a message that came at `r` is taken to arrive at `max(previous arrival,
+//! r + sample)` (a FIFO link), is late if that is at or after its release time, and is
+//! never released before it. A thread per injected link would wake at the very instants
+//! the release threads must, on the same few CPUs, and be measured as unfairness.
 //!
 //! The release thread is a thread, not a task: tokio's timer ticks in milliseconds and
-//! releases are judged in microseconds. It sleeps with a lowered timer slack and is
-//! woken by each arriving message.
+//! releases are judged in microseconds. It sleeps with a lowered timer slack, and wakes
+//! only to release: at the next release instant, or when a message comes that is due
+//! before it (an image; a late entry). Waking for every message, and again at its
+//! modelled arrival, cost three wake-ups per entry per gateway, some of which landed on
+//! other gateways' release instants and delayed them.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,8 +60,11 @@ pub struct Market {
 /// A feed message on its way to the release thread.
 struct Inbound {
     message: proto::FeedMessage,
-    /// When the feed task got it, true clock.
-    received: u64,
+    /// When it reaches the gateway over the (injected) link, true clock.
+    arrival: u64,
+    /// The earliest instant it can go out, true clock: its arrival, and for an entry
+    /// also its release time.
+    due: u64,
 }
 
 impl Market {
@@ -79,14 +85,25 @@ impl Market {
             last_arrival: 0,
         };
         let hold_ns = config.hold_us * 1_000;
+        let asleep = Arc::new(AtomicU64::new(0));
         let releaser = {
             let market = Arc::clone(&market);
             let shutdown = shutdown.clone();
-            std::thread::Builder::new()
-                .name(format!("gw{}-release", config.id))
-                .spawn(move || release_loop(market, clock, hold_ns, link, from_feed, probe, shutdown))?
+            let asleep = Arc::clone(&asleep);
+            let (id, priority) = (config.id, config.release_priority);
+            std::thread::Builder::new().name(format!("gw{}-release", config.id)).spawn(move || {
+                if let Some(priority) = priority {
+                    match precise::run_realtime(priority) {
+                        Ok(()) => market.metrics.release_realtime.store(1, Ordering::Relaxed),
+                        Err(reason) => {
+                            tracing::warn!(gateway = id, %reason, "the release thread runs at ordinary priority")
+                        }
+                    }
+                }
+                release_loop(market, clock, hold_ns, from_feed, asleep, probe, shutdown)
+            })?
         };
-        let sink = Sink { sender: to_release, wake: releaser.thread().clone() };
+        let sink = Sink { sender: to_release, wake: releaser.thread().clone(), asleep, link, clock, hold_ns };
         tokio::spawn(read_feed(config.feed_sources(), sink, shutdown, config.id));
         Ok(market)
     }
@@ -101,13 +118,29 @@ impl Market {
 struct Sink {
     sender: std::sync::mpsc::Sender<Inbound>,
     wake: std::thread::Thread,
+    /// Until when (true clock) the release thread sleeps; 0 while it is awake.
+    asleep: Arc<AtomicU64>,
+    link: Link,
+    clock: SkewedClock,
+    hold_ns: u64,
 }
 
 impl Sink {
-    fn send(&self, message: proto::FeedMessage) -> Result<(), ()> {
-        let received = bourse_fairness::true_now_ns();
-        self.sender.send(Inbound { message, received }).map_err(|_| ())?;
-        self.wake.unpark();
+    fn send(&mut self, message: proto::FeedMessage) -> Result<(), ()> {
+        let arrival = self.link.arrival(bourse_fairness::true_now_ns());
+        let due = match &message.body {
+            Some(proto::feed_message::Body::Entry(entry)) => {
+                arrival.max(self.clock.true_of(entry.ts.saturating_add(self.hold_ns)))
+            }
+            _ => arrival,
+        };
+        self.sender.send(Inbound { message, arrival, due }).map_err(|_| ())?;
+        // Pairs with the fence in `release_loop`: either the thread sees this message
+        // before it sleeps, or this sees when it sleeps until.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if due < self.asleep.load(Ordering::SeqCst) {
+            self.wake.unpark();
+        }
         Ok(())
     }
 }
@@ -134,7 +167,7 @@ impl Link {
 /// Reads the feed from the sources in turn, forever: a broken feed is reopened (the
 /// new image restarts the market state). A source that says it leads is passed over
 /// while another is left to try, so market data does not load the leader.
-async fn read_feed(sources: Vec<String>, line: Sink, mut stop: watch::Receiver<bool>, id: u32) {
+async fn read_feed(sources: Vec<String>, mut line: Sink, mut stop: watch::Receiver<bool>, id: u32) {
     let mut current = 0usize;
     let mut passed_over = 0usize;
     let mut backoff = Duration::from_millis(10);
@@ -203,15 +236,15 @@ fn release_loop(
     market: Arc<Market>,
     clock: SkewedClock,
     hold_ns: u64,
-    mut link: Link,
     inbound: std::sync::mpsc::Receiver<Inbound>,
+    asleep: Arc<AtomicU64>,
     probe: Arc<Probe>,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = precise::lower_timer_slack();
     let mut held: HoldQueue<proto::FeedEntry> = HoldQueue::new();
-    // Messages on the (injected) link: arrival time, in order.
-    let mut in_transit: std::collections::VecDeque<(u64, proto::FeedMessage)> = Default::default();
+    // Messages on the (injected) link, in order, not yet taken in.
+    let mut in_transit: std::collections::VecDeque<Inbound> = Default::default();
     let mut out = Vec::new();
     loop {
         if *shutdown.borrow() {
@@ -219,14 +252,14 @@ fn release_loop(
         }
         loop {
             match inbound.try_recv() {
-                Ok(Inbound { message, received }) => in_transit.push_back((link.arrival(received), message)),
+                Ok(message) => in_transit.push_back(message),
                 Err(std::sync::mpsc::TryRecvError::Empty) => break,
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
             }
         }
         let now_true = bourse_fairness::true_now_ns();
-        while in_transit.front().is_some_and(|(arrival, _)| *arrival <= now_true) {
-            let (arrival, message) = in_transit.pop_front().expect("checked");
+        while in_transit.front().is_some_and(|message| message.arrival <= now_true) {
+            let Inbound { message, arrival, .. } = in_transit.pop_front().expect("checked");
             match message.body {
                 Some(proto::feed_message::Body::Image(image)) => {
                     // A new image: what is held belongs to the old feed.
@@ -259,9 +292,22 @@ fn release_loop(
                 released_true,
             });
         }
+        // Sleep until the next release; what is still in transit is taken in then.
         let next_release = held.next_due().map(|due| clock.true_of(due));
-        let next_arrival = in_transit.front().map(|(arrival, _)| *arrival);
-        match next_release.into_iter().chain(next_arrival).min() {
+        let next_in_transit = in_transit.iter().map(|message| message.due).min();
+        let deadline = next_release.into_iter().chain(next_in_transit).min();
+        asleep.store(deadline.unwrap_or(u64::MAX), Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        match inbound.try_recv() {
+            Ok(message) => {
+                in_transit.push_back(message);
+                asleep.store(0, Ordering::SeqCst);
+                continue;
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+        }
+        match deadline {
             Some(deadline) => {
                 let wait = deadline.saturating_sub(bourse_fairness::true_now_ns());
                 if wait > 0 {
@@ -270,6 +316,7 @@ fn release_loop(
             }
             None => std::thread::park_timeout(Duration::from_millis(100)),
         }
+        asleep.store(0, Ordering::SeqCst);
     }
 }
 

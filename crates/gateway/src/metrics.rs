@@ -27,6 +27,8 @@ pub struct Metrics {
     pub subscribers_dropped_slow: AtomicU64,
     /// Times the feed (re)started from an image.
     pub feed_starts: AtomicU64,
+    /// 1 when the release thread runs under `SCHED_FIFO`.
+    pub release_realtime: AtomicI64,
 }
 
 fn line(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
@@ -84,6 +86,13 @@ impl Metrics {
             "Subscribers dropped for falling behind.",
             "counter",
             u(&self.subscribers_dropped_slow),
+        );
+        line(
+            &mut out,
+            "release_realtime",
+            "1 when the market data release thread runs at real-time priority.",
+            "gauge",
+            i(&self.release_realtime),
         );
         line(&mut out, "feed_starts_total", "Times the feed started from an image.", "counter", u(&self.feed_starts));
         let (released, late) = probe.counts();

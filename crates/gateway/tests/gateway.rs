@@ -203,10 +203,14 @@ async fn two_gateways_release_the_same_trade_together_and_not_before_its_time() 
     let hold = Duration::from_millis(200);
     let g1 =
         Gateway::start(open_gateway(1, &exchange.node, hold.as_micros() as u64), KeyStore::default()).await.unwrap();
-    let g2 =
-        Gateway::start(open_gateway(2, &exchange.node, hold.as_micros() as u64), KeyStore::default()).await.unwrap();
+    // The second releases at real-time priority where this process may (the same
+    // behaviour is required either way).
+    let mut realtime = open_gateway(2, &exchange.node, hold.as_micros() as u64);
+    realtime.release_priority = Some(1);
+    let g2 = Gateway::start(realtime, KeyStore::default()).await.unwrap();
     wait_ready(&g1).await;
     wait_ready(&g2).await;
+    assert!(!g1.release_realtime());
     let mut subscribers = Vec::new();
     for gateway in [&g1, &g2] {
         let mut query = QueryClient::connect(vec![gateway.addr().to_string()], ClientOptions::default()).await.unwrap();

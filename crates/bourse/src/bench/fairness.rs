@@ -68,6 +68,12 @@ pub struct FairnessArgs {
     /// the fairness mechanisms' own delays; otherwise the system's temp directory).
     #[arg(long)]
     data: Option<std::path::PathBuf>,
+    /// SCHED_FIFO priority of the gateways' release threads (0: ordinary priority). Each
+    /// thread wakes only at its release instants; at ordinary priority it can wait behind
+    /// a busy worker thread's slice, which on a small machine shows as delivery spread.
+    /// Needs CAP_SYS_NICE; when refused the run goes on at ordinary priority and says so.
+    #[arg(long, default_value_t = 10)]
+    release_priority: u8,
     /// Print one JSON object as the last line of stdout.
     #[arg(long)]
     json: bool,
@@ -92,6 +98,12 @@ struct RunReport {
     latency_p99_us: f64,
     market_delay_p50_us: f64,
     seconds: f64,
+    /// The share of CPU time the hypervisor took from this machine during the run
+    /// (`steal` in /proc/stat), when known: on a shared VM the tail of every figure
+    /// here follows it.
+    steal: Option<f64>,
+    /// Every gateway's release thread ran at real-time priority.
+    realtime: bool,
 }
 
 impl RunReport {
@@ -102,7 +114,7 @@ impl RunReport {
                 "\"inbound_unfairness_strict\": {:.6}, \"inbound_unfairness_true_clock\": {:.6}, ",
                 "\"inbound_unfairness_strict_true_clock\": {:.6}, \"items\": {}, \"outbound_unfairness\": {:.6}, ",
                 "\"delivery_spread_us_p50\": {:.1}, \"delivery_spread_us_p99\": {:.1}, \"delivery_spread_us_max\": {:.1}, ",
-                "\"latency_us_p50\": {:.1}, \"latency_us_p99\": {:.1}, \"market_data_delay_us_p50\": {:.1}, \"seconds\": {:.2}}}"
+                "\"latency_us_p50\": {:.1}, \"latency_us_p99\": {:.1}, \"market_data_delay_us_p50\": {:.1}, \"seconds\": {:.2}, \"host_steal\": {}, \"release_realtime\": {}}}"
             ),
             self.d_s_us,
             self.d_h_us,
@@ -120,6 +132,8 @@ impl RunReport {
             self.latency_p99_us,
             self.market_delay_p50_us,
             self.seconds,
+            self.steal.map_or("null".to_string(), |steal| format!("{steal:.4}")),
+            self.realtime,
         )
     }
 
@@ -134,6 +148,9 @@ pub fn run(args: &FairnessArgs) -> Result<(), String> {
     }
     if !(args.rate > 0.0 && args.seconds > 0.0) {
         return Err("--rate and --seconds must be positive".into());
+    }
+    if args.release_priority > 99 {
+        return Err("--release-priority is 1 to 99, or 0 for ordinary priority".into());
     }
     let spec: ProfileSpec = args.profile.parse().map_err(|e| format!("--profile: {e}"))?;
     let pairs: Vec<(u64, u64)> = if args.d_s.len() == args.d_h.len() {
@@ -200,7 +217,7 @@ pub fn run(args: &FairnessArgs) -> Result<(), String> {
 
 fn print_table(reports: &[RunReport]) {
     println!(
-        "{:>6} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:>6} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
         "d_s",
         "d_h",
         "orders",
@@ -213,11 +230,12 @@ fn print_table(reports: &[RunReport]) {
         "dws_p50",
         "dws_p99",
         "ack_p50",
-        "md_p50"
+        "md_p50",
+        "steal%"
     );
     for r in reports {
         println!(
-            "{:>6} {:>6} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.0} {:>9.0}",
+            "{:>6} {:>6} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>7}",
             r.d_s_us,
             r.d_h_us,
             r.orders,
@@ -230,11 +248,13 @@ fn print_table(reports: &[RunReport]) {
             r.spread_p50_us,
             r.spread_p99_us,
             r.latency_p50_us,
-            r.market_delay_p50_us
+            r.market_delay_p50_us,
+            r.steal.map_or("-".to_string(), |steal| format!("{:.1}", steal * 100.0))
         );
     }
     println!(
-        "(µs: d_s, d_h, delivery spread dws, ack latency, market data delay after t_m; _t: on true arrival times)"
+        "(µs: d_s, d_h, delivery spread dws, ack latency, market data delay after t_m; _t: on true arrival times; \
+         steal%: CPU time the hypervisor took)"
     );
 }
 
@@ -279,6 +299,7 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         config.probe = true;
         config.heartbeat_us = 1_000;
         config.inject = Profile::for_gateway(spec, g, args.seed);
+        config.release_priority = (args.release_priority > 0).then_some(args.release_priority);
         clocks.push(config.inject.clock.skewed());
         gateways.push(Gateway::start(config, KeyStore::default()).await.map_err(|e| e.to_string())?);
     }
@@ -292,8 +313,13 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
     for gateway in &gateways {
         gateway.probe().take();
     }
+    let realtime = gateways.iter().all(Gateway::release_realtime);
+    if args.release_priority > 0 && !realtime {
+        eprintln!("  (release threads at ordinary priority: SCHED_FIFO was refused; see the log)");
+    }
 
     let placed: Arc<Mutex<Vec<Placed>>> = Arc::default();
+    let cpu_before = cpu_times();
     let started = Instant::now();
     let end = started + Duration::from_secs_f64(args.seconds);
     let mut tasks = Vec::new();
@@ -342,6 +368,7 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         task.await.map_err(|e| e.to_string())?;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let steal = cpu_before.zip(cpu_times()).and_then(|(before, after)| after.steal_since(&before));
     // Let the last releases happen.
     tokio::time::sleep(Duration::from_millis(50) + Duration::from_micros(d_h)).await;
 
@@ -402,5 +429,29 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         latency_p99_us: us(latency.value_at_quantile(0.99)),
         market_delay_p50_us: us(market_delay.value_at_quantile(0.5)),
         seconds,
+        steal,
+        realtime,
     })
+}
+
+/// The machine's CPU time so far, in ticks: all of it, and what the hypervisor stole.
+struct CpuTimes {
+    total: u64,
+    steal: u64,
+}
+
+impl CpuTimes {
+    fn steal_since(&self, before: &CpuTimes) -> Option<f64> {
+        let total = self.total.checked_sub(before.total).filter(|&t| t > 0)?;
+        Some(self.steal.saturating_sub(before.steal) as f64 / total as f64)
+    }
+}
+
+/// Reads the first line of /proc/stat (`cpu user nice system idle iowait irq softirq
+/// steal …`); `None` where there is none.
+fn cpu_times() -> Option<CpuTimes> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> =
+        stat.lines().next()?.split_whitespace().skip(1).take(8).map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    (fields.len() == 8).then(|| CpuTimes { total: fields.iter().sum(), steal: fields[7] })
 }
