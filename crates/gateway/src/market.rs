@@ -22,7 +22,8 @@
 //! other gateways' release instants and delayed them.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,18 +79,17 @@ impl Market {
     ) -> std::io::Result<Arc<Market>> {
         let (updates, _) = broadcast::channel(config.subscriber_buffer);
         let market = Arc::new(Market { state: Mutex::new(None), updates, ready: AtomicBool::new(false), metrics });
-        let (to_release, from_feed) = std::sync::mpsc::channel::<Inbound>();
+        let handoff = Arc::new(Mutex::new(Handoff { queue: VecDeque::new(), asleep_until: 0, closed: false }));
         let link = Link {
             model: config.inject.outbound.clone(),
             rng: rand_chacha::ChaCha8Rng::seed_from_u64(config.inject.outbound_seed),
             last_arrival: 0,
         };
         let hold_ns = config.hold_us * 1_000;
-        let asleep = Arc::new(AtomicU64::new(0));
         let releaser = {
             let market = Arc::clone(&market);
             let shutdown = shutdown.clone();
-            let asleep = Arc::clone(&asleep);
+            let handoff = Arc::clone(&handoff);
             let (id, priority) = (config.id, config.release_priority);
             std::thread::Builder::new().name(format!("gw{}-release", config.id)).spawn(move || {
                 if let Some(priority) = priority {
@@ -100,10 +100,10 @@ impl Market {
                         }
                     }
                 }
-                release_loop(market, clock, hold_ns, from_feed, asleep, probe, shutdown)
+                release_loop(market, clock, hold_ns, &handoff, probe, shutdown)
             })?
         };
-        let sink = Sink { sender: to_release, wake: releaser.thread().clone(), asleep, link, clock, hold_ns };
+        let sink = Sink { handoff, wake: releaser.thread().clone(), link, clock, hold_ns };
         tokio::spawn(read_feed(config.feed_sources(), sink, shutdown, config.id));
         Ok(market)
     }
@@ -114,19 +114,32 @@ impl Market {
     }
 }
 
+/// What the feed task hands the release thread, under one lock.
+///
+/// A mutex, not a channel: the release thread may run under `SCHED_FIFO`, and std's
+/// channel makes a receiver spin (yielding) while a sender is half-way through a send.
+/// A real-time receiver spinning on the CPU where that sender was preempted keeps it
+/// from finishing: a livelock that lasted tens of milliseconds, until the kernel moved
+/// the sender to the other CPU. A contended mutex puts the waiter to sleep instead.
+struct Handoff {
+    queue: VecDeque<Inbound>,
+    /// Until when (true clock) the release thread sleeps; 0 while it is awake.
+    asleep_until: u64,
+    /// The feed task is gone.
+    closed: bool,
+}
+
 /// The feed task's way to the release thread.
 struct Sink {
-    sender: std::sync::mpsc::Sender<Inbound>,
+    handoff: Arc<Mutex<Handoff>>,
     wake: std::thread::Thread,
-    /// Until when (true clock) the release thread sleeps; 0 while it is awake.
-    asleep: Arc<AtomicU64>,
     link: Link,
     clock: SkewedClock,
     hold_ns: u64,
 }
 
 impl Sink {
-    fn send(&mut self, message: proto::FeedMessage) -> Result<(), ()> {
+    fn send(&mut self, message: proto::FeedMessage) {
         let arrival = self.link.arrival(bourse_fairness::true_now_ns());
         let due = match &message.body {
             Some(proto::feed_message::Body::Entry(entry)) => {
@@ -134,14 +147,23 @@ impl Sink {
             }
             _ => arrival,
         };
-        self.sender.send(Inbound { message, arrival, due }).map_err(|_| ())?;
-        // Pairs with the fence in `release_loop`: either the thread sees this message
-        // before it sleeps, or this sees when it sleeps until.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if due < self.asleep.load(Ordering::SeqCst) {
+        let wake = {
+            let mut handoff = self.handoff.lock().expect("handoff lock");
+            handoff.queue.push_back(Inbound { message, arrival, due });
+            due < handoff.asleep_until
+        };
+        if wake {
             self.wake.unpark();
         }
-        Ok(())
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        if let Ok(mut handoff) = self.handoff.lock() {
+            handoff.closed = true;
+        }
+        self.wake.unpark();
     }
 }
 
@@ -194,11 +216,7 @@ async fn read_feed(sources: Vec<String>, mut line: Sink, mut stop: watch::Receiv
             tracing::info!(gateway = id, %source, "feed open");
             loop {
                 match stream.message().await {
-                    Ok(Some(message)) => {
-                        if line.send(message).is_err() {
-                            return Err("the release thread stopped".to_string());
-                        }
-                    }
+                    Ok(Some(message)) => line.send(message),
                     Ok(None) => return Err("the node ended the feed".to_string()),
                     Err(status) => return Err(format!("{:?}: {}", status.code(), status.message())),
                 }
@@ -236,76 +254,45 @@ fn release_loop(
     market: Arc<Market>,
     clock: SkewedClock,
     hold_ns: u64,
-    inbound: std::sync::mpsc::Receiver<Inbound>,
-    asleep: Arc<AtomicU64>,
+    handoff: &Mutex<Handoff>,
     probe: Arc<Probe>,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = precise::lower_timer_slack();
-    let mut held: HoldQueue<proto::FeedEntry> = HoldQueue::new();
-    // Messages on the (injected) link, in order, not yet taken in.
-    let mut in_transit: std::collections::VecDeque<Inbound> = Default::default();
-    let mut out = Vec::new();
+    let mut releaser = Releaser {
+        market,
+        clock,
+        hold_ns,
+        held: HoldQueue::new(),
+        in_transit: VecDeque::new(),
+        probe,
+        out: Vec::new(),
+    };
     loop {
         if *shutdown.borrow() {
             return;
         }
-        loop {
-            match inbound.try_recv() {
-                Ok(message) => in_transit.push_back(message),
-                Err(std::sync::mpsc::TryRecvError::Empty) => break,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+        // What is due among what was taken in goes first: the lock can wait.
+        releaser.release_due();
+        {
+            let mut handoff = handoff.lock().expect("handoff lock");
+            if handoff.closed && handoff.queue.is_empty() {
+                return;
             }
+            releaser.in_transit.append(&mut handoff.queue);
         }
-        let now_true = bourse_fairness::true_now_ns();
-        while in_transit.front().is_some_and(|message| message.arrival <= now_true) {
-            let Inbound { message, arrival, .. } = in_transit.pop_front().expect("checked");
-            match message.body {
-                Some(proto::feed_message::Body::Image(image)) => {
-                    // A new image: what is held belongs to the old feed.
-                    while held.pop_due(u64::MAX).is_some() {}
-                    market.restart(image);
-                }
-                Some(proto::feed_message::Body::Entry(entry)) => {
-                    let release_ts = entry.ts.saturating_add(hold_ns);
-                    // Late when it arrived (on the gateway clock) at or after t_R.
-                    held.push(clock.at(arrival), release_ts, entry);
-                }
-                None => {}
-            }
-        }
-        let now = clock.now_ns();
-        while let Some(due) = held.pop_due(now) {
-            let released_local = clock.now_ns();
-            let released_true = bourse_fairness::true_now_ns();
-            market.release(&due.item, due.release_ts, &mut out);
-            if due.item.events.is_empty() {
-                // No market data in this entry (a deposit, say): nothing was released.
+        releaser.release_due();
+        let deadline = releaser.next_deadline();
+        {
+            // Under the lock: a message handed over after this sees when the thread
+            // sleeps until, and one handed over before it is taken in first. (Once
+            // awake the thread leaves the old value: it is past, so it wakes no one,
+            // and the queue is read again before the next sleep.)
+            let mut handoff = handoff.lock().expect("handoff lock");
+            if !handoff.queue.is_empty() || handoff.closed {
                 continue;
             }
-            probe.record(Release {
-                log_index: due.item.log_index,
-                ts: due.item.ts,
-                release_ts: due.release_ts,
-                arrived_late: due.late,
-                released_local,
-                released_true,
-            });
-        }
-        // Sleep until the next release; what is still in transit is taken in then.
-        let next_release = held.next_due().map(|due| clock.true_of(due));
-        let next_in_transit = in_transit.iter().map(|message| message.due).min();
-        let deadline = next_release.into_iter().chain(next_in_transit).min();
-        asleep.store(deadline.unwrap_or(u64::MAX), Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        match inbound.try_recv() {
-            Ok(message) => {
-                in_transit.push_back(message);
-                asleep.store(0, Ordering::SeqCst);
-                continue;
-            }
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
-            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            handoff.asleep_until = deadline.unwrap_or(u64::MAX);
         }
         match deadline {
             Some(deadline) => {
@@ -316,7 +303,67 @@ fn release_loop(
             }
             None => std::thread::park_timeout(Duration::from_millis(100)),
         }
-        asleep.store(0, Ordering::SeqCst);
+    }
+}
+
+/// The release thread's state.
+struct Releaser {
+    market: Arc<Market>,
+    clock: SkewedClock,
+    hold_ns: u64,
+    held: HoldQueue<proto::FeedEntry>,
+    /// Messages on the (injected) link, in order, not yet arrived or not yet looked at.
+    in_transit: VecDeque<Inbound>,
+    probe: Arc<Probe>,
+    out: Vec<proto::MarketDataUpdate>,
+}
+
+impl Releaser {
+    /// Takes in what has arrived, then releases every entry whose time has come.
+    fn release_due(&mut self) {
+        let now_true = bourse_fairness::true_now_ns();
+        while self.in_transit.front().is_some_and(|message| message.arrival <= now_true) {
+            let Inbound { message, arrival, .. } = self.in_transit.pop_front().expect("checked");
+            match message.body {
+                Some(proto::feed_message::Body::Image(image)) => {
+                    // A new image: what is held belongs to the old feed.
+                    while self.held.pop_due(u64::MAX).is_some() {}
+                    self.market.restart(image);
+                }
+                Some(proto::feed_message::Body::Entry(entry)) => {
+                    let release_ts = entry.ts.saturating_add(self.hold_ns);
+                    // Late when it arrived (on the gateway clock) at or after t_R.
+                    self.held.push(self.clock.at(arrival), release_ts, entry);
+                }
+                None => {}
+            }
+        }
+        let now = self.clock.now_ns();
+        while let Some(due) = self.held.pop_due(now) {
+            let released_local = self.clock.now_ns();
+            let released_true = bourse_fairness::true_now_ns();
+            self.market.release(&due.item, due.release_ts, &mut self.out);
+            if due.item.events.is_empty() {
+                // No market data in this entry (a deposit, say): nothing was released.
+                continue;
+            }
+            self.probe.record(Release {
+                log_index: due.item.log_index,
+                ts: due.item.ts,
+                release_ts: due.release_ts,
+                arrived_late: due.late,
+                released_local,
+                released_true,
+            });
+        }
+    }
+
+    /// The next instant (true clock) something can be released; what is still in
+    /// transit is taken in then.
+    fn next_deadline(&self) -> Option<u64> {
+        let next_release = self.held.next_due().map(|due| self.clock.true_of(due));
+        let next_in_transit = self.in_transit.iter().map(|message| message.due).min();
+        next_release.into_iter().chain(next_in_transit).min()
     }
 }
 
