@@ -340,21 +340,19 @@ impl Releaser {
         }
         let now = self.clock.now_ns();
         while let Some(due) = self.held.pop_due(now) {
-            let released_local = self.clock.now_ns();
-            let released_true = bourse_fairness::true_now_ns();
-            self.market.release(&due.item, due.release_ts, &mut self.out);
-            if due.item.events.is_empty() {
-                // No market data in this entry (a deposit, say): nothing was released.
-                continue;
+            // Recorded before it is handed out, so whoever receives it finds the record.
+            // An entry without market data (a deposit, say) releases nothing.
+            if !due.item.events.is_empty() {
+                self.probe.record(Release {
+                    log_index: due.item.log_index,
+                    ts: due.item.ts,
+                    release_ts: due.release_ts,
+                    arrived_late: due.late,
+                    released_local: self.clock.now_ns(),
+                    released_true: bourse_fairness::true_now_ns(),
+                });
             }
-            self.probe.record(Release {
-                log_index: due.item.log_index,
-                ts: due.item.ts,
-                release_ts: due.release_ts,
-                arrived_late: due.late,
-                released_local,
-                released_true,
-            });
+            self.market.release(&due.item, due.release_ts, &mut self.out);
         }
     }
 
