@@ -21,8 +21,7 @@
 //! modelled arrival, cost three wake-ups per entry per gateway, some of which landed on
 //! other gateways' release instants and delayed them.
 
-use std::collections::HashSet;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -123,7 +122,8 @@ impl Market {
 /// the sender to the other CPU. A contended mutex puts the waiter to sleep instead.
 struct Handoff {
     queue: VecDeque<Inbound>,
-    /// Until when (true clock) the release thread sleeps; 0 while it is awake.
+    /// Until when (true clock) the release thread sleeps, set as it goes to sleep; once
+    /// it is awake this is past, and a message due after it wakes no one.
     asleep_until: u64,
     /// The feed task is gone.
     closed: bool,
