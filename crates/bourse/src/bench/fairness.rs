@@ -33,6 +33,8 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 
+use super::host::CpuTimes;
+
 #[derive(Args, Debug)]
 pub struct FairnessArgs {
     /// Gateways, each with its own injected delays and clock.
@@ -319,7 +321,7 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
     }
 
     let placed: Arc<Mutex<Vec<Placed>>> = Arc::default();
-    let cpu_before = cpu_times();
+    let cpu_before = CpuTimes::read();
     let started = Instant::now();
     let end = started + Duration::from_secs_f64(args.seconds);
     let mut tasks = Vec::new();
@@ -368,7 +370,7 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         task.await.map_err(|e| e.to_string())?;
     }
     let seconds = started.elapsed().as_secs_f64();
-    let steal = cpu_before.zip(cpu_times()).and_then(|(before, after)| after.steal_since(&before));
+    let steal = cpu_before.zip(CpuTimes::read()).and_then(|(before, after)| after.steal_since(&before));
     // Let the last releases happen.
     tokio::time::sleep(Duration::from_millis(50) + Duration::from_micros(d_h)).await;
 
@@ -432,26 +434,4 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         steal,
         realtime,
     })
-}
-
-/// The machine's CPU time so far, in ticks: all of it, and what the hypervisor stole.
-struct CpuTimes {
-    total: u64,
-    steal: u64,
-}
-
-impl CpuTimes {
-    fn steal_since(&self, before: &CpuTimes) -> Option<f64> {
-        let total = self.total.checked_sub(before.total).filter(|&t| t > 0)?;
-        Some(self.steal.saturating_sub(before.steal) as f64 / total as f64)
-    }
-}
-
-/// Reads the first line of /proc/stat (`cpu user nice system idle iowait irq softirq
-/// steal …`); `None` where there is none.
-fn cpu_times() -> Option<CpuTimes> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let fields: Vec<u64> =
-        stat.lines().next()?.split_whitespace().skip(1).take(8).map(|f| f.parse().ok()).collect::<Option<_>>()?;
-    (fields.len() == 8).then(|| CpuTimes { total: fields.iter().sum(), steal: fields[7] })
 }

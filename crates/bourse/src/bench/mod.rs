@@ -10,6 +10,7 @@ mod ec;
 mod engine;
 mod failover;
 mod fairness;
+mod host;
 mod measure;
 mod memory;
 mod phases;
@@ -29,6 +30,9 @@ pub enum BenchCommand {
     /// Inbound and outbound unfairness through several gateways with injected delays and
     /// clock error, over a sweep of the sequencing window d_s and hold time d_h.
     Fairness(fairness::FairnessArgs),
+    /// How much of a CPU this machine gives one thread: the gaps a spinning thread sees
+    /// (interrupts, other threads, the hypervisor) and the latency floor they set.
+    Host(host::HostArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -37,5 +41,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Recovery(args) => recovery::run(&args),
         BenchCommand::Failover(args) => failover::run(&args),
         BenchCommand::Fairness(args) => fairness::run(&args),
+        BenchCommand::Host(args) => host::run(&args),
     }
 }
