@@ -72,7 +72,13 @@ pub fn run_realtime(priority: u8) -> Result<(), String> {
             ThreadPriority::Crossplatform(value),
             ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
         )
-        .map_err(|e| format!("SCHED_FIFO at priority {priority} refused: {e:?}"))
+        .map_err(|e| match e {
+            thread_priority::Error::OS(code) => format!(
+                "SCHED_FIFO at priority {priority} refused: {} (it needs CAP_SYS_NICE or an RLIMIT_RTPRIO)",
+                std::io::Error::from_raw_os_error(code)
+            ),
+            other => format!("SCHED_FIFO at priority {priority} refused: {other:?}"),
+        })
     }
     #[cfg(not(target_os = "linux"))]
     {
