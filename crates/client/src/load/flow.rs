@@ -19,14 +19,13 @@
 //! Every choice comes from one seeded `ChaCha8Rng`; the commands generated depend also on
 //! the answers received, so two runs match only as far as the node's timing does.
 
-use std::collections::HashMap;
-
 use bourse_engine::command::{CommandBody, OrderRequest, Tif};
 use bourse_engine::{AccountId, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId};
 use bourse_protocol::proto;
 use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use rustc_hash::FxHashMap;
 
 use crate::reply::Reply;
 
@@ -92,8 +91,8 @@ pub struct OrderFlow {
     open_orders_target: usize,
     /// Open orders, for picking one at random; `index` maps an id to its position.
     open: Vec<OrderId>,
-    index: HashMap<OrderId, (usize, OpenOrder)>,
-    pending: HashMap<u64, Intent>,
+    index: FxHashMap<OrderId, (usize, OpenOrder)>,
+    pending: FxHashMap<u64, Intent>,
     counts: MixCounts,
 }
 
@@ -109,8 +108,8 @@ impl OrderFlow {
             accounts,
             open_orders_target: open_orders_target.max(2),
             open: Vec::new(),
-            index: HashMap::new(),
-            pending: HashMap::new(),
+            index: FxHashMap::default(),
+            pending: FxHashMap::default(),
             counts: MixCounts::default(),
         }
     }

@@ -21,7 +21,6 @@
 pub mod flow;
 pub mod report;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +28,7 @@ use std::time::Duration;
 use bourse_engine::command::{CommandBody, MatchPolicy, SymbolSpec};
 use bourse_engine::{AccountId, Amount, AssetId, Outcome, Px, Qty, SymbolId};
 use hdrhistogram::Histogram;
+use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
 use crate::client::{Client, Events, SessionEvent};
@@ -350,10 +350,14 @@ struct ConnectionRun {
 impl ConnectionRun {
     async fn run(self, connection: Connection) {
         let Connection { client, mut events, mut flow } = connection;
-        let mut sent_at: HashMap<u64, Instant> = HashMap::new();
+        let mut sent_at: FxHashMap<u64, Instant> = FxHashMap::default();
         let mut sent: u64 = 0;
         let mut sending = true;
-        while sending && Instant::now() < self.end {
+        // One timer for the whole run, looked at first: no timer and no clock read per
+        // command sent.
+        let run_ends = tokio::time::sleep_until(self.end);
+        tokio::pin!(run_ends);
+        while sending {
             let intended = self.interval.map(|interval| self.start + interval.mul_f64(sent as f64));
             // The run covers [start, end): a command scheduled at `end` belongs to no one.
             if intended.is_some_and(|at| at >= self.end) {
@@ -367,6 +371,7 @@ impl ConnectionRun {
             };
             tokio::select! {
                 biased;
+                () = &mut run_ends => sending = false,
                 event = events.recv() => match event {
                     Some(event) => self.on_event(&mut flow, &mut sent_at, event),
                     None => sending = false,
@@ -387,14 +392,13 @@ impl ConnectionRun {
                         Err(_) => sending = false,
                     }
                 }
-                () = tokio::time::sleep_until(self.end) => {}
             }
         }
         self.drain(&mut events, &mut flow, &mut sent_at).await;
     }
 
     /// Waits for the answers still owed, at most `drain_max`; the rest are errors.
-    async fn drain(&self, events: &mut Events, flow: &mut OrderFlow, sent_at: &mut HashMap<u64, Instant>) {
+    async fn drain(&self, events: &mut Events, flow: &mut OrderFlow, sent_at: &mut FxHashMap<u64, Instant>) {
         let deadline = Instant::now() + self.drain_max;
         while !sent_at.is_empty() {
             match tokio::time::timeout_at(deadline, events.recv()).await {
@@ -406,7 +410,7 @@ impl ConnectionRun {
         sent_at.clear();
     }
 
-    fn on_event(&self, flow: &mut OrderFlow, sent_at: &mut HashMap<u64, Instant>, event: SessionEvent) {
+    fn on_event(&self, flow: &mut OrderFlow, sent_at: &mut FxHashMap<u64, Instant>, event: SessionEvent) {
         match event {
             SessionEvent::Reply(reply) => {
                 flow.on_reply(&reply);
