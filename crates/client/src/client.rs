@@ -231,6 +231,12 @@ impl Client {
         }
     }
 
+    /// A free window slot if there is one now; `None` when the window is full or the
+    /// session is over.
+    pub fn try_reserve(&self) -> Option<Permit<'_>> {
+        self.handle.shared.permits.try_acquire().ok().map(|permit| Permit { client: self, permit })
+    }
+
     /// Sends one command and waits for its answer.
     pub async fn submit(&self, body: CommandBody) -> Result<Reply> {
         let receiver = self.reserve().await?.submit(&body)?;
@@ -488,10 +494,10 @@ async fn on_batch(shared: &Shared, batch: proto::ServerBatch) -> Result<()> {
     }
     if shared.events_taken.load(Ordering::Acquire) {
         for fill in batch.fills {
-            let _receiver_gone = shared.events.send(SessionEvent::Fill(fill)).await;
+            send_event(shared, SessionEvent::Fill(fill)).await;
         }
         for cancel in batch.cancels {
-            let _receiver_gone = shared.events.send(SessionEvent::Cancel(cancel)).await;
+            send_event(shared, SessionEvent::Cancel(cancel)).await;
         }
     }
     Ok(())
@@ -510,6 +516,16 @@ async fn deliver(shared: &Shared, seq: u64, to: ReplyTo, result: Result<Reply>) 
                 Ok(reply) => SessionEvent::Reply(reply),
                 Err(error) => SessionEvent::Failed { seq, error },
             };
+            send_event(shared, event).await;
+        }
+    }
+}
+
+/// Hands an event to the event stream, waiting only when its buffer is full.
+async fn send_event(shared: &Shared, event: SessionEvent) {
+    match shared.events.try_send(event) {
+        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+        Err(mpsc::error::TrySendError::Full(event)) => {
             let _receiver_gone = shared.events.send(event).await;
         }
     }

@@ -337,6 +337,9 @@ impl Progress {
     }
 }
 
+/// Turns of a connection's loop between two looks at the clock for the end of the run.
+const END_CHECK_EVERY: u32 = 32;
+
 /// The schedule of one connection.
 struct ConnectionRun {
     start: Instant,
@@ -353,11 +356,16 @@ impl ConnectionRun {
         let mut sent_at: FxHashMap<u64, Instant> = FxHashMap::default();
         let mut sent: u64 = 0;
         let mut sending = true;
-        // One timer for the whole run, looked at first: no timer and no clock read per
-        // command sent.
+        // One timer for the whole run, polled only when nothing else is ready; while
+        // answers and window slots keep coming, the clock is read every few turns.
         let run_ends = tokio::time::sleep_until(self.end);
         tokio::pin!(run_ends);
+        let mut turns: u32 = 0;
         while sending {
+            turns = turns.wrapping_add(1);
+            if turns.is_multiple_of(END_CHECK_EVERY) && Instant::now() >= self.end {
+                break;
+            }
             let intended = self.interval.map(|interval| self.start + interval.mul_f64(sent as f64));
             // The run covers [start, end): a command scheduled at `end` belongs to no one.
             if intended.is_some_and(|at| at >= self.end) {
@@ -371,27 +379,43 @@ impl ConnectionRun {
             };
             tokio::select! {
                 biased;
-                () = &mut run_ends => sending = false,
                 event = events.recv() => match event {
-                    Some(event) => self.on_event(&mut flow, &mut sent_at, event),
+                    Some(event) => {
+                        self.on_event(&mut flow, &mut sent_at, event);
+                        // Answers come in batches: take the rest of this one now.
+                        while let Some(event) = events.try_recv() {
+                            self.on_event(&mut flow, &mut sent_at, event);
+                        }
+                    }
                     None => sending = false,
                 },
                 permit = send_slot => {
-                    let Ok(permit) = permit else {
+                    let Ok(mut permit) = permit else {
                         sending = false;
                         continue;
                     };
-                    let (body, intent) = flow.next_command();
-                    let now = Instant::now();
-                    match permit.send(&body) {
-                        Ok(seq) => {
-                            sent_at.insert(seq, intended.unwrap_or(now));
-                            flow.on_sent(seq, intent);
-                            sent += 1;
+                    loop {
+                        let (body, intent) = flow.next_command();
+                        let now = Instant::now();
+                        match permit.send(&body) {
+                            Ok(seq) => {
+                                sent_at.insert(seq, intended.unwrap_or(now));
+                                flow.on_sent(seq, intent);
+                                sent += 1;
+                            }
+                            Err(_) => {
+                                sending = false;
+                                break;
+                            }
                         }
-                        Err(_) => sending = false,
+                        // Flat out, fill the free window slots without a turn each.
+                        match (intended, client.try_reserve()) {
+                            (None, Some(next)) => permit = next,
+                            _ => break,
+                        }
                     }
                 }
+                () = &mut run_ends => sending = false,
             }
         }
         self.drain(&mut events, &mut flow, &mut sent_at).await;
