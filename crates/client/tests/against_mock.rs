@@ -220,10 +220,13 @@ async fn a_full_window_makes_senders_wait() {
         Client::connect(endpoints, random_client_id(), ClientOptions { inflight_max: 3, ..options() }).await.unwrap();
     let mut events = client.events().unwrap();
     node.pause(true);
+    // A slot reserved and not used goes back to the window.
+    drop(client.try_reserve().expect("an empty window has a free slot"));
     for _ in 0..3 {
         client.send(&CommandBody::CreateAccount).await.unwrap();
     }
     assert_eq!(client.stats().inflight, 3);
+    assert!(client.try_reserve().is_none(), "a full window has no slot to take now");
     let fourth = tokio::time::timeout(Duration::from_millis(200), client.reserve()).await;
     assert!(fourth.is_err(), "a fourth command must wait for a slot");
     node.pause(false);
