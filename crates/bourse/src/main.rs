@@ -54,6 +54,11 @@ enum TopCommand {
     Verb(cli::Verb),
 }
 
+/// Records are allocated on one thread and freed on another all along the order path;
+/// mimalloc's thread-local free lists serve that without glibc's arena consolidation.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
