@@ -311,6 +311,7 @@ impl Core {
         proposals: &mut Vec<Proposal>,
     ) {
         let last = items.len().saturating_sub(1);
+        let now = wall_clock_ns();
         for (i, (seq, body)) in items.into_iter().enumerate() {
             let ack = match body {
                 Err(error) => {
@@ -318,7 +319,7 @@ impl Core {
                     convert::ack_refused(seq, &error)
                 }
                 Ok(body) => {
-                    let ts = self.stamp();
+                    let ts = self.stamp(now);
                     self.process_command(Command { client, seq, ts, body }, outputs, proposals)
                 }
             };
@@ -390,6 +391,7 @@ impl Core {
             return;
         }
         let last_seq = items.last().map(|(seq, _)| *seq);
+        let now = wall_clock_ns();
         for (seq, body) in items {
             match body {
                 Err(error) => {
@@ -403,7 +405,7 @@ impl Core {
                     outputs.push(Output::Client { client, item: ClientItem::Ack(ack) });
                 }
                 Ok(body) => {
-                    let ts = self.stamp();
+                    let ts = self.stamp(now);
                     // Entries of at most `batch_commands_max` commands.
                     let room = proposals.last().is_some_and(|b| b.len() < self.config.batch_commands_max);
                     if !room {
@@ -518,9 +520,10 @@ impl Core {
         outputs.push(Output::Feed(Arc::new(FeedItem::Entry(proto::FeedEntry { log_index: index, ts, events }))));
     }
 
-    /// The leader timestamp: the wall clock, but never at or before the last one.
-    fn stamp(&mut self) -> u64 {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    /// The leader timestamp of a command taken in at wall-clock time `now` (read once
+    /// per client batch: the commands of a batch arrive together): `now`, but never at
+    /// or before the last one.
+    fn stamp(&mut self, now: u64) -> u64 {
         self.ts_last = now.max(self.ts_last + 1);
         self.ts_last
     }
@@ -729,6 +732,11 @@ fn owners_of(engine: &Engine) -> FxHashMap<OrderId, Owner> {
 
 fn market_update(ts: u64, update: proto::market_data_update::Update) -> proto::MarketDataUpdate {
     proto::MarketDataUpdate { seq: 0, ts, update: Some(update), release_ts: 0 }
+}
+
+/// The wall clock in ns since the Unix epoch (0 before it).
+fn wall_clock_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 #[cfg(test)]
