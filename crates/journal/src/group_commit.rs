@@ -310,6 +310,10 @@ fn writer_loop(
     config: GroupCommitConfig,
     on_durable: &mut OnDurable,
 ) -> Result<()> {
+    // Segments a snapshot prunes are deleted by a thread of their own: deleting hundreds
+    // of megabytes held every acknowledgement for about 0.17 s.
+    journal.defer_segment_removal();
+    let mut remover = Remover::default();
     while let Ok(first) = receiver.recv() {
         let mut group = Group::default();
         let mut request = Some(first);
@@ -324,8 +328,14 @@ fn writer_loop(
                         return Err(Error::Poisoned);
                     }
                     durable_publish(shared, journal.durable_index());
+                    let pruned = journal.take_segments_to_remove();
+                    remover.remove(journal.dir(), pruned);
                 }
-                Request::Stop => return group_commit(journal, group, shared, on_durable),
+                Request::Stop => {
+                    let result = group_commit(journal, group, shared, on_durable);
+                    remover.finish();
+                    return result;
+                }
             }
             if group.entries.len() < config.group_entries_max {
                 request = receiver.try_recv().ok();
@@ -333,7 +343,47 @@ fn writer_loop(
         }
         group_commit(journal, group, shared, on_durable)?;
     }
+    remover.finish();
     Ok(())
+}
+
+/// Why a failed deletion is not retried now: recovery lists the files at the next start,
+/// skips their records (a snapshot covers them) and a later prune deletes them.
+const LEFT_FOR_RECOVERY: &str =
+    "pruned segments left on disk; the next start finds them and a later prune deletes them";
+
+/// Deletes pruned segments off the writer thread, one list at a time and each oldest
+/// first, so that the log on disk stays a contiguous suffix whenever a crash comes.
+#[derive(Default)]
+struct Remover {
+    running: Option<JoinHandle<()>>,
+}
+
+impl Remover {
+    fn remove(&mut self, dir: &std::path::Path, paths: Vec<std::path::PathBuf>) {
+        if paths.is_empty() {
+            return;
+        }
+        // The previous list first (it is older, and long done: snapshots are far apart).
+        self.finish();
+        let dir = dir.to_path_buf();
+        let spawned = thread::Builder::new().name("journal-prune".into()).spawn(move || {
+            if let Err(error) = crate::journal::segments_remove(&dir, paths) {
+                tracing::warn!(%error, "{LEFT_FOR_RECOVERY}");
+            }
+        });
+        match spawned {
+            Ok(handle) => self.running = Some(handle),
+            Err(error) => tracing::warn!(%error, "{LEFT_FOR_RECOVERY}"),
+        }
+    }
+
+    /// Waits for the deletions under way.
+    fn finish(&mut self) {
+        if let Some(handle) = self.running.take() {
+            let _ = handle.join();
+        }
+    }
 }
 
 /// Appends a group, makes it durable with one `fdatasync`, then acknowledges it in index

@@ -79,6 +79,9 @@ pub struct Journal {
     buffer: Vec<u8>,
     poisoned: bool,
     stats: JournalStats,
+    /// When set, pruned segments are listed here for the owner to delete off its hot
+    /// thread ([`Journal::defer_segment_removal`]) instead of being deleted at once.
+    removal_deferred: Option<Vec<PathBuf>>,
 }
 
 /// What recovery hands over to build a [`Journal`].
@@ -128,6 +131,7 @@ impl Journal {
             buffer: Vec::new(),
             poisoned: false,
             stats: JournalStats::default(),
+            removal_deferred: None,
         }
     }
 
@@ -471,14 +475,46 @@ impl Journal {
         let pruned: Vec<SegmentFile> = self.segments.drain(..pruned_count).collect();
         self.segments_share();
         self.first_index = self.segments[0].first_index;
-        for segment in &pruned {
-            segment::file_remove(&segment.path)?;
+        let paths = pruned.into_iter().map(|segment| segment.path);
+        match &mut self.removal_deferred {
+            Some(deferred) => {
+                deferred.extend(paths);
+                Ok(())
+            }
+            None => segments_remove(&self.dir, paths.collect()),
         }
-        segment::dir_sync(&self.dir)
+    }
+
+    /// From now on, segments that snapshots or purges make unneeded are left on disk and
+    /// listed for [`Journal::take_segments_to_remove`]: deleting a few hundred megabytes
+    /// of files takes a filesystem a good part of a second, and the journal's writer
+    /// must not stop for it. Until they are deleted they are whole and covered, which
+    /// is what a crash part-way through a prune leaves anyway: recovery skips them and
+    /// the next prune deletes them.
+    pub fn defer_segment_removal(&mut self) {
+        self.removal_deferred.get_or_insert_with(Vec::new);
+    }
+
+    /// The segments pruned since the last call, oldest first, for
+    /// [`segments_remove`]; empty unless removal is deferred.
+    pub fn take_segments_to_remove(&mut self) -> Vec<PathBuf> {
+        self.removal_deferred.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Publishes the current segment list to future [`ReadView`]s.
     fn segments_share(&mut self) {
         self.segments_shared = self.segments.as_slice().into();
     }
+}
+
+/// Deletes pruned segments of the journal in `dir`, oldest first (a crash part-way
+/// leaves a suffix of the log), then makes the deletions durable.
+pub fn segments_remove(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    for path in &paths {
+        segment::file_remove(path)?;
+    }
+    segment::dir_sync(dir)
 }

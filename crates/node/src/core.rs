@@ -687,16 +687,22 @@ impl Core {
         let Sequencer::Journal(journal) = &self.sequencer else { return };
         let journal = journal.clone();
         let index = self.next_index - 1;
+        let encoding = Instant::now();
         let bytes = self.engine.snapshot();
+        // The core waits this long: no command is applied while the state is encoded.
+        let encode_ms = encoding.elapsed().as_millis() as u64;
         let metrics = Arc::clone(&self.metrics);
         self.commands_since_snapshot = 0;
         self.snapshot_at = Instant::now();
+        let bytes_len = bytes.len();
         self.snapshot_writer = Some(std::thread::spawn(move || {
             let started = Instant::now();
             match journal.write_snapshot(index, bytes) {
                 Ok(()) => {
                     metrics.snapshots.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::info!(index, ms = started.elapsed().as_millis() as u64, "snapshot written");
+                    let write_ms = started.elapsed().as_millis() as u64;
+                    let size = bytes_len;
+                    tracing::info!(index, encode_ms, write_ms, bytes = size, "snapshot written");
                 }
                 Err(error) => tracing::error!(%error, index, "snapshot failed"),
             }

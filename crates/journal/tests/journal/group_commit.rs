@@ -170,3 +170,38 @@ fn a_panicking_callback_stops_the_writer_without_stranding_waiters() {
     let shutdown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.shutdown()));
     assert!(shutdown.is_err(), "the callback's panic reaches the owner");
 }
+
+#[test]
+fn segments_a_snapshot_prunes_are_deleted_off_the_writer_and_the_log_still_recovers() {
+    let dir = dir_fast();
+    let (journal, _) = open(dir.path(), config_small());
+    let group = GroupCommit::start(journal, GroupCommitConfig::default(), |_| {}).unwrap();
+    let handle = group.handle();
+    let mut submit = |producer: u64, count: u64| {
+        for sequence in 0..count {
+            handle.submit(vec![proposal(producer, sequence)]).unwrap().wait().unwrap();
+        }
+    };
+    submit(0, 200);
+    handle.write_snapshot(150, b"state-150".to_vec()).unwrap();
+    submit(1, 200);
+    let segments_before = segment_paths(dir.path()).len();
+    // The second snapshot prunes what the first covers, on a thread of its own.
+    handle.write_snapshot(380, b"state-380".to_vec()).unwrap();
+    submit(2, 10);
+    let journal = group.shutdown().unwrap();
+    // Shutdown waits for the deletions: only segments holding records after 150 are left.
+    let first = journal.first_index();
+    assert!(first > 1 && first <= 151, "first index {first}");
+    let left = segment_paths(dir.path());
+    assert!(left.len() < segments_before, "{} segments before the prune, {} after", segments_before, left.len());
+    for path in &left {
+        let first_of_file: u64 = path.file_stem().unwrap().to_string_lossy().parse().unwrap();
+        assert!(first_of_file >= first, "{} should have been deleted", path.display());
+    }
+    drop(journal);
+    let (journal, recovery) = open(dir.path(), config_small());
+    assert_eq!(recovery.snapshot.as_ref().map(|s| s.index), Some(380));
+    assert_eq!(recovered(recovery).len(), 30);
+    assert_eq!(journal.last_index(), 410);
+}
