@@ -177,7 +177,7 @@ fn segments_a_snapshot_prunes_are_deleted_off_the_writer_and_the_log_still_recov
     let (journal, _) = open(dir.path(), config_small());
     let group = GroupCommit::start(journal, GroupCommitConfig::default(), |_| {}).unwrap();
     let handle = group.handle();
-    let mut submit = |producer: u64, count: u64| {
+    let submit = |producer: u64, count: u64| {
         for sequence in 0..count {
             handle.submit(vec![proposal(producer, sequence)]).unwrap().wait().unwrap();
         }
