@@ -10,7 +10,6 @@
 //! Invariants: [`HoldQueue::pop_due`] returns items in order of release time, ties in insertion
 //! order; it never returns an item before its release time; nothing is lost or duplicated.
 
-use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 /// An item leaving the [`HoldQueue`].
@@ -41,26 +40,8 @@ impl<T> Entry<T> {
     }
 }
 
-// `BinaryHeap` is a max-heap: order entries in reverse so the earliest key is on top.
-impl<T> Ord for Entry<T> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.key().cmp(&self.key())
-    }
-}
-
-impl<T> PartialOrd for Entry<T> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl<T> PartialEq for Entry<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl<T> Eq for Entry<T> {}
+// `BinaryHeap` is a max-heap: the earliest key must come out first.
+smallest_key_first!(Entry);
 
 /// A min-heap of items keyed by release time (ties by insertion order).
 #[derive(Debug)]

@@ -17,6 +17,32 @@
 //! Times are `u64` nanoseconds since the Unix epoch throughout. The sequencer, hold queue and
 //! metrics are pure (time is passed in); only `clock`, `inject` and `precise` touch the system.
 
+/// Orders `$entry<T>` by its `key()` in reverse, so that std's max-heap `BinaryHeap` pops
+/// the smallest key first (ties as the key breaks them). Equality is equality of keys.
+macro_rules! smallest_key_first {
+    ($entry:ident) => {
+        impl<T> Ord for $entry<T> {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                other.key().cmp(&self.key())
+            }
+        }
+
+        impl<T> PartialOrd for $entry<T> {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl<T> PartialEq for $entry<T> {
+            fn eq(&self, other: &Self) -> bool {
+                self.key() == other.key()
+            }
+        }
+
+        impl<T> Eq for $entry<T> {}
+    };
+}
+
 pub mod clock;
 pub mod hold;
 pub mod inject;

@@ -116,27 +116,9 @@ impl<T> Entry<T> {
     }
 }
 
-// `BinaryHeap` is a max-heap: order entries in reverse so the smallest stamp is on top. Equal
-// stamps (which a correct gateway never produces) fall back to arrival order.
-impl<T> Ord for Entry<T> {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.key().cmp(&self.key())
-    }
-}
-
-impl<T> PartialOrd for Entry<T> {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl<T> PartialEq for Entry<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl<T> Eq for Entry<T> {}
+// `BinaryHeap` is a max-heap: the smallest stamp must come out first. Equal stamps (which
+// a correct gateway never produces) fall back to arrival order.
+smallest_key_first!(Entry);
 
 /// Queued items: in arrival order when the window is 0, otherwise by stamp.
 #[derive(Debug)]
