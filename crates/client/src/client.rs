@@ -95,7 +95,9 @@ struct Shared {
     idle: Notify,
     /// One permit per free window slot.
     permits: Semaphore,
-    events: mpsc::Sender<SessionEvent>,
+    /// The events of one batch from the node travel together: one channel operation and
+    /// one wake-up per batch, not per event.
+    events: mpsc::Sender<Vec<SessionEvent>>,
     events_taken: AtomicBool,
 }
 
@@ -108,7 +110,7 @@ impl Shared {
 /// Tells the driver to wind down when the last [`Client`] clone is dropped.
 struct Handle {
     shared: Arc<Shared>,
-    events: Mutex<Option<mpsc::Receiver<SessionEvent>>>,
+    events: Mutex<Option<mpsc::Receiver<Vec<SessionEvent>>>>,
 }
 
 impl Drop for Handle {
@@ -149,18 +151,41 @@ impl Permit<'_> {
 
 /// The event stream of a client: see [`SessionEvent`]. It ends when the session ends.
 pub struct Events {
-    receiver: mpsc::Receiver<SessionEvent>,
+    receiver: mpsc::Receiver<Vec<SessionEvent>>,
+    /// The rest of the batch last received, in order.
+    batch: std::vec::IntoIter<SessionEvent>,
 }
 
 impl Events {
+    fn new(receiver: mpsc::Receiver<Vec<SessionEvent>>) -> Events {
+        Events { receiver, batch: Vec::new().into_iter() }
+    }
+
     /// The next event, or `None` once the session is over.
     pub async fn recv(&mut self) -> Option<SessionEvent> {
-        self.receiver.recv().await
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
     }
 
     /// The next event if one is ready.
     pub fn try_recv(&mut self) -> Option<SessionEvent> {
-        self.receiver.try_recv().ok()
+        loop {
+            if let Some(event) = self.batch.next() {
+                return Some(event);
+            }
+            self.batch = self.receiver.try_recv().ok()?.into_iter();
+        }
+    }
+
+    fn poll_event(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<SessionEvent>> {
+        loop {
+            if let Some(event) = self.batch.next() {
+                return std::task::Poll::Ready(Some(event));
+            }
+            match std::task::ready!(self.receiver.poll_recv(cx)) {
+                Some(batch) => self.batch = batch.into_iter(),
+                None => return std::task::Poll::Ready(None),
+            }
+        }
     }
 }
 
@@ -171,7 +196,7 @@ impl tokio_stream::Stream for Events {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<SessionEvent>> {
-        self.receiver.poll_recv(cx)
+        self.poll_event(cx)
     }
 }
 
@@ -220,7 +245,7 @@ impl Client {
     pub fn events(&self) -> Option<Events> {
         let receiver = self.handle.events.lock().expect("events lock poisoned").take()?;
         self.handle.shared.events_taken.store(true, Ordering::Release);
-        Some(Events { receiver })
+        Some(Events::new(receiver))
     }
 
     /// Waits for a free window slot. Cancel-safe: dropping the future takes nothing.
@@ -486,47 +511,50 @@ async fn on_batch(shared: &Shared, batch: proto::ServerBatch) -> Result<()> {
     if idle {
         shared.idle.notify_waiters();
     }
+    let taken = shared.events_taken.load(Ordering::Acquire);
+    let mut events = Vec::new();
+    if taken {
+        events.reserve(completions.len() + batch.fills.len() + batch.cancels.len());
+    }
     for (seq, token, result) in completions {
-        deliver(shared, seq, token, result).await;
+        deliver(&mut events, taken, seq, token, result);
     }
     if let Some(error) = fatal {
+        send_events(shared, events).await;
         return Err(error);
     }
-    if shared.events_taken.load(Ordering::Acquire) {
-        for fill in batch.fills {
-            send_event(shared, SessionEvent::Fill(fill)).await;
-        }
-        for cancel in batch.cancels {
-            send_event(shared, SessionEvent::Cancel(cancel)).await;
-        }
+    if taken {
+        events.extend(batch.fills.into_iter().map(SessionEvent::Fill));
+        events.extend(batch.cancels.into_iter().map(SessionEvent::Cancel));
     }
+    send_events(shared, events).await;
     Ok(())
 }
 
-async fn deliver(shared: &Shared, seq: u64, to: ReplyTo, result: Result<Reply>) {
+/// Answers a caller at once; an answer for the event stream joins `events` (dropped
+/// when the stream was never taken).
+fn deliver(events: &mut Vec<SessionEvent>, taken: bool, seq: u64, to: ReplyTo, result: Result<Reply>) {
     match to {
         ReplyTo::Caller(sender) => {
             let _caller_gone = sender.send(result);
         }
-        ReplyTo::Events => {
-            if !shared.events_taken.load(Ordering::Acquire) {
-                return;
-            }
-            let event = match result {
-                Ok(reply) => SessionEvent::Reply(reply),
-                Err(error) => SessionEvent::Failed { seq, error },
-            };
-            send_event(shared, event).await;
-        }
+        ReplyTo::Events if taken => events.push(match result {
+            Ok(reply) => SessionEvent::Reply(reply),
+            Err(error) => SessionEvent::Failed { seq, error },
+        }),
+        ReplyTo::Events => {}
     }
 }
 
-/// Hands an event to the event stream, waiting only when its buffer is full.
-async fn send_event(shared: &Shared, event: SessionEvent) {
-    match shared.events.try_send(event) {
+/// Hands a batch of events to the event stream, waiting only when its buffer is full.
+async fn send_events(shared: &Shared, events: Vec<SessionEvent>) {
+    if events.is_empty() {
+        return;
+    }
+    match shared.events.try_send(events) {
         Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-        Err(mpsc::error::TrySendError::Full(event)) => {
-            let _receiver_gone = shared.events.send(event).await;
+        Err(mpsc::error::TrySendError::Full(events)) => {
+            let _receiver_gone = shared.events.send(events).await;
         }
     }
 }
@@ -542,7 +570,10 @@ async fn end_session(shared: &Shared, error: Error) {
     };
     shared.permits.close();
     shared.idle.notify_waiters();
+    let taken = shared.events_taken.load(Ordering::Acquire);
+    let mut events = Vec::new();
     for (seq, token) in tokens {
-        deliver(shared, seq, token, Err(error.clone())).await;
+        deliver(&mut events, taken, seq, token, Err(error.clone()));
     }
+    send_events(shared, events).await;
 }

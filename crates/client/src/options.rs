@@ -26,8 +26,9 @@ pub struct ClientOptions {
     /// How long the client keeps trying while no endpoint can be reached before it gives
     /// up: waiting commands then fail with [`Error::Unavailable`] and the client closes.
     pub unavailable_max: Duration,
-    /// Fills, cancellations and fire-and-forget replies buffered for the event stream,
-    /// at most; a full buffer stops the session from reading the node (backpressure).
+    /// Batches of events (the fire-and-forget replies, fills and cancellations of one
+    /// batch from the node) buffered for the event stream, at most; a full buffer stops
+    /// the session from reading the node (backpressure).
     pub events_capacity: usize,
     /// HTTP/2 keep-alive ping interval; a ping unanswered for as long again breaks the
     /// connection, so a node that vanished without closing it is noticed.
@@ -70,7 +71,7 @@ impl Default for ClientOptions {
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_secs(1),
             unavailable_max: Duration::from_secs(30),
-            events_capacity: 65_536,
+            events_capacity: 1_024,
             keepalive_interval: Duration::from_secs(2),
             api_key: None,
         }

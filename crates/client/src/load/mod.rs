@@ -337,6 +337,42 @@ impl Progress {
     }
 }
 
+/// What a run of events read together adds to a connection's [`Progress`]: answers
+/// arriving together are timed against one reading of the clock.
+struct Tally<'a> {
+    now: Instant,
+    /// Ack latencies of this run, emptied into the histogram by [`Progress::add`].
+    latencies_us: &'a mut Vec<u64>,
+    rejected: u64,
+    errors: u64,
+}
+
+impl<'a> Tally<'a> {
+    fn new(now: Instant, latencies_us: &'a mut Vec<u64>) -> Self {
+        latencies_us.clear();
+        Tally { now, latencies_us, rejected: 0, errors: 0 }
+    }
+}
+
+impl Progress {
+    fn add(&self, tally: Tally<'_>) {
+        if !tally.latencies_us.is_empty() {
+            let mut histogram = self.histogram.lock().expect("histogram lock");
+            for &latency_us in tally.latencies_us.iter() {
+                histogram.saturating_record(latency_us);
+            }
+            drop(histogram);
+            self.acked.fetch_add(tally.latencies_us.len() as u64, Ordering::Relaxed);
+        }
+        if tally.rejected > 0 {
+            self.rejected.fetch_add(tally.rejected, Ordering::Relaxed);
+        }
+        if tally.errors > 0 {
+            self.errors.fetch_add(tally.errors, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Turns of a connection's loop between two looks at the clock for the end of the run.
 const END_CHECK_EVERY: u32 = 32;
 
@@ -355,6 +391,7 @@ impl ConnectionRun {
         let Connection { client, mut events, mut flow } = connection;
         let mut sent_at: FxHashMap<u64, Instant> = FxHashMap::default();
         let mut sent: u64 = 0;
+        let mut latencies = Vec::new();
         let mut sending = true;
         // One timer for the whole run, polled only when nothing else is ready; while
         // answers and window slots keep coming, the clock is read every few turns.
@@ -381,11 +418,14 @@ impl ConnectionRun {
                 biased;
                 event = events.recv() => match event {
                     Some(event) => {
-                        self.on_event(&mut flow, &mut sent_at, event);
-                        // Answers come in batches: take the rest of this one now.
+                        // Answers come in batches: take the rest of this one now, with
+                        // one look at the clock and one update of the shared tallies.
+                        let mut tally = Tally::new(Instant::now(), &mut latencies);
+                        self.on_event(&mut flow, &mut sent_at, event, &mut tally);
                         while let Some(event) = events.try_recv() {
-                            self.on_event(&mut flow, &mut sent_at, event);
+                            self.on_event(&mut flow, &mut sent_at, event, &mut tally);
                         }
+                        self.progress.add(tally);
                     }
                     None => sending = false,
                 },
@@ -394,9 +434,9 @@ impl ConnectionRun {
                         sending = false;
                         continue;
                     };
+                    let now = Instant::now();
                     loop {
                         let (body, intent) = flow.next_command();
-                        let now = Instant::now();
                         match permit.send(&body) {
                             Ok(seq) => {
                                 sent_at.insert(seq, intended.unwrap_or(now));
@@ -418,15 +458,25 @@ impl ConnectionRun {
                 () = &mut run_ends => sending = false,
             }
         }
-        self.drain(&mut events, &mut flow, &mut sent_at).await;
+        self.drain(&mut events, &mut flow, &mut sent_at, &mut latencies).await;
     }
 
     /// Waits for the answers still owed, at most `drain_max`; the rest are errors.
-    async fn drain(&self, events: &mut Events, flow: &mut OrderFlow, sent_at: &mut FxHashMap<u64, Instant>) {
+    async fn drain(
+        &self,
+        events: &mut Events,
+        flow: &mut OrderFlow,
+        sent_at: &mut FxHashMap<u64, Instant>,
+        latencies: &mut Vec<u64>,
+    ) {
         let deadline = Instant::now() + self.drain_max;
         while !sent_at.is_empty() {
             match tokio::time::timeout_at(deadline, events.recv()).await {
-                Ok(Some(event)) => self.on_event(flow, sent_at, event),
+                Ok(Some(event)) => {
+                    let mut tally = Tally::new(Instant::now(), latencies);
+                    self.on_event(flow, sent_at, event, &mut tally);
+                    self.progress.add(tally);
+                }
                 Ok(None) | Err(_) => break,
             }
         }
@@ -434,23 +484,28 @@ impl ConnectionRun {
         sent_at.clear();
     }
 
-    fn on_event(&self, flow: &mut OrderFlow, sent_at: &mut FxHashMap<u64, Instant>, event: SessionEvent) {
+    fn on_event(
+        &self,
+        flow: &mut OrderFlow,
+        sent_at: &mut FxHashMap<u64, Instant>,
+        event: SessionEvent,
+        tally: &mut Tally<'_>,
+    ) {
         match event {
             SessionEvent::Reply(reply) => {
                 flow.on_reply(&reply);
                 let Some(at) = sent_at.remove(&reply.seq) else { return };
-                let latency_us = u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
-                self.progress.histogram.lock().expect("histogram lock").saturating_record(latency_us);
-                self.progress.acked.fetch_add(1, Ordering::Relaxed);
+                let latency = tally.now.saturating_duration_since(at);
+                tally.latencies_us.push(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).max(1));
                 if let Outcome::Rejected(_) = reply.outcome {
-                    self.progress.rejected.fetch_add(1, Ordering::Relaxed);
+                    tally.rejected += 1;
                 }
             }
             SessionEvent::Failed { seq, error } => {
                 tracing::debug!(seq, %error, "load command failed");
                 flow.on_failed(seq);
                 if sent_at.remove(&seq).is_some() {
-                    self.progress.errors.fetch_add(1, Ordering::Relaxed);
+                    tally.errors += 1;
                 }
             }
             SessionEvent::Fill(fill) => flow.on_fill(&fill),
