@@ -31,21 +31,30 @@ impl std::fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 pub fn encode(command: &Command) -> Vec<u8> {
-    // One allocation that fits almost every command, not a buffer grown from empty
-    // field by field (which cost a node's core thread a quarter of its time).
-    let buffer = Vec::with_capacity(ENCODED_TYPICAL_MAX);
-    postcard::to_extend(command, buffer).expect("encoding to memory cannot fail")
+    let mut buffer = Vec::new();
+    encode_into(command, &mut buffer);
+    buffer
 }
 
 /// Room for an encoded order with every field at its widest (87 bytes: see the test);
-/// admin commands with long names grow past it as needed.
+/// admin commands with long names take the slower path.
 const ENCODED_TYPICAL_MAX: usize = 96;
 
 /// Appends the encoding of `command` to `buffer` (what [`encode`] returns, without a
 /// buffer of its own).
+///
+/// Encodes on the stack, then copies once: postcard's `Extend` flavour appends field by
+/// field, a `memcpy` call for every byte or two, which cost a node's core thread a fifth
+/// of its time.
 pub fn encode_into(command: &Command, buffer: &mut Vec<u8>) {
-    let taken = std::mem::take(buffer);
-    *buffer = postcard::to_extend(command, taken).expect("encoding to memory cannot fail");
+    let mut stack = [0u8; ENCODED_TYPICAL_MAX];
+    match postcard::to_slice(command, &mut stack) {
+        Ok(encoded) => buffer.extend_from_slice(encoded),
+        Err(_) => {
+            let taken = std::mem::take(buffer);
+            *buffer = postcard::to_extend(command, taken).expect("encoding to memory cannot fail");
+        }
+    }
 }
 
 pub fn decode(bytes: &[u8]) -> Result<Command, DecodeError> {
@@ -66,7 +75,7 @@ mod tests {
     use crate::{AccountId, ClientId, Px, Qty, Side, SymbolId};
 
     #[test]
-    fn the_widest_order_fits_the_first_allocation_and_round_trips() {
+    fn the_widest_order_is_encoded_on_the_stack_and_round_trips() {
         let order = OrderRequest {
             account: AccountId(u32::MAX),
             symbol: SymbolId(u32::MAX),
@@ -85,5 +94,29 @@ mod tests {
         assert!(bytes.len() <= ENCODED_TYPICAL_MAX);
         assert_eq!(bytes, postcard::to_allocvec(&command).unwrap(), "the same bytes as before");
         assert_eq!(decode(&bytes).unwrap(), command);
+    }
+
+    #[test]
+    fn a_command_too_long_for_the_stack_buffer_is_encoded_all_the_same_and_appended() {
+        let body = CommandBody::CreateAsset { name: "A".repeat(300), decimals: 2 };
+        let command = Command { client: ClientId(7), seq: 9, ts: 11, body };
+        let bytes = encode(&command);
+        assert!(bytes.len() > ENCODED_TYPICAL_MAX);
+        assert_eq!(bytes, postcard::to_allocvec(&command).unwrap());
+        assert_eq!(decode(&bytes).unwrap(), command);
+        // Appending keeps what the buffer held, on both paths.
+        let short = Command {
+            client: ClientId(1),
+            seq: 1,
+            ts: 1,
+            body: CommandBody::CreateAsset { name: "B".into(), decimals: 0 },
+        };
+        let mut buffer = vec![0xAA];
+        encode_into(&short, &mut buffer);
+        encode_into(&command, &mut buffer);
+        let short_len = encode(&short).len();
+        assert_eq!(buffer[0], 0xAA);
+        assert_eq!(decode(&buffer[1..1 + short_len]).unwrap(), short);
+        assert_eq!(decode(&buffer[1 + short_len..]).unwrap(), command);
     }
 }
