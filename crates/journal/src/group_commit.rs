@@ -368,7 +368,7 @@ impl Remover {
         self.finish();
         let dir = dir.to_path_buf();
         let spawned = thread::Builder::new().name("journal-prune".into()).spawn(move || {
-            if let Err(error) = crate::journal::segments_remove(&dir, paths) {
+            if let Err(error) = crate::journal::segments_remove_gradually(&dir, paths) {
                 tracing::warn!(%error, "{LEFT_FOR_RECOVERY}");
             }
         });

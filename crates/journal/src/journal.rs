@@ -507,14 +507,37 @@ impl Journal {
     }
 }
 
-/// Deletes pruned segments of the journal in `dir`, oldest first (a crash part-way
-/// leaves a suffix of the log), then makes the deletions durable.
+/// Deletes pruned segments of the journal in `dir` at once: see [`segments_release`].
 pub fn segments_remove(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
+    segments_release(dir, paths, segment::Release::AT_ONCE)
+}
+
+/// Deletes pruned segments of the journal in `dir` a few megabytes at a time (8 MiB
+/// every 20 ms, about 400 MB/s), so that the log's `fdatasync`s on the same filesystem
+/// never wait long for the space to be freed: for the journal's own pruning thread.
+pub fn segments_remove_gradually(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
+    let release = segment::Release { step_bytes: 8 << 20, pause: std::time::Duration::from_millis(20) };
+    segments_release(dir, paths, release)
+}
+
+/// First takes the segments out of the log: each is renamed to `*.log.pruned`, oldest
+/// first (a crash part-way leaves a suffix of the log), and the renames are made durable.
+/// Then each file is deleted as `release` says; a crash before the end leaves
+/// `*.log.pruned` files that the next recovery deletes.
+fn segments_release(dir: &Path, paths: Vec<PathBuf>, release: segment::Release) -> Result<()> {
     if paths.is_empty() {
         return Ok(());
     }
-    for path in &paths {
-        segment::file_remove(path)?;
+    let mut pruned = Vec::with_capacity(paths.len());
+    for path in paths {
+        // `<index>.log` becomes `<index>.log.pruned`.
+        let to = path.with_extension(&segment::SEGMENT_PRUNED_SUFFIX[1..]);
+        std::fs::rename(&path, &to).map_err(|source| Error::io("rename", &path, source))?;
+        pruned.push(to);
+    }
+    segment::dir_sync(dir)?;
+    for path in &pruned {
+        segment::file_release(path, release)?;
     }
     segment::dir_sync(dir)
 }

@@ -3,7 +3,8 @@
 //! Steps, in order:
 //! 1. Create the directory if it is missing.
 //! 2. Delete stray temporary files (`*.log.tmp`, `*.snap.tmp`): a crash interrupted an
-//!    atomic creation, and the rename never happened.
+//!    atomic creation, and the rename never happened. Delete pruned segments
+//!    (`*.log.pruned`) a crash left half deleted: they were out of the log already.
 //! 3. Validate every snapshot, newest first. The newest valid one is the starting state;
 //!    a corrupt one is logged, renamed to `*.snap.corrupt`, and skipped.
 //! 4. Validate every segment: header, every record's checksums and index, and that each
@@ -30,7 +31,7 @@ use crate::config::JournalConfig;
 use crate::entries::Entries;
 use crate::error::{Error, RecordFault, Result};
 use crate::journal::{Journal, JournalParts};
-use crate::segment::{self, SegmentFile, SEGMENT_SUFFIX, SEGMENT_TEMP_SUFFIX};
+use crate::segment::{self, SegmentFile, SEGMENT_PRUNED_SUFFIX, SEGMENT_SUFFIX, SEGMENT_TEMP_SUFFIX};
 use crate::snapshot::{self, Snapshot, SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX, SNAPSHOT_TEMP_SUFFIX};
 
 /// Which operation removes a journal's prefix; fixed when it is opened.
@@ -130,6 +131,7 @@ fn dir_list(dir: &Path) -> Result<Listing> {
         } else if let Some(index) = segment::file_name_index(name, SNAPSHOT_PREFIX, SNAPSHOT_SUFFIX) {
             listing.snapshots.push((index, path));
         } else if segment::file_name_index(name, "", SEGMENT_TEMP_SUFFIX).is_some()
+            || segment::file_name_index(name, "", SEGMENT_PRUNED_SUFFIX).is_some()
             || segment::file_name_index(name, SNAPSHOT_PREFIX, SNAPSHOT_TEMP_SUFFIX).is_some()
         {
             listing.temps.push(path);
@@ -142,7 +144,7 @@ fn dir_list(dir: &Path) -> Result<Listing> {
 
 fn temps_remove(dir: &Path, temps: Vec<PathBuf>) -> Result<Vec<PathBuf>> {
     for path in &temps {
-        tracing::warn!(path = %path.display(), "removing a temporary file left by an interrupted write");
+        tracing::warn!(path = %path.display(), "removing a file left by an interrupted write or prune");
         segment::file_remove(path)?;
     }
     if !temps.is_empty() {

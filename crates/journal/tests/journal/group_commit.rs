@@ -199,6 +199,12 @@ fn segments_a_snapshot_prunes_are_deleted_off_the_writer_and_the_log_still_recov
         let first_of_file: u64 = path.file_stem().unwrap().to_string_lossy().parse().unwrap();
         assert!(first_of_file >= first, "{} should have been deleted", path.display());
     }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|item| item.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".pruned"))
+        .collect();
+    assert!(leftovers.is_empty(), "pruned segments not deleted: {leftovers:?}");
     drop(journal);
     let (journal, recovery) = open(dir.path(), config_small());
     assert_eq!(recovery.snapshot.as_ref().map(|s| s.index), Some(380));

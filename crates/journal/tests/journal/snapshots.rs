@@ -110,19 +110,23 @@ fn truncated_snapshot_is_skipped() {
 }
 
 #[test]
-fn stray_temporary_files_are_removed() {
+fn stray_temporary_files_and_half_deleted_pruned_segments_are_removed() {
     let dir = dir_fast();
     let config = config_small();
     log_build(dir.path(), config, 10);
     let snapshot_temp = dir.path().join("snapshot-00000000000000000005.snap.tmp");
     let segment_temp = dir.path().join("00000000000000000011.log.tmp");
+    // A pruned segment is renamed out of the log before it is cut down and deleted; a
+    // crash in between leaves it, cut anywhere, for recovery to finish.
+    let segment_pruned = dir.path().join("00000000000000000001.log.pruned");
     let unrelated = dir.path().join("notes.txt");
     fs::write(&snapshot_temp, b"half a snapshot").unwrap();
     fs::write(&segment_temp, b"half a header").unwrap();
+    fs::write(&segment_pruned, b"a segment cut mid-rec").unwrap();
     fs::write(&unrelated, b"left alone").unwrap();
     let (_, recovery) = open(dir.path(), config);
-    assert_eq!(recovery.temp_files_removed.len(), 2);
-    assert!(!snapshot_temp.exists() && !segment_temp.exists() && unrelated.exists());
+    assert_eq!(recovery.temp_files_removed.len(), 3);
+    assert!(!snapshot_temp.exists() && !segment_temp.exists() && !segment_pruned.exists() && unrelated.exists());
     assert!(recovery.snapshot.is_none());
     assert_eq!(recovered(recovery), entries(1, 10));
 }
