@@ -79,7 +79,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use bourse_journal::{Journal, JournalConfig, JournalStats, ReadView, TailCut, PAYLOAD_BYTES_LIMIT};
+use bourse_journal::{Journal, JournalConfig, JournalStats, ReadView, SegmentRemover, TailCut, PAYLOAD_BYTES_LIMIT};
 use openraft::storage::RaftLogStorage;
 use openraft::{OptionalSend, RaftLogReader};
 use serde::{Deserialize, Serialize};
@@ -588,6 +588,11 @@ impl LogStore {
         }
         state.cache_evict(&config);
         let shared = Arc::new(Shared { files: RwLock::new(()), state: Mutex::new(state), config });
+        // From here on, purged segments are deleted by a thread of their own, a few
+        // megabytes at a time: readers never see them again (the view they read through
+        // is replaced under the files lock), and deleting hundreds of megabytes at once
+        // would hold every fdatasync on the filesystem for a tenth of a second or more.
+        journal.defer_segment_removal();
         let (sender, receiver) = mpsc::channel(config.queue_requests_max);
         let writer = Writer {
             dir: dir.to_path_buf(),
@@ -597,6 +602,7 @@ impl LogStore {
             meta_saved: meta.clone(),
             meta,
             meta_saved_at: Instant::now(),
+            remover: SegmentRemover::default(),
         };
         let writer = thread::Builder::new()
             .name(WRITER_THREAD_NAME.into())
@@ -851,11 +857,14 @@ struct Writer {
     /// The metadata on disk.
     meta_saved: Meta,
     meta_saved_at: Instant,
+    /// Deletes purged segments off this thread.
+    remover: SegmentRemover,
 }
 
 impl Writer {
     fn run(mut self) {
         let result = self.run_loop().and_then(|()| self.committed_save(true));
+        self.remover.finish();
         let Err(failure) = result else { return };
         tracing::error!(error = %failure.message, "the Raft log writer stopped on an error");
         lock(&self.shared.state).failure = Some(failure.clone());
@@ -957,25 +966,33 @@ impl Writer {
                 // The purge record is durable before any file goes.
                 self.meta.purged = Some(log_id);
                 self.meta_write()?;
-                let _files = self.shared.files.write().expect("log store lock poisoned by a panic");
-                let result = self.journal.purge_through(log_id.index + 1);
-                let mut state = lock(&self.shared.state);
-                self.publish(&mut state, seq);
+                let result = self.purge_through(log_id.index + 1, seq);
                 result.map_err(|error| Failure::new(&Error::Journal(error)))?;
             }
             Request::Restart { seq, start } => {
                 // Where the log starts is durable before the log restarts there.
                 self.meta.start = start;
                 self.meta_write()?;
-                let _files = self.shared.files.write().expect("log store lock poisoned by a panic");
-                let result = self.journal.purge_through(start);
-                let mut state = lock(&self.shared.state);
-                self.publish(&mut state, seq);
+                let result = self.purge_through(start, seq);
                 result.map_err(|error| Failure::new(&Error::Journal(error)))?;
             }
             Request::Append { .. } | Request::Committed { .. } => unreachable!("not a barrier"),
         }
         Ok(())
+    }
+
+    /// Purges the journal through `index` under the files lock, publishes the new view,
+    /// then (the lock released) hands the segments it no longer needs to the remover.
+    fn purge_through(&mut self, index: u64, seq: u64) -> Result<(), bourse_journal::Error> {
+        let result = {
+            let _files = self.shared.files.write().expect("log store lock poisoned by a panic");
+            let result = self.journal.purge_through(index);
+            self.publish(&mut lock(&self.shared.state), seq);
+            result
+        };
+        let pruned = self.journal.take_segments_to_remove();
+        self.remover.remove(self.journal.dir(), pruned);
+        result
     }
 
     /// Writes the committed id if it changed, when `committed_save_interval` has passed

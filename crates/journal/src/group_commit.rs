@@ -24,7 +24,7 @@ use std::thread::{self, JoinHandle};
 
 use crate::config::config_check_range;
 use crate::error::{Error, Result};
-use crate::journal::{Entry, Journal};
+use crate::journal::{Entry, Journal, SegmentRemover};
 use crate::stats::GroupCommitStats;
 
 /// Upper bound for every group-commit bound, to catch a unit mistake in configuration.
@@ -313,7 +313,7 @@ fn writer_loop(
     // Segments a snapshot prunes are deleted by a thread of their own: deleting hundreds
     // of megabytes held every acknowledgement for about 0.17 s.
     journal.defer_segment_removal();
-    let mut remover = Remover::default();
+    let mut remover = SegmentRemover::default();
     while let Ok(first) = receiver.recv() {
         let mut group = Group::default();
         let mut request = Some(first);
@@ -345,45 +345,6 @@ fn writer_loop(
     }
     remover.finish();
     Ok(())
-}
-
-/// Why a failed deletion is not retried now: recovery lists the files at the next start,
-/// skips their records (a snapshot covers them) and a later prune deletes them.
-const LEFT_FOR_RECOVERY: &str =
-    "pruned segments left on disk; the next start finds them and a later prune deletes them";
-
-/// Deletes pruned segments off the writer thread, one list at a time and each oldest
-/// first, so that the log on disk stays a contiguous suffix whenever a crash comes.
-#[derive(Default)]
-struct Remover {
-    running: Option<JoinHandle<()>>,
-}
-
-impl Remover {
-    fn remove(&mut self, dir: &std::path::Path, paths: Vec<std::path::PathBuf>) {
-        if paths.is_empty() {
-            return;
-        }
-        // The previous list first (it is older, and long done: snapshots are far apart).
-        self.finish();
-        let dir = dir.to_path_buf();
-        let spawned = thread::Builder::new().name("journal-prune".into()).spawn(move || {
-            if let Err(error) = crate::journal::segments_remove_gradually(&dir, paths) {
-                tracing::warn!(%error, "{LEFT_FOR_RECOVERY}");
-            }
-        });
-        match spawned {
-            Ok(handle) => self.running = Some(handle),
-            Err(error) => tracing::warn!(%error, "{LEFT_FOR_RECOVERY}"),
-        }
-    }
-
-    /// Waits for the deletions under way.
-    fn finish(&mut self) {
-        if let Some(handle) = self.running.take() {
-            let _ = handle.join();
-        }
-    }
 }
 
 /// Appends a group, makes it durable with one `fdatasync`, then acknowledges it in index

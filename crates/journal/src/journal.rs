@@ -33,6 +33,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use crate::config::{JournalConfig, INDEX_MAX, SNAPSHOTS_KEPT};
@@ -508,14 +509,14 @@ impl Journal {
 }
 
 /// Deletes pruned segments of the journal in `dir` at once: see [`segments_release`].
-pub fn segments_remove(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
+fn segments_remove(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
     segments_release(dir, paths, segment::Release::AT_ONCE)
 }
 
 /// Deletes pruned segments of the journal in `dir` a few megabytes at a time (8 MiB
 /// every 20 ms, about 400 MB/s), so that the log's `fdatasync`s on the same filesystem
 /// never wait long for the space to be freed: for the journal's own pruning thread.
-pub fn segments_remove_gradually(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
+fn segments_remove_gradually(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
     let release = segment::Release { step_bytes: 8 << 20, pause: std::time::Duration::from_millis(20) };
     segments_release(dir, paths, release)
 }
@@ -540,4 +541,48 @@ fn segments_release(dir: &Path, paths: Vec<PathBuf>, release: segment::Release) 
         segment::file_release(path, release)?;
     }
     segment::dir_sync(dir)
+}
+
+/// Why a failed deletion is not retried now: recovery lists the files at the next start,
+/// skips their records (a snapshot covers them) and a later prune deletes them.
+const LEFT_FOR_RECOVERY: &str =
+    "pruned segments left on disk; the next start finds them and a later prune deletes them";
+
+/// Deletes the segments a journal pruned ([`Journal::take_segments_to_remove`]) on a
+/// thread of its own, gradually ([`segments_remove_gradually`]), one list at a time and
+/// each oldest first, so that the log on disk stays a contiguous suffix whenever a crash
+/// comes. For the thread that writes the journal: it must not stop for deletions.
+#[derive(Debug, Default)]
+pub struct SegmentRemover {
+    running: Option<JoinHandle<()>>,
+}
+
+impl SegmentRemover {
+    /// Starts deleting `paths` of the journal in `dir`, after the list before (if any)
+    /// is done. A failure is logged, not returned: the files are covered, and recovery
+    /// or a later prune deletes them.
+    pub fn remove(&mut self, dir: &Path, paths: Vec<PathBuf>) {
+        if paths.is_empty() {
+            return;
+        }
+        // The previous list first (it is older, and long done: snapshots are far apart).
+        self.finish();
+        let dir = dir.to_path_buf();
+        let spawned = thread::Builder::new().name("journal-prune".into()).spawn(move || {
+            if let Err(error) = segments_remove_gradually(&dir, paths) {
+                tracing::warn!(%error, "{LEFT_FOR_RECOVERY}");
+            }
+        });
+        match spawned {
+            Ok(handle) => self.running = Some(handle),
+            Err(error) => tracing::warn!(%error, "{LEFT_FOR_RECOVERY}"),
+        }
+    }
+
+    /// Waits for the deletions under way.
+    pub fn finish(&mut self) {
+        if let Some(handle) = self.running.take() {
+            let _ = handle.join();
+        }
+    }
 }

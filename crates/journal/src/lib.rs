@@ -57,7 +57,7 @@ pub use entries::{Entries, ReadView};
 pub use error::{Error, RecordFault, Result};
 pub use fsync_probe::{measure_fdatasync_latency, FsyncLatency, FSYNC_PROBE_SAMPLES_MAX, FSYNC_PROBE_WRITE_BYTES};
 pub use group_commit::{GroupCommit, GroupCommitConfig, GroupCommitHandle, IndexRange, Proposal, Ticket};
-pub use journal::{Entry, Journal};
+pub use journal::{Entry, Journal, SegmentRemover};
 pub use recovery::{Recovery, TailCut};
 pub use snapshot::Snapshot;
 pub use stats::{GroupCommitStats, JournalStats, Log2Histogram};
