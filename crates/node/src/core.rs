@@ -150,6 +150,9 @@ pub struct Core {
     pending: Arc<Pending>,
     metrics: Arc<Metrics>,
     market: tokio::sync::broadcast::Sender<proto::MarketDataUpdate>,
+    /// Whether anyone followed `market` when the current batch began: asked once per
+    /// batch, since the broadcast channel answers under a mutex.
+    market_followed: bool,
     feed: tokio::sync::broadcast::Sender<Arc<FeedItem>>,
     /// Publishes the order-level feed while someone follows it.
     feed_builder: Option<FeedBuilder>,
@@ -198,6 +201,7 @@ impl Core {
             pending,
             metrics,
             market,
+            market_followed: false,
             feed,
             feed_builder: None,
             feed_events: Vec::new(),
@@ -246,6 +250,7 @@ impl Core {
 
     /// Applies one batch; returns true when a shutdown was requested.
     fn process(&mut self, batch: &mut Vec<Request>) -> bool {
+        self.market_followed = self.market.receiver_count() > 0;
         if self.feed_builder.is_some() && self.feed.receiver_count() == 0 {
             // Nobody follows the feed any more; the next follower starts from a new image.
             self.feed_builder = None;
@@ -567,7 +572,7 @@ impl Core {
     /// Fill and cancel reports to the orders' owners, trades to market data, and the
     /// bookkeeping of who owns which open order.
     fn route_events(&mut self, client: ClientId, at: LogPosition, outputs: &mut Vec<Output>) {
-        let market = self.market.receiver_count() > 0;
+        let market = self.market_followed;
         let mut trade_seq = self.entry_trades;
         let mut takers = std::mem::take(&mut self.takers);
         let mut live = std::mem::take(&mut self.live);
