@@ -508,24 +508,29 @@ impl Journal {
     }
 }
 
-/// Deletes pruned segments of the journal in `dir` at once: see [`segments_release`].
+/// Deletes pruned segments of the journal in `dir`, oldest first (a crash part-way
+/// leaves a suffix of the log), then makes the deletions durable.
 fn segments_remove(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
-    segments_release(dir, paths, segment::Release::AT_ONCE)
+    if paths.is_empty() {
+        return Ok(());
+    }
+    for path in &paths {
+        segment::file_remove(path)?;
+    }
+    segment::dir_sync(dir)
 }
 
-/// Deletes pruned segments of the journal in `dir` a few megabytes at a time (8 MiB
-/// every 20 ms, about 400 MB/s), so that the log's `fdatasync`s on the same filesystem
-/// never wait long for the space to be freed: for the journal's own pruning thread.
-fn segments_remove_gradually(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
-    let release = segment::Release { step_bytes: 8 << 20, pause: std::time::Duration::from_millis(20) };
-    segments_release(dir, paths, release)
-}
+/// Cut per step and pause between steps of [`segments_remove_gradually`]: about 400 MB/s.
+const PRUNE_STEP_BYTES: u64 = 8 << 20;
+const PRUNE_STEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// First takes the segments out of the log: each is renamed to `*.log.pruned`, oldest
-/// first (a crash part-way leaves a suffix of the log), and the renames are made durable.
-/// Then each file is deleted as `release` says; a crash before the end leaves
+/// Deletes pruned segments of the journal in `dir` a few megabytes at a time, so that
+/// the log's `fdatasync`s on the same filesystem never wait long for the space to be
+/// freed: for the journal's own pruning thread. First takes the segments out of the log:
+/// each is renamed to `*.log.pruned`, oldest first (a crash part-way leaves a suffix of
+/// the log), and the renames are made durable; a crash while they are cut down leaves
 /// `*.log.pruned` files that the next recovery deletes.
-fn segments_release(dir: &Path, paths: Vec<PathBuf>, release: segment::Release) -> Result<()> {
+fn segments_remove_gradually(dir: &Path, paths: Vec<PathBuf>) -> Result<()> {
     if paths.is_empty() {
         return Ok(());
     }
@@ -538,7 +543,7 @@ fn segments_release(dir: &Path, paths: Vec<PathBuf>, release: segment::Release) 
     }
     segment::dir_sync(dir)?;
     for path in &pruned {
-        segment::file_release(path, release)?;
+        segment::file_remove_gradually(path, PRUNE_STEP_BYTES, PRUNE_STEP_PAUSE)?;
     }
     segment::dir_sync(dir)
 }

@@ -87,32 +87,18 @@ pub(crate) fn file_remove(path: &Path) -> Result<()> {
     fs::remove_file(path).map_err(|source| Error::io("remove", path, source))
 }
 
-/// How a big file is given back to the filesystem: cut from the end `step_bytes` at a
-/// time with `pause` between cuts, then deleted.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Release {
-    pub step_bytes: u64,
-    pub pause: std::time::Duration,
-}
-
-impl Release {
-    /// All at once.
-    pub const AT_ONCE: Release = Release { step_bytes: u64::MAX, pause: std::time::Duration::ZERO };
-}
-
-/// Deletes a file in steps (see [`Release`]). Freeing a few hundred megabytes in one
-/// `unlink` makes the filesystem's next journal commit free (and, mounted with
-/// `discard`, trim) all of it, and every `fdatasync` on that filesystem waits for that
-/// commit: 0.1–0.2 s. Freed a few megabytes at a time, no commit carries much.
-pub(crate) fn file_release(path: &Path, release: Release) -> Result<()> {
-    if release.step_bytes != u64::MAX {
-        let file = OpenOptions::new().write(true).open(path).map_err(|source| Error::io("open", path, source))?;
-        let mut bytes_len = file.metadata().map_err(|source| Error::io("stat", path, source))?.len();
-        while bytes_len > release.step_bytes {
-            bytes_len -= release.step_bytes;
-            file.set_len(bytes_len).map_err(|source| Error::io("truncate", path, source))?;
-            std::thread::sleep(release.pause);
-        }
+/// Deletes a file by cutting it from the end `step_bytes` at a time, `pause` apart, then
+/// removing what is left. Freeing a few hundred megabytes in one `unlink` makes the
+/// filesystem's next journal commit free (and, mounted with `discard`, trim) all of it,
+/// and every `fdatasync` on that filesystem waits for that commit: 0.1–0.2 s. Freed a
+/// few megabytes at a time, no commit carries much.
+pub(crate) fn file_remove_gradually(path: &Path, step_bytes: u64, pause: std::time::Duration) -> Result<()> {
+    let file = OpenOptions::new().write(true).open(path).map_err(|source| Error::io("open", path, source))?;
+    let mut bytes_len = file.metadata().map_err(|source| Error::io("stat", path, source))?.len();
+    while bytes_len > step_bytes {
+        bytes_len -= step_bytes;
+        file.set_len(bytes_len).map_err(|source| Error::io("truncate", path, source))?;
+        std::thread::sleep(pause);
     }
     file_remove(path)
 }
@@ -253,14 +239,14 @@ mod tests {
         for bytes_len in [0_usize, 1, 4096, 4097, 100_000] {
             let path = dir.path().join(format!("{bytes_len}.log.pruned"));
             fs::write(&path, vec![7_u8; bytes_len]).unwrap();
-            file_release(&path, Release { step_bytes: 4096, pause: std::time::Duration::ZERO }).unwrap();
+            file_remove_gradually(&path, 4096, std::time::Duration::ZERO).unwrap();
             assert!(!path.exists(), "{bytes_len} bytes");
         }
         let path = dir.path().join("at-once");
         fs::write(&path, b"x").unwrap();
-        file_release(&path, Release::AT_ONCE).unwrap();
+        file_remove_gradually(&path, u64::MAX, std::time::Duration::ZERO).unwrap();
         assert!(!path.exists());
-        assert!(file_release(&path, Release::AT_ONCE).is_err(), "a missing file is an error");
+        assert!(file_remove_gradually(&path, 4096, std::time::Duration::ZERO).is_err(), "a missing file is an error");
     }
 
     fn segment_bytes(first_index: u64, payloads: &[&[u8]]) -> Vec<u8> {

@@ -335,6 +335,24 @@ impl Progress {
             histogram: Mutex::new(latency_histogram()),
         }
     }
+
+    /// Adds what a run of events read together counted, under one lock.
+    fn add(&self, tally: Tally<'_>) {
+        if !tally.latencies_us.is_empty() {
+            let mut histogram = self.histogram.lock().expect("histogram lock");
+            for &latency_us in tally.latencies_us.iter() {
+                histogram.saturating_record(latency_us);
+            }
+            drop(histogram);
+            self.acked.fetch_add(tally.latencies_us.len() as u64, Ordering::Relaxed);
+        }
+        if tally.rejected > 0 {
+            self.rejected.fetch_add(tally.rejected, Ordering::Relaxed);
+        }
+        if tally.errors > 0 {
+            self.errors.fetch_add(tally.errors, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What a run of events read together adds to a connection's [`Progress`]: answers
@@ -351,25 +369,6 @@ impl<'a> Tally<'a> {
     fn new(now: Instant, latencies_us: &'a mut Vec<u64>) -> Self {
         latencies_us.clear();
         Tally { now, latencies_us, rejected: 0, errors: 0 }
-    }
-}
-
-impl Progress {
-    fn add(&self, tally: Tally<'_>) {
-        if !tally.latencies_us.is_empty() {
-            let mut histogram = self.histogram.lock().expect("histogram lock");
-            for &latency_us in tally.latencies_us.iter() {
-                histogram.saturating_record(latency_us);
-            }
-            drop(histogram);
-            self.acked.fetch_add(tally.latencies_us.len() as u64, Ordering::Relaxed);
-        }
-        if tally.rejected > 0 {
-            self.rejected.fetch_add(tally.rejected, Ordering::Relaxed);
-        }
-        if tally.errors > 0 {
-            self.errors.fetch_add(tally.errors, Ordering::Relaxed);
-        }
     }
 }
 
