@@ -3,9 +3,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use bourse_client::ApiKey;
 use bourse_fairness::{Profile, ProfileSpec};
 use bourse_gateway::keys::{append, entry_for, generate_key};
-use bourse_gateway::{GatewayConfig, KeyStore};
+use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
+use bourse_http::{HttpConfig, HttpServer};
 use clap::{Args, Subcommand};
 
 #[derive(Subcommand, Debug)]
@@ -68,6 +70,9 @@ pub struct RunArgs {
     /// Seed of the injection's draws.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also serve the REST + WebSocket API (OpenAPI document at /openapi.json) here.
+    #[arg(long)]
+    http: Option<SocketAddr>,
 }
 
 #[derive(Args, Debug)]
@@ -118,6 +123,32 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     config.burst = args.burst;
     config.in_flight_max = args.in_flight_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
+    let http = args.http;
+    let mut keys = keys;
+    // The HTTP server reads market data for itself with a key of this process only.
+    let service_key = (!args.open).then(|| ApiKey(keys.add_process_key("http-front-end", false)));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    runtime.block_on(bourse_gateway::run_until_signal(config, keys)).map_err(|e| e.to_string())
+    runtime.block_on(async move {
+        let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
+        println!("bourse gateway listening on {}", gateway.addr());
+        if let Some(metrics) = gateway.metrics_addr() {
+            println!("metrics on http://{metrics}/metrics");
+        }
+        let http = match http {
+            Some(listen) => {
+                let mut config = HttpConfig::new(listen, vec![gateway.addr().to_string()]);
+                config.service_key = service_key;
+                let server = HttpServer::start(config).await.map_err(|e| format!("--http {listen}: {e}"))?;
+                println!("REST + WebSocket API on http://{}/ (OpenAPI: /openapi.json)", server.addr());
+                Some(server)
+            }
+            None => None,
+        };
+        bourse_gateway::wait_for_signal().await.map_err(|e| e.to_string())?;
+        if let Some(server) = http {
+            server.shutdown().await;
+        }
+        gateway.shutdown().await;
+        Ok(())
+    })
 }

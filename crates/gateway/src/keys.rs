@@ -154,6 +154,16 @@ impl KeyStore {
         self.by_hash.get(blake3::hash(key.as_bytes()).as_bytes()).cloned()
     }
 
+    /// Makes a key that only this process knows (it is in no file), for front ends
+    /// running in the gateway's own process (the HTTP, XML and FIX servers): returns
+    /// the key.
+    pub fn add_process_key(&mut self, name: &str, admin: bool) -> String {
+        let key = generate_key();
+        let principal = Principal { name: name.to_owned(), accounts: Vec::new(), admin };
+        self.by_hash.insert(*blake3::hash(key.as_bytes()).as_bytes(), Arc::new(principal));
+        key
+    }
+
     pub fn len(&self) -> usize {
         self.by_hash.len()
     }

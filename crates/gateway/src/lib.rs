@@ -306,11 +306,17 @@ pub async fn run_until_signal(config: GatewayConfig, keys: KeyStore) -> Result<(
     if let Some(metrics) = gateway.metrics_addr() {
         println!("metrics on http://{metrics}/metrics");
     }
+    wait_for_signal().await?;
+    gateway.shutdown().await;
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM.
+pub async fn wait_for_signal() -> Result<(), std::io::Error> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
         _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
     }
-    gateway.shutdown().await;
     Ok(())
 }

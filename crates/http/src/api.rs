@@ -1,0 +1,711 @@
+//! The REST routes, their handlers, and the OpenAPI document generated from them.
+//!
+//! Each handler authenticates (passes the caller's key upstream), checks the request's
+//! shape, translates it into one gRPC call or one command, and translates the answer
+//! back. A command is answered only once it is committed and applied; the reply names
+//! the log entry. Commands that need an order's account and symbol (cancel, move,
+//! reduce) read the order first, so a client needs only the order id.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bourse_engine::command::{CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use bourse_engine::{AccountId, Amount, AssetId, OrderId, Px, Qty, SymbolId};
+use bourse_protocol::proto;
+use serde::de::DeserializeOwned;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::error::ApiError;
+use crate::model::*;
+use crate::upstream::Session;
+use crate::AppState;
+
+type Shared = Arc<AppState>;
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Every route.
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/openapi.json", get(openapi))
+        .route("/health", get(health))
+        .route("/v1/assets", get(list_assets).post(create_asset))
+        .route("/v1/symbols", get(list_symbols).post(create_symbol))
+        .route("/v1/accounts", post(create_account))
+        .route("/v1/accounts/{account}/balances", get(get_balances))
+        .route("/v1/accounts/{account}/orders", get(account_orders))
+        .route("/v1/accounts/{account}/deposits", post(deposit))
+        .route("/v1/accounts/{account}/withdrawals", post(withdraw))
+        .route("/v1/accounts/{account}/credits", post(credit))
+        .route("/v1/orders", post(place_order))
+        .route("/v1/orders/{order}", get(get_order).delete(cancel_order))
+        .route("/v1/orders/{order}/fills", get(order_fills))
+        .route("/v1/orders/{order}/move", post(move_order))
+        .route("/v1/orders/{order}/reduce", post(reduce_order))
+        .route("/v1/books/{symbol}", get(get_book))
+        .route("/v1/trades/{symbol}", get(get_trades))
+        .route("/v1/ws", get(crate::ws::upgrade))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// The OpenAPI 3 document of this API.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Bourse REST API",
+        description = "Order entry, queries and market data of a Bourse exchange. Every number is an \
+            integer in the units of the gRPC contract: prices in quote minor units per base unit, \
+            quantities in base units, amounts in minor units, times in ns since the Unix epoch. \
+            WebSocket market data and order events are at /v1/ws (see the Ws* schemas).",
+        version = "1"
+    ),
+    paths(
+        health, list_assets, create_asset, list_symbols, create_symbol, create_account, get_balances,
+        account_orders, deposit, withdraw, credit, place_order, get_order, cancel_order, order_fills,
+        move_order, reduce_order, get_book, get_trades
+    ),
+    components(schemas(
+        crate::ws::WsRequest, crate::ws::WsMessage, crate::ws::Channel, crate::ws::WsOrderEvent
+    )),
+    modifiers(&Security),
+    security(("bearer" = []), ("api_key" = [])),
+    tags(
+        (name = "orders", description = "Place, cancel, move and reduce orders; read them"),
+        (name = "accounts", description = "Accounts, balances, deposits, withdrawals, credits"),
+        (name = "market", description = "Symbols, assets, books and trades"),
+    )
+)]
+pub struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components
+            .add_security_scheme("api_key", SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))));
+    }
+}
+
+async fn openapi() -> impl IntoResponse {
+    Json(ApiDoc::openapi())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+// ----------------------------------------------------------------------------------------
+// Extractors whose failures are typed errors
+// ----------------------------------------------------------------------------------------
+
+/// The caller's API key: `Authorization: Bearer`, `X-API-Key`, or `?api_key=`.
+pub struct Key(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Key {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let header = |name: &str| parts.headers.get(name).and_then(|value| value.to_str().ok());
+        if let Some(value) = header("authorization") {
+            let key = value
+                .strip_prefix("Bearer ")
+                .ok_or_else(|| ApiError::Unauthenticated("authorization must be: Bearer <key>".into()))?;
+            return Ok(Key(Some(key.trim().to_owned())));
+        }
+        if let Some(value) = header("x-api-key") {
+            return Ok(Key(Some(value.trim().to_owned())));
+        }
+        let from_query = parts.uri.query().and_then(|query| {
+            query.split('&').find_map(|pair| pair.strip_prefix("api_key=").map(|key| key.to_owned()))
+        });
+        Ok(Key(from_query))
+    }
+}
+
+/// A JSON body; a malformed one is a typed 400.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(Body(value)),
+            Err(rejection) => Err(body_error(rejection)),
+        }
+    }
+}
+
+fn body_error(rejection: JsonRejection) -> ApiError {
+    ApiError::invalid_body(rejection.body_text())
+}
+
+/// A path parameter; a malformed one is a typed 400.
+pub struct Param<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Param<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Param(value)),
+            Err(rejection) => Err(path_error(rejection)),
+        }
+    }
+}
+
+fn path_error(rejection: PathRejection) -> ApiError {
+    ApiError::invalid_parameter(rejection.body_text())
+}
+
+/// Query parameters; malformed ones are a typed 400.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(Params(value)),
+            Err(rejection) => Err(query_error(rejection)),
+        }
+    }
+}
+
+fn query_error(rejection: QueryRejection) -> ApiError {
+    ApiError::invalid_parameter(rejection.body_text())
+}
+
+// ----------------------------------------------------------------------------------------
+// Handlers
+// ----------------------------------------------------------------------------------------
+
+/// Liveness of this server (it does not call upstream).
+#[utoipa::path(get, path = "/health", tag = "market", security(()),
+    responses((status = 200, description = "Serving", body = Health)))]
+async fn health(State(state): State<Shared>) -> Json<Health> {
+    Json(Health { status: "ok".into(), upstream: state.upstream.endpoints().to_vec() })
+}
+
+/// Every asset.
+#[utoipa::path(get, path = "/v1/assets", tag = "market",
+    responses((status = 200, body = [Asset]), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn list_assets(State(state): State<Shared>, Key(key): Key) -> ApiResult<Json<Vec<Asset>>> {
+    let session = state.upstream.session(key).await?;
+    let assets = session.query().await.assets().await?.assets;
+    state.upstream.learn(Some(assets.clone()), None);
+    Ok(Json(assets.into_iter().map(asset_from).collect()))
+}
+
+/// Creates an asset (administrative key).
+#[utoipa::path(post, path = "/v1/assets", tag = "market", request_body = CreateAsset,
+    responses((status = 201, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+async fn create_asset(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Body(body): Body<CreateAsset>,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let decimals = u8::try_from(body.decimals)
+        .ok()
+        .filter(|&d| d <= 18)
+        .ok_or_else(|| ApiError::invalid_parameter("decimals must be 0 to 18"))?;
+    let session = state.upstream.session(key).await?;
+    let accepted = session.submit(CommandBody::CreateAsset { name: body.name, decimals }).await?;
+    Ok((StatusCode::CREATED, Json(accepted)))
+}
+
+/// Every symbol with its rules.
+#[utoipa::path(get, path = "/v1/symbols", tag = "market",
+    responses((status = 200, body = [Symbol]), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn list_symbols(State(state): State<Shared>, Key(key): Key) -> ApiResult<Json<Vec<Symbol>>> {
+    let session = state.upstream.session(key).await?;
+    let (symbols, assets) = {
+        let mut query = session.query().await;
+        (query.symbols().await?.symbols, query.assets().await?.assets)
+    };
+    state.upstream.learn(Some(assets), Some(symbols.clone()));
+    Ok(Json(symbols.iter().filter_map(|info| symbol_from(&state, info)).collect()))
+}
+
+/// Creates a symbol (administrative key).
+#[utoipa::path(post, path = "/v1/symbols", tag = "market", request_body = CreateSymbol,
+    responses((status = 201, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn create_symbol(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Body(body): Body<CreateSymbol>,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let session = state.upstream.session(key).await?;
+    let base = state.upstream.asset(&session, &body.base).await?;
+    let quote = state.upstream.asset(&session, &body.quote).await?;
+    let spec = SymbolSpec {
+        name: body.name,
+        base: AssetId(base.id),
+        quote: AssetId(quote.id),
+        tick: Px(body.tick),
+        lot: Qty(body.lot),
+        px_min: Px(body.px_min),
+        px_max: Px(body.px_max),
+        fee_maker: Amount(body.fee_maker),
+        fee_taker: Amount(body.fee_taker),
+        policy: match body.policy {
+            crate::model::MatchPolicy::Fifo => MatchPolicy::Fifo,
+            crate::model::MatchPolicy::ProRata => MatchPolicy::ProRata,
+        },
+    };
+    let accepted = session.submit(CommandBody::CreateSymbol(Box::new(spec))).await?;
+    Ok((StatusCode::CREATED, Json(accepted)))
+}
+
+/// Creates an account with no balances (administrative key); `id` is the account.
+#[utoipa::path(post, path = "/v1/accounts", tag = "accounts",
+    responses((status = 201, body = Accepted), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn create_account(State(state): State<Shared>, Key(key): Key) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let session = state.upstream.session(key).await?;
+    let accepted = session.submit(CommandBody::CreateAccount).await?;
+    Ok((StatusCode::CREATED, Json(accepted)))
+}
+
+/// Every balance of an account the key owns.
+#[utoipa::path(get, path = "/v1/accounts/{account}/balances", tag = "accounts",
+    params(("account" = u32, Path, description = "Account id")),
+    responses((status = 200, body = Balances), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn get_balances(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(account): Param<u32>,
+) -> ApiResult<Json<Balances>> {
+    let session = state.upstream.session(key).await?;
+    let reply = session.query().await.balances(AccountId(account)).await?;
+    let balances = reply
+        .balances
+        .into_iter()
+        .map(|b| Balance {
+            asset: b.asset,
+            asset_name: state.upstream.asset_name(b.asset),
+            available: b.available,
+            reserved: b.reserved,
+        })
+        .collect();
+    Ok(Json(Balances { account, log_index: reply.log_index, balances }))
+}
+
+/// The resting orders and pending stops of an account the key owns.
+#[utoipa::path(get, path = "/v1/accounts/{account}/orders", tag = "orders",
+    params(("account" = u32, Path, description = "Account id")),
+    responses((status = 200, body = Orders), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn account_orders(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(account): Param<u32>,
+) -> ApiResult<Json<Orders>> {
+    let session = state.upstream.session(key).await?;
+    let reply = session.query().await.open_orders(AccountId(account)).await?;
+    let orders = reply.orders.iter().map(|info| order_from(info, reply.log_index)).collect();
+    Ok(Json(Orders { log_index: reply.log_index, orders }))
+}
+
+/// Money enters an account from outside (administrative key).
+#[utoipa::path(post, path = "/v1/accounts/{account}/deposits", tag = "accounts", request_body = BalanceChange,
+    params(("account" = u32, Path, description = "Account id")),
+    responses((status = 200, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn deposit(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(account): Param<u32>,
+    Body(body): Body<BalanceChange>,
+) -> ApiResult<Json<Accepted>> {
+    balance_change(&state, key, account, body, |account, asset, amount| CommandBody::Deposit { account, asset, amount })
+        .await
+}
+
+/// Money leaves an account; only the available balance (administrative key).
+#[utoipa::path(post, path = "/v1/accounts/{account}/withdrawals", tag = "accounts", request_body = BalanceChange,
+    params(("account" = u32, Path, description = "Account id")),
+    responses((status = 200, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn withdraw(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(account): Param<u32>,
+    Body(body): Body<BalanceChange>,
+) -> ApiResult<Json<Accepted>> {
+    balance_change(&state, key, account, body, |account, asset, amount| CommandBody::Withdraw {
+        account,
+        asset,
+        amount,
+    })
+    .await
+}
+
+/// Units of an asset (shares) are issued to an account (administrative key).
+#[utoipa::path(post, path = "/v1/accounts/{account}/credits", tag = "accounts", request_body = BalanceChange,
+    params(("account" = u32, Path, description = "Account id")),
+    responses((status = 200, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn credit(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(account): Param<u32>,
+    Body(body): Body<BalanceChange>,
+) -> ApiResult<Json<Accepted>> {
+    balance_change(&state, key, account, body, |account, asset, amount| CommandBody::Credit { account, asset, amount })
+        .await
+}
+
+async fn balance_change(
+    state: &AppState,
+    key: Option<String>,
+    account: u32,
+    body: BalanceChange,
+    command: impl FnOnce(AccountId, AssetId, Amount) -> CommandBody,
+) -> ApiResult<Json<Accepted>> {
+    let session = state.upstream.session(key).await?;
+    let asset = state.upstream.asset(&session, &body.asset).await?;
+    let accepted = session.submit(command(AccountId(account), AssetId(asset.id), Amount(body.amount))).await?;
+    Ok(Json(accepted))
+}
+
+/// Places an order; answered once it is committed and applied (it may already have
+/// traded). `id` is the new order's id.
+#[utoipa::path(post, path = "/v1/orders", tag = "orders", request_body = PlaceOrder,
+    responses((status = 201, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn place_order(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Body(body): Body<PlaceOrder>,
+) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let kind = order_kind(&body)?;
+    let session = state.upstream.session(key).await?;
+    let symbol = state.upstream.symbol(&session, &body.symbol).await?;
+    let market_like = matches!(kind, OrderKind::Market { .. } | OrderKind::StopMarket { .. });
+    let tif = match body.tif {
+        Some(TimeInForce::Gtc) => Tif::Gtc,
+        Some(TimeInForce::Ioc) => Tif::Ioc,
+        Some(TimeInForce::Fok) => Tif::Fok,
+        None if market_like => Tif::Ioc,
+        None => Tif::Gtc,
+    };
+    let request = OrderRequest {
+        account: AccountId(body.account),
+        symbol: SymbolId(symbol.id),
+        side: match body.side {
+            Side::Buy => bourse_engine::Side::Buy,
+            Side::Sell => bourse_engine::Side::Sell,
+        },
+        kind,
+        qty: Qty(body.qty),
+        tif,
+        post_only: body.post_only,
+        display_qty: body.display_qty.map(Qty),
+        stp: match body.stp {
+            None | Some(SelfTrade::CancelResting) => Stp::CancelResting,
+            Some(SelfTrade::CancelIncoming) => Stp::CancelIncoming,
+            Some(SelfTrade::Allow) => Stp::Allow,
+        },
+    };
+    let accepted = session.submit(CommandBody::Place(request)).await?;
+    crate::ws::publish_accepted(&session, &request, &accepted);
+    Ok((StatusCode::CREATED, Json(accepted)))
+}
+
+/// The engine's order kind from the JSON fields, refusing fields the type does not take.
+fn order_kind(body: &PlaceOrder) -> ApiResult<OrderKind> {
+    let need = |value: Option<i64>, field: &str| {
+        value.ok_or_else(|| {
+            ApiError::invalid_parameter(format!("{field} is required for a {:?} order", body.order_type))
+        })
+    };
+    let refuse = |present: bool, field: &str| {
+        if present {
+            Err(ApiError::invalid_parameter(format!("{field} is not taken by a {:?} order", body.order_type)))
+        } else {
+            Ok(())
+        }
+    };
+    Ok(match body.order_type {
+        OrderType::Limit => {
+            refuse(body.trigger.is_some(), "trigger")?;
+            refuse(body.budget.is_some(), "budget")?;
+            OrderKind::Limit { px: Px(need(body.px, "px")?) }
+        }
+        OrderType::Market => {
+            refuse(body.px.is_some(), "px")?;
+            refuse(body.trigger.is_some(), "trigger")?;
+            OrderKind::Market { budget: body.budget.map(Amount) }
+        }
+        OrderType::StopLimit => {
+            refuse(body.budget.is_some(), "budget")?;
+            OrderKind::StopLimit { trigger: Px(need(body.trigger, "trigger")?), px: Px(need(body.px, "px")?) }
+        }
+        OrderType::StopMarket => {
+            refuse(body.px.is_some(), "px")?;
+            OrderKind::StopMarket { trigger: Px(need(body.trigger, "trigger")?), budget: body.budget.map(Amount) }
+        }
+    })
+}
+
+/// An order of an account the key owns: open, pending, or recently closed.
+#[utoipa::path(get, path = "/v1/orders/{order}", tag = "orders",
+    params(("order" = u64, Path, description = "Order id")),
+    responses((status = 200, body = Order), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn get_order(State(state): State<Shared>, Key(key): Key, Param(order): Param<u64>) -> ApiResult<Json<Order>> {
+    let session = state.upstream.session(key).await?;
+    Ok(Json(read_order(&session, order).await?))
+}
+
+/// The fills of one order, oldest first.
+#[utoipa::path(get, path = "/v1/orders/{order}/fills", tag = "orders",
+    params(("order" = u64, Path, description = "Order id")),
+    responses((status = 200, body = Fills), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn order_fills(State(state): State<Shared>, Key(key): Key, Param(order): Param<u64>) -> ApiResult<Json<Fills>> {
+    let session = state.upstream.session(key).await?;
+    let read = read_order(&session, order).await?;
+    Ok(Json(Fills { order, log_index: read.log_index, fills: read.fills }))
+}
+
+/// Cancels an order's open part.
+#[utoipa::path(delete, path = "/v1/orders/{order}", tag = "orders",
+    params(("order" = u64, Path, description = "Order id")),
+    responses((status = 200, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn cancel_order(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(order): Param<u64>,
+) -> ApiResult<Json<Accepted>> {
+    let session = state.upstream.session(key).await?;
+    let read = read_order(&session, order).await?;
+    let body =
+        CommandBody::Cancel { account: AccountId(read.account), symbol: SymbolId(read.symbol), order: OrderId(order) };
+    Ok(Json(session.submit(body).await?))
+}
+
+/// Gives a resting order a new price (it loses time priority and may trade).
+#[utoipa::path(post, path = "/v1/orders/{order}/move", tag = "orders", request_body = MoveOrder,
+    params(("order" = u64, Path, description = "Order id")),
+    responses((status = 200, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn move_order(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(order): Param<u64>,
+    Body(body): Body<MoveOrder>,
+) -> ApiResult<Json<Accepted>> {
+    let session = state.upstream.session(key).await?;
+    let read = read_order(&session, order).await?;
+    let command = CommandBody::Move {
+        account: AccountId(read.account),
+        symbol: SymbolId(read.symbol),
+        order: OrderId(order),
+        px: Px(body.px),
+    };
+    Ok(Json(session.submit(command).await?))
+}
+
+/// Takes quantity off a resting order, keeping its time priority (the whole remainder
+/// or more cancels it).
+#[utoipa::path(post, path = "/v1/orders/{order}/reduce", tag = "orders", request_body = ReduceOrder,
+    params(("order" = u64, Path, description = "Order id")),
+    responses((status = 200, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn reduce_order(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(order): Param<u64>,
+    Body(body): Body<ReduceOrder>,
+) -> ApiResult<Json<Accepted>> {
+    let session = state.upstream.session(key).await?;
+    let read = read_order(&session, order).await?;
+    let command = CommandBody::Reduce {
+        account: AccountId(read.account),
+        symbol: SymbolId(read.symbol),
+        order: OrderId(order),
+        qty_by: Qty(body.qty_by),
+    };
+    Ok(Json(session.submit(command).await?))
+}
+
+/// The aggregated book of a symbol, best levels first.
+#[utoipa::path(get, path = "/v1/books/{symbol}", tag = "market",
+    params(("symbol" = String, Path, description = "Symbol name (URL-encoded, ACME%2FUSD) or id"), BookParams),
+    responses((status = 200, body = Book), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn get_book(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(symbol): Param<String>,
+    Params(params): Params<BookParams>,
+) -> ApiResult<Json<Book>> {
+    let levels = params.levels.unwrap_or(20);
+    if !(1..=1_000).contains(&levels) {
+        return Err(ApiError::invalid_parameter("levels must be 1 to 1000"));
+    }
+    let session = state.upstream.session(key).await?;
+    let info = state.upstream.symbol(&session, &symbol).await?;
+    let depth = session.query().await.depth(SymbolId(info.id), levels).await?;
+    let level = |l: &proto::Level| Level { px: l.px, qty: l.qty };
+    Ok(Json(Book {
+        symbol: info.id,
+        log_index: depth.log_index,
+        bids: depth.bids.iter().map(level).collect(),
+        asks: depth.asks.iter().map(level).collect(),
+        last_px: depth.last_px,
+    }))
+}
+
+/// The newest trades of a symbol that this server has seen, oldest first.
+#[utoipa::path(get, path = "/v1/trades/{symbol}", tag = "market",
+    params(("symbol" = String, Path, description = "Symbol name (URL-encoded, ACME%2FUSD) or id"), TradesParams),
+    responses((status = 200, body = Trades), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn get_trades(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Param(symbol): Param<String>,
+    Params(params): Params<TradesParams>,
+) -> ApiResult<Json<Trades>> {
+    let limit = params.limit.unwrap_or(100);
+    if !(1..=1_000_000).contains(&limit) {
+        return Err(ApiError::invalid_parameter("limit must be 1 to 1000000"));
+    }
+    let session = state.upstream.session(key).await?;
+    let info = state.upstream.symbol(&session, &symbol).await?;
+    Ok(Json(Trades { symbol: info.id, trades: state.market.recent(info.id, limit as usize) }))
+}
+
+// ----------------------------------------------------------------------------------------
+// Translations
+// ----------------------------------------------------------------------------------------
+
+/// Reads an order (the gateway refuses another key's order).
+async fn read_order(session: &Session, order: u64) -> ApiResult<Order> {
+    let reply = session.query().await.order(OrderId(order)).await?;
+    let info = reply.order.ok_or_else(|| ApiError::Upstream("an order reply without its order".into()))?;
+    Ok(order_from(&info, reply.log_index))
+}
+
+pub fn side_from(value: i32) -> Side {
+    if value == proto::Side::Sell as i32 {
+        Side::Sell
+    } else {
+        Side::Buy
+    }
+}
+
+fn order_from(info: &proto::OrderInfo, log_index: u64) -> Order {
+    use proto::order_kind::Kind;
+    let (order_type, px, trigger, budget) = match info.kind.as_ref().and_then(|k| k.kind.as_ref()) {
+        Some(Kind::Limit(limit)) => (OrderType::Limit, Some(limit.px), None, None),
+        Some(Kind::Market(market)) => (OrderType::Market, None, None, market.budget),
+        Some(Kind::StopLimit(stop)) => (OrderType::StopLimit, Some(stop.px), Some(stop.trigger), None),
+        Some(Kind::StopMarket(stop)) => (OrderType::StopMarket, None, Some(stop.trigger), stop.budget),
+        None => (OrderType::Limit, None, None, None),
+    };
+    let tif = match proto::Tif::try_from(info.tif) {
+        Ok(proto::Tif::Ioc) => TimeInForce::Ioc,
+        Ok(proto::Tif::Fok) => TimeInForce::Fok,
+        _ => TimeInForce::Gtc,
+    };
+    let status = match proto::OrderStatus::try_from(info.status) {
+        Ok(proto::OrderStatus::Pending) => OrderStatus::Pending,
+        Ok(proto::OrderStatus::Filled) => OrderStatus::Filled,
+        Ok(proto::OrderStatus::Cancelled) => OrderStatus::Cancelled,
+        _ => OrderStatus::Open,
+    };
+    Order {
+        id: info.id,
+        account: info.account,
+        symbol: info.symbol,
+        side: side_from(info.side),
+        order_type,
+        px,
+        trigger,
+        budget,
+        tif,
+        qty: info.qty,
+        qty_filled: info.qty_filled,
+        qty_reduced: info.qty_reduced,
+        qty_open: info.qty_open,
+        qty_visible: info.qty_visible,
+        px_resting: info.px_resting,
+        status,
+        ts: info.ts,
+        fills: info
+            .fills
+            .iter()
+            .map(|f| Fill {
+                px: f.px,
+                qty: f.qty,
+                fee: f.fee,
+                maker: f.maker,
+                counter_order: f.counter_order,
+                ts: f.ts,
+            })
+            .collect(),
+        log_index,
+    }
+}
+
+fn asset_from(info: proto::AssetInfo) -> Asset {
+    Asset {
+        id: info.id,
+        name: info.name,
+        decimals: info.decimals,
+        supply: info.supply,
+        fees_collected: info.fees_collected,
+    }
+}
+
+fn symbol_from(state: &AppState, info: &proto::SymbolInfo) -> Option<Symbol> {
+    let spec = info.spec.as_ref()?;
+    Some(Symbol {
+        id: info.id,
+        name: spec.name.clone(),
+        base: spec.base,
+        base_name: state.upstream.asset_name(spec.base),
+        quote: spec.quote,
+        quote_name: state.upstream.asset_name(spec.quote),
+        tick: spec.tick,
+        lot: spec.lot,
+        px_min: spec.px_min,
+        px_max: spec.px_max,
+        fee_maker: spec.fee_maker,
+        fee_taker: spec.fee_taker,
+        policy: if spec.policy == proto::MatchPolicy::ProRata as i32 {
+            crate::model::MatchPolicy::ProRata
+        } else {
+            crate::model::MatchPolicy::Fifo
+        },
+    })
+}

@@ -1,0 +1,208 @@
+//! The REST API against a real node and gateway: trading round trips, typed errors,
+//! the key's permissions, and concurrent clients whose connections drop.
+
+mod support;
+
+use serde_json::json;
+use support::{limit, Exchange};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_trade_rest_and_are_cancelled_moved_and_reduced() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let alice = exchange.client(&exchange.alice);
+
+    let sell = alice.expect(201, "POST", "/v1/orders", Some(limit(0, "sell", 10, 150))).await;
+    let sell_id = sell["id"].as_u64().unwrap();
+    assert!(sell["log_index"].as_u64().unwrap() > 0);
+    let buy = alice.expect(201, "POST", "/v1/orders", Some(limit(1, "buy", 4, 151))).await;
+    let buy_id = buy["id"].as_u64().unwrap();
+
+    // The buy traded 4 at the resting price; the sell rests with 6.
+    let book = alice.expect(200, "GET", "/v1/books/ACME%2FUSD", None).await;
+    assert_eq!(book["asks"], json!([{"px": 150, "qty": 6}]));
+    assert_eq!(book["bids"], json!([]));
+    assert_eq!(book["last_px"], 150);
+    let by_id = alice.expect(200, "GET", "/v1/books/0?levels=1", None).await;
+    assert_eq!(by_id["asks"], book["asks"]);
+
+    let order = alice.expect(200, "GET", &format!("/v1/orders/{sell_id}"), None).await;
+    assert_eq!(order["status"], "open");
+    assert_eq!(order["qty_filled"], 4);
+    assert_eq!(order["qty_open"], 6);
+    assert_eq!(order["px_resting"], 150);
+    let fills = alice.expect(200, "GET", &format!("/v1/orders/{buy_id}/fills"), None).await;
+    assert_eq!(fills["fills"].as_array().unwrap().len(), 1);
+    assert_eq!(fills["fills"][0]["px"], 150);
+    assert_eq!(fills["fills"][0]["qty"], 4);
+    assert_eq!(fills["fills"][0]["fee"], 4, "the taker fee is 1 cent a share");
+    assert_eq!(fills["fills"][0]["maker"], false);
+
+    // Balances: the buyer paid 4 × 150 + 4 in fees; the seller got 600 and 4 shares left.
+    let buyer = alice.expect(200, "GET", "/v1/accounts/1/balances", None).await;
+    let usd = |balances: &serde_json::Value| {
+        balances["balances"].as_array().unwrap().iter().find(|b| b["asset_name"] == "USD").cloned().unwrap()
+    };
+    assert_eq!(usd(&buyer)["available"], 1_000_000 - 604);
+    let seller = alice.expect(200, "GET", "/v1/accounts/0/balances", None).await;
+    assert_eq!(usd(&seller)["available"], 1_000_000 + 600);
+
+    // The trade is in the recent trades (the server follows the trades channel).
+    let mut trades = serde_json::Value::Null;
+    for _ in 0..100 {
+        trades = alice.expect(200, "GET", "/v1/trades/ACME%2FUSD", None).await;
+        if !trades["trades"].as_array().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(trades["trades"][0]["px"], 150);
+    assert_eq!(trades["trades"][0]["qty"], 4);
+    assert_eq!(trades["trades"][0]["taker_side"], "buy");
+
+    // Reduce keeps the order; move reprices it; cancel ends it.
+    alice.expect(200, "POST", &format!("/v1/orders/{sell_id}/reduce"), Some(json!({"qty_by": 2}))).await;
+    alice.expect(200, "POST", &format!("/v1/orders/{sell_id}/move"), Some(json!({"px": 160}))).await;
+    let moved = alice.expect(200, "GET", &format!("/v1/orders/{sell_id}"), None).await;
+    assert_eq!((moved["qty_open"].as_i64(), moved["px_resting"].as_i64()), (Some(4), Some(160)));
+    let open = alice.expect(200, "GET", "/v1/accounts/0/orders", None).await;
+    assert_eq!(open["orders"].as_array().unwrap().len(), 1);
+    alice.expect(200, "DELETE", &format!("/v1/orders/{sell_id}"), None).await;
+    let cancelled = alice.expect(200, "GET", &format!("/v1/orders/{sell_id}"), None).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    let open = alice.expect(200, "GET", "/v1/accounts/0/orders", None).await;
+    assert_eq!(open["orders"], json!([]));
+
+    // Market buy with a budget, stop-limit pending.
+    alice.expect(201, "POST", "/v1/orders", Some(limit(0, "sell", 5, 170))).await;
+    let market = json!({"account": 1, "symbol": "ACME/USD", "side": "buy", "type": "market", "qty": 2, "budget": 400});
+    let market = alice.expect(201, "POST", "/v1/orders", Some(market)).await;
+    let market = alice.expect(200, "GET", &format!("/v1/orders/{}", market["id"]), None).await;
+    assert_eq!((market["status"].as_str(), market["qty_filled"].as_i64()), (Some("filled"), Some(2)));
+    let stop = json!({"account": 1, "symbol": "ACME/USD", "side": "buy", "type": "stop_limit", "qty": 1,
+        "trigger": 500, "px": 500});
+    let stop = alice.expect(201, "POST", "/v1/orders", Some(stop)).await;
+    let stop = alice.expect(200, "GET", &format!("/v1/orders/{}", stop["id"]), None).await;
+    assert_eq!(stop["status"], "pending");
+    exchange.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_typed_and_change_nothing() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let alice = exchange.client(&exchange.alice);
+    let code = |value: &serde_json::Value| (value["error"]["code"].as_u64().unwrap(), value["error"]["name"].clone());
+
+    // The engine's rejection, with its stable code and name.
+    let (status, body) = alice.request("POST", "/v1/orders", Some(limit(1, "buy", 1_000_000, 151))).await;
+    assert_eq!((status, code(&body)), (422, (13, json!("balance_insufficient"))));
+    let (status, body) = alice.request("POST", "/v1/orders", Some(limit(0, "sell", 1, 0))).await;
+    assert_eq!((status, code(&body).1), (422, json!("px_out_of_bounds")));
+    // The gateway's refusal: alice does not own account 5.
+    let (status, body) = alice.request("POST", "/v1/orders", Some(limit(5, "buy", 1, 151))).await;
+    assert_eq!((status, code(&body)), (403, (1004, json!("not_authorized"))));
+    let (status, _) = alice.request("GET", "/v1/accounts/5/balances", None).await;
+    assert_eq!(status, 403);
+    // Nor may she create accounts.
+    let (status, body) = alice.request("POST", "/v1/accounts", None).await;
+    assert_eq!((status, code(&body).0), (403, 1004));
+    // Unknown names and ids.
+    let (status, body) = alice.request("GET", "/v1/books/NOPE%2FUSD", None).await;
+    assert_eq!((status, code(&body)), (404, (3, json!("symbol_unknown"))));
+    let (status, body) = alice.request("GET", "/v1/orders/999", None).await;
+    assert_eq!((status, code(&body).1), (404, json!("not_found")));
+    // Malformed requests.
+    let (status, body) = alice.raw("POST", "/v1/orders", Some("{not json".into())).await;
+    assert_eq!((status, code(&body)), (400, (2000, json!("invalid_body"))));
+    let no_px = json!({"account": 0, "symbol": "ACME/USD", "side": "sell", "type": "limit", "qty": 1});
+    let (status, body) = alice.request("POST", "/v1/orders", Some(no_px)).await;
+    assert_eq!((status, code(&body).1), (400, json!("invalid_parameter")));
+    assert!(body["error"]["message"].as_str().unwrap().contains("px is required"));
+    let (status, _) = alice.request("GET", "/v1/orders/not-a-number", None).await;
+    assert_eq!(status, 400);
+    let (status, _) = alice.request("GET", "/v1/books/0?levels=0", None).await;
+    assert_eq!(status, 400);
+    // A key the gateway does not know, and no key at all.
+    let stranger = support::Http { addr: exchange.http.addr(), key: Some("not-a-key".into()) };
+    let (status, body) = stranger.request("GET", "/v1/symbols", None).await;
+    assert_eq!((status, code(&body).1), (401, json!("unauthenticated")));
+    let nobody = support::Http { addr: exchange.http.addr(), key: None };
+    assert_eq!(nobody.request("GET", "/v1/symbols", None).await.0, 401);
+
+    // None of it changed anything: no order, balances as deposited.
+    let open = alice.expect(200, "GET", "/v1/accounts/1/orders", None).await;
+    assert_eq!(open["orders"], json!([]));
+    let balances = alice.expect(200, "GET", "/v1/accounts/1/balances", None).await;
+    assert_eq!(balances["balances"][0]["available"], 1_000_000);
+    assert_eq!(balances["balances"][0]["reserved"], 0);
+    exchange.stop().await;
+}
+
+/// Many clients place orders at once; some drop their connection before the answer.
+/// Every order that was acknowledged exists, exactly as placed, and nothing was placed
+/// twice: reservations equal the open orders' holds exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_and_dropped_connections_lose_no_acknowledged_order() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let clients = 16;
+    let orders_each = 20;
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let http = exchange.client(&exchange.alice);
+        tasks.push(tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            for i in 0..orders_each {
+                let px = 100 - (client % 5) as i64;
+                let body = limit(1, "buy", 1, px);
+                if (client + i) % 7 == 0 {
+                    // Drop the connection before the answer can arrive.
+                    let request = http.request("POST", "/v1/orders", Some(body));
+                    let _ = tokio::time::timeout(std::time::Duration::from_micros(200), request).await;
+                    continue;
+                }
+                let (status, value) = http.request("POST", "/v1/orders", Some(body)).await;
+                assert_eq!(status, 201, "{value}");
+                acknowledged.push((value["id"].as_u64().unwrap(), px));
+            }
+            acknowledged
+        }));
+    }
+    let mut acknowledged = Vec::new();
+    for task in tasks {
+        acknowledged.extend(task.await.unwrap());
+    }
+    // Let dropped requests that still reached the exchange finish.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let alice = exchange.client(&exchange.alice);
+    let open = alice.expect(200, "GET", "/v1/accounts/1/orders", None).await;
+    let open = open["orders"].as_array().unwrap();
+    for (id, px) in &acknowledged {
+        let order = open.iter().find(|o| o["id"] == *id).unwrap_or_else(|| panic!("acknowledged order {id} is lost"));
+        assert_eq!((order["px"].as_i64(), order["qty_open"].as_i64()), (Some(*px), Some(1)));
+    }
+    assert!(open.len() >= acknowledged.len());
+    assert!(open.len() <= clients * orders_each, "no order was placed twice");
+    let held: i64 = open.iter().map(|o| o["px"].as_i64().unwrap() + 1).sum();
+    let balances = alice.expect(200, "GET", "/v1/accounts/1/balances", None).await;
+    let usd = &balances["balances"][0];
+    assert_eq!(usd["reserved"].as_i64().unwrap(), held, "reserved equals the open orders' holds");
+    assert_eq!(usd["available"].as_i64().unwrap() + held, 1_000_000);
+    exchange.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_describes_every_route() {
+    let exchange = Exchange::start().await;
+    let nobody = support::Http { addr: exchange.http.addr(), key: None };
+    let doc = nobody.expect(200, "GET", "/openapi.json", None).await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for path in ["/v1/orders", "/v1/orders/{order}", "/v1/books/{symbol}", "/v1/accounts/{account}/balances"] {
+        assert!(doc["paths"][path].is_object(), "{path} is documented");
+    }
+    for schema in ["PlaceOrder", "ErrorBody", "WsMessage", "WsRequest"] {
+        assert!(doc["components"]["schemas"][schema].is_object(), "{schema} is documented");
+    }
+    exchange.stop().await;
+}

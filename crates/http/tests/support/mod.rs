@@ -1,0 +1,133 @@
+//! A real node, a gateway with keys, and the HTTP API in front of it, on loopback; a
+//! plain HTTP/1.1 client and a WebSocket client for the tests.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bourse_gateway::keys::{entry_for, generate_key};
+use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
+use bourse_http::{HttpConfig, HttpServer};
+use bourse_node::{Node, NodeConfig};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::{json, Value};
+
+pub struct Exchange {
+    pub node: Node,
+    pub gateway: Gateway,
+    pub http: HttpServer,
+    /// May do anything.
+    pub admin: String,
+    /// Trades for accounts 0 and 1 only.
+    pub alice: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Exchange {
+    /// A node, a gateway (hold 0) with an admin key and alice's key, and the HTTP API.
+    pub async fn start() -> Exchange {
+        let dir = tempfile::tempdir().unwrap();
+        let config = NodeConfig {
+            data: dir.path().to_path_buf(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            sequencer_window_us: 0,
+            ..NodeConfig::default()
+        };
+        let node = Node::start(config).await.unwrap();
+        let (admin, alice) = (generate_key(), generate_key());
+        let mut keys = KeyStore::from_entries(vec![
+            entry_for(&admin, "ops", Vec::new(), true),
+            entry_for(&alice, "alice", vec![0, 1], false),
+        ])
+        .unwrap();
+        let service = keys.add_process_key("http-front-end", false);
+        let mut gateway_config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
+        gateway_config.hold_us = 0;
+        let gateway = Gateway::start(gateway_config, keys).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gateway.market_ready() {
+            assert!(Instant::now() < deadline, "the gateway's feed never started");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut http_config = HttpConfig::new("127.0.0.1:0".parse().unwrap(), vec![gateway.addr().to_string()]);
+        http_config.service_key = Some(bourse_client::ApiKey(service));
+        let http = HttpServer::start(http_config).await.unwrap();
+        Exchange { node, gateway, http, admin, alice, _dir: dir }
+    }
+
+    pub fn client(&self, key: &str) -> Http {
+        Http { addr: self.http.addr(), key: Some(key.to_owned()) }
+    }
+
+    /// USD (cents) and ACME (whole shares), ACME/USD with a taker fee of 1 cent a share,
+    /// accounts 0 and 1 with $10,000 each and 100 ACME for account 0.
+    pub async fn market(&self) {
+        let admin = self.client(&self.admin);
+        admin.expect(201, "POST", "/v1/assets", Some(json!({"name": "USD", "decimals": 2}))).await;
+        admin.expect(201, "POST", "/v1/assets", Some(json!({"name": "ACME", "decimals": 0}))).await;
+        let symbol = json!({"name": "ACME/USD", "base": "ACME", "quote": "USD", "tick": 1, "lot": 1,
+            "px_min": 1, "px_max": 1000000, "fee_taker": 1});
+        admin.expect(201, "POST", "/v1/symbols", Some(symbol)).await;
+        for account in 0..2 {
+            let created = admin.expect(201, "POST", "/v1/accounts", None).await;
+            assert_eq!(created["id"], account);
+            let path = format!("/v1/accounts/{account}/deposits");
+            admin.expect(200, "POST", &path, Some(json!({"asset": "USD", "amount": 1_000_000}))).await;
+        }
+        admin.expect(200, "POST", "/v1/accounts/0/credits", Some(json!({"asset": "ACME", "amount": 100}))).await;
+    }
+
+    pub async fn stop(self) {
+        self.http.shutdown().await;
+        self.gateway.shutdown().await;
+        self.node.shutdown().await.unwrap();
+    }
+}
+
+/// A minimal HTTP/1.1 client: one connection per request.
+#[derive(Clone)]
+pub struct Http {
+    pub addr: SocketAddr,
+    pub key: Option<String>,
+}
+
+impl Http {
+    pub async fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.raw(method, path, body.map(|b| b.to_string())).await
+    }
+
+    /// Sends `body` as is (for malformed bodies).
+    pub async fn raw(&self, method: &str, path: &str, body: Option<String>) -> (u16, Value) {
+        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(connection);
+        let mut request = hyper::Request::builder().method(method).uri(path).header("host", self.addr.to_string());
+        if let Some(key) = &self.key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        let request = request.body(Full::new(Bytes::from(body.unwrap_or_default()))).unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+        (status, value)
+    }
+
+    /// The request's JSON, asserting its status.
+    pub async fn expect(&self, status: u16, method: &str, path: &str, body: Option<Value>) -> Value {
+        let (got, value) = self.request(method, path, body).await;
+        assert_eq!(got, status, "{method} {path}: {value}");
+        value
+    }
+}
+
+/// A limit order's JSON.
+pub fn limit(account: u32, side: &str, qty: i64, px: i64) -> Value {
+    json!({"account": account, "symbol": "ACME/USD", "side": side, "type": "limit", "qty": qty, "px": px})
+}
