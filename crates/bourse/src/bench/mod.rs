@@ -11,6 +11,7 @@ mod engine;
 mod failover;
 mod fairness;
 mod host;
+mod http;
 mod measure;
 mod memory;
 mod phases;
@@ -33,6 +34,8 @@ pub enum BenchCommand {
     /// How much of a CPU this machine gives one thread: the gaps a spinning thread sees
     /// (interrupts, other threads, the hypervisor) and the latency floor they set.
     Host(host::HostArgs),
+    /// Orders per second and latency through the REST API with N concurrent clients.
+    Http(http::HttpArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -42,5 +45,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Failover(args) => failover::run(&args),
         BenchCommand::Fairness(args) => fairness::run(&args),
         BenchCommand::Host(args) => host::run(&args),
+        BenchCommand::Http(args) => http::run(&args),
     }
 }
