@@ -73,6 +73,9 @@ pub struct RunArgs {
     /// Also serve the REST + WebSocket API (OpenAPI document at /openapi.json) here.
     #[arg(long)]
     http: Option<SocketAddr>,
+    /// With --http: serve the browser UI from this directory (web/dist after `npm run build`).
+    #[arg(long, requires = "http")]
+    web: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -123,7 +126,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     config.burst = args.burst;
     config.in_flight_max = args.in_flight_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
-    let http = args.http;
+    let (http, web) = (args.http, args.web);
     let mut keys = keys;
     // The HTTP server reads market data for itself with a key of this process only.
     let service_key = (!args.open).then(|| ApiKey(keys.add_process_key("http-front-end", false)));
@@ -138,6 +141,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
             Some(listen) => {
                 let mut config = HttpConfig::new(listen, vec![gateway.addr().to_string()]);
                 config.service_key = service_key;
+                config.web_dir = web;
                 let server = HttpServer::start(config).await.map_err(|e| format!("--http {listen}: {e}"))?;
                 println!("REST + WebSocket API on http://{}/ (OpenAPI: /openapi.json)", server.addr());
                 Some(server)

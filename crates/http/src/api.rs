@@ -32,7 +32,8 @@ type ApiResult<T> = Result<T, ApiError>;
 
 /// Every route.
 pub fn router(state: Shared) -> Router {
-    Router::new()
+    let web_dir = state.config.web_dir.clone();
+    let router = Router::new()
         .route("/openapi.json", get(openapi))
         .route("/health", get(health))
         .route("/v1/assets", get(list_assets).post(create_asset))
@@ -51,8 +52,15 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/books/{symbol}", get(get_book))
         .route("/v1/trades/{symbol}", get(get_trades))
         .route("/v1/ws", get(crate::ws::upgrade))
-        .fallback(not_found)
-        .with_state(state)
+        .route("/v1/cluster", get(crate::control::cluster))
+        .route("/v1/cluster/nodes/{id}/kill", post(crate::control::kill))
+        .route("/v1/demo/stats", get(crate::control::stats));
+    let router = match web_dir {
+        // The browser UI at `/`; unknown paths outside /v1 get the files' 404.
+        Some(dir) => router.fallback_service(tower_http::services::ServeDir::new(dir)),
+        None => router.fallback(not_found),
+    };
+    router.with_state(state)
 }
 
 /// The OpenAPI 3 document of this API.
@@ -69,7 +77,8 @@ pub fn router(state: Shared) -> Router {
     paths(
         health, list_assets, create_asset, list_symbols, create_symbol, create_account, get_balances,
         account_orders, deposit, withdraw, credit, place_order, get_order, cancel_order, order_fills,
-        move_order, reduce_order, get_book, get_trades
+        move_order, reduce_order, get_book, get_trades, crate::control::cluster, crate::control::kill,
+        crate::control::stats
     ),
     components(schemas(
         crate::ws::WsRequest, crate::ws::WsMessage, crate::ws::Channel, crate::ws::WsOrderEvent
@@ -80,6 +89,7 @@ pub fn router(state: Shared) -> Router {
         (name = "orders", description = "Place, cancel, move and reduce orders; read them"),
         (name = "accounts", description = "Accounts, balances, deposits, withdrawals, credits"),
         (name = "market", description = "Symbols, assets, books and trades"),
+        (name = "cluster", description = "Cluster status and the demo's controls (demo servers only)"),
     )
 )]
 pub struct ApiDoc;

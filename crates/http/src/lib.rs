@@ -26,6 +26,7 @@
 //! its own orders); recent trades are those this server has seen since it started.
 
 pub mod api;
+pub mod control;
 pub mod error;
 pub mod market;
 pub mod model;
@@ -53,11 +54,13 @@ pub struct HttpConfig {
     pub trades_kept: usize,
     /// Messages buffered per WebSocket client before it is dropped as too slow.
     pub ws_buffer: usize,
+    /// A directory of static files (the built browser UI, `web/dist`) served at `/`.
+    pub web_dir: Option<std::path::PathBuf>,
 }
 
 impl HttpConfig {
     pub fn new(listen: SocketAddr, upstream: Vec<String>) -> Self {
-        HttpConfig { listen, upstream, service_key: None, trades_kept: 1_000, ws_buffer: 4_096 }
+        HttpConfig { listen, upstream, service_key: None, trades_kept: 1_000, ws_buffer: 4_096, web_dir: None }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -79,6 +82,8 @@ pub struct AppState {
     pub config: HttpConfig,
     pub upstream: upstream::Upstreams,
     pub market: Arc<market::Market>,
+    /// Cluster status and the demo's controls, when this server has them.
+    pub control: Option<Arc<dyn control::Control>>,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -92,12 +97,21 @@ pub struct HttpServer {
 impl HttpServer {
     /// Binds `config.listen` and serves. Must run inside a tokio runtime.
     pub async fn start(config: HttpConfig) -> Result<HttpServer, std::io::Error> {
+        HttpServer::start_with(config, None).await
+    }
+
+    /// Serves with `control` answering `/v1/cluster` and the demo's routes.
+    pub async fn start_with(
+        config: HttpConfig,
+        control: Option<Arc<dyn control::Control>>,
+    ) -> Result<HttpServer, std::io::Error> {
         config.validate().map_err(std::io::Error::other)?;
         let (shutdown, shutdown_seen) = watch::channel(false);
         let market = market::Market::start(&config, shutdown_seen.clone());
         let state = Arc::new(AppState {
             upstream: upstream::Upstreams::new(config.upstream.clone()),
             market,
+            control,
             shutdown: shutdown_seen.clone(),
             config,
         });

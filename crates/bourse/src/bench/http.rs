@@ -21,7 +21,6 @@ use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 
-
 #[derive(Args, Debug)]
 pub struct HttpArgs {
     /// Concurrent clients (one connection each); a comma list runs one round each.
@@ -76,9 +75,14 @@ pub fn run(args: &HttpArgs) -> Result<(), String> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let rounds = runtime.block_on(rounds(args))?;
-    eprintln!("workload: POST /v1/orders, limit GTC qty 1, buy then sell at one price per client (every second order trades)");
+    eprintln!(
+        "workload: POST /v1/orders, limit GTC qty 1, buy then sell at one price per client (every second order trades)"
+    );
     eprintln!("closed loop, one keep-alive HTTP/1.1 connection per client; node + gateway + HTTP in this process");
-    eprintln!("{:>8} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}", "clients", "orders", "orders/s", "p50 µs", "p90 µs", "p99 µs", "p99.9", "max µs", "errors");
+    eprintln!(
+        "{:>8} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "clients", "orders", "orders/s", "p50 µs", "p90 µs", "p99 µs", "p99.9", "max µs", "errors"
+    );
     for round in &rounds {
         let q = |p: f64| round.latency.value_at_quantile(p);
         eprintln!(
@@ -133,9 +137,12 @@ async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
     gateway_config.rate_per_sec = u64::MAX / 2;
     gateway_config.burst = u64::MAX / 2;
     let gateway = Gateway::start(gateway_config, KeyStore::default()).await.map_err(|e| e.to_string())?;
-    let http = HttpServer::start(HttpConfig::new("127.0.0.1:0".parse().expect("an address"), vec![gateway.addr().to_string()]))
-        .await
-        .map_err(|e| e.to_string())?;
+    let http = HttpServer::start(HttpConfig::new(
+        "127.0.0.1:0".parse().expect("an address"),
+        vec![gateway.addr().to_string()],
+    ))
+    .await
+    .map_err(|e| e.to_string())?;
     let symbol = market.symbol.0;
     let px = setup.px_mid;
     let mut rounds = Vec::new();
@@ -148,7 +155,8 @@ async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
             let pair = (accounts[2 * client].0, accounts[2 * client + 1].0);
             tasks.push(tokio::spawn(client_loop(http.addr(), symbol, px, pair, end)));
         }
-        let mut round = Round { clients, orders: 0, errors: 0, elapsed: Duration::ZERO, latency: super::measure::new_histogram() };
+        let mut round =
+            Round { clients, orders: 0, errors: 0, elapsed: Duration::ZERO, latency: super::measure::new_histogram() };
         for task in tasks {
             let (orders, errors, latency) = task.await.map_err(|e| e.to_string())??;
             round.orders += orders;
