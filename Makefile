@@ -2,12 +2,16 @@
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: test demo build fmt lint fuzz bench chaos
+.PHONY: test deps demo build fmt lint fuzz bench chaos
 
-test:
+test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace
+
+# What the tests need beyond Cargo (Debian packages, npm, Maven), installed when missing.
+deps:
+	./scripts/test-deps.sh
 
 # The engine benchmark, then a replicated 3-node exchange under load that loses its leader (scripts/demo.sh).
 demo: build
