@@ -83,7 +83,7 @@ pub fn router(state: Shared) -> Router {
     components(schemas(
         crate::ws::WsRequest, crate::ws::WsMessage, crate::ws::Channel, crate::ws::WsOrderEvent
     )),
-    modifiers(&Security),
+    modifiers(&Security, &Described),
     security(("bearer" = []), ("api_key" = [])),
     tags(
         (name = "orders", description = "Place, cancel, move and reduce orders; read them"),
@@ -95,6 +95,44 @@ pub fn router(state: Shared) -> Router {
 pub struct ApiDoc;
 
 struct Security;
+
+/// Gives every response that its handler left undescribed the meaning its status has
+/// everywhere in this API, so the document says when each code comes back.
+struct Described;
+
+impl Described {
+    fn text(status: &str) -> &'static str {
+        match status {
+            "200" => "Done; the body is the answer",
+            "201" => "Created: committed in the log",
+            "400" => "Malformed request: invalid_body or invalid_parameter",
+            "401" => "No API key, or one the gateway does not know",
+            "403" => "The key may not act for this account, or needs admin rights",
+            "404" => "No such asset, symbol, account or order (or route)",
+            "422" => "The exchange rejected the command (the engine's code and name); nothing changed",
+            "429" => "The key's rate or in-flight limit was reached; try again",
+            "503" => "The exchange cannot be reached",
+            _ => "See the error body",
+        }
+    }
+}
+
+impl Modify for Described {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                for (status, response) in operation.responses.responses.iter_mut() {
+                    if let utoipa::openapi::RefOr::T(response) = response {
+                        if response.description.is_empty() {
+                            response.description = Described::text(status).to_string();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
 
 impl Modify for Security {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
@@ -718,4 +756,25 @@ fn symbol_from(state: &AppState, info: &proto::SymbolInfo) -> Option<Symbol> {
             crate::model::MatchPolicy::Fifo
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::OpenApi;
+
+    #[test]
+    fn every_response_in_the_document_says_what_it_means() {
+        let document = serde_json::to_value(super::ApiDoc::openapi()).expect("the document serializes");
+        let mut responses = 0;
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("a path item") {
+                for (status, response) in operation["responses"].as_object().expect("responses") {
+                    let description = response["description"].as_str().unwrap_or_default();
+                    assert!(!description.is_empty(), "{method} {path} {status} has no description");
+                    responses += 1;
+                }
+            }
+        }
+        assert!(responses > 50, "only {responses} responses documented");
+    }
 }
