@@ -1,0 +1,2 @@
+package bourse.interop;
+class Placeholder {}
