@@ -128,7 +128,8 @@ impl Store {
     /// Both sequence numbers back to 1 and no sent messages: a new, empty file.
     pub fn reset(&mut self) -> std::io::Result<()> {
         let fresh = self.path.with_extension("fixlog.new");
-        let file = OpenOptions::new().read(true).append(true).create(true).truncate(true).open(&fresh)?;
+        // Writes go at the cursor, which a new empty file has at its end, as append would.
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&fresh)?;
         file.sync_data()?;
         std::fs::rename(&fresh, &self.path)?;
         if let Some(dir) = self.path.parent() {
