@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use bourse_client::ApiKey;
 use bourse_fairness::{Profile, ProfileSpec};
+use bourse_fix::{FixConfig, FixServer};
 use bourse_gateway::keys::{append, entry_for, generate_key};
 use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
-use bourse_fix::{FixConfig, FixServer};
 use bourse_http::{HttpConfig, HttpServer};
 use clap::{Args, Subcommand};
 

@@ -53,9 +53,14 @@ pub fn frame(buf: &[u8]) -> Result<Option<usize>, FrameError> {
     }
     let rest = &buf[PREFIX.len()..];
     let Some(soh) = rest.iter().take(7).position(|&b| b == SOH) else {
-        return if rest.len() < 7 && rest.iter().all(u8::is_ascii_digit) { Ok(None) } else { Err(FrameError::BodyLength) };
+        return if rest.len() < 7 && rest.iter().all(u8::is_ascii_digit) {
+            Ok(None)
+        } else {
+            Err(FrameError::BodyLength)
+        };
     };
-    let body_len = parse_digits(&rest[..soh]).filter(|&n| n <= BODY_LEN_MAX as u64).ok_or(FrameError::BodyLength)? as usize;
+    let body_len =
+        parse_digits(&rest[..soh]).filter(|&n| n <= BODY_LEN_MAX as u64).ok_or(FrameError::BodyLength)? as usize;
     let body_start = PREFIX.len() + soh + 1;
     let trailer_start = body_start + body_len;
     let total = trailer_start + TRAILER_LEN;
@@ -180,20 +185,36 @@ impl Message {
                 (1, 8) | (2, 9) => continue,
                 (_, 10) if fields.at == framed.len() => break,
                 (_, 10) => {
-                    error.get_or_insert(FieldError::new(RejectReason::TagOutOfOrder, Some(10), "CheckSum (10) must be the last field"));
+                    error.get_or_insert(FieldError::new(
+                        RejectReason::TagOutOfOrder,
+                        Some(10),
+                        "CheckSum (10) must be the last field",
+                    ));
                     break;
                 }
                 (3, 35) => {}
                 (_, 8 | 9 | 35) => {
-                    error.get_or_insert(FieldError::new(RejectReason::TagOutOfOrder, Some(tag), "8, 9 and 35 must be the first three fields"));
+                    error.get_or_insert(FieldError::new(
+                        RejectReason::TagOutOfOrder,
+                        Some(tag),
+                        "8, 9 and 35 must be the first three fields",
+                    ));
                 }
                 (3, _) => {
-                    error.get_or_insert(FieldError::new(RejectReason::TagOutOfOrder, Some(35), "MsgType (35) must be the third field"));
+                    error.get_or_insert(FieldError::new(
+                        RejectReason::TagOutOfOrder,
+                        Some(35),
+                        "MsgType (35) must be the third field",
+                    ));
                 }
                 _ => {}
             }
             if HEADER_ONCE.contains(&tag) && message.get(tag).is_some() {
-                error.get_or_insert(FieldError::new(RejectReason::TagAppearsMoreThanOnce, Some(tag), format!("tag {tag} appears more than once")));
+                error.get_or_insert(FieldError::new(
+                    RejectReason::TagAppearsMoreThanOnce,
+                    Some(tag),
+                    format!("tag {tag} appears more than once"),
+                ));
             }
             message.fields.push((tag, value.to_vec()));
         }
@@ -241,23 +262,32 @@ impl Message {
     pub fn get_u64(&self, tag: u32) -> Result<Option<u64>, FieldError> {
         match self.get(tag) {
             None => Ok(None),
-            Some(value) => parse_digits(value)
-                .map(Some)
-                .ok_or_else(|| FieldError::new(RejectReason::IncorrectDataFormat, Some(tag), format!("tag {tag} must be a non-negative integer"))),
+            Some(value) => parse_digits(value).map(Some).ok_or_else(|| {
+                FieldError::new(
+                    RejectReason::IncorrectDataFormat,
+                    Some(tag),
+                    format!("tag {tag} must be a non-negative integer"),
+                )
+            }),
         }
     }
 
     /// `tag`'s value or a RequiredTagMissing error.
     pub fn require(&self, tag: u32) -> Result<&str, FieldError> {
         match self.get(tag) {
-            None => Err(FieldError::new(RejectReason::RequiredTagMissing, Some(tag), format!("required tag {tag} missing"))),
-            Some(value) => std::str::from_utf8(value)
-                .map_err(|_| FieldError::new(RejectReason::IncorrectDataFormat, Some(tag), format!("tag {tag} is not UTF-8"))),
+            None => {
+                Err(FieldError::new(RejectReason::RequiredTagMissing, Some(tag), format!("required tag {tag} missing")))
+            }
+            Some(value) => std::str::from_utf8(value).map_err(|_| {
+                FieldError::new(RejectReason::IncorrectDataFormat, Some(tag), format!("tag {tag} is not UTF-8"))
+            }),
         }
     }
 
     pub fn require_u64(&self, tag: u32) -> Result<u64, FieldError> {
-        self.get_u64(tag)?.ok_or_else(|| FieldError::new(RejectReason::RequiredTagMissing, Some(tag), format!("required tag {tag} missing")))
+        self.get_u64(tag)?.ok_or_else(|| {
+            FieldError::new(RejectReason::RequiredTagMissing, Some(tag), format!("required tag {tag} missing"))
+        })
     }
 
     /// `Y` / `N` flags; absent is `N`.
@@ -292,7 +322,12 @@ impl Message {
     /// The entries of the repeating group counted by `count_tag`: for each, its fields
     /// from its delimiter (`first_tag`) to the next delimiter, up to the first field that
     /// is not one of `member_tags`. Checks that the count matches.
-    pub fn group(&self, count_tag: u32, first_tag: u32, member_tags: &[u32]) -> Result<Vec<Vec<(u32, &[u8])>>, FieldError> {
+    pub fn group(
+        &self,
+        count_tag: u32,
+        first_tag: u32,
+        member_tags: &[u32],
+    ) -> Result<Vec<Vec<(u32, &[u8])>>, FieldError> {
         let Some(start) = self.fields.iter().position(|(t, _)| *t == count_tag) else {
             return Ok(Vec::new());
         };
@@ -311,7 +346,10 @@ impl Message {
             return Err(FieldError::new(
                 RejectReason::ValueIncorrect,
                 Some(count_tag),
-                format!("group {count_tag} says {count} entries, {} found (each must start with tag {first_tag})", entries.len()),
+                format!(
+                    "group {count_tag} says {count} entries, {} found (each must start with tag {first_tag})",
+                    entries.len()
+                ),
             ));
         }
         Ok(entries)
@@ -353,14 +391,24 @@ impl<'a> Fields<'a> {
         }
         let tag = match parse_digits(&rest[..eq]).filter(|&t| t > 0 && t <= u64::from(u32::MAX) && rest[0] != b'0') {
             Some(tag) => tag as u32,
-            None => return Some(Err(FieldError::new(RejectReason::InvalidTagNumber, None, "a tag that is not a positive number"))),
+            None => {
+                return Some(Err(FieldError::new(
+                    RejectReason::InvalidTagNumber,
+                    None,
+                    "a tag that is not a positive number",
+                )))
+            }
         };
         let value_start = eq + 1;
         let value_end = match self.data_len.take() {
             Some((data_tag, len)) if data_tag == tag => {
                 let end = value_start + len;
                 if end >= rest.len() || rest[end] != SOH {
-                    return Some(Err(FieldError::new(RejectReason::ValueIncorrect, Some(tag), format!("data field {tag} is not as long as its length field says"))));
+                    return Some(Err(FieldError::new(
+                        RejectReason::ValueIncorrect,
+                        Some(tag),
+                        format!("data field {tag} is not as long as its length field says"),
+                    )));
                 }
                 end
             }
@@ -372,12 +420,22 @@ impl<'a> Fields<'a> {
         let value = &rest[value_start..value_end];
         self.at += value_end + 1;
         if value.is_empty() {
-            return Some(Err(FieldError::new(RejectReason::TagWithoutValue, Some(tag), format!("tag {tag} has no value"))));
+            return Some(Err(FieldError::new(
+                RejectReason::TagWithoutValue,
+                Some(tag),
+                format!("tag {tag} has no value"),
+            )));
         }
         if let Some(&(_, data_tag)) = DATA_FIELDS.iter().find(|(len_tag, _)| *len_tag == tag) {
             match parse_digits(value).filter(|&n| n as usize <= BODY_LEN_MAX) {
                 Some(len) => self.data_len = Some((data_tag, len as usize)),
-                None => return Some(Err(FieldError::new(RejectReason::IncorrectDataFormat, Some(tag), format!("length tag {tag} is not a number")))),
+                None => {
+                    return Some(Err(FieldError::new(
+                        RejectReason::IncorrectDataFormat,
+                        Some(tag),
+                        format!("length tag {tag} is not a number"),
+                    )))
+                }
             }
         }
         Some(Ok((tag, value)))
@@ -395,10 +453,16 @@ mod tests {
     #[test]
     fn a_known_message_frames_and_decodes() {
         let mut logon = Message::new("A");
-        logon.push(49, "CLIENT").push(56, "BOURSE").push(34, "1").push(52, "20260101-00:00:00.000").push(98, "0").push(108, "30");
+        logon
+            .push(49, "CLIENT")
+            .push(56, "BOURSE")
+            .push(34, "1")
+            .push(52, "20260101-00:00:00.000")
+            .push(98, "0")
+            .push(108, "30");
         let bytes = logon.encode();
         let text = String::from_utf8(bytes.clone()).unwrap().replace('\x01', "|");
-        assert!(text.starts_with("8=FIX.4.4|9=61|35=A|49=CLIENT|"), "{text}");
+        assert_eq!(text, "8=FIX.4.4|9=67|35=A|49=CLIENT|56=BOURSE|34=1|52=20260101-00:00:00.000|98=0|108=30|10=110|");
         assert_eq!(frame(&bytes), Ok(Some(bytes.len())));
         assert_eq!(frame(&bytes[..bytes.len() - 1]), Ok(None));
         let (decoded, error) = Message::decode(&bytes);

@@ -104,7 +104,12 @@ impl Subscriptions {
     }
 
     /// The request checked; the inner error is a MarketDataRequestReject (reason, text).
-    async fn check(&self, message: &Message, id: &str, kind: &str) -> Result<Result<Request, (char, String)>, FieldError> {
+    async fn check(
+        &self,
+        message: &Message,
+        id: &str,
+        kind: &str,
+    ) -> Result<Result<Request, (char, String)>, FieldError> {
         let depth = message.require_u64(tags::MARKET_DEPTH)?;
         let entry_types = message.group(tags::NO_MD_ENTRY_TYPES, tags::MD_ENTRY_TYPE, &[])?;
         let related = message.group(tags::NO_RELATED_SYM, tags::SYMBOL, &[])?;
@@ -126,7 +131,10 @@ impl Subscriptions {
                 b"2" if kind == "1" => trades = true,
                 other => {
                     let other = String::from_utf8_lossy(other);
-                    return Ok(Err(('8', format!("MDEntryType {other} is not supported: 0 bid, 1 offer, 2 trade (with updates)"))));
+                    return Ok(Err((
+                        '8',
+                        format!("MDEntryType {other} is not supported: 0 bid, 1 offer, 2 trade (with updates)"),
+                    )));
                 }
             }
         }

@@ -172,7 +172,14 @@ impl Orders {
     }
 
     /// An ExecutionReport of `order` (fields in the FIX 4.4 dictionary's order).
-    fn report(&mut self, order: &OrderState, exec_type: &str, orig: Option<&str>, last: Option<(i64, i64)>, text: Option<&str>) -> Message {
+    fn report(
+        &mut self,
+        order: &OrderState,
+        exec_type: &str,
+        orig: Option<&str>,
+        last: Option<(i64, i64)>,
+        text: Option<&str>,
+    ) -> Message {
         let mut report = Message::new(msg::EXECUTION_REPORT);
         report.push_display(tags::ORDER_ID, order.id).push(tags::CL_ORD_ID, &order.cl_ord_id);
         if let Some(orig) = orig {
@@ -229,9 +236,13 @@ impl Orders {
         match event {
             SessionEvent::Reply(reply) => match reply.outcome {
                 Outcome::Ok { id } => self.on_accepted(reply.seq, id, &mut out),
-                Outcome::Rejected(reject) => self.on_refused(reply.seq, ord_rej_reason(reject), &reject_text(reject), &mut out),
+                Outcome::Rejected(reject) => {
+                    self.on_refused(reply.seq, ord_rej_reason(reject), &reject_text(reject), &mut out)
+                }
             },
-            SessionEvent::Failed { seq, error } => self.on_refused(seq, 99, &format!("not forwarded: {error}"), &mut out),
+            SessionEvent::Failed { seq, error } => {
+                self.on_refused(seq, 99, &format!("not forwarded: {error}"), &mut out)
+            }
             SessionEvent::Fill(fill) => self.on_fill(&fill, &mut out),
             SessionEvent::Cancel(cancel) => self.on_cancel(&cancel, &mut out),
         }
@@ -300,14 +311,24 @@ impl Orders {
             orig.clone()
         });
         order.status = "4".into();
-        let reason = proto::CancelReason::try_from(cancel.reason).map(|r| r.as_str_name()).unwrap_or("CANCEL_REASON_UNSPECIFIED");
+        let reason = proto::CancelReason::try_from(cancel.reason)
+            .map(|r| r.as_str_name())
+            .unwrap_or("CANCEL_REASON_UNSPECIFIED");
         let text = reason.trim_start_matches("CANCEL_REASON_").to_ascii_lowercase();
         let report = self.report(&order, "4", orig.as_deref(), None, Some(&text));
         self.emit(out, report);
     }
 
     /// An OrderCancelReject (35=9); `response_to` is 1 for a cancel, 2 for a replace.
-    fn cancel_reject(&mut self, order: Option<u64>, cl_ord_id: &str, orig: &str, response_to: &str, reason: u32, text: &str) -> Message {
+    fn cancel_reject(
+        &mut self,
+        order: Option<u64>,
+        cl_ord_id: &str,
+        orig: &str,
+        response_to: &str,
+        reason: u32,
+        text: &str,
+    ) -> Message {
         let state = order.and_then(|id| self.by_id.get(&id));
         let mut reject = Message::new(msg::ORDER_CANCEL_REJECT);
         match state {
@@ -383,7 +404,11 @@ async fn new_order(core: &Arc<SessionCore>, message: &Message) -> Result<(), Fie
     let cl_ord_id = message.require(tags::CL_ORD_ID)?.to_owned();
     let side = message.require(tags::SIDE)?;
     if !matches!(side, "1" | "2") {
-        return Err(FieldError::new(RejectReason::ValueIncorrect, Some(tags::SIDE), "Side must be 1 (buy) or 2 (sell)"));
+        return Err(FieldError::new(
+            RejectReason::ValueIncorrect,
+            Some(tags::SIDE),
+            "Side must be 1 (buy) or 2 (sell)",
+        ));
     }
     message.require(tags::ORDER_QTY)?;
     let ord_type = message.require(tags::ORD_TYPE)?;
@@ -484,16 +509,28 @@ async fn place(upstream: &Upstream, message: &Message) -> Result<CommandBody, Re
     let px = units(message, tags::PRICE)?;
     let stop = units(message, tags::STOP_PX)?;
     let budget = units(message, tags::CASH_ORDER_QTY)?.map(Amount);
-    let need = |value: Option<i64>, what: &str| value.ok_or_else(|| Refusal(UNSUPPORTED, format!("{what} is required for OrdType {ord_type}")));
+    let need = |value: Option<i64>, what: &str| {
+        value.ok_or_else(|| Refusal(UNSUPPORTED, format!("{what} is required for OrdType {ord_type}")))
+    };
     let kind = match ord_type {
         "1" => OrderKind::Market { budget },
         "2" => OrderKind::Limit { px: Px(need(px, "Price (44)")?) },
         "3" => OrderKind::StopMarket { trigger: Px(need(stop, "StopPx (99)")?), budget },
         "4" => OrderKind::StopLimit { trigger: Px(need(stop, "StopPx (99)")?), px: Px(need(px, "Price (44)")?) },
-        other => return refuse(UNSUPPORTED, format!("OrdType {other} is not supported: 1 market, 2 limit, 3 stop, 4 stop-limit")),
+        other => {
+            return refuse(
+                UNSUPPORTED,
+                format!("OrdType {other} is not supported: 1 market, 2 limit, 3 stop, 4 stop-limit"),
+            )
+        }
     };
-    if side == Side::Buy && matches!(kind, OrderKind::Market { budget: None } | OrderKind::StopMarket { budget: None, .. }) {
-        return refuse(UNSUPPORTED, "a market buy needs CashOrderQty (152): the most it may spend, fees included, in quote minor units");
+    if side == Side::Buy
+        && matches!(kind, OrderKind::Market { budget: None } | OrderKind::StopMarket { budget: None, .. })
+    {
+        return refuse(
+            UNSUPPORTED,
+            "a market buy needs CashOrderQty (152): the most it may spend, fees included, in quote minor units",
+        );
     }
     let market = matches!(ord_type, "1" | "3");
     let tif = match message.get_str(tags::TIME_IN_FORCE) {
@@ -501,8 +538,15 @@ async fn place(upstream: &Upstream, message: &Message) -> Result<CommandBody, Re
         None | Some("1") => Tif::Gtc,
         Some("3") => Tif::Ioc,
         Some("4") => Tif::Fok,
-        Some("0") => return refuse(UNSUPPORTED, "TimeInForce 0 (Day) is not supported: the exchange has no trading day to end it; use 1 (GTC)"),
-        Some(other) => return refuse(UNSUPPORTED, format!("TimeInForce {other} is not supported: 1 GTC, 3 IOC, 4 FOK")),
+        Some("0") => {
+            return refuse(
+                UNSUPPORTED,
+                "TimeInForce 0 (Day) is not supported: the exchange has no trading day to end it; use 1 (GTC)",
+            )
+        }
+        Some(other) => {
+            return refuse(UNSUPPORTED, format!("TimeInForce {other} is not supported: 1 GTC, 3 IOC, 4 FOK"))
+        }
     };
     let mut post_only = false;
     for inst in message.get_str(tags::EXEC_INST).unwrap_or("").split_whitespace() {
@@ -559,7 +603,8 @@ async fn cancel_or_replace(core: &Arc<SessionCore>, message: &Message, replace: 
     let Some(symbol) = upstream.symbol(&order.symbol).await else {
         return refuse_now(99, "the order's symbol is no longer known", Some(order.id));
     };
-    let (account, symbol, id) = (AccountId(order.account.parse().unwrap_or(u32::MAX)), SymbolId(symbol.id), OrderId(order.id));
+    let (account, symbol, id) =
+        (AccountId(order.account.parse().unwrap_or(u32::MAX)), SymbolId(symbol.id), OrderId(order.id));
     if !replace {
         let body = CommandBody::Cancel { account, symbol, order: id };
         send_command(core, &upstream, &body, Pending::Cancel { cl_ord_id, orig, order: order.id }).await;
@@ -574,8 +619,16 @@ async fn cancel_or_replace(core: &Arc<SessionCore>, message: &Message, replace: 
 }
 
 /// The command a replace asks for: Move for a new price, Reduce for a smaller quantity.
-fn replacement(message: &Message, order: &OrderState, account: AccountId, symbol: SymbolId, id: OrderId) -> Result<(CommandBody, i64, Option<i64>), Refusal> {
-    if message.get_str(tags::SIDE) != Some(order.side.as_str()) || message.get_str(tags::SYMBOL) != Some(order.symbol.as_str()) {
+fn replacement(
+    message: &Message,
+    order: &OrderState,
+    account: AccountId,
+    symbol: SymbolId,
+    id: OrderId,
+) -> Result<(CommandBody, i64, Option<i64>), Refusal> {
+    if message.get_str(tags::SIDE) != Some(order.side.as_str())
+        || message.get_str(tags::SYMBOL) != Some(order.symbol.as_str())
+    {
         return refuse(99, "a replace cannot change Side or Symbol");
     }
     if message.get_str(tags::ORD_TYPE) != Some(order.ord_type.as_str()) || order.ord_type != "2" {
@@ -588,9 +641,15 @@ fn replacement(message: &Message, order: &OrderState, account: AccountId, symbol
         (true, true) => refuse(99, "change the price or the quantity in one replace, not both"),
         (false, false) => refuse(99, "the replace changes neither price nor quantity"),
         (false, true) => Ok((CommandBody::Move { account, symbol, order: id, px: Px(px.unwrap_or(0)) }, qty, px)),
-        (true, false) if qty > order.qty => refuse(99, "OrderQty can only be reduced; cancel and place a new order to add"),
-        (true, false) if qty <= order.cum_qty => refuse(99, "the new OrderQty must be above the quantity already filled"),
-        (true, false) => Ok((CommandBody::Reduce { account, symbol, order: id, qty_by: Qty(order.qty - qty) }, qty, None)),
+        (true, false) if qty > order.qty => {
+            refuse(99, "OrderQty can only be reduced; cancel and place a new order to add")
+        }
+        (true, false) if qty <= order.cum_qty => {
+            refuse(99, "the new OrderQty must be above the quantity already filled")
+        }
+        (true, false) => {
+            Ok((CommandBody::Reduce { account, symbol, order: id, qty_by: Qty(order.qty - qty) }, qty, None))
+        }
     }
 }
 
@@ -599,7 +658,10 @@ fn units(message: &Message, tag: u32) -> Result<Option<i64>, Refusal> {
     match message.get_str(tag) {
         None => Ok(None),
         Some(value) => parse_integer(value).map(Some).ok_or_else(|| {
-            Refusal(UNSUPPORTED, format!("tag {tag} must be a whole number of engine units (minor units, lots), not {value:?}"))
+            Refusal(
+                UNSUPPORTED,
+                format!("tag {tag} must be a whole number of engine units (minor units, lots), not {value:?}"),
+            )
         }),
     }
 }

@@ -154,7 +154,10 @@ impl SessionCore {
         let bytes = self.with_header(seq, &message, None).encode();
         let msg_type = message.msg_type();
         let keep = !msg::is_admin(msg_type)
-            && !matches!(msg_type, msg::MARKET_DATA_SNAPSHOT | msg::MARKET_DATA_INCREMENTAL | msg::MARKET_DATA_REQUEST_REJECT);
+            && !matches!(
+                msg_type,
+                msg::MARKET_DATA_SNAPSHOT | msg::MARKET_DATA_INCREMENTAL | msg::MARKET_DATA_REQUEST_REJECT
+            );
         if let Err(error) = state.store.record_sent(seq, keep.then_some(bytes.as_slice())) {
             tracing::error!(session = %self.their_id, %error, "FIX store write failed: disconnecting");
             self.detach_locked(state, None);
@@ -405,7 +408,8 @@ async fn logon(
         return None;
     }
     let config = &shared.config;
-    let (Some(their_id), Some(our_id)) = (logon.get_str(tags::SENDER_COMP_ID), logon.get_str(tags::TARGET_COMP_ID)) else {
+    let (Some(their_id), Some(our_id)) = (logon.get_str(tags::SENDER_COMP_ID), logon.get_str(tags::TARGET_COMP_ID))
+    else {
         tracing::warn!("FIX: Logon without SenderCompID or TargetCompID; closing");
         return None;
     };
@@ -460,7 +464,13 @@ async fn logon(
     let reset = logon.flag(tags::RESET_SEQ_NUM_FLAG);
     let (outbox_tx, outbox) = mpsc::channel(core.outbox_max);
     let kill = Arc::new(Notify::new());
-    let attached = attach(&core, seq, reset, heartbeat, Conn { id: 0, outbox: outbox_tx, kill: Arc::clone(&kill), last_sent: Instant::now() });
+    let attached = attach(
+        &core,
+        seq,
+        reset,
+        heartbeat,
+        Conn { id: 0, outbox: outbox_tx, kill: Arc::clone(&kill), last_sent: Instant::now() },
+    );
     let (id, resend_until, upstream) = match attached {
         Ok(attached) => attached,
         Err(text) => {
@@ -488,7 +498,13 @@ async fn logon(
 /// `conn` and answers with Logon, and a ResendRequest when the Logon's seq is ahead.
 /// Returns the connection's id, the seq a resend must reach, and the upstream; or the
 /// text of the Logout that refuses the Logon.
-fn attach(core: &SessionCore, seq: u64, reset: bool, heartbeat: Duration, mut conn: Conn) -> Result<(u64, Option<u64>, Arc<Upstream>), String> {
+fn attach(
+    core: &SessionCore,
+    seq: u64,
+    reset: bool,
+    heartbeat: Duration,
+    mut conn: Conn,
+) -> Result<(u64, Option<u64>, Arc<Upstream>), String> {
     let mut state = core.lock();
     if state.conn.is_some() {
         return Err("this session is already logged on from another connection".into());
@@ -667,7 +683,11 @@ impl Connection {
         if message.get_str(tags::SENDER_COMP_ID) != Some(&self.core.their_id)
             || message.get_str(tags::TARGET_COMP_ID) != Some(&self.core.our_id)
         {
-            self.reject(seq, &msg_type, &FieldError::new(RejectReason::CompIdProblem, Some(tags::SENDER_COMP_ID), "CompID problem"));
+            self.reject(
+                seq,
+                &msg_type,
+                &FieldError::new(RejectReason::CompIdProblem, Some(tags::SENDER_COMP_ID), "CompID problem"),
+            );
             self.logout("SenderCompID or TargetCompID does not match the session");
             return Flow::Close;
         }
@@ -725,7 +745,11 @@ impl Connection {
             Ok(new) => self.reject(
                 seq,
                 msg::SEQUENCE_RESET,
-                &FieldError::new(RejectReason::ValueIncorrect, Some(tags::NEW_SEQ_NO), format!("NewSeqNo {new} is below the expected {expected}")),
+                &FieldError::new(
+                    RejectReason::ValueIncorrect,
+                    Some(tags::NEW_SEQ_NO),
+                    format!("NewSeqNo {new} is below the expected {expected}"),
+                ),
             ),
             Err(error) => self.reject(seq, msg::SEQUENCE_RESET, &error),
         }
@@ -757,10 +781,20 @@ impl Connection {
                 self.core.send(heartbeat);
             }
             msg::RESEND_REQUEST => self.on_resend_request(message),
-            msg::REJECT => tracing::warn!(session = %self.core.their_id, text = message.get_str(tags::TEXT), "FIX Reject received"),
+            msg::REJECT => {
+                tracing::warn!(session = %self.core.their_id, text = message.get_str(tags::TEXT), "FIX Reject received")
+            }
             msg::SEQUENCE_RESET => match message.require_u64(tags::NEW_SEQ_NO) {
                 Ok(new) if new > seq => return (Flow::Continue, new),
-                Ok(_) => self.reject(seq, msg_type, &FieldError::new(RejectReason::ValueIncorrect, Some(tags::NEW_SEQ_NO), "a gap fill must move the seq forward")),
+                Ok(_) => self.reject(
+                    seq,
+                    msg_type,
+                    &FieldError::new(
+                        RejectReason::ValueIncorrect,
+                        Some(tags::NEW_SEQ_NO),
+                        "a gap fill must move the seq forward",
+                    ),
+                ),
                 Err(error) => self.reject(seq, msg_type, &error),
             },
             msg::LOGOUT => {

@@ -52,8 +52,7 @@ impl Store {
         let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let mut store =
-            Store { path, file: Arc::new(file), len: 0, next_sender: 1, next_target: 1, sent: Vec::new() };
+        let mut store = Store { path, file: Arc::new(file), len: 0, next_sender: 1, next_target: 1, sent: Vec::new() };
         let valid = store.replay(&bytes);
         if valid < bytes.len() {
             tracing::warn!(path = %store.path.display(), dropped = bytes.len() - valid, "FIX store: torn tail dropped");
@@ -135,7 +134,14 @@ impl Store {
         if let Some(dir) = self.path.parent() {
             File::open(dir)?.sync_all()?;
         }
-        *self = Store { path: self.path.clone(), file: Arc::new(file), len: 0, next_sender: 1, next_target: 1, sent: Vec::new() };
+        *self = Store {
+            path: self.path.clone(),
+            file: Arc::new(file),
+            len: 0,
+            next_sender: 1,
+            next_target: 1,
+            sent: Vec::new(),
+        };
         Ok(())
     }
 

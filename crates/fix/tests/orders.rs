@@ -32,13 +32,23 @@ async fn orders_rest_trade_cancel_and_replace() {
         reports.push(fix.recv_app().await);
     }
     let find = |cl: &str, exec_type: &str| {
-        reports.iter().find(|r| get(r, 11) == cl && get(r, 150) == exec_type).unwrap_or_else(|| panic!("no {exec_type} for {cl}: {reports:?}")).clone()
+        reports
+            .iter()
+            .find(|r| get(r, 11) == cl && get(r, 150) == exec_type)
+            .unwrap_or_else(|| panic!("no {exec_type} for {cl}: {reports:?}"))
+            .clone()
     };
     assert_eq!(get(&find("s1", "0"), 39), "0");
     let sell_fill = find("s1", "F");
-    assert_eq!((get(&sell_fill, 39), get(&sell_fill, 32), get(&sell_fill, 31), get(&sell_fill, 151)), ("2", "4", "150", "0"));
+    assert_eq!(
+        (get(&sell_fill, 39), get(&sell_fill, 32), get(&sell_fill, 31), get(&sell_fill, 151)),
+        ("2", "4", "150", "0")
+    );
     let buy_fill = find("b1", "F");
-    assert_eq!((get(&buy_fill, 39), get(&buy_fill, 14), get(&buy_fill, 151), get(&buy_fill, 6)), ("1", "4", "6", "150"));
+    assert_eq!(
+        (get(&buy_fill, 39), get(&buy_fill, 14), get(&buy_fill, 151), get(&buy_fill, 6)),
+        ("1", "4", "6", "150")
+    );
     assert_eq!(get(&buy_fill, 37), buy_id);
     // The buyer paid 600 and the maker fee (0); the rest of the reservation is for 6.
     assert_eq!(exchange.balance(1, 0).await, (1_000_000 - 600 - 906, 906));
@@ -48,13 +58,19 @@ async fn orders_rest_trade_cancel_and_replace() {
     replace.push((41, "b1".into()));
     fix.send("G", &replace).await;
     let replaced = fix.recv_app().await;
-    assert_eq!((get(&replaced, 150), get(&replaced, 39), get(&replaced, 11), get(&replaced, 41)), ("5", "1", "b1-r1", "b1"));
+    assert_eq!(
+        (get(&replaced, 150), get(&replaced, 39), get(&replaced, 11), get(&replaced, 41)),
+        ("5", "1", "b1-r1", "b1")
+    );
     assert_eq!((get(&replaced, 38), get(&replaced, 151), get(&replaced, 14)), ("8", "4", "4"));
     let mut moved = limit("b1-r2", 1, "1", 8, 140);
     moved.push((41, "b1-r1".into()));
     fix.send("G", &moved).await;
     let replaced = fix.recv_app().await;
-    assert_eq!((get(&replaced, 150), get(&replaced, 44), get(&replaced, 151), get(&replaced, 37)), ("5", "140", "4", buy_id.as_str()));
+    assert_eq!(
+        (get(&replaced, 150), get(&replaced, 44), get(&replaced, 151), get(&replaced, 37)),
+        ("5", "140", "4", buy_id.as_str())
+    );
     assert_eq!(exchange.balance(1, 0).await.1, 4 * 140 + 4);
 
     // A replace that changes both is refused with a reason and changes nothing.
@@ -68,10 +84,14 @@ async fn orders_rest_trade_cancel_and_replace() {
     // Cancel the rest.
     fix.send("F", &f(&[(11, "b1-c"), (41, "b1-r2"), (55, "ACME/USD"), (54, "1"), (60, "20260101-00:00:00")])).await;
     let cancelled = fix.recv_app().await;
-    assert_eq!((get(&cancelled, 150), get(&cancelled, 39), get(&cancelled, 11), get(&cancelled, 41)), ("4", "4", "b1-c", "b1-r2"));
+    assert_eq!(
+        (get(&cancelled, 150), get(&cancelled, 39), get(&cancelled, 11), get(&cancelled, 41)),
+        ("4", "4", "b1-c", "b1-r2")
+    );
     assert_eq!((get(&cancelled, 151), get(&cancelled, 14)), ("0", "4"));
     assert_eq!(exchange.balance(1, 0).await, (1_000_000 - 600, 0));
-    let order = exchange.query(&exchange.admin).await.order(bourse_engine::OrderId(buy_id.parse().unwrap())).await.unwrap();
+    let order =
+        exchange.query(&exchange.admin).await.order(bourse_engine::OrderId(buy_id.parse().unwrap())).await.unwrap();
     assert_eq!(order.order.unwrap().qty_filled, 4);
 
     // Cancelling again: the engine no longer has it open.

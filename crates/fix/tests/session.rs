@@ -26,7 +26,10 @@ async fn malformed_messages_get_protocol_errors_and_change_nothing() {
     // A NewOrderSingle without ClOrdID: Reject, RequiredTagMissing, naming the tag.
     let seq = fix.send("D", &limit("x2", 1, "1", 1, 150)[1..]).await;
     let reject = fix.recv_app().await;
-    assert_eq!((reject.msg_type(), get(&reject, 45), get(&reject, 373), get(&reject, 371)), ("3", &*seq.to_string(), "1", "11"));
+    assert_eq!(
+        (reject.msg_type(), get(&reject, 45), get(&reject, 373), get(&reject, 371)),
+        ("3", &*seq.to_string(), "1", "11")
+    );
 
     // A tag without a value, written by hand.
     let body = format!("35=D\x0149=ALICE\x0156=BOURSE\x0134={}\x0152=20260101-00:00:00\x0111=\x01", fix.seq);
@@ -202,10 +205,24 @@ async fn market_data_is_a_snapshot_then_incremental_refreshes() {
     while query.l2(bourse_engine::SymbolId(0), 0).await.unwrap().bids.is_empty() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let request = f(&[(262, "md1"), (263, "1"), (264, "0"), (265, "1"), (267, "3"), (269, "0"), (269, "1"), (269, "2"), (146, "1"), (55, "ACME/USD")]);
+    let request = f(&[
+        (262, "md1"),
+        (263, "1"),
+        (264, "0"),
+        (265, "1"),
+        (267, "3"),
+        (269, "0"),
+        (269, "1"),
+        (269, "2"),
+        (146, "1"),
+        (55, "ACME/USD"),
+    ]);
     fix.send("V", &request).await;
     let snapshot = fix.recv_app().await;
-    assert_eq!((snapshot.msg_type(), get(&snapshot, 262), get(&snapshot, 55), get(&snapshot, 268)), ("W", "md1", "ACME/USD", "1"));
+    assert_eq!(
+        (snapshot.msg_type(), get(&snapshot, 262), get(&snapshot, 55), get(&snapshot, 268)),
+        ("W", "md1", "ACME/USD", "1")
+    );
     assert_eq!((get(&snapshot, 269), get(&snapshot, 270), get(&snapshot, 271)), ("0", "140", "3"));
     // An offer appears, then trades part of the bid.
     fix.send("D", &limit("s", 0, "2", 2, 150)).await;
@@ -217,11 +234,19 @@ async fn market_data_is_a_snapshot_then_incremental_refreshes() {
     while seen.len() < 2 {
         let message = fix.recv_app().await;
         if message.msg_type() == "X" {
-            seen.push((get(&message, 279).to_owned(), get(&message, 269).to_owned(), get(&message, 270).to_owned(), get(&message, 271).to_owned()));
+            seen.push((
+                get(&message, 279).to_owned(),
+                get(&message, 269).to_owned(),
+                get(&message, 270).to_owned(),
+                get(&message, 271).to_owned(),
+            ));
         }
     }
     seen.sort();
-    assert_eq!(seen, vec![("0".into(), "2".into(), "140".into(), "1".into()), ("1".into(), "0".into(), "140".into(), "2".into())]);
+    assert_eq!(
+        seen,
+        vec![("0".into(), "2".into(), "140".into(), "1".into()), ("1".into(), "0".into(), "140".into(), "2".into())]
+    );
     // Problems are MarketDataRequestReject with a reason.
     fix.send("V", &f(&[(262, "md2"), (263, "1"), (264, "0"), (267, "1"), (269, "0"), (146, "1"), (55, "NOPE")])).await;
     let reject = next_of(&mut fix, "Y").await;

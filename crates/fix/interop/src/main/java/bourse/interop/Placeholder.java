@@ -1,2 +1,0 @@
-package bourse.interop;
-class Placeholder {}
