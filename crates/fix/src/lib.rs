@@ -20,6 +20,7 @@
 //! The mappings and their reasons are in `docs/ARCHITECTURE.md` ("FIX 4.4").
 
 pub mod codec;
+pub mod fuzzing;
 pub mod market;
 pub mod orders;
 pub mod session;
