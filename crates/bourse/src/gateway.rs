@@ -14,7 +14,7 @@ use clap::{Args, Subcommand};
 #[derive(Subcommand, Debug)]
 pub enum GatewayCommand {
     /// Run a gateway in front of a cluster until SIGINT/SIGTERM.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Make a new API key, add its hash to a key file, and print the key (shown once).
     KeyAdd(KeyAddArgs),
 }
@@ -109,7 +109,7 @@ pub struct KeyAddArgs {
 
 pub fn run(command: GatewayCommand) -> Result<(), String> {
     match command {
-        GatewayCommand::Run(args) => run_gateway(args),
+        GatewayCommand::Run(args) => run_gateway(*args),
         GatewayCommand::KeyAdd(args) => {
             let key = generate_key();
             append(&args.keys, entry_for(&key, &args.name, args.account, args.admin)).map_err(|e| e.to_string())?;

@@ -137,6 +137,9 @@ pub struct Message {
     pub fields: Vec<(u32, Vec<u8>)>,
 }
 
+/// One entry of a repeating group: its fields, delimiter first.
+pub type GroupEntry<'a> = Vec<(u32, &'a [u8])>;
+
 /// Length tags and the data tags they announce (FIX 4.4).
 const DATA_FIELDS: &[(u32, u32)] = &[
     (90, 91),
@@ -327,12 +330,12 @@ impl Message {
         count_tag: u32,
         first_tag: u32,
         member_tags: &[u32],
-    ) -> Result<Vec<Vec<(u32, &[u8])>>, FieldError> {
+    ) -> Result<Vec<GroupEntry<'_>>, FieldError> {
         let Some(start) = self.fields.iter().position(|(t, _)| *t == count_tag) else {
             return Ok(Vec::new());
         };
         let count = self.get_u64(count_tag)?.unwrap_or(0);
-        let mut entries: Vec<Vec<(u32, &[u8])>> = Vec::new();
+        let mut entries: Vec<GroupEntry<'_>> = Vec::new();
         for (tag, value) in &self.fields[start + 1..] {
             if *tag == first_tag {
                 entries.push(vec![(*tag, value.as_slice())]);

@@ -166,6 +166,27 @@ impl Orders {
         }
     }
 
+    /// The reports that bring `info`'s order up to date: its fills beyond the reported
+    /// quantity, and its cancellation.
+    fn reconcile_one(&mut self, info: &proto::OrderInfo) -> Vec<Message> {
+        let mut out = Vec::new();
+        let Some(reported) = self.by_id.get(&info.id).map(|o| o.cum_qty) else { return out };
+        let mut filled = 0;
+        for fill in &info.fills {
+            filled += fill.qty;
+            if filled > reported {
+                let report = proto::FillReport { order: info.id, px: fill.px, qty: fill.qty, ..Default::default() };
+                self.on_fill(&report, &mut out);
+            }
+        }
+        let open = self.by_id.get(&info.id).is_some_and(|o| !o.done());
+        if open && info.status == proto::OrderStatus::Cancelled as i32 {
+            let report = proto::CancelReport { order: info.id, qty_cancelled: info.qty_open, ..Default::default() };
+            self.on_cancel(&report, &mut out);
+        }
+        out
+    }
+
     fn exec_id(&mut self) -> String {
         self.exec_ids += 1;
         format!("{:x}.{}", now_ns(), self.exec_ids)
@@ -364,6 +385,29 @@ fn order_fields(report: &mut Message, order: &OrderState) {
     }
     if let Some(tif) = &order.tif {
         report.push(tags::TIME_IN_FORCE, tif);
+    }
+}
+
+/// Reports what happened to this session's open orders while no upstream session of
+/// it was there to hear it (its orders' fills and cancellations go to the upstream
+/// session that placed them, which a restart ends): each open order is read from the
+/// exchange, and fills beyond the reported quantity, and a cancellation, are reported.
+pub(crate) async fn reconcile(core: &Arc<SessionCore>, upstream: &Upstream) {
+    let open: Vec<u64> = core.lock().orders.by_id.values().filter(|o| !o.done()).map(|o| o.id).collect();
+    for id in open {
+        let info = match upstream.query.lock().await.order(OrderId(id)).await {
+            Ok(reply) => reply.order,
+            Err(error) => {
+                tracing::warn!(session = %core.their_id, order = id, %error, "FIX: an open order could not be read");
+                continue;
+            }
+        };
+        let Some(info) = info else { continue };
+        let mut state = core.lock();
+        let messages = state.orders.reconcile_one(&info);
+        for message in messages {
+            core.send_locked(&mut state, message);
+        }
     }
 }
 

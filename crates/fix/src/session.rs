@@ -315,31 +315,37 @@ enum Read {
 struct Reader {
     read: OwnedReadHalf,
     buf: Vec<u8>,
+    /// Where the unread bytes of `buf` start (consumed bytes are dropped before a read,
+    /// not after each message).
+    start: usize,
 }
 
 impl Reader {
     /// The next framed message; garbled bytes are skipped (logged) as the protocol says.
     async fn next(&mut self, wait: Duration) -> Read {
         loop {
-            match codec::frame(&self.buf) {
+            let unread = &self.buf[self.start..];
+            match codec::frame(unread) {
                 Ok(Some(len)) => {
-                    let (message, error) = Message::decode(&self.buf[..len]);
-                    self.buf.drain(..len);
+                    let (message, error) = Message::decode(&unread[..len]);
+                    self.start += len;
                     return Read::Message(message, error);
                 }
                 Ok(None) => {}
                 Err(error) => {
-                    let skip = codec::resync(&self.buf);
+                    let skip = codec::resync(unread);
                     tracing::warn!(%error, skipped = skip, "FIX: garbled bytes ignored");
-                    self.buf.drain(..skip);
+                    self.start += skip;
                     continue;
                 }
             }
-            let mut chunk = vec![0; READ_CHUNK];
-            match tokio::time::timeout(wait, self.read.read(&mut chunk)).await {
+            self.buf.drain(..self.start);
+            self.start = 0;
+            self.buf.reserve(READ_CHUNK);
+            match tokio::time::timeout(wait, self.read.read_buf(&mut self.buf)).await {
                 Err(_) => return Read::Idle,
                 Ok(Ok(0)) | Ok(Err(_)) => return Read::Closed,
-                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(Ok(_)) => {}
             }
         }
     }
@@ -348,7 +354,7 @@ impl Reader {
 async fn run_connection(shared: Arc<Shared>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let (read, mut write) = stream.into_split();
-    let mut reader = Reader { read, buf: Vec::with_capacity(READ_CHUNK) };
+    let mut reader = Reader { read, buf: Vec::with_capacity(READ_CHUNK), start: 0 };
     let first = reader.next(shared.config.logon_timeout).await;
     let Read::Message(logon, error) = first else {
         return;
@@ -417,6 +423,52 @@ async fn logon(
         tracing::warn!(their_id, our_id, "FIX: Logon for another CompID; closing");
         return None;
     }
+    // Until the key is proven nothing touches a session's store: refusals are a Logout
+    // with MsgSeqNum 1 that no store records.
+    let refuse_unknown = |text: &str| {
+        tracing::warn!(their_id, text, "FIX Logon refused");
+        let mut logout = Message::new(msg::LOGOUT);
+        logout.push(tags::SENDER_COMP_ID, our_id).push(tags::TARGET_COMP_ID, their_id).push(tags::MSG_SEQ_NUM, "1");
+        logout.push(tags::SENDING_TIME, utc_timestamp(now_ns())).push(tags::TEXT, text);
+        logout.encode()
+    };
+    let heartbeat = match logon.get_u64(tags::HEART_BT_INT) {
+        Ok(Some(secs @ 1..=3_600)) => Duration::from_secs(secs),
+        _ => {
+            let _ = write.write_all(&refuse_unknown("HeartBtInt (108) must be 1 to 3600 seconds")).await;
+            return None;
+        }
+    };
+    let seq = match logon.get_u64(tags::MSG_SEQ_NUM) {
+        Ok(Some(seq)) => seq,
+        _ => {
+            let _ = write.write_all(&refuse_unknown("MsgSeqNum (34) missing or not a number")).await;
+            return None;
+        }
+    };
+    let key = logon.get_str(tags::PASSWORD).or_else(|| logon.get_str(tags::RAW_DATA)).map(str::to_owned);
+    let Some(key) = key else {
+        let _ = write.write_all(&refuse_unknown("Logon needs the API key in Password (554) or RawData (96)")).await;
+        return None;
+    };
+    match crate::store::bind_owner(&config.data, their_id, our_id, &key) {
+        Ok(true) => {}
+        Ok(false) => {
+            let _ = write.write_all(&refuse_unknown("this SenderCompID belongs to another API key")).await;
+            return None;
+        }
+        Err(error) => {
+            tracing::error!(their_id, %error, "FIX: the session's owner file cannot be written");
+            return None;
+        }
+    }
+    let upstream = match prove_key(shared, their_id, key).await {
+        Ok(upstream) => upstream,
+        Err(text) => {
+            let _ = write.write_all(&refuse_unknown(&text)).await;
+            return None;
+        }
+    };
     let core = match session_core(shared, their_id) {
         Ok(core) => core,
         Err(error) => {
@@ -424,6 +476,9 @@ async fn logon(
             return None;
         }
     };
+    if let Some((upstream, events)) = upstream {
+        install_upstream(&core, upstream, events).await;
+    }
     let refuse = |core: &SessionCore, text: &str| {
         let mut state = core.lock();
         let seq = state.store.next_sender();
@@ -433,33 +488,6 @@ async fn logon(
         let _ = state.store.record_sent(seq, None).and_then(|()| state.store.sync());
         tracing::warn!(session = %core.their_id, text, "FIX Logon refused");
         bytes
-    };
-    let heartbeat = match logon.get_u64(tags::HEART_BT_INT) {
-        Ok(Some(secs @ 1..=3_600)) => Duration::from_secs(secs),
-        _ => {
-            let bytes = refuse(&core, "HeartBtInt (108) must be 1 to 3600 seconds");
-            let _ = write.write_all(&bytes).await;
-            return None;
-        }
-    };
-    let key = logon.get_str(tags::PASSWORD).or_else(|| logon.get_str(tags::RAW_DATA)).map(str::to_owned);
-    let Some(key) = key else {
-        let bytes = refuse(&core, "Logon needs the API key in Password (554) or RawData (96)");
-        let _ = write.write_all(&bytes).await;
-        return None;
-    };
-    if let Err(text) = ensure_upstream(shared, &core, key).await {
-        let bytes = refuse(&core, &text);
-        let _ = write.write_all(&bytes).await;
-        return None;
-    }
-    let seq = match logon.get_u64(tags::MSG_SEQ_NUM) {
-        Ok(Some(seq)) => seq,
-        _ => {
-            let bytes = refuse(&core, "MsgSeqNum (34) missing or not a number");
-            let _ = write.write_all(&bytes).await;
-            return None;
-        }
     };
     let reset = logon.flag(tags::RESET_SEQ_NUM_FLAG);
     let (outbox_tx, outbox) = mpsc::channel(core.outbox_max);
@@ -557,19 +585,30 @@ fn session_core(shared: &Shared, their_id: &str) -> std::io::Result<Arc<SessionC
     Ok(core)
 }
 
-/// Makes sure `core` has a live upstream session for `key`: the existing one when the
-/// key is the same and it has not ended, else a new one (the key proven first).
-async fn ensure_upstream(shared: &Shared, core: &Arc<SessionCore>, key: String) -> Result<(), String> {
-    if let Some(upstream) = core.upstream() {
+/// Proves `key` upstream: `None` when the session already has a live upstream for it,
+/// else a new upstream session (which the caller installs).
+async fn prove_key(
+    shared: &Shared,
+    their_id: &str,
+    key: String,
+) -> Result<Option<(Upstream, bourse_client::Events)>, String> {
+    let existing = shared.sessions.lock().expect("sessions lock").get(their_id).and_then(|core| core.upstream());
+    if let Some(upstream) = existing {
         if upstream.key == key && !upstream.ended.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(None);
         }
     }
-    let (upstream, events) = Upstream::connect(shared.config.upstream.clone(), key).await?;
+    Upstream::connect(shared.config.upstream.clone(), key).await.map(Some)
+}
+
+/// Gives `core` a new upstream session, then asks the exchange about the orders the
+/// session's reports left open: fills and cancellations an earlier upstream session
+/// would have reported (before a restart, say) are reported now.
+async fn install_upstream(core: &Arc<SessionCore>, upstream: Upstream, events: bourse_client::Events) {
     let upstream = Arc::new(upstream);
     core.lock().upstream = Some(Arc::clone(&upstream));
-    tokio::spawn(crate::orders::pump_events(Arc::downgrade(core), upstream, events));
-    Ok(())
+    tokio::spawn(crate::orders::pump_events(Arc::downgrade(core), Arc::clone(&upstream), events));
+    crate::orders::reconcile(core, &upstream).await;
 }
 
 /// What one message asks the reader to do next.
@@ -629,6 +668,10 @@ impl Connection {
     /// when a TestRequest went unanswered for a heartbeat interval.
     fn keep_alive(&mut self) -> Flow {
         let now = Instant::now();
+        if self.test_request.as_ref().is_some_and(|(_, sent)| self.last_received > *sent) {
+            // Anything received answers that the counterparty is alive.
+            self.test_request = None;
+        }
         if let Some((_, sent)) = &self.test_request {
             if now.duration_since(*sent) >= self.heartbeat {
                 self.logout("no answer to TestRequest");

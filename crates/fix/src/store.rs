@@ -183,6 +183,28 @@ impl Store {
     }
 }
 
+/// Binds the session `sender` → `target` in `dir` to one API key: the first key that
+/// logs on is kept (as its BLAKE3 hash, in `<sender>-<target>.owner`), and later Logons
+/// must bring the same key, so no other key holder can take over the session and read
+/// its reports by ResendRequest. Returns whether `key` is the owner's (or now is).
+pub fn bind_owner(dir: &Path, sender: &str, target: &str, key: &str) -> std::io::Result<bool> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{}-{}.owner", escape(sender), escape(target)));
+    let hash = blake3::hash(key.as_bytes()).to_hex().to_string();
+    match std::fs::read_to_string(&path) {
+        Ok(owner) => Ok(owner.trim() == hash),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let fresh = path.with_extension("owner.new");
+            std::fs::write(&fresh, format!("{hash}\n"))?;
+            File::open(&fresh)?.sync_all()?;
+            std::fs::rename(&fresh, &path)?;
+            File::open(dir)?.sync_all()?;
+            Ok(true)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 /// The record at `at`: its kind, payload and the offset after it; `None` when the rest
 /// is not one whole, intact record.
 fn read_record(bytes: &[u8], at: usize) -> Option<(u8, &[u8], usize)> {
@@ -253,6 +275,15 @@ mod tests {
             let store = Store::open(copy.path(), "C", "S").unwrap();
             assert_eq!(store.sent_between(1, 9).unwrap(), vec![(1, b"one".to_vec()), (2, b"again".to_vec())]);
         }
+    }
+
+    #[test]
+    fn a_session_belongs_to_its_first_key() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(bind_owner(dir.path(), "C", "S", "k1").unwrap());
+        assert!(bind_owner(dir.path(), "C", "S", "k1").unwrap());
+        assert!(!bind_owner(dir.path(), "C", "S", "k2").unwrap());
+        assert!(bind_owner(dir.path(), "D", "S", "k2").unwrap());
     }
 
     #[test]

@@ -112,7 +112,7 @@ async fn what_cannot_be_expressed_is_rejected_with_a_reason_and_changes_nothing(
     exchange.market().await;
     let (mut fix, _) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
     let before = exchange.balance(1, 0).await;
-    let cases: Vec<(&str, Vec<(u32, String)>, &str)> = vec![
+    let cases: Vec<(&str, Fields, &str)> = vec![
         ("day", with(limit("r1", 1, "1", 1, 150), 59, "0"), "Day"),
         ("unknown symbol", with(limit("r2", 1, "1", 1, 150), 55, "NOPE/USD"), "unknown symbol"),
         ("market buy without budget", without(with(limit("r3", 1, "1", 1, 150), 40, "1"), &[44, 59]), "CashOrderQty"),
@@ -142,6 +142,8 @@ async fn what_cannot_be_expressed_is_rejected_with_a_reason_and_changes_nothing(
     assert_eq!(exchange.balance(0, 1).await, (100, 0));
     exchange.stop().await;
 }
+
+type Fields = Vec<(u32, String)>;
 
 fn with(mut fields: Vec<(u32, String)>, tag: u32, value: &str) -> Vec<(u32, String)> {
     match fields.iter_mut().find(|(t, _)| *t == tag) {

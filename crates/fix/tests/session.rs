@@ -151,6 +151,31 @@ async fn a_dropped_connection_loses_no_report_and_a_resent_order_is_not_doubled(
     assert_eq!((get(&resent, 11), get(&resent, 150), get(&resent, 43)), ("rest", "0", "Y"));
     let open = exchange.query(&exchange.admin).await.open_orders(bourse_engine::AccountId(1)).await.unwrap();
     assert!(open.orders.is_empty(), "no second order: {:?}", open.orders);
+
+    // An order trades while the FIX front end is down: its upstream session is gone with
+    // it, so the fill is learned from the exchange after the restart and resent.
+    fix.send("D", &limit("rest2", 1, "1", 2, 150)).await;
+    let new = fix.recv_app().await;
+    assert_eq!(get(&new, 150), "0");
+    let new_seq: u64 = get(&new, 34).parse().unwrap();
+    let seq = fix.seq;
+    drop(fix);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    exchange.stop_fix().await;
+    assert_eq!(exchange.ioc(&exchange.alice, 0, bourse_engine::Side::Sell, 150, 2).await, 2);
+    exchange.start_fix().await;
+    let (mut fix, _) = relogon(&exchange, seq).await;
+    fix.send("2", &f(&[(7, &(new_seq + 1).to_string()), (16, "0")])).await;
+    let fill = loop {
+        let message = fix.recv_app().await;
+        if message.msg_type() == "8" {
+            break message;
+        }
+    };
+    assert_eq!(
+        (get(&fill, 11), get(&fill, 150), get(&fill, 39), get(&fill, 14), get(&fill, 43)),
+        ("rest2", "F", "2", "2", "Y")
+    );
     exchange.stop().await;
 }
 
@@ -183,6 +208,10 @@ async fn logons_are_checked_and_reset_seq_num_starts_over() {
     fix.send("0", &[]).await;
     let (_second, answer) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
     assert_eq!(answer.msg_type(), "5");
+    // Another key cannot take over ALICE's session (and read its reports by resend).
+    let (_third, answer) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.admin, false).await;
+    assert_eq!(answer.msg_type(), "5");
+    assert!(get(&answer, 58).contains("another API key"), "{answer:?}");
     drop(fix);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // ResetSeqNumFlag: both sides start from 1 again.

@@ -232,10 +232,10 @@ impl Wire {
                 Ok(None) => {}
                 Err(error) => return Err(format!("garbled from the server: {error}")),
             }
-            let mut chunk = [0u8; 65_536];
-            let read = tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut chunk)).await;
+            self.buf.reserve(65_536);
+            let read = tokio::time::timeout(Duration::from_secs(10), self.stream.read_buf(&mut self.buf)).await;
             match read {
-                Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(Ok(n)) if n > 0 => {}
                 _ => return Err("the FIX connection closed or went quiet".into()),
             }
         }

@@ -130,6 +130,20 @@ impl Exchange {
         reply.balances.iter().find(|b| b.asset == asset).map(|b| (b.available, b.reserved)).unwrap_or((0, 0))
     }
 
+    /// Places an IOC limit order through the gateway's gRPC with `key`, as a program
+    /// other than the FIX client would; returns the quantity it traded.
+    pub async fn ioc(&self, key: &str, account: u32, side: bourse_engine::Side, px: i64, qty: i64) -> i64 {
+        use bourse_engine::command::{OrderRequest, Tif};
+        let endpoints = vec![self.gateway.addr().to_string()];
+        let client = bourse_client::Client::connect(endpoints, random_client_id(), self.options(key)).await.unwrap();
+        let order =
+            OrderRequest::limit(AccountId(account), bourse_engine::SymbolId(0), side, Px(px), Qty(qty), Tif::Ioc);
+        let reply = client.submit(CommandBody::Place(order)).await.unwrap();
+        let id = reply.ok_id().expect("placed");
+        let info = self.query(&self.admin).await.order(bourse_engine::OrderId(id)).await.unwrap();
+        info.order.unwrap().qty_filled
+    }
+
     pub async fn stop(mut self) {
         self.stop_fix().await;
         self.gateway.shutdown().await;
@@ -201,7 +215,7 @@ impl FixClient {
                 self.buf.drain(..len);
                 return Some(message);
             }
-            let mut chunk = [0u8; 65_536];
+            let mut chunk = vec![0u8; 65_536];
             match tokio::time::timeout_at(deadline, self.stream.read(&mut chunk)).await {
                 Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
                 _ => return None,
@@ -253,6 +267,6 @@ pub fn limit(cl: &str, account: u32, side: &str, qty: i64, px: i64) -> Vec<(u32,
     ]
 }
 
-pub fn get<'a>(message: &'a Message, tag: u32) -> &'a str {
+pub fn get(message: &Message, tag: u32) -> &str {
     message.get_str(tag).unwrap_or("")
 }
