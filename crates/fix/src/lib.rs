@@ -126,6 +126,9 @@ impl FixServer {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         self.accept.abort();
+        // The listener closes when the aborted task is dropped: wait for that, so the
+        // address can be bound again at once.
+        let _ = self.accept.await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
         loop {
             let connected = {

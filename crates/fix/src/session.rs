@@ -451,6 +451,14 @@ async fn logon(
         let _ = write.write_all(&refuse_unknown("Logon needs the API key in Password (554) or RawData (96)")).await;
         return None;
     };
+    let upstream = match prove_key(shared, their_id, key.clone()).await {
+        Ok(upstream) => upstream,
+        Err(text) => {
+            let _ = write.write_all(&refuse_unknown(&text)).await;
+            return None;
+        }
+    };
+    // Bound only once proven, so an invalid key cannot claim a CompID.
     match crate::store::bind_owner(&config.data, their_id, our_id, &key) {
         Ok(true) => {}
         Ok(false) => {
@@ -462,13 +470,6 @@ async fn logon(
             return None;
         }
     }
-    let upstream = match prove_key(shared, their_id, key).await {
-        Ok(upstream) => upstream,
-        Err(text) => {
-            let _ = write.write_all(&refuse_unknown(&text)).await;
-            return None;
-        }
-    };
     let core = match session_core(shared, their_id) {
         Ok(core) => core,
         Err(error) => {

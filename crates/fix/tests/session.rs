@@ -254,9 +254,19 @@ async fn market_data_is_a_snapshot_then_incremental_refreshes() {
     );
     assert_eq!((get(&snapshot, 269), get(&snapshot, 270), get(&snapshot, 271)), ("0", "140", "3"));
     // An offer appears, then trades part of the bid.
+    // The ExecutionReport and the market data travel separately: either may come first.
     fix.send("D", &limit("s", 0, "2", 2, 150)).await;
-    assert_eq!(get(&fix.recv_app().await, 150), "0");
-    let update = next_of(&mut fix, "X").await;
+    let (mut new, mut update) = (None, None);
+    while new.is_none() || update.is_none() {
+        let message = fix.recv_app().await;
+        match message.msg_type() {
+            "8" => new = Some(message),
+            "X" => update = Some(message),
+            other => panic!("unexpected {other}: {message:?}"),
+        }
+    }
+    assert_eq!(get(&new.unwrap(), 150), "0");
+    let update = update.unwrap();
     assert_eq!((get(&update, 279), get(&update, 269), get(&update, 270), get(&update, 271)), ("0", "1", "150", "2"));
     fix.send("D", &limit("hit", 0, "2", 1, 140)).await;
     let mut seen = Vec::new();
