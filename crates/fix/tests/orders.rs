@@ -156,3 +156,79 @@ fn with(mut fields: Vec<(u32, String)>, tag: u32, value: &str) -> Vec<(u32, Stri
 fn without(fields: Vec<(u32, String)>, tags: &[u32]) -> Vec<(u32, String)> {
     fields.into_iter().filter(|(t, _)| !tags.contains(t)).collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_order_kind_maps_to_its_engine_order() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let (mut fix, _) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
+    let mut query = exchange.query(&exchange.admin).await;
+
+    // An iceberg: 10 resting, 3 shown (MaxFloor).
+    fix.send("D", &with(limit("ice", 0, "2", 10, 150), 111, "3")).await;
+    let new = fix.recv_app().await;
+    assert_eq!(get(&new, 150), "0");
+    let id = bourse_engine::OrderId(get(&new, 37).parse().unwrap());
+    let order = query.order(id).await.unwrap().order.unwrap();
+    assert_eq!((order.qty_open, order.qty_visible), (10, 3));
+
+    // A market buy with a budget (CashOrderQty) takes 4 of it and is done.
+    let market = without(with(with(limit("mkt", 1, "1", 4, 0), 40, "1"), 152, "1000"), &[44, 59]);
+    fix.send("D", &market).await;
+    let reports = until_done(&mut fix, "mkt", 4).await;
+    // The iceberg shows 3 at a time: two fills, 3 then 1 after its refresh.
+    assert_eq!(exec(&reports, "mkt"), vec![("0", "0"), ("F", "1"), ("F", "2")]);
+    let last = reports.iter().rfind(|r| get(r, 11) == "mkt").unwrap();
+    assert_eq!((get(last, 14), get(last, 151), get(last, 6)), ("4", "0", "150"));
+
+    // IOC for more than is offered: New, the fill, then the rest cancelled ("unfilled").
+    fix.send("D", &with(limit("ioc", 1, "1", 10, 150), 59, "3")).await;
+    let reports = until_done(&mut fix, "ioc", 4).await;
+    let ioc = exec(&reports, "ioc");
+    assert_eq!((ioc.first(), ioc.last()), (Some(&("0", "0")), Some(&("4", "4"))), "{ioc:?}");
+    let cancelled = reports.iter().rfind(|r| get(r, 11) == "ioc").unwrap();
+    assert_eq!((get(cancelled, 14), get(cancelled, 151), get(cancelled, 58)), ("6", "0", "unfilled"));
+    let ice = reports.iter().rfind(|r| get(r, 11) == "ice").unwrap();
+    assert_eq!((get(ice, 39), get(ice, 14), get(ice, 151)), ("2", "10", "0"));
+
+    // FOK that cannot fill: rejected by the engine's rule, nothing changes.
+    fix.send("D", &with(limit("fok", 1, "1", 5, 150), 59, "4")).await;
+    let report = fix.recv_app().await;
+    assert_eq!((get(&report, 150), get(&report, 39)), ("8", "8"));
+    assert!(get(&report, 58).contains("fok_cannot_fill"), "{report:?}");
+
+    // A stop-limit and a stop (market, with a budget) wait for their trigger.
+    let stop_limit = with(with(limit("sl", 1, "1", 1, 200), 40, "4"), 99, "190");
+    fix.send("D", &stop_limit).await;
+    let new = fix.recv_app().await;
+    assert_eq!((get(&new, 150), get(&new, 99), get(&new, 44)), ("0", "190", "200"));
+    let stop = without(with(with(with(limit("sm", 1, "1", 1, 0), 40, "3"), 99, "190"), 152, "500"), &[44, 59]);
+    fix.send("D", &stop).await;
+    assert_eq!(get(&fix.recv_app().await, 150), "0");
+    let open = query.open_orders(bourse_engine::AccountId(1)).await.unwrap().orders;
+    assert_eq!(open.len(), 2);
+    assert!(open.iter().all(|o| o.status == bourse_protocol::proto::OrderStatus::Pending as i32), "{open:?}");
+    exchange.stop().await;
+}
+
+/// Application messages until `cl` is done (filled, cancelled or rejected) and at
+/// least `n` have arrived (the other side's reports may come after).
+async fn until_done(fix: &mut FixClient, cl: &str, n: usize) -> Vec<bourse_fix::codec::Message> {
+    let mut out: Vec<bourse_fix::codec::Message> = Vec::new();
+    let done = |out: &[bourse_fix::codec::Message]| {
+        out.iter().any(|r| get(r, 11) == cl && matches!(get(r, 39), "2" | "4" | "8"))
+    };
+    while out.len() < n || !done(&out) {
+        out.push(fix.recv_app().await);
+    }
+    // Whatever else is already on its way (the maker's last report).
+    while let Some(message) = fix.try_recv(std::time::Duration::from_millis(200)).await {
+        out.push(message);
+    }
+    out
+}
+
+/// (ExecType, OrdStatus) of the reports for `cl`, in order.
+fn exec<'a>(reports: &'a [bourse_fix::codec::Message], cl: &str) -> Vec<(&'a str, &'a str)> {
+    reports.iter().filter(|r| get(r, 11) == cl).map(|r| (get(r, 150), get(r, 39))).collect()
+}

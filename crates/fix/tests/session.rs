@@ -301,3 +301,43 @@ async fn next_of(fix: &mut FixClient, msg_type: &str) -> Message {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_gets_heartbeats_a_test_request_then_a_logout() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let mut fix = FixClient::connect(exchange.fix_addr, "QUIET", 1).await;
+    fix.send("A", &f(&[(98, "0"), (108, "1"), (554, &exchange.alice)])).await;
+    assert_eq!(fix.recv().await.msg_type(), "A");
+    // Silent for 1.2 × HeartBtInt: a TestRequest; heartbeats when the server is idle.
+    let started = std::time::Instant::now();
+    let mut types = Vec::new();
+    while let Some(message) = fix.try_recv(Duration::from_secs(5)).await {
+        types.push(message.msg_type().to_owned());
+        if message.msg_type() == "5" {
+            assert!(get(&message, 58).contains("TestRequest"), "{message:?}");
+            break;
+        }
+    }
+    assert!(types.contains(&"1".to_string()), "{types:?}");
+    assert!(types.contains(&"0".to_string()), "{types:?}");
+    assert_eq!(types.last().map(String::as_str), Some("5"), "{types:?}");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(2_000) && waited < Duration::from_secs(5), "{waited:?}");
+    assert!(fix.closed(Duration::from_secs(3)).await);
+
+    // Answering TestRequests keeps a session alive.
+    let mut fix = FixClient::connect(exchange.fix_addr, "QUIET", 2).await;
+    fix.send("A", &f(&[(98, "0"), (108, "1"), (554, &exchange.alice)])).await;
+    assert_eq!(fix.recv().await.msg_type(), "A");
+    let until = std::time::Instant::now() + Duration::from_millis(3_500);
+    while std::time::Instant::now() < until {
+        let Some(message) = fix.try_recv(Duration::from_millis(500)).await else { continue };
+        assert_ne!(message.msg_type(), "5", "logged out while answering: {message:?}");
+        if message.msg_type() == "1" {
+            let id = get(&message, 112).to_owned();
+            fix.send("0", &f(&[(112, &id)])).await;
+        }
+    }
+    exchange.stop().await;
+}
