@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use bourse_client::ApiKey;
 use bourse_fairness::{Profile, ProfileSpec};
+use bourse_fix::{FixConfig, FixServer};
 use bourse_gateway::keys::{append, entry_for, generate_key};
 use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
 use bourse_http::{HttpConfig, HttpServer};
@@ -13,7 +14,7 @@ use clap::{Args, Subcommand};
 #[derive(Subcommand, Debug)]
 pub enum GatewayCommand {
     /// Run a gateway in front of a cluster until SIGINT/SIGTERM.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Make a new API key, add its hash to a key file, and print the key (shown once).
     KeyAdd(KeyAddArgs),
 }
@@ -76,6 +77,17 @@ pub struct RunArgs {
     /// With --http: serve the browser UI from this directory (web/dist after `npm run build`).
     #[arg(long, requires = "http")]
     web: Option<PathBuf>,
+    /// Also accept FIX 4.4 sessions here (order entry and market data; the key goes in
+    /// the Logon's Password (554) or RawData (96)).
+    #[arg(long, requires = "data")]
+    fix: Option<SocketAddr>,
+    /// With --fix: the directory of the FIX session stores (sequence numbers, sent
+    /// messages for resending).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// With --fix: this exchange's CompID (the clients' TargetCompID).
+    #[arg(long, default_value = "BOURSE")]
+    fix_comp_id: String,
 }
 
 #[derive(Args, Debug)]
@@ -97,7 +109,7 @@ pub struct KeyAddArgs {
 
 pub fn run(command: GatewayCommand) -> Result<(), String> {
     match command {
-        GatewayCommand::Run(args) => run_gateway(args),
+        GatewayCommand::Run(args) => run_gateway(*args),
         GatewayCommand::KeyAdd(args) => {
             let key = generate_key();
             append(&args.keys, entry_for(&key, &args.name, args.account, args.admin)).map_err(|e| e.to_string())?;
@@ -127,6 +139,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     config.in_flight_max = args.in_flight_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
     let (http, web) = (args.http, args.web);
+    let fix = args.fix.map(|listen| (listen, args.data.clone().unwrap_or_default(), args.fix_comp_id.clone()));
     let mut keys = keys;
     // The HTTP server reads market data for itself with a key of this process only.
     let service_key = (!args.open).then(|| ApiKey(keys.add_process_key("http-front-end", false)));
@@ -148,7 +161,20 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
             }
             None => None,
         };
+        let fix = match fix {
+            Some((listen, data, comp_id)) => {
+                let mut config = FixConfig::new(listen, vec![gateway.addr().to_string()], data);
+                config.comp_id = comp_id;
+                let server = FixServer::start(config).await.map_err(|e| format!("--fix {listen}: {e}"))?;
+                println!("FIX 4.4 acceptor on {}", server.addr());
+                Some(server)
+            }
+            None => None,
+        };
         bourse_gateway::wait_for_signal().await.map_err(|e| e.to_string())?;
+        if let Some(server) = fix {
+            server.shutdown().await;
+        }
         if let Some(server) = http {
             server.shutdown().await;
         }

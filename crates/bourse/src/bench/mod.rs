@@ -10,6 +10,7 @@ mod ec;
 mod engine;
 mod failover;
 mod fairness;
+mod fix;
 mod host;
 mod http;
 mod measure;
@@ -36,6 +37,8 @@ pub enum BenchCommand {
     Host(host::HostArgs),
     /// Orders per second and latency through the REST API with N concurrent clients.
     Http(http::HttpArgs),
+    /// Orders per second and round-trip latency through FIX 4.4 with N sessions.
+    Fix(fix::FixArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -46,5 +49,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Fairness(args) => fairness::run(&args),
         BenchCommand::Host(args) => host::run(&args),
         BenchCommand::Http(args) => http::run(&args),
+        BenchCommand::Fix(args) => fix::run(&args),
     }
 }

@@ -1,0 +1,875 @@
+//! The FIX session layer: one [`SessionCore`] per counterparty, one connection at a
+//! time attached to it.
+//!
+//! A `SessionCore` lives from the first Logon of a SenderCompID until the process
+//! ends. It owns the session's [`Store`], the order state ([`Orders`]) and the upstream
+//! gRPC session ([`Upstream`]). Every outgoing message is numbered, recorded in the
+//! store and queued for the attached connection under one lock, so queue order is seq
+//! order; with no connection attached (the client is away) the message is only stored,
+//! and the client gets it by ResendRequest after its next Logon.
+//!
+//! A connection is a reader task (this module's [`Connection`]: framing, sequence
+//! checks, the session messages, dispatch of application messages) and a writer task
+//! that takes batches of queued messages, fsyncs the store once per batch and writes
+//! them (group commit: the fsync covers every record written before it).
+//!
+//! Sequence rules (FIX 4.4 session protocol): a message with the expected MsgSeqNum is
+//! processed; a higher one triggers one ResendRequest (from the expected seq, to
+//! infinity) and is dropped, since the resend brings it again; a lower one is ignored
+//! with PossDupFlag=Y and ends the session (Logout) without. SequenceReset in reset
+//! mode moves the expected seq whatever its own MsgSeqNum. A malformed message with a
+//! readable MsgSeqNum is answered with Reject (35=3) and counted; a garbled one (bad
+//! BodyLength or CheckSum) is dropped unanswered, as the protocol says.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use bourse_client::{random_client_id, ApiKey, Client, ClientOptions, QueryClient};
+use bourse_protocol::proto;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Notify};
+
+use crate::codec::{self, FieldError, Message, RejectReason};
+use crate::orders::Orders;
+use crate::store::Store;
+use crate::tags::{self, msg};
+use crate::time::{now_ns, utc_timestamp};
+use crate::Shared;
+
+/// Bytes read from a socket at a time.
+const READ_CHUNK: usize = 64 * 1024;
+/// Bytes a writer puts on the socket in one batch, at most.
+const WRITE_BATCH_MAX: usize = 1 << 20;
+
+/// The upstream side of a session: the gateway, with the key given at Logon.
+pub struct Upstream {
+    pub key: String,
+    pub client: Client,
+    pub query: tokio::sync::Mutex<QueryClient>,
+    symbols: RwLock<Vec<proto::SymbolInfo>>,
+    /// Set when the order-entry session ended for good (its events stream closed).
+    pub ended: AtomicBool,
+}
+
+impl Upstream {
+    /// Proves `key` with a query (the gateway answers UNAUTHENTICATED for an unknown
+    /// one), then opens the order-entry session.
+    async fn connect(endpoints: Vec<String>, key: String) -> Result<(Upstream, bourse_client::Events), String> {
+        let options = ClientOptions { api_key: Some(ApiKey(key.clone())), ..ClientOptions::default() };
+        let mut query = QueryClient::connect(endpoints.clone(), options.clone()).await.map_err(|e| e.to_string())?;
+        let symbols = query.symbols().await.map_err(|e| match e {
+            bourse_client::Error::Status { code: tonic::Code::Unauthenticated, .. } => "unknown API key".to_string(),
+            other => other.to_string(),
+        })?;
+        let client = Client::connect(endpoints, random_client_id(), options).await.map_err(|e| e.to_string())?;
+        let events = client.events().expect("a new client's events");
+        let upstream = Upstream {
+            key,
+            client,
+            query: tokio::sync::Mutex::new(query),
+            symbols: RwLock::new(symbols.symbols),
+            ended: AtomicBool::new(false),
+        };
+        Ok((upstream, events))
+    }
+
+    /// The symbol called `name`, asking the gateway when it is not known yet.
+    pub async fn symbol(&self, name: &str) -> Option<proto::SymbolInfo> {
+        let find = |symbols: &[proto::SymbolInfo]| {
+            symbols.iter().find(|s| s.spec.as_ref().is_some_and(|spec| spec.name == name)).cloned()
+        };
+        if let Some(found) = find(&self.symbols.read().expect("symbols lock")) {
+            return Some(found);
+        }
+        let fresh = self.query.lock().await.symbols().await.ok()?.symbols;
+        let found = find(&fresh);
+        *self.symbols.write().expect("symbols lock") = fresh;
+        found
+    }
+}
+
+/// One attached connection.
+struct Conn {
+    id: u64,
+    outbox: mpsc::Sender<Vec<u8>>,
+    kill: Arc<Notify>,
+    last_sent: Instant,
+}
+
+pub(crate) struct State {
+    pub store: Store,
+    conn: Option<Conn>,
+    pub orders: Orders,
+    pub upstream: Option<Arc<Upstream>>,
+    conn_ids: u64,
+}
+
+/// The lasting half of a FIX session (see the module header).
+pub struct SessionCore {
+    /// The counterparty's CompID (their SenderCompID, our TargetCompID).
+    pub their_id: String,
+    pub our_id: String,
+    fsync: bool,
+    outbox_max: usize,
+    state: Mutex<State>,
+}
+
+impl SessionCore {
+    fn open(shared: &Shared, their_id: &str) -> std::io::Result<SessionCore> {
+        let config = &shared.config;
+        let store = Store::open(&config.data, their_id, &config.comp_id)?;
+        let orders = Orders::rebuild(&store)?;
+        Ok(SessionCore {
+            their_id: their_id.to_owned(),
+            our_id: config.comp_id.clone(),
+            fsync: config.fsync,
+            outbox_max: config.outbox_max,
+            state: Mutex::new(State { store, conn: None, orders, upstream: None, conn_ids: 0 }),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("FIX session lock poisoned by a panic")
+    }
+
+    pub fn connected(&self) -> bool {
+        self.lock().conn.is_some()
+    }
+
+    /// Numbers, records and queues `message` (35 first, no header): see [`Self::send_locked`].
+    pub fn send(&self, message: Message) {
+        let mut state = self.lock();
+        self.send_locked(&mut state, message);
+    }
+
+    /// Numbers `message`, records it in the store (with its bytes when it is an
+    /// application message other than market data, which is gap-filled on resend),
+    /// and queues it for the connection if one is attached. A store that cannot be
+    /// written ends the connection: nothing is sent that could not be resent.
+    pub(crate) fn send_locked(&self, state: &mut State, message: Message) {
+        let seq = state.store.next_sender();
+        let bytes = self.with_header(seq, &message, None).encode();
+        let msg_type = message.msg_type();
+        let keep = !msg::is_admin(msg_type)
+            && !matches!(
+                msg_type,
+                msg::MARKET_DATA_SNAPSHOT | msg::MARKET_DATA_INCREMENTAL | msg::MARKET_DATA_REQUEST_REJECT
+            );
+        if let Err(error) = state.store.record_sent(seq, keep.then_some(bytes.as_slice())) {
+            tracing::error!(session = %self.their_id, %error, "FIX store write failed: disconnecting");
+            self.detach_locked(state, None);
+            return;
+        }
+        match state.conn.as_mut() {
+            Some(conn) => {
+                conn.last_sent = Instant::now();
+                if conn.outbox.try_send(bytes).is_err() {
+                    tracing::warn!(session = %self.their_id, "FIX client too slow to read: disconnecting");
+                    self.detach_locked(state, None);
+                }
+            }
+            None => {
+                // No writer will sync this: do it here (only while the client is away).
+                if self.fsync {
+                    if let Err(error) = state.store.sync() {
+                        tracing::error!(session = %self.their_id, %error, "FIX store sync failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `message` with the standard header: 35, 49, 56, 34, [43, 122 for resends,] 52.
+    fn with_header(&self, seq: u64, message: &Message, orig_sending_time: Option<&[u8]>) -> Message {
+        let mut out = Message { fields: Vec::with_capacity(message.fields.len() + 6) };
+        out.fields.push((tags::MSG_TYPE, message.msg_type().as_bytes().to_vec()));
+        out.push(tags::SENDER_COMP_ID, &self.our_id).push(tags::TARGET_COMP_ID, &self.their_id);
+        out.push_display(tags::MSG_SEQ_NUM, seq);
+        if let Some(orig) = orig_sending_time {
+            out.push(tags::POSS_DUP_FLAG, "Y").push(tags::ORIG_SENDING_TIME, orig);
+        }
+        out.push(tags::SENDING_TIME, utc_timestamp(now_ns()));
+        out.fields.extend(message.fields.iter().skip(1).cloned());
+        out
+    }
+
+    /// Answers a ResendRequest for `begin..=end` (0: everything sent): stored
+    /// application messages again with PossDupFlag=Y and OrigSendingTime, and
+    /// SequenceReset-GapFill over session messages and market data.
+    fn resend(&self, begin: u64, end: u64) {
+        let mut state = self.lock();
+        let last = state.store.next_sender() - 1;
+        let end = if end == 0 || end > last { last } else { end };
+        if begin == 0 || begin > end {
+            return;
+        }
+        let stored = match state.store.sent_between(begin, end) {
+            Ok(stored) => stored,
+            Err(error) => {
+                tracing::error!(session = %self.their_id, %error, "FIX store read failed: disconnecting");
+                self.detach_locked(&mut state, None);
+                return;
+            }
+        };
+        let mut out = Vec::new();
+        let mut cursor = begin;
+        for (seq, bytes) in stored {
+            if seq > cursor {
+                out.extend(self.gap_fill(cursor, seq));
+            }
+            let (original, _) = Message::decode(&bytes);
+            let sent_at = original.get(tags::SENDING_TIME).unwrap_or(b"19700101-00:00:00.000").to_vec();
+            let mut body = Message::new(original.msg_type());
+            body.fields.extend(original.fields.iter().filter(|(t, _)| !is_header_tag(*t)).cloned());
+            out.extend(self.with_header(seq, &body, Some(&sent_at)).encode());
+            cursor = seq + 1;
+        }
+        if cursor <= end {
+            out.extend(self.gap_fill(cursor, end + 1));
+        }
+        tracing::info!(session = %self.their_id, begin, end, "FIX resend");
+        if let Some(conn) = state.conn.as_mut() {
+            conn.last_sent = Instant::now();
+            if conn.outbox.try_send(out).is_err() {
+                self.detach_locked(&mut state, None);
+            }
+        }
+    }
+
+    fn gap_fill(&self, seq: u64, new_seq: u64) -> Vec<u8> {
+        let mut reset = Message::new(msg::SEQUENCE_RESET);
+        reset.push(tags::GAP_FILL_FLAG, "Y").push_display(tags::NEW_SEQ_NO, new_seq);
+        let now = utc_timestamp(now_ns());
+        self.with_header(seq, &reset, Some(now.as_bytes())).encode()
+    }
+
+    /// Ends the attached connection (if it is `only`, when given).
+    fn detach_locked(&self, state: &mut State, only: Option<u64>) {
+        if let Some(conn) = &state.conn {
+            if only.is_none_or(|id| id == conn.id) {
+                conn.kill.notify_one();
+                state.conn = None;
+            }
+        }
+    }
+
+    fn detach(&self, id: u64) {
+        let mut state = self.lock();
+        self.detach_locked(&mut state, Some(id));
+    }
+
+    fn next_target(&self) -> u64 {
+        self.lock().store.next_target()
+    }
+
+    fn set_next_target(&self, next: u64) {
+        let mut state = self.lock();
+        if let Err(error) = state.store.set_next_target(next) {
+            tracing::error!(session = %self.their_id, %error, "FIX store write failed: disconnecting");
+            self.detach_locked(&mut state, None);
+        }
+    }
+
+    fn idle_since(&self, id: u64) -> Option<Instant> {
+        self.lock().conn.as_ref().filter(|c| c.id == id).map(|c| c.last_sent)
+    }
+
+    pub fn upstream(&self) -> Option<Arc<Upstream>> {
+        self.lock().upstream.clone()
+    }
+}
+
+fn is_header_tag(tag: u32) -> bool {
+    matches!(tag, 35 | 49 | 56 | 34 | 43 | 52 | 122 | 97)
+}
+
+/// Accepts connections until the server shuts down.
+pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    tracing::debug!(%peer, "FIX connection");
+                    run_connection(shared, stream).await;
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "FIX accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// What the reader got.
+enum Read {
+    Message(Message, Option<FieldError>),
+    Closed,
+    Idle,
+}
+
+struct Reader {
+    read: OwnedReadHalf,
+    buf: Vec<u8>,
+    /// Where the unread bytes of `buf` start (consumed bytes are dropped before a read,
+    /// not after each message).
+    start: usize,
+}
+
+impl Reader {
+    /// The next framed message; garbled bytes are skipped (logged) as the protocol says.
+    async fn next(&mut self, wait: Duration) -> Read {
+        loop {
+            let unread = &self.buf[self.start..];
+            match codec::frame(unread) {
+                Ok(Some(len)) => {
+                    let (message, error) = Message::decode(&unread[..len]);
+                    self.start += len;
+                    return Read::Message(message, error);
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    let skip = codec::resync(unread);
+                    tracing::warn!(%error, skipped = skip, "FIX: garbled bytes ignored");
+                    self.start += skip;
+                    continue;
+                }
+            }
+            self.buf.drain(..self.start);
+            self.start = 0;
+            self.buf.reserve(READ_CHUNK);
+            match tokio::time::timeout(wait, self.read.read_buf(&mut self.buf)).await {
+                Err(_) => return Read::Idle,
+                Ok(Ok(0)) | Ok(Err(_)) => return Read::Closed,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+}
+
+async fn run_connection(shared: Arc<Shared>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (read, mut write) = stream.into_split();
+    let mut reader = Reader { read, buf: Vec::with_capacity(READ_CHUNK), start: 0 };
+    let first = reader.next(shared.config.logon_timeout).await;
+    let Read::Message(logon, error) = first else {
+        return;
+    };
+    let Some((mut connection, outbox)) = self::logon(&shared, logon, error, &mut write).await else {
+        let _ = write.shutdown().await;
+        return;
+    };
+    let core = Arc::clone(&connection.core);
+    tokio::spawn(write_loop(Arc::clone(&core), outbox, write));
+    connection.run(&mut reader).await;
+    core.detach(connection.id);
+    connection.market.stop_all();
+}
+
+/// Writes queued messages: one fsync of the store per batch, then the bytes.
+async fn write_loop(core: Arc<SessionCore>, mut outbox: mpsc::Receiver<Vec<u8>>, mut write: OwnedWriteHalf) {
+    let mut batch = Vec::with_capacity(READ_CHUNK);
+    while let Some(first) = outbox.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < WRITE_BATCH_MAX {
+            match outbox.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if core.fsync {
+            let file = core.lock().store.file();
+            match tokio::task::spawn_blocking(move || file.sync_data()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::error!(session = %core.their_id, %error, "FIX store sync failed: disconnecting");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        if write.write_all(&batch).await.is_err() {
+            break;
+        }
+    }
+    let _ = write.shutdown().await;
+}
+
+/// Handles the Logon that opens a connection: checks, the key upstream, sequence
+/// numbers, and attaches the connection. `None`: the connection is to be closed (a
+/// Logout was written if the session could be identified).
+async fn logon(
+    shared: &Arc<Shared>,
+    logon: Message,
+    error: Option<FieldError>,
+    write: &mut OwnedWriteHalf,
+) -> Option<(Connection, mpsc::Receiver<Vec<u8>>)> {
+    if error.is_some() || logon.msg_type() != msg::LOGON {
+        tracing::warn!(?error, msg_type = logon.msg_type(), "FIX: the first message is not a valid Logon; closing");
+        return None;
+    }
+    let config = &shared.config;
+    let (Some(their_id), Some(our_id)) = (logon.get_str(tags::SENDER_COMP_ID), logon.get_str(tags::TARGET_COMP_ID))
+    else {
+        tracing::warn!("FIX: Logon without SenderCompID or TargetCompID; closing");
+        return None;
+    };
+    if our_id != config.comp_id || their_id.is_empty() {
+        tracing::warn!(their_id, our_id, "FIX: Logon for another CompID; closing");
+        return None;
+    }
+    // Until the key is proven nothing touches a session's store: refusals are a Logout
+    // with MsgSeqNum 1 that no store records.
+    let refuse_unknown = |text: &str| {
+        tracing::warn!(their_id, text, "FIX Logon refused");
+        let mut logout = Message::new(msg::LOGOUT);
+        logout.push(tags::SENDER_COMP_ID, our_id).push(tags::TARGET_COMP_ID, their_id).push(tags::MSG_SEQ_NUM, "1");
+        logout.push(tags::SENDING_TIME, utc_timestamp(now_ns())).push(tags::TEXT, text);
+        logout.encode()
+    };
+    let heartbeat = match logon.get_u64(tags::HEART_BT_INT) {
+        Ok(Some(secs @ 1..=3_600)) => Duration::from_secs(secs),
+        _ => {
+            let _ = write.write_all(&refuse_unknown("HeartBtInt (108) must be 1 to 3600 seconds")).await;
+            return None;
+        }
+    };
+    let seq = match logon.get_u64(tags::MSG_SEQ_NUM) {
+        Ok(Some(seq)) => seq,
+        _ => {
+            let _ = write.write_all(&refuse_unknown("MsgSeqNum (34) missing or not a number")).await;
+            return None;
+        }
+    };
+    let key = logon.get_str(tags::PASSWORD).or_else(|| logon.get_str(tags::RAW_DATA)).map(str::to_owned);
+    let Some(key) = key else {
+        let _ = write.write_all(&refuse_unknown("Logon needs the API key in Password (554) or RawData (96)")).await;
+        return None;
+    };
+    let upstream = match prove_key(shared, their_id, key.clone()).await {
+        Ok(upstream) => upstream,
+        Err(text) => {
+            let _ = write.write_all(&refuse_unknown(&text)).await;
+            return None;
+        }
+    };
+    // Bound only once proven, so an invalid key cannot claim a CompID.
+    match crate::store::bind_owner(&config.data, their_id, our_id, &key) {
+        Ok(true) => {}
+        Ok(false) => {
+            let _ = write.write_all(&refuse_unknown("this SenderCompID belongs to another API key")).await;
+            return None;
+        }
+        Err(error) => {
+            tracing::error!(their_id, %error, "FIX: the session's owner file cannot be written");
+            return None;
+        }
+    }
+    let core = match session_core(shared, their_id) {
+        Ok(core) => core,
+        Err(error) => {
+            tracing::error!(their_id, %error, "FIX: the session store cannot be opened");
+            return None;
+        }
+    };
+    if let Some((upstream, events)) = upstream {
+        install_upstream(&core, upstream, events).await;
+    }
+    let refuse = |core: &SessionCore, text: &str| {
+        let mut state = core.lock();
+        let seq = state.store.next_sender();
+        let mut logout = Message::new(msg::LOGOUT);
+        logout.push(tags::TEXT, text);
+        let bytes = core.with_header(seq, &logout, None).encode();
+        let _ = state.store.record_sent(seq, None).and_then(|()| state.store.sync());
+        tracing::warn!(session = %core.their_id, text, "FIX Logon refused");
+        bytes
+    };
+    let reset = logon.flag(tags::RESET_SEQ_NUM_FLAG);
+    let (outbox_tx, outbox) = mpsc::channel(core.outbox_max);
+    let kill = Arc::new(Notify::new());
+    let attached = attach(
+        &core,
+        seq,
+        reset,
+        heartbeat,
+        Conn { id: 0, outbox: outbox_tx, kill: Arc::clone(&kill), last_sent: Instant::now() },
+    );
+    let (id, resend_until, upstream) = match attached {
+        Ok(attached) => attached,
+        Err(text) => {
+            let bytes = refuse(&core, &text);
+            let _ = write.write_all(&bytes).await;
+            return None;
+        }
+    };
+    tracing::info!(session = %core.their_id, reset, seq, "FIX logon");
+    let connection = Connection {
+        market: crate::market::Subscriptions::new(Arc::clone(&core), upstream),
+        core,
+        id,
+        kill,
+        heartbeat,
+        last_received: Instant::now(),
+        test_request: None,
+        resend_until,
+        shutdown: shared.shutdown.clone(),
+    };
+    Some((connection, outbox))
+}
+
+/// Checks the Logon's sequence numbers (resetting them on ResetSeqNumFlag), attaches
+/// `conn` and answers with Logon, and a ResendRequest when the Logon's seq is ahead.
+/// Returns the connection's id, the seq a resend must reach, and the upstream; or the
+/// text of the Logout that refuses the Logon.
+fn attach(
+    core: &SessionCore,
+    seq: u64,
+    reset: bool,
+    heartbeat: Duration,
+    mut conn: Conn,
+) -> Result<(u64, Option<u64>, Arc<Upstream>), String> {
+    let mut state = core.lock();
+    if state.conn.is_some() {
+        return Err("this session is already logged on from another connection".into());
+    }
+    if reset {
+        if seq != 1 {
+            return Err("ResetSeqNumFlag=Y needs MsgSeqNum 1".into());
+        }
+        if let Err(error) = state.store.reset() {
+            tracing::error!(session = %core.their_id, %error, "FIX store reset failed");
+            return Err("the session store cannot be reset".into());
+        }
+    }
+    let expected = state.store.next_target();
+    if seq < expected {
+        return Err(format!("MsgSeqNum too low, expecting {expected} but received {seq}"));
+    }
+    let upstream = state.upstream.clone().ok_or("no upstream session")?;
+    state.conn_ids += 1;
+    conn.id = state.conn_ids;
+    let id = conn.id;
+    state.conn = Some(conn);
+    let mut reply = Message::new(msg::LOGON);
+    reply.push(tags::ENCRYPT_METHOD, "0").push_display(tags::HEART_BT_INT, heartbeat.as_secs());
+    if reset {
+        reply.push(tags::RESET_SEQ_NUM_FLAG, "Y");
+    }
+    core.send_locked(&mut state, reply);
+    if seq == expected {
+        if let Err(error) = state.store.set_next_target(seq + 1) {
+            tracing::error!(session = %core.their_id, %error, "FIX store write failed");
+        }
+        return Ok((id, None, upstream));
+    }
+    // The Logon itself is part of the gap the counterparty fills.
+    let mut request = Message::new(msg::RESEND_REQUEST);
+    request.push_display(tags::BEGIN_SEQ_NO, expected).push(tags::END_SEQ_NO, "0");
+    core.send_locked(&mut state, request);
+    Ok((id, Some(seq), upstream))
+}
+
+/// The session of `their_id`, opened (store replayed) on first use.
+fn session_core(shared: &Shared, their_id: &str) -> std::io::Result<Arc<SessionCore>> {
+    let mut sessions = shared.sessions.lock().expect("sessions lock");
+    if let Some(core) = sessions.get(their_id) {
+        return Ok(Arc::clone(core));
+    }
+    let core = Arc::new(SessionCore::open(shared, their_id)?);
+    sessions.insert(their_id.to_owned(), Arc::clone(&core));
+    Ok(core)
+}
+
+/// Proves `key` upstream: `None` when the session already has a live upstream for it,
+/// else a new upstream session (which the caller installs).
+async fn prove_key(
+    shared: &Shared,
+    their_id: &str,
+    key: String,
+) -> Result<Option<(Upstream, bourse_client::Events)>, String> {
+    let existing = shared.sessions.lock().expect("sessions lock").get(their_id).and_then(|core| core.upstream());
+    if let Some(upstream) = existing {
+        if upstream.key == key && !upstream.ended.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+    }
+    Upstream::connect(shared.config.upstream.clone(), key).await.map(Some)
+}
+
+/// Gives `core` a new upstream session, then asks the exchange about the orders the
+/// session's reports left open: fills and cancellations an earlier upstream session
+/// would have reported (before a restart, say) are reported now.
+async fn install_upstream(core: &Arc<SessionCore>, upstream: Upstream, events: bourse_client::Events) {
+    let upstream = Arc::new(upstream);
+    core.lock().upstream = Some(Arc::clone(&upstream));
+    tokio::spawn(crate::orders::pump_events(Arc::downgrade(core), Arc::clone(&upstream), events));
+    crate::orders::reconcile(core, &upstream).await;
+}
+
+/// What one message asks the reader to do next.
+enum Flow {
+    Continue,
+    Close,
+}
+
+/// The reader side of a logged-on connection.
+pub(crate) struct Connection {
+    core: Arc<SessionCore>,
+    id: u64,
+    kill: Arc<Notify>,
+    heartbeat: Duration,
+    last_received: Instant,
+    /// A TestRequest we sent and when, while unanswered.
+    test_request: Option<(String, Instant)>,
+    /// We asked for a resend up to this seq (at least) and have not got there yet.
+    resend_until: Option<u64>,
+    market: crate::market::Subscriptions,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn run(&mut self, reader: &mut Reader) {
+        let tick = self.heartbeat.min(Duration::from_secs(1));
+        loop {
+            let mut shutdown = self.shutdown.clone();
+            let kill = Arc::clone(&self.kill);
+            let read = tokio::select! {
+                biased;
+                () = kill.notified() => return,
+                _ = shutdown.wait_for(|stop| *stop) => None,
+                read = reader.next(tick) => Some(read),
+            };
+            let Some(read) = read else {
+                self.logout("the exchange is shutting down");
+                return;
+            };
+            match read {
+                Read::Closed => return,
+                Read::Idle => {}
+                Read::Message(message, error) => {
+                    self.last_received = Instant::now();
+                    if let Flow::Close = self.on_message(message, error).await {
+                        return;
+                    }
+                }
+            }
+            if let Flow::Close = self.keep_alive() {
+                return;
+            }
+        }
+    }
+
+    /// Heartbeats when we have been quiet, a TestRequest when they have, and the end
+    /// when a TestRequest went unanswered for a heartbeat interval.
+    fn keep_alive(&mut self) -> Flow {
+        let now = Instant::now();
+        if self.test_request.as_ref().is_some_and(|(_, sent)| self.last_received > *sent) {
+            // Anything received answers that the counterparty is alive.
+            self.test_request = None;
+        }
+        if let Some((_, sent)) = &self.test_request {
+            if now.duration_since(*sent) >= self.heartbeat {
+                self.logout("no answer to TestRequest");
+                return Flow::Close;
+            }
+        } else if now.duration_since(self.last_received) >= self.heartbeat + self.heartbeat / 5 {
+            let id = format!("T{}", now_ns());
+            let mut request = Message::new(msg::TEST_REQUEST);
+            request.push(tags::TEST_REQ_ID, &id);
+            self.core.send(request);
+            self.test_request = Some((id, now));
+        }
+        match self.core.idle_since(self.id) {
+            Some(last_sent) if now.duration_since(last_sent) >= self.heartbeat => {
+                self.core.send(Message::new(msg::HEARTBEAT));
+                Flow::Continue
+            }
+            Some(_) => Flow::Continue,
+            None => Flow::Close,
+        }
+    }
+
+    fn logout(&self, text: &str) {
+        let mut logout = Message::new(msg::LOGOUT);
+        logout.push(tags::TEXT, text);
+        self.core.send(logout);
+        tracing::info!(session = %self.core.their_id, text, "FIX logout");
+    }
+
+    fn reject(&self, seq: u64, ref_msg_type: &str, error: &FieldError) {
+        let mut reject = Message::new(msg::REJECT);
+        reject.push_display(tags::REF_SEQ_NUM, seq);
+        if let Some(tag) = error.tag {
+            reject.push_display(tags::REF_TAG_ID, tag);
+        }
+        if !ref_msg_type.is_empty() {
+            reject.push(tags::REF_MSG_TYPE, ref_msg_type);
+        }
+        reject.push_display(tags::SESSION_REJECT_REASON, error.reason as u32).push(tags::TEXT, &error.text);
+        self.core.send(reject);
+    }
+
+    async fn on_message(&mut self, message: Message, error: Option<FieldError>) -> Flow {
+        let seq = match message.get_u64(tags::MSG_SEQ_NUM) {
+            Ok(Some(seq)) => seq,
+            _ => {
+                self.logout("MsgSeqNum (34) missing or not a number");
+                return Flow::Close;
+            }
+        };
+        let msg_type = message.msg_type().to_owned();
+        if message.get_str(tags::SENDER_COMP_ID) != Some(&self.core.their_id)
+            || message.get_str(tags::TARGET_COMP_ID) != Some(&self.core.our_id)
+        {
+            self.reject(
+                seq,
+                &msg_type,
+                &FieldError::new(RejectReason::CompIdProblem, Some(tags::SENDER_COMP_ID), "CompID problem"),
+            );
+            self.logout("SenderCompID or TargetCompID does not match the session");
+            return Flow::Close;
+        }
+        if msg_type == msg::SEQUENCE_RESET && !message.flag(tags::GAP_FILL_FLAG) && error.is_none() {
+            return self.sequence_reset(seq, &message);
+        }
+        let expected = self.core.next_target();
+        if seq > expected {
+            return self.too_high(seq, expected, &msg_type, &message);
+        }
+        if seq < expected {
+            if message.flag(tags::POSS_DUP_FLAG) {
+                return Flow::Continue;
+            }
+            self.logout(&format!("MsgSeqNum too low, expecting {expected} but received {seq}"));
+            return Flow::Close;
+        }
+        if self.resend_until.is_some_and(|until| seq >= until) {
+            self.resend_until = None;
+        }
+        if let Some(error) = error {
+            self.reject(seq, &msg_type, &error);
+            self.core.set_next_target(seq + 1);
+            return Flow::Continue;
+        }
+        let (flow, next) = self.dispatch(seq, &msg_type, &message).await;
+        self.core.set_next_target(next);
+        flow
+    }
+
+    /// A message ahead of the expected seq: ask once for the missing ones (the resend
+    /// brings this one again), but answer a ResendRequest and a Logout at once.
+    fn too_high(&mut self, seq: u64, expected: u64, msg_type: &str, message: &Message) -> Flow {
+        if msg_type == msg::RESEND_REQUEST {
+            self.on_resend_request(message);
+        }
+        if msg_type == msg::LOGOUT {
+            self.logout("logout confirmed");
+            return Flow::Close;
+        }
+        if self.resend_until.is_none() {
+            let mut request = Message::new(msg::RESEND_REQUEST);
+            request.push_display(tags::BEGIN_SEQ_NO, expected).push(tags::END_SEQ_NO, "0");
+            self.core.send(request);
+            self.resend_until = Some(seq);
+        }
+        Flow::Continue
+    }
+
+    /// SequenceReset in reset mode: the expected seq becomes NewSeqNo, never lower.
+    fn sequence_reset(&mut self, seq: u64, message: &Message) -> Flow {
+        let expected = self.core.next_target();
+        match message.require_u64(tags::NEW_SEQ_NO) {
+            Ok(new) if new >= expected => self.core.set_next_target(new),
+            Ok(new) => self.reject(
+                seq,
+                msg::SEQUENCE_RESET,
+                &FieldError::new(
+                    RejectReason::ValueIncorrect,
+                    Some(tags::NEW_SEQ_NO),
+                    format!("NewSeqNo {new} is below the expected {expected}"),
+                ),
+            ),
+            Err(error) => self.reject(seq, msg::SEQUENCE_RESET, &error),
+        }
+        Flow::Continue
+    }
+
+    fn on_resend_request(&self, message: &Message) {
+        let begin = message.get_u64(tags::BEGIN_SEQ_NO).ok().flatten().unwrap_or(0);
+        let end = message.get_u64(tags::END_SEQ_NO).ok().flatten().unwrap_or(0);
+        self.core.resend(begin, end);
+    }
+
+    /// Processes an in-sequence message; returns the next expected seq.
+    async fn dispatch(&mut self, seq: u64, msg_type: &str, message: &Message) -> (Flow, u64) {
+        let next = seq + 1;
+        match msg_type {
+            msg::HEARTBEAT => {
+                if let Some((id, _)) = &self.test_request {
+                    if message.get_str(tags::TEST_REQ_ID) == Some(id.as_str()) {
+                        self.test_request = None;
+                    }
+                }
+            }
+            msg::TEST_REQUEST => {
+                let mut heartbeat = Message::new(msg::HEARTBEAT);
+                if let Some(id) = message.get(tags::TEST_REQ_ID) {
+                    heartbeat.push(tags::TEST_REQ_ID, id);
+                }
+                self.core.send(heartbeat);
+            }
+            msg::RESEND_REQUEST => self.on_resend_request(message),
+            msg::REJECT => {
+                tracing::warn!(session = %self.core.their_id, text = message.get_str(tags::TEXT), "FIX Reject received")
+            }
+            msg::SEQUENCE_RESET => match message.require_u64(tags::NEW_SEQ_NO) {
+                Ok(new) if new > seq => return (Flow::Continue, new),
+                Ok(_) => self.reject(
+                    seq,
+                    msg_type,
+                    &FieldError::new(
+                        RejectReason::ValueIncorrect,
+                        Some(tags::NEW_SEQ_NO),
+                        "a gap fill must move the seq forward",
+                    ),
+                ),
+                Err(error) => self.reject(seq, msg_type, &error),
+            },
+            msg::LOGOUT => {
+                self.core.set_next_target(next);
+                self.logout("logout confirmed");
+                return (Flow::Close, next);
+            }
+            msg::LOGON => {
+                self.logout("already logged on");
+                return (Flow::Close, next);
+            }
+            msg::NEW_ORDER_SINGLE | msg::ORDER_CANCEL_REQUEST | msg::ORDER_CANCEL_REPLACE_REQUEST => {
+                if let Err(error) = crate::orders::on_message(&self.core, msg_type, message).await {
+                    self.reject(seq, msg_type, &error);
+                }
+            }
+            msg::MARKET_DATA_REQUEST => {
+                if let Err(error) = self.market.on_request(message).await {
+                    self.reject(seq, msg_type, &error);
+                }
+            }
+            _ => {
+                let mut reject = Message::new(msg::BUSINESS_MESSAGE_REJECT);
+                reject
+                    .push_display(tags::REF_SEQ_NUM, seq)
+                    .push(tags::REF_MSG_TYPE, msg_type)
+                    .push(tags::BUSINESS_REJECT_REASON, "3")
+                    .push(tags::TEXT, format!("MsgType {msg_type} is not supported"));
+                self.core.send(reject);
+            }
+        }
+        (Flow::Continue, next)
+    }
+}

@@ -1,0 +1,234 @@
+//! FIX order entry against a real node and gateway: orders that rest, trade, are
+//! cancelled and replaced, with ExecutionReports checked field by field and the
+//! exchange's balances checked behind them; refusals change nothing.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{f, get, limit, Exchange, FixClient};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_rest_trade_cancel_and_replace() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let (mut fix, logon) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
+    assert_eq!(logon.msg_type(), "A");
+    assert_eq!(get(&logon, 108), "30");
+
+    // A buy that rests.
+    fix.send("D", &limit("b1", 1, "1", 10, 150)).await;
+    let new = fix.recv_app().await;
+    assert_eq!((new.msg_type(), get(&new, 150), get(&new, 39)), ("8", "0", "0"));
+    assert_eq!((get(&new, 11), get(&new, 151), get(&new, 14), get(&new, 6)), ("b1", "10", "0", "0"));
+    let buy_id = get(&new, 37).to_owned();
+    // 10 × 150 + taker fee 10 reserved.
+    assert_eq!(exchange.balance(1, 0).await, (1_000_000 - 1_510, 1_510));
+
+    // A sell of 4 at 149 trades 4 at 150: the buy is partially filled, the sell filled.
+    fix.send("D", &limit("s1", 0, "2", 4, 149)).await;
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        reports.push(fix.recv_app().await);
+    }
+    let find = |cl: &str, exec_type: &str| {
+        reports
+            .iter()
+            .find(|r| get(r, 11) == cl && get(r, 150) == exec_type)
+            .unwrap_or_else(|| panic!("no {exec_type} for {cl}: {reports:?}"))
+            .clone()
+    };
+    assert_eq!(get(&find("s1", "0"), 39), "0");
+    let sell_fill = find("s1", "F");
+    assert_eq!(
+        (get(&sell_fill, 39), get(&sell_fill, 32), get(&sell_fill, 31), get(&sell_fill, 151)),
+        ("2", "4", "150", "0")
+    );
+    let buy_fill = find("b1", "F");
+    assert_eq!(
+        (get(&buy_fill, 39), get(&buy_fill, 14), get(&buy_fill, 151), get(&buy_fill, 6)),
+        ("1", "4", "6", "150")
+    );
+    assert_eq!(get(&buy_fill, 37), buy_id);
+    // The buyer paid 600 and the maker fee (0); the rest of the reservation is for 6.
+    assert_eq!(exchange.balance(1, 0).await, (1_000_000 - 600 - 906, 906));
+
+    // Replace: a lower quantity keeps the order (reduce), then a new price moves it.
+    let mut replace = limit("b1-r1", 1, "1", 8, 150);
+    replace.push((41, "b1".into()));
+    fix.send("G", &replace).await;
+    let replaced = fix.recv_app().await;
+    assert_eq!(
+        (get(&replaced, 150), get(&replaced, 39), get(&replaced, 11), get(&replaced, 41)),
+        ("5", "1", "b1-r1", "b1")
+    );
+    assert_eq!((get(&replaced, 38), get(&replaced, 151), get(&replaced, 14)), ("8", "4", "4"));
+    let mut moved = limit("b1-r2", 1, "1", 8, 140);
+    moved.push((41, "b1-r1".into()));
+    fix.send("G", &moved).await;
+    let replaced = fix.recv_app().await;
+    assert_eq!(
+        (get(&replaced, 150), get(&replaced, 44), get(&replaced, 151), get(&replaced, 37)),
+        ("5", "140", "4", buy_id.as_str())
+    );
+    assert_eq!(exchange.balance(1, 0).await.1, 4 * 140 + 4);
+
+    // A replace that changes both is refused with a reason and changes nothing.
+    let mut both = limit("b1-r3", 1, "1", 6, 141);
+    both.push((41, "b1-r2".into()));
+    fix.send("G", &both).await;
+    let refused = fix.recv_app().await;
+    assert_eq!((refused.msg_type(), get(&refused, 434), get(&refused, 39)), ("9", "2", "1"));
+    assert!(get(&refused, 58).contains("not both"), "{refused:?}");
+
+    // Cancel the rest.
+    fix.send("F", &f(&[(11, "b1-c"), (41, "b1-r2"), (55, "ACME/USD"), (54, "1"), (60, "20260101-00:00:00")])).await;
+    let cancelled = fix.recv_app().await;
+    assert_eq!(
+        (get(&cancelled, 150), get(&cancelled, 39), get(&cancelled, 11), get(&cancelled, 41)),
+        ("4", "4", "b1-c", "b1-r2")
+    );
+    assert_eq!((get(&cancelled, 151), get(&cancelled, 14)), ("0", "4"));
+    assert_eq!(exchange.balance(1, 0).await, (1_000_000 - 600, 0));
+    let order =
+        exchange.query(&exchange.admin).await.order(bourse_engine::OrderId(buy_id.parse().unwrap())).await.unwrap();
+    assert_eq!(order.order.unwrap().qty_filled, 4);
+
+    // Cancelling again: the engine no longer has it open.
+    fix.send("F", &f(&[(11, "b1-c2"), (41, "b1-c"), (55, "ACME/USD"), (54, "1"), (60, "20260101-00:00:00")])).await;
+    let refused = fix.recv_app().await;
+    assert_eq!((refused.msg_type(), get(&refused, 434)), ("9", "1"));
+
+    // Logout is answered and the connection closes.
+    fix.send("5", &[]).await;
+    assert_eq!(fix.recv_app().await.msg_type(), "5");
+    assert!(fix.closed(Duration::from_secs(3)).await);
+    exchange.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_expressed_is_rejected_with_a_reason_and_changes_nothing() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let (mut fix, _) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
+    let before = exchange.balance(1, 0).await;
+    let cases: Vec<(&str, Fields, &str)> = vec![
+        ("day", with(limit("r1", 1, "1", 1, 150), 59, "0"), "Day"),
+        ("unknown symbol", with(limit("r2", 1, "1", 1, 150), 55, "NOPE/USD"), "unknown symbol"),
+        ("market buy without budget", without(with(limit("r3", 1, "1", 1, 150), 40, "1"), &[44, 59]), "CashOrderQty"),
+        ("fractional price", with(limit("r4", 1, "1", 1, 150), 44, "150.5"), "whole number"),
+        ("not her account", limit("r5", 7, "1", 1, 150), "not forwarded"),
+        ("too poor", limit("r6", 1, "1", 1_000_000, 150), "balance_insufficient"),
+        ("post-only that would trade", with(limit("r7", 0, "2", 1, 1), 18, "6"), "no liquidity"),
+    ];
+    // Something to trade against for the post-only case: a resting bid.
+    fix.send("D", &limit("bid", 1, "1", 1, 100)).await;
+    assert_eq!(get(&fix.recv_app().await, 150), "0");
+    let before_bid = exchange.balance(1, 0).await;
+    for (name, fields, text) in cases {
+        fix.send("D", &fields).await;
+        let report = fix.recv_app().await;
+        if name == "post-only that would trade" {
+            assert_eq!((get(&report, 150), get(&report, 39)), ("8", "8"), "{name}: {report:?}");
+            assert!(get(&report, 58).contains("post_only_would_trade"), "{name}: {report:?}");
+            continue;
+        }
+        assert_eq!((report.msg_type(), get(&report, 150), get(&report, 39)), ("8", "8", "8"), "{name}: {report:?}");
+        assert_eq!(get(&report, 37), "NONE");
+        assert!(get(&report, 58).contains(text), "{name}: {:?}", get(&report, 58));
+    }
+    assert_ne!(before, before_bid);
+    assert_eq!(exchange.balance(1, 0).await, before_bid);
+    assert_eq!(exchange.balance(0, 1).await, (100, 0));
+    exchange.stop().await;
+}
+
+type Fields = Vec<(u32, String)>;
+
+fn with(mut fields: Vec<(u32, String)>, tag: u32, value: &str) -> Vec<(u32, String)> {
+    match fields.iter_mut().find(|(t, _)| *t == tag) {
+        Some(field) => field.1 = value.into(),
+        None => fields.push((tag, value.into())),
+    }
+    fields
+}
+
+fn without(fields: Vec<(u32, String)>, tags: &[u32]) -> Vec<(u32, String)> {
+    fields.into_iter().filter(|(t, _)| !tags.contains(t)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_order_kind_maps_to_its_engine_order() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let (mut fix, _) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
+    let mut query = exchange.query(&exchange.admin).await;
+
+    // An iceberg: 10 resting, 3 shown (MaxFloor).
+    fix.send("D", &with(limit("ice", 0, "2", 10, 150), 111, "3")).await;
+    let new = fix.recv_app().await;
+    assert_eq!(get(&new, 150), "0");
+    let id = bourse_engine::OrderId(get(&new, 37).parse().unwrap());
+    let order = query.order(id).await.unwrap().order.unwrap();
+    assert_eq!((order.qty_open, order.qty_visible), (10, 3));
+
+    // A market buy with a budget (CashOrderQty) takes 4 of it and is done.
+    let market = without(with(with(limit("mkt", 1, "1", 4, 0), 40, "1"), 152, "1000"), &[44, 59]);
+    fix.send("D", &market).await;
+    let reports = until_done(&mut fix, "mkt", 4).await;
+    // The iceberg shows 3 at a time: two fills, 3 then 1 after its refresh.
+    assert_eq!(exec(&reports, "mkt"), vec![("0", "0"), ("F", "1"), ("F", "2")]);
+    let last = reports.iter().rfind(|r| get(r, 11) == "mkt").unwrap();
+    assert_eq!((get(last, 14), get(last, 151), get(last, 6)), ("4", "0", "150"));
+
+    // IOC for more than is offered: New, the fill, then the rest cancelled ("unfilled").
+    fix.send("D", &with(limit("ioc", 1, "1", 10, 150), 59, "3")).await;
+    let reports = until_done(&mut fix, "ioc", 4).await;
+    let ioc = exec(&reports, "ioc");
+    assert_eq!((ioc.first(), ioc.last()), (Some(&("0", "0")), Some(&("4", "4"))), "{ioc:?}");
+    let cancelled = reports.iter().rfind(|r| get(r, 11) == "ioc").unwrap();
+    assert_eq!((get(cancelled, 14), get(cancelled, 151), get(cancelled, 58)), ("6", "0", "unfilled"));
+    let ice = reports.iter().rfind(|r| get(r, 11) == "ice").unwrap();
+    assert_eq!((get(ice, 39), get(ice, 14), get(ice, 151)), ("2", "10", "0"));
+
+    // FOK that cannot fill: rejected by the engine's rule, nothing changes.
+    fix.send("D", &with(limit("fok", 1, "1", 5, 150), 59, "4")).await;
+    let report = fix.recv_app().await;
+    assert_eq!((get(&report, 150), get(&report, 39)), ("8", "8"));
+    assert!(get(&report, 58).contains("fok_cannot_fill"), "{report:?}");
+
+    // A stop-limit and a stop (market, with a budget) wait for their trigger.
+    let stop_limit = with(with(limit("sl", 1, "1", 1, 200), 40, "4"), 99, "190");
+    fix.send("D", &stop_limit).await;
+    let new = fix.recv_app().await;
+    assert_eq!((get(&new, 150), get(&new, 99), get(&new, 44)), ("0", "190", "200"));
+    let stop = without(with(with(with(limit("sm", 1, "1", 1, 0), 40, "3"), 99, "190"), 152, "500"), &[44, 59]);
+    fix.send("D", &stop).await;
+    assert_eq!(get(&fix.recv_app().await, 150), "0");
+    let open = query.open_orders(bourse_engine::AccountId(1)).await.unwrap().orders;
+    assert_eq!(open.len(), 2);
+    assert!(open.iter().all(|o| o.status == bourse_protocol::proto::OrderStatus::Pending as i32), "{open:?}");
+    exchange.stop().await;
+}
+
+/// Application messages until `cl` is done (filled, cancelled or rejected) and at
+/// least `n` have arrived (the other side's reports may come after).
+async fn until_done(fix: &mut FixClient, cl: &str, n: usize) -> Vec<bourse_fix::codec::Message> {
+    let mut out: Vec<bourse_fix::codec::Message> = Vec::new();
+    let done = |out: &[bourse_fix::codec::Message]| {
+        out.iter().any(|r| get(r, 11) == cl && matches!(get(r, 39), "2" | "4" | "8"))
+    };
+    while out.len() < n || !done(&out) {
+        out.push(fix.recv_app().await);
+    }
+    // Whatever else is already on its way (the maker's last report).
+    while let Some(message) = fix.try_recv(std::time::Duration::from_millis(200)).await {
+        out.push(message);
+    }
+    out
+}
+
+/// (ExecType, OrdStatus) of the reports for `cl`, in order.
+fn exec<'a>(reports: &'a [bourse_fix::codec::Message], cl: &str) -> Vec<(&'a str, &'a str)> {
+    reports.iter().filter(|r| get(r, 11) == cl).map(|r| (get(r, 150), get(r, 39))).collect()
+}
