@@ -220,7 +220,7 @@ pub enum Intent {
 }
 
 /// A trading strategy: observations in, intents out.
-pub trait Strategy: Send {
+pub trait Strategy: Send + Sync {
     fn kind(&self) -> AgentKind;
 
     /// Decides what to do now. Pushes intents (in the order they must be sent) and
