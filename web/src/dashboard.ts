@@ -337,9 +337,10 @@ async function startStats(): Promise<void> {
   const add = (points: StatsPoint[]) => {
     for (const p of points) {
       const time = Math.floor(p.ts_ms / 1000) as UTCTimestamp;
-      // Each trader's value relative to where it started, in dollars: 48 lines around
-      // $16M would sit on top of each other.
-      p.values.forEach((v, i) => charts.values[i]?.update({ time, value: (v - stats.traders[i].value_start) / 100 }));
+      // Each trader's value against the starting portfolio at today's prices, in
+      // dollars: what its trading earned (48 lines around $16M, moving with the prices,
+      // would sit on top of each other).
+      p.values.forEach((v, i) => charts.values[i]?.update({ time, value: (v - p.value_hold) / 100 }));
       charts.inbound.update({ time, value: p.inbound_unfairness_pct });
       charts.inboundStrict.update({ time, value: p.inbound_unfairness_strict_pct });
       charts.outbound.update({ time, value: p.outbound_unfairness_pct });

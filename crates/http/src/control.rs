@@ -101,6 +101,9 @@ pub struct StatsPoint {
     /// Each trader's portfolio value (cash plus shares at the last trade price), in
     /// cents, in `traders` order.
     pub values: Vec<i64>,
+    /// The starting portfolio at the same prices: what a trader that never traded
+    /// holds (the difference is what trading earned).
+    pub value_hold: i64,
 }
 
 /// Counts since the demo started.

@@ -207,6 +207,7 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
         view: Arc::clone(&views[0]),
         nodes: Arc::clone(&nodes),
         px_open: scenario.symbols.iter().map(|s| s.px_open).collect(),
+        start: bourse_sim::agents::Portfolio::uniform(scenario.cash, scenario.shares, scenario.symbols.len()),
     };
     tasks.push(tokio::spawn(collector.run(stopped.clone())));
 
@@ -224,8 +225,10 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
     println!();
     println!("stopping: traders first, then the gateways, then the nodes");
     let _ = stop.send(true);
-    for task in tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    // A trader waiting on an answer finishes its wake-up first; none waits past 10 s.
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    if tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(tasks)).await.is_err() {
+        aborts.iter().for_each(tokio::task::AbortHandle::abort);
     }
     http.shutdown().await;
     for gateway in gateways {

@@ -82,6 +82,8 @@ pub struct Collector {
     pub nodes: Arc<Nodes>,
     /// The mark of each symbol before its first trade.
     pub px_open: Vec<i64>,
+    /// Every trader's starting holdings.
+    pub start: bourse_sim::agents::Portfolio,
 }
 
 /// Releases waiting for the other gateways, by log index.
@@ -169,6 +171,7 @@ impl Collector {
             .zip(&self.px_open)
             .map(|(quote, &open)| Some(quote.last.or(quote.mid().map(|m| m as i64)).unwrap_or(open)))
             .collect();
+        point.value_hold = self.start.value(&marks);
         point.values = portfolios
             .iter()
             .zip(&self.stats.traders)
