@@ -354,11 +354,15 @@ async function startStats(): Promise<void> {
       totals.textContent = `${p.orders} orders/s · ${p.trades} trades/s · ack p50 ${(p.latency_us_p50 / 1000).toFixed(1)} ms`;
     }
   };
+  // The figures since the demo started stay in view, however long it runs.
+  const fit = () => [values, fairness, sequencer, latency].forEach((chart) => chart.timeScale().fitContent());
   add(stats.points);
+  fit();
   const poll = async () => {
     try {
       const next = await api.stats(since);
       add(next.points);
+      fit();
       document.getElementById('orders-total')!.textContent = next.totals.orders.toLocaleString('en-US');
     } catch {
       /* the next poll tries again */
