@@ -7,7 +7,9 @@
 //!
 //! Everything here is deterministic given a seed: the same seed gives the same commands,
 //! byte for byte, so a benchmark or a failure reproduces from seed plus commit.
-//! Floating point appears only in statistics about the flow, never in a command.
+//! Floating point appears only in statistics about the flow and inside the traders'
+//! own arithmetic (averages, estimates), never in a command: prices are rounded to the
+//! tick before they leave a strategy.
 
 pub mod agents;
 pub mod workload;
