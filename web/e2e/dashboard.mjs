@@ -73,6 +73,13 @@ try {
   await until('the killed node shown down', 15, () =>
     page.$eval(`[data-testid=node][data-node-id="${oldLeader}"]`, (e) => e.dataset.role === 'down'),
   );
+  // One node down at a time: a second kill now is refused (a majority must stay up).
+  const other = [1, 2, 3].find((id) => String(id) !== oldLeader);
+  report.second_kill = await page.evaluate(async (id) => {
+    const response = await fetch(`/v1/cluster/nodes/${id}/kill`, { method: 'POST' });
+    return { status: response.status, name: (await response.json()).error?.name };
+  }, other);
+  if (report.second_kill.name !== 'kill_refused') throw new Error(`a second kill answered ${JSON.stringify(report.second_kill)}`);
   const newLeader = await until('a new leader', 30, async () => {
     const leader = await leaderOf();
     return leader && leader !== oldLeader && leader;

@@ -2,8 +2,9 @@
 //! gateways, 48 simulated traders, the dashboard) and Debian's headless Chromium driven
 //! by playwright-core (`web/e2e/dashboard.mjs`): trades appear and prices move on the
 //! dashboard, the kill button on the leader brings a new leader and trading goes on,
-//! the trading page places, moves and cancels an order and gets a fill. The demo then
-//! stops on SIGTERM and every replica replays to the same index and state hash.
+//! a second kill while that node is down is refused, the trading page places, moves and
+//! cancels an order and gets a fill. The demo then stops on SIGTERM and every replica
+//! replays to the same index and state hash.
 //! Screenshots go to `target/tmp/demo-e2e/`.
 //!
 //! Needs what `make test` installs first: web/dist (scripts/deps/web.sh, which this
@@ -148,6 +149,7 @@ fn the_dashboard_shows_a_living_market_that_survives_a_leader_kill() {
     assert!(report["trades_first"].as_u64().unwrap_or(0) > 0);
     assert!(report["moved"].as_array().is_some_and(|m| !m.is_empty()), "a price moved");
     assert_ne!(report["old_leader"], report["new_leader"], "a new leader after the kill");
+    assert_eq!(report["second_kill"]["name"], "kill_refused", "a second kill while a node is down is refused");
     assert!(report["trades_after_failover"].as_u64().unwrap_or(0) >= 10, "trading went on");
     assert_eq!(report["filled"], true, "the trading page's marketable order filled");
     for shot in ["dashboard.png", "trade.png"] {
