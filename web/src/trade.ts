@@ -6,6 +6,7 @@ import './style.css';
 let account = 0;
 let symbols: Symbol[] = [];
 const decimalsOf = new Map<number, number>();
+const assetDecimals = new Map<number, number>();
 const bbo = new Map<number, { bid?: number; ask?: number }>();
 const events: WsOrderEvent[] = [];
 
@@ -30,7 +31,7 @@ async function refresh(): Promise<void> {
   $('balances').replaceChildren(
     el('tr', {}, el('th', {}, 'asset'), el('th', {}, 'available'), el('th', {}, 'reserved')),
     ...balances.balances.map((b) => {
-      const decimals = b.asset === 0 ? 2 : 0;
+      const decimals = assetDecimals.get(b.asset) ?? 0;
       return el('tr', {}, el('td', {}, b.asset_name), el('td', {}, money(b.available, decimals)), el('td', {}, money(b.reserved, decimals)));
     }),
   );
@@ -125,7 +126,8 @@ async function main(): Promise<void> {
   $('who').textContent = `account ${account}`;
   const [all, assets] = await Promise.all([api.symbols(), api.assets()]);
   symbols = all;
-  for (const s of symbols) decimalsOf.set(s.id, assets.find((a) => a.id === s.quote)?.decimals ?? 2);
+  for (const a of assets) assetDecimals.set(a.id, a.decimals);
+  for (const s of symbols) decimalsOf.set(s.id, assetDecimals.get(s.quote) ?? 2);
   $<HTMLSelectElement>('symbol').replaceChildren(...symbols.map((s) => el('option', { value: String(s.id) }, s.name)));
   $<HTMLSelectElement>('symbol').onchange = () => {
     const quote = bbo.get(Number($<HTMLSelectElement>('symbol').value));
