@@ -13,7 +13,8 @@ test: deps
 deps:
 	./scripts/test-deps.sh
 
-# The engine benchmark, then a replicated 3-node exchange under load that loses its leader (scripts/demo.sh).
+# A living market with the dashboard at http://127.0.0.1:8080/ (until Ctrl-C on a terminal),
+# then the engine and fairness benchmarks in brief (scripts/demo.sh).
 demo: build
 	./scripts/demo.sh
 

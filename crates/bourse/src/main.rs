@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod cli;
 mod cluster;
+mod demo;
 mod gateway;
 mod load;
 mod serve;
@@ -45,6 +46,9 @@ enum TopCommand {
         #[command(subcommand)]
         command: gateway::GatewayCommand,
     },
+    /// A living market to watch in a browser: a 3-node cluster, gateways, simulated
+    /// traders and the dashboard (`make demo`).
+    Demo(demo::DemoArgs),
     /// Rebuild the state from a node's data directory and print index and state hash.
     Replay(serve::ReplayArgs),
     /// Drive a live node with a seeded order flow and report throughput and ack latency.
@@ -61,10 +65,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The demo talks to a person on the terminal: only errors are logged (RUST_LOG=warn
+    // shows the gateways' reconnections during a failover).
+    let log_default = if matches!(cli.command, TopCommand::Demo(_)) { "error" } else { "info" };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| log_default.into()))
         .init();
     let result = match cli.command {
         TopCommand::Bench { target } => bench::run(target),
@@ -74,6 +81,7 @@ fn main() -> ExitCode {
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::Gateway { command } => gateway::run(command),
+        TopCommand::Demo(args) => demo::run(args),
         TopCommand::Verb(verb) => cli::run(cli.target, verb),
     };
     match result {

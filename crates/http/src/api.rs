@@ -54,7 +54,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/ws", get(crate::ws::upgrade))
         .route("/v1/cluster", get(crate::control::cluster))
         .route("/v1/cluster/nodes/{id}/kill", post(crate::control::kill))
-        .route("/v1/demo/stats", get(crate::control::stats));
+        .route("/v1/demo/stats", get(crate::control::stats))
+        .route("/v1/demo/guest", get(crate::control::guest));
     let router = match web_dir {
         // The browser UI at `/`; unknown paths outside /v1 get the files' 404.
         Some(dir) => router.fallback_service(tower_http::services::ServeDir::new(dir)),
@@ -78,7 +79,7 @@ pub fn router(state: Shared) -> Router {
         health, list_assets, create_asset, list_symbols, create_symbol, create_account, get_balances,
         account_orders, deposit, withdraw, credit, place_order, get_order, cancel_order, order_fills,
         move_order, reduce_order, get_book, get_trades, crate::control::cluster, crate::control::kill,
-        crate::control::stats
+        crate::control::stats, crate::control::guest
     ),
     components(schemas(
         crate::ws::WsRequest, crate::ws::WsMessage, crate::ws::Channel, crate::ws::WsOrderEvent

@@ -2,8 +2,14 @@
 //!
 //! The HTTP server does not run nodes; whoever does (the demo orchestrator, `bourse
 //! demo`) hands it a [`Control`] that answers `GET /v1/cluster`, `POST
-//! /v1/cluster/nodes/{id}/kill` and `GET /v1/demo/stats`. Without one those routes
-//! answer 404: a production gateway exposes no way to kill a node.
+//! /v1/cluster/nodes/{id}/kill`, `GET /v1/demo/stats` and `GET /v1/demo/guest`. Without
+//! one those routes answer 404: a production gateway exposes no way to kill a node and
+//! hands out no key.
+//!
+//! The statistics are typed ([`DemoStats`]) so that the OpenAPI document describes them
+//! and the browser UI's types are generated from it. `?since=SEQ` returns only the
+//! points after `SEQ`, so a page that polls every second fetches one point, not the
+//! whole history.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,7 +20,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::Param;
+use crate::api::{Param, Params};
 use crate::error::ApiError;
 use crate::AppState;
 
@@ -27,8 +33,117 @@ pub trait Control: Send + Sync + 'static {
     fn cluster(&self) -> BoxFuture<'_, ClusterView>;
     /// Kills node `id` with SIGKILL (it is started again a little later).
     fn kill(&self, id: u64) -> BoxFuture<'_, Result<(), String>>;
-    /// The demo's statistics (traders, fairness, latency), as JSON.
-    fn stats(&self) -> BoxFuture<'_, serde_json::Value>;
+    /// The demo's statistics (traders, fairness, latency), the points after `since`.
+    fn stats(&self, since: u64) -> BoxFuture<'_, DemoStats>;
+    /// A key and account for a person to trade with from the browser, if there is one.
+    fn guest(&self) -> Option<DemoGuest>;
+}
+
+/// A simulated trader of the demo.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct TraderView {
+    /// Its place in `values` of every point.
+    pub index: u32,
+    pub name: String,
+    /// market_maker, noise, mean_reversion, momentum, pairs or value.
+    pub kind: String,
+    /// The gateway its session is on.
+    pub gateway: u32,
+    pub account: u32,
+    /// Its portfolio's value when trading started (cash plus shares at the opening prices), in cents.
+    pub value_start: i64,
+}
+
+/// A gateway of the demo.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct GatewayView {
+    pub id: u32,
+    /// Its gRPC address.
+    pub address: String,
+    /// The injected delay and clock profile.
+    pub profile: String,
+    /// Traders whose session is on it.
+    pub traders: u32,
+}
+
+/// The demo's figures over one interval (about a second).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct StatsPoint {
+    /// 1, 2, 3, …: pass the last one seen as `since`.
+    pub seq: u64,
+    /// End of the interval, ms since the Unix epoch.
+    pub ts_ms: u64,
+    /// Orders the traders had accepted, and trades, in the interval.
+    pub orders: u64,
+    pub trades: u64,
+    /// Inbound unfairness (CloudEx's ratio): the share of the interval's orders, taken in
+    /// the order the engine processed them, stamped earlier than the order before, in %.
+    pub inbound_unfairness_pct: f64,
+    /// The stricter form: stamped below the highest stamp processed before, in %.
+    pub inbound_unfairness_strict_pct: f64,
+    /// Outbound unfairness: the share of market data items released by every gateway
+    /// that reached at least one of them after its release time, in %.
+    pub outbound_unfairness_pct: f64,
+    /// Delivery spread of the same item across gateways (latest minus earliest release), µs.
+    pub delivery_spread_us_p50: f64,
+    pub delivery_spread_us_p99: f64,
+    /// Market data release after the leader's timestamp t_m, median, µs.
+    pub market_data_delay_us_p50: f64,
+    /// Gateway batches the leader's fair sequencer held when sampled.
+    pub sequencer_held: f64,
+    /// Its time-average over the interval (Little's law: total hold time / interval).
+    pub sequencer_held_mean: f64,
+    /// Order acknowledgement latency seen by the traders (sent to committed answer), µs.
+    pub latency_us_p50: f64,
+    pub latency_us_p90: f64,
+    pub latency_us_p99: f64,
+    pub latency_us_max: f64,
+    /// Each trader's portfolio value (cash plus shares at the last trade price), in
+    /// cents, in `traders` order.
+    pub values: Vec<i64>,
+    /// The starting portfolio at the same prices: what a trader that never traded
+    /// holds (the difference is what trading earned).
+    pub value_hold: i64,
+}
+
+/// Counts since the demo started.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct StatsTotals {
+    pub orders: u64,
+    pub trades: u64,
+    /// Commands the exchange rejected (e.g. a cancel of an order that had just traded).
+    pub rejected: u64,
+    /// Commands that got no answer (a session failed).
+    pub failed: u64,
+}
+
+/// The demo's traders and figures.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct DemoStats {
+    /// The population (cloudex, mixed).
+    pub scenario: String,
+    pub started_ms: u64,
+    pub traders: Vec<TraderView>,
+    pub gateways: Vec<GatewayView>,
+    /// Oldest first; only those after `since`.
+    pub points: Vec<StatsPoint>,
+    pub totals: StatsTotals,
+}
+
+/// A key for a person to trade with from the browser.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
+pub struct DemoGuest {
+    pub api_key: String,
+    /// The accounts the key trades for.
+    pub accounts: Vec<u32>,
+}
+
+/// `?since=` on the demo's statistics.
+#[derive(Clone, Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StatsParams {
+    /// Only points with a larger seq (default 0: every point kept).
+    pub since: Option<u64>,
 }
 
 /// One member of the cluster.
@@ -39,7 +154,7 @@ pub struct NodeView {
     pub api: String,
     /// Answering its Status call.
     pub up: bool,
-    /// leader, follower, candidate, learner, or unknown when down.
+    /// leader, follower, candidate, learner, or down (not answering).
     pub role: String,
     pub term: u64,
     pub leader_id: u64,
@@ -70,14 +185,14 @@ fn control(state: &AppState) -> Result<&Arc<dyn Control>, ApiError> {
 }
 
 /// The cluster's members, their roles, terms and applied indexes (demo servers only).
-#[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster", security(()),
     responses((status = 200, body = ClusterView), (status = 404, body = crate::model::ErrorBody)))]
 pub async fn cluster(State(state): State<Arc<AppState>>) -> Result<Json<ClusterView>, ApiError> {
     Ok(Json(control(&state)?.cluster().await))
 }
 
 /// Kills a node with SIGKILL to watch the failover (demo servers only).
-#[utoipa::path(post, path = "/v1/cluster/nodes/{id}/kill", tag = "cluster",
+#[utoipa::path(post, path = "/v1/cluster/nodes/{id}/kill", tag = "cluster", security(()),
     params(("id" = u64, Path, description = "Node id")),
     responses((status = 200, body = Killed), (status = 400, body = crate::model::ErrorBody),
         (status = 404, body = crate::model::ErrorBody), (status = 422, body = crate::model::ErrorBody)))]
@@ -88,8 +203,19 @@ pub async fn kill(State(state): State<Arc<AppState>>, Param(id): Param<u64>) -> 
 }
 
 /// The demo's traders, fairness and latency figures (demo servers only).
-#[utoipa::path(get, path = "/v1/demo/stats", tag = "cluster",
-    responses((status = 200, description = "Statistics of the demo", body = Object), (status = 404, body = crate::model::ErrorBody)))]
-pub async fn stats(State(state): State<Arc<AppState>>) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(control(&state)?.stats().await))
+#[utoipa::path(get, path = "/v1/demo/stats", tag = "cluster", params(StatsParams), security(()),
+    responses((status = 200, body = DemoStats), (status = 400, body = crate::model::ErrorBody),
+        (status = 404, body = crate::model::ErrorBody)))]
+pub async fn stats(
+    State(state): State<Arc<AppState>>,
+    Params(params): Params<StatsParams>,
+) -> Result<Json<DemoStats>, ApiError> {
+    Ok(Json(control(&state)?.stats(params.since.unwrap_or(0)).await))
+}
+
+/// A key and account to trade with from the browser (demo servers only).
+#[utoipa::path(get, path = "/v1/demo/guest", tag = "cluster", security(()),
+    responses((status = 200, body = DemoGuest), (status = 404, body = crate::model::ErrorBody)))]
+pub async fn guest(State(state): State<Arc<AppState>>) -> Result<Json<DemoGuest>, ApiError> {
+    control(&state)?.guest().map(Json).ok_or_else(|| ApiError::NotFound("this demo has no guest account".into()))
 }

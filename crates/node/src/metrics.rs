@@ -60,6 +60,7 @@ fn histogram(out: &mut String, name: &str, help: &str, histogram: &Log2Histogram
         let value = histogram.quantile_upper_bound(per_mille) as f64 * scale;
         let _ = writeln!(out, "bourse_{name}{{quantile=\"{quantile}\"}} {value}");
     }
+    let _ = writeln!(out, "bourse_{name}_sum {}", histogram.sum as f64 * scale);
     let _ = writeln!(out, "bourse_{name}_count {}", histogram.count);
 }
 

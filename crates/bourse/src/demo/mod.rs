@@ -1,0 +1,419 @@
+//! `bourse demo`: a living market to watch in a browser.
+//!
+//! It starts a replicated exchange of three `bourse node` processes on loopback (data
+//! in a temporary directory), several gateways in this process, each with its own
+//! injected network delays and clock error (`--profile`, CloudEx's by default), the
+//! REST + WebSocket API with the dashboard (`web/dist`) on the first gateway, and a
+//! population of simulated traders (`bourse_sim::agents`, CloudEx's by default), each on
+//! its own session with its own key, spread round-robin over the gateways. It prints the
+//! address to open and runs until Ctrl-C (or `--seconds`). On the way out it stops the
+//! traders, waits until every node has applied the same log, stops the nodes and
+//! replays each node's data: same index, same state hash.
+//!
+//! Gateways and traders live in this process (the statistics read the gateways' release
+//! records and the traders' stamps directly); nodes are separate processes so the kill
+//! button is a real SIGKILL.
+
+mod control;
+mod nodes;
+mod stats;
+mod traders;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bourse_client::{random_client_id, ApiKey, Client, ClientOptions};
+use bourse_engine::{AccountId, AssetId, Outcome, SymbolId};
+use bourse_fairness::{Profile, ProfileSpec};
+use bourse_gateway::keys::{entry_for, generate_key, KeyEntry};
+use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
+use bourse_http::control::{DemoGuest, GatewayView, TraderView};
+use bourse_http::{HttpConfig, HttpServer};
+use bourse_sim::agents::arena::{account_commands, setup_commands};
+use bourse_sim::agents::scenario::{Scenario, SCENARIOS};
+use clap::Args;
+use tokio::sync::watch;
+
+use self::nodes::Nodes;
+use self::stats::{Collector, Stats};
+use self::traders::{MarketView, Recorder, Shared, Trader};
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// The population of traders: cloudex (1 market maker, 43 random, 4 mean-reversion
+    /// traders over 10 symbols) or mixed (plus value, momentum and pairs traders).
+    #[arg(long, default_value = "cloudex")]
+    scenario: String,
+    /// Seed of the traders and the fundamental prices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Gateways the traders are spread over.
+    #[arg(long, default_value_t = 4)]
+    gateways: u32,
+    /// Injected delays and clock error of each gateway (see `bourse gateway run --inject`).
+    #[arg(long, default_value = "cloudex")]
+    profile: String,
+    /// d_h of every gateway: market data is released at t_m plus this many µs.
+    #[arg(long, default_value_t = 3_000)]
+    hold_us: u64,
+    /// Where the dashboard and the REST + WebSocket API listen (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// The built browser UI (`npm run build` in web/).
+    #[arg(long, default_value = "web/dist")]
+    web: PathBuf,
+    /// Stop after this many seconds of trading (default: run until Ctrl-C).
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Keep the nodes' data here (default: a temporary directory under /dev/shm when it
+    /// exists, removed at the end).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Seconds before a node killed from the dashboard is started again.
+    #[arg(long, default_value_t = 5)]
+    restart_after: u64,
+    /// Flags for every node. The default election timing (heartbeat 50 ms, election
+    /// timeout 300-600 ms: a dead leader is replaced in about a second) keeps a debug
+    /// build on a busy two-core machine from starting elections by itself; `bourse node`'s
+    /// own default replaces a leader in 140-200 ms.
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        value_delimiter = ' ',
+        default_value = "--heartbeat-ms 50 --election-min-ms 300 --election-max-ms 600"
+    )]
+    node_args: Vec<String>,
+}
+
+/// The keys of the demo: one per trader, the guest's, the market view's, the admin's.
+struct Keys {
+    admin: String,
+    traders: Vec<String>,
+    guest: String,
+    viewer: String,
+    entries: Vec<KeyEntry>,
+}
+
+fn make_keys(traders: usize) -> Keys {
+    let admin = generate_key();
+    let guest = generate_key();
+    let viewer = generate_key();
+    let mut entries = vec![
+        entry_for(&admin, "demo-admin", Vec::new(), true),
+        entry_for(&guest, "guest", vec![traders as u32], false),
+        entry_for(&viewer, "market-view", Vec::new(), false),
+    ];
+    let keys: Vec<String> = (0..traders).map(|_| generate_key()).collect();
+    for (k, key) in keys.iter().enumerate() {
+        entries.push(entry_for(key, &format!("trader-{k}"), vec![k as u32], false));
+    }
+    Keys { admin, traders: keys, guest, viewer, entries }
+}
+
+pub fn run(args: DemoArgs) -> Result<(), String> {
+    let scenario = Scenario::by_name(&args.scenario, args.seed)
+        .ok_or_else(|| format!("--scenario {}: not one of {}", args.scenario, SCENARIOS.join(", ")))?;
+    let spec: ProfileSpec = args.profile.parse().map_err(|e| format!("--profile: {e}"))?;
+    if !(1..=16).contains(&args.gateways) {
+        return Err("--gateways must be 1 to 16".into());
+    }
+    // In memory when the machine has /dev/shm: the demo's data is thrown away, and a
+    // shared disk's fsync times would show as latency that is not the exchange's.
+    let parent =
+        if std::path::Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let temp = match &args.data {
+        Some(_) => None,
+        None => Some(tempfile::Builder::new().prefix("bourse-demo-").tempdir_in(parent).map_err(|e| e.to_string())?),
+    };
+    let data = args.data.clone().unwrap_or_else(|| temp.as_ref().expect("a temp dir").path().to_path_buf());
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let result = runtime.block_on(demo(&args, scenario, &spec, data));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result
+}
+
+async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: PathBuf) -> Result<(), String> {
+    println!(
+        "Bourse demo: a replicated exchange on loopback, {} gateways and {} simulated traders",
+        args.gateways,
+        scenario.agents.len()
+    );
+    println!("  nodes' data in {}", data.display());
+    let nodes = Nodes::start(&data, 3, args.node_args.clone(), Duration::from_secs(args.restart_after))?;
+    let leader = nodes.wait_leader(Duration::from_secs(60)).await?;
+    println!("  3 nodes up (Raft), leader: node {leader}");
+
+    let keys = make_keys(scenario.agents.len());
+    let (gateways, http_key) = start_gateways(args, spec, &nodes, &keys).await?;
+    let addresses: Vec<String> = gateways.iter().map(|g| g.addr().to_string()).collect();
+    println!("  {} gateways up (profile {}): {}", gateways.len(), args.profile, addresses.join(" "));
+
+    let guest_account = setup(&scenario, &addresses[0], &keys.admin).await?;
+    let shared = Arc::new(Shared {
+        symbols: (0..scenario.symbols.len() as u32).map(SymbolId).collect(),
+        assets: (0..scenario.symbols.len() as u32).map(|k| AssetId(1 + k)).collect(),
+        rules: scenario.rules(),
+        fundamentals: Mutex::new(scenario.fundamental_processes()),
+        recorder: Mutex::new(Recorder::new(scenario.agents.len())),
+        started: Instant::now(),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let views: Vec<Arc<MarketView>> = addresses
+        .iter()
+        .map(|a| MarketView::start(a.clone(), ApiKey(keys.viewer.clone()), scenario.symbols.len(), stopped.clone()))
+        .collect();
+
+    let stats = Arc::new(Stats::new(
+        scenario.name.clone(),
+        trader_views(&scenario, args.gateways),
+        gateway_views(args, &addresses, &scenario),
+    ));
+    let control = control::DemoControl {
+        nodes: Arc::clone(&nodes),
+        stats: Arc::clone(&stats),
+        guest: DemoGuest { api_key: keys.guest.clone(), accounts: vec![guest_account] },
+    };
+    let mut http_config = HttpConfig::new(args.http, vec![addresses[0].clone()]);
+    http_config.service_key = Some(ApiKey(http_key));
+    if args.web.join("index.html").is_file() {
+        http_config.web_dir = Some(args.web.clone());
+    } else {
+        println!("  (no dashboard: {} has no index.html; build it with scripts/deps/web.sh)", args.web.display());
+    }
+    let http = HttpServer::start_with(http_config, Some(Arc::new(control)))
+        .await
+        .map_err(|e| format!("--http {}: {e} (another demo running? try --http 127.0.0.1:0)", args.http))?;
+
+    let mut tasks = Vec::new();
+    for (index, agent) in scenario.agents.iter().enumerate() {
+        let g = index % addresses.len();
+        let trader = Trader {
+            index,
+            account: AccountId(index as u32),
+            gateway: addresses[g].clone(),
+            key: ApiKey(keys.traders[index].clone()),
+            strategy: agent.build(),
+            view: Arc::clone(&views[g]),
+            shared: Arc::clone(&shared),
+        };
+        tasks.push(tokio::spawn(trader.run(stopped.clone())));
+    }
+    let collector = Collector {
+        stats: Arc::clone(&stats),
+        shared: Arc::clone(&shared),
+        probes: gateways.iter().map(|g| Arc::clone(g.probe())).collect(),
+        view: Arc::clone(&views[0]),
+        nodes: Arc::clone(&nodes),
+        px_open: scenario.symbols.iter().map(|s| s.px_open).collect(),
+        start: bourse_sim::agents::Portfolio::uniform(scenario.cash, scenario.shares, scenario.symbols.len()),
+    };
+    tasks.push(tokio::spawn(collector.run(stopped.clone())));
+
+    println!("  {} traders trading ({} scenario, seed {})", scenario.agents.len(), scenario.name, args.seed);
+    println!();
+    println!("dashboard: http://{}/", http.addr());
+    println!("trading page: http://{}/trade.html", http.addr());
+    println!("REST API: http://{}/openapi.json", http.addr());
+    match args.seconds {
+        Some(seconds) => println!("running for {seconds} s"),
+        None => println!("running until Ctrl-C"),
+    }
+    wait(args.seconds, &stats, &nodes).await;
+
+    println!();
+    println!("stopping: traders first, then the gateways, then the nodes");
+    let _ = stop.send(true);
+    // A trader waiting on an answer finishes its wake-up first; none waits past 10 s.
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    if tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(tasks)).await.is_err() {
+        aborts.iter().for_each(tokio::task::AbortHandle::abort);
+    }
+    http.shutdown().await;
+    for gateway in gateways {
+        gateway.shutdown().await;
+    }
+    let totals = stats.totals();
+    println!(
+        "  {} orders accepted, {} trades, {} commands rejected by the exchange, {} unanswered",
+        totals.orders, totals.trades, totals.rejected, totals.failed
+    );
+    finish(&nodes).await
+}
+
+/// The gateways, and the key the HTTP server (on gateway 1) reads market data with.
+async fn start_gateways(
+    args: &DemoArgs,
+    spec: &ProfileSpec,
+    nodes: &Nodes,
+    keys: &Keys,
+) -> Result<(Vec<Gateway>, String), String> {
+    let mut gateways = Vec::new();
+    let mut http_key = String::new();
+    for id in 1..=args.gateways {
+        let mut config = GatewayConfig::new(id, "127.0.0.1:0".parse().expect("an address"), nodes.addresses());
+        config.hold_us = args.hold_us;
+        config.probe = true;
+        config.inject = Profile::for_gateway(spec, id - 1, args.seed);
+        let mut store = KeyStore::from_entries(keys.entries.clone()).map_err(|e| e.to_string())?;
+        if id == 1 {
+            http_key = store.add_process_key("http-front-end", false);
+        }
+        gateways.push(Gateway::start(config, store).await.map_err(|e| format!("gateway {id}: {e}"))?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !gateways.iter().all(Gateway::market_ready) {
+        if Instant::now() > deadline {
+            return Err("the gateways' market data feeds did not start within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok((gateways, http_key))
+}
+
+/// Creates the scenario's assets, symbols and funded accounts, then the guest's account
+/// (funded like a trader); returns the guest's account id.
+async fn setup(scenario: &Scenario, gateway: &str, admin_key: &str) -> Result<u32, String> {
+    let options = ClientOptions { api_key: Some(ApiKey(admin_key.to_owned())), ..ClientOptions::default() };
+    let client =
+        Client::connect(vec![gateway.to_owned()], random_client_id(), options).await.map_err(|e| e.to_string())?;
+    let guest = scenario.agents.len() as u32;
+    let mut commands = setup_commands(scenario);
+    commands.extend(account_commands(scenario, AccountId(guest)));
+    let replies = client.submit_batch(commands.clone()).await.map_err(|e| format!("setting up the market: {e}"))?;
+    for (command, reply) in commands.iter().zip(&replies) {
+        if let Outcome::Rejected(reject) = reply.outcome {
+            return Err(format!("setting up the market: {command:?} was rejected: {reject:?} (is the cluster new?)"));
+        }
+    }
+    let accounts: Vec<u64> = commands
+        .iter()
+        .zip(&replies)
+        .filter(|(c, _)| matches!(c, bourse_engine::command::CommandBody::CreateAccount))
+        .filter_map(|(_, r)| r.ok_id())
+        .collect();
+    if accounts != (0..=u64::from(guest)).collect::<Vec<_>>() {
+        return Err(format!("the accounts were numbered {accounts:?}, not 0 to {guest}: is the cluster new?"));
+    }
+    let _ = client.close().await;
+    println!(
+        "  market set up: {} symbols, {} accounts with ${} and {} shares of every symbol each",
+        scenario.symbols.len(),
+        guest + 1,
+        scenario.cash / 100,
+        scenario.shares
+    );
+    Ok(guest)
+}
+
+fn trader_views(scenario: &Scenario, gateways: u32) -> Vec<TraderView> {
+    let opening: i64 = scenario.symbols.iter().map(|s| s.px_open * scenario.shares).sum();
+    scenario
+        .agents
+        .iter()
+        .enumerate()
+        .map(|(index, agent)| TraderView {
+            index: index as u32,
+            name: agent.name.clone(),
+            kind: agent.kind().name().to_owned(),
+            gateway: 1 + index as u32 % gateways,
+            account: index as u32,
+            value_start: scenario.cash + opening,
+        })
+        .collect()
+}
+
+fn gateway_views(args: &DemoArgs, addresses: &[String], scenario: &Scenario) -> Vec<GatewayView> {
+    addresses
+        .iter()
+        .enumerate()
+        .map(|(g, address)| GatewayView {
+            id: g as u32 + 1,
+            address: address.clone(),
+            profile: args.profile.clone(),
+            traders: (0..scenario.agents.len()).filter(|i| i % addresses.len() == g).count() as u32,
+        })
+        .collect()
+}
+
+/// Runs until Ctrl-C, SIGTERM or `seconds`, printing a line every ten seconds.
+async fn wait(seconds: Option<u64>, stats: &Stats, nodes: &Nodes) {
+    let deadline = seconds.map(|s| Instant::now() + Duration::from_secs(s));
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut report = tokio::time::interval(Duration::from_secs(10));
+    report.tick().await;
+    loop {
+        let until_deadline = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let terminated = async {
+            match terminate.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return,
+            () = terminated => return,
+            () = until_deadline => return,
+            _ = report.tick() => {
+                let totals = stats.totals();
+                let view = nodes.status().await;
+                let roles: Vec<String> = view.nodes.iter().map(|n| format!("{}:{}", n.id, n.role)).collect();
+                let last = stats.last().unwrap_or_default();
+                println!(
+                    "  {} orders, {} trades so far; last second: ack p50 {:.0} µs, p99 {:.0} µs, inbound unfairness {:.2} %, outbound {:.2} %; nodes {}",
+                    totals.orders, totals.trades, last.latency_us_p50, last.latency_us_p99,
+                    last.inbound_unfairness_pct, last.outbound_unfairness_pct, roles.join(" ")
+                );
+            }
+        }
+    }
+}
+
+/// Brings back a node still down, waits until every node has applied the same log,
+/// stops the nodes and replays each one's data.
+async fn finish(nodes: &Arc<Nodes>) -> Result<(), String> {
+    if nodes.any_down() {
+        nodes.restart_now();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let view = nodes.status().await;
+        let applied: Vec<u64> = view.nodes.iter().filter(|n| n.up).map(|n| n.applied_index).collect();
+        if applied.len() == view.nodes.len() && applied.windows(2).all(|w| w[0] == w[1]) {
+            break;
+        }
+        if Instant::now() > deadline {
+            println!("  (the nodes did not reach the same applied index within 20 s: {applied:?})");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    nodes.stop();
+    println!("  nodes stopped; replaying each node's snapshot and committed log:");
+    let mut seen = Vec::new();
+    for (id, dir) in nodes.dirs() {
+        match bourse_node::recover_member(&dir, &bourse_node::NodeConfig::default()).await {
+            Ok((_, recovered)) => {
+                let hash = bourse_engine::hex(&recovered.state_hash);
+                println!("  node {id}: index {} state hash {hash}", recovered.index);
+                seen.push((recovered.index, hash));
+            }
+            Err(error) => println!("  node {id}: {error}"),
+        }
+    }
+    seen.dedup();
+    if seen.len() == 1 {
+        println!("  every replica: same index, same state hash");
+        Ok(())
+    } else {
+        Err(format!("the replicas disagree: {seen:?}"))
+    }
+}

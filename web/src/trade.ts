@@ -1,0 +1,157 @@
+// The trading page: a person's orders on the exchange, through the REST API, with the
+// best bid and offer and the key's own order events from the WebSocket.
+import { api, ApiError, apiKey, el, Feed, money, useKey, type Symbol, type WsOrderEvent } from './api';
+import './style.css';
+
+let account = 0;
+let symbols: Symbol[] = [];
+const decimalsOf = new Map<number, number>();
+const assetDecimals = new Map<number, number>();
+const bbo = new Map<number, { bid?: number; ask?: number }>();
+const events: WsOrderEvent[] = [];
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+
+function say(text: string, ok: boolean): void {
+  const message = $('message');
+  message.textContent = text;
+  message.className = `message ${ok ? 'ok' : 'error'}`;
+}
+
+function symbolName(id: number): string {
+  return symbols.find((s) => s.id === id)?.name ?? String(id);
+}
+
+function cents(dollars: string, decimals: number): number {
+  return Math.round(Number(dollars) * 10 ** decimals);
+}
+
+async function refresh(): Promise<void> {
+  const [balances, open] = await Promise.all([api.balances(account), api.openOrders(account)]);
+  $('balances').replaceChildren(
+    el('tr', {}, el('th', {}, 'asset'), el('th', {}, 'available'), el('th', {}, 'reserved')),
+    ...balances.balances.map((b) => {
+      const decimals = assetDecimals.get(b.asset) ?? 0;
+      return el('tr', {}, el('td', {}, b.asset_name), el('td', {}, money(b.available, decimals)), el('td', {}, money(b.reserved, decimals)));
+    }),
+  );
+  $('orders').replaceChildren(
+    el('tr', {}, el('th', {}, 'order'), el('th', {}, 'symbol'), el('th', {}, 'side'), el('th', {}, 'price'), el('th', {}, 'open'), el('th', {}, 'filled'), el('th', {}, '')),
+    ...open.orders.map((o) => {
+      const decimals = decimalsOf.get(o.symbol) ?? 2;
+      const newPx = el('input', { type: 'number', step: '0.01', style: 'width:80px', 'data-testid': 'move-px', 'data-order': String(o.id) });
+      newPx.value = o.px_resting !== undefined && o.px_resting !== null ? String(o.px_resting / 10 ** decimals) : '';
+      const move = el('button', { 'data-testid': 'move', 'data-order': String(o.id) }, 'Move');
+      move.onclick = () => act(() => api.move(o.id, cents(newPx.value, decimals)), `order ${o.id} moved`);
+      const cancel = el('button', { 'data-testid': 'cancel', 'data-order': String(o.id) }, 'Cancel');
+      cancel.onclick = () => act(() => api.cancel(o.id), `order ${o.id} cancelled`);
+      return el(
+        'tr',
+        { 'data-testid': 'open-order', 'data-order': String(o.id), 'data-px': String(o.px_resting ?? '') },
+        el('td', {}, String(o.id)),
+        el('td', {}, symbolName(o.symbol)),
+        el('td', { class: o.side === 'buy' ? 'up' : 'down' }, o.side),
+        el('td', {}, o.px_resting ? money(o.px_resting, decimals) : '—'),
+        el('td', {}, String(o.qty_open)),
+        el('td', {}, String(o.qty_filled)),
+        el('td', {}, newPx, ' ', move, ' ', cancel),
+      );
+    }),
+  );
+}
+
+function renderEvents(): void {
+  $('fills').replaceChildren(
+    el('tr', {}, el('th', {}, 'event'), el('th', {}, 'order'), el('th', {}, 'symbol'), el('th', {}, 'side'), el('th', {}, 'price'), el('th', {}, 'qty')),
+    ...events.slice(-30).reverse().map((e) => {
+      const decimals = decimalsOf.get(e.symbol) ?? 2;
+      const px = e.event === 'fill' ? money(e.px, decimals) : '';
+      const qty = e.event === 'fill' ? e.qty : e.event === 'accepted' ? e.qty : e.qty_cancelled;
+      const side = e.event === 'cancelled' ? '' : e.side;
+      return el(
+        'tr',
+        { 'data-testid': `event-${e.event}`, 'data-order': String(e.order) },
+        el('td', {}, e.event === 'cancelled' ? `cancelled (${e.reason})` : e.event),
+        el('td', {}, String(e.order)),
+        el('td', {}, symbolName(e.symbol)),
+        el('td', {}, side),
+        el('td', {}, px),
+        el('td', {}, String(qty)),
+      );
+    }),
+  );
+}
+
+function renderQuote(): void {
+  const id = Number($<HTMLSelectElement>('symbol').value);
+  const quote = bbo.get(id);
+  const decimals = decimalsOf.get(id) ?? 2;
+  const show = (px?: number) => (px === undefined ? '—' : money(px, decimals));
+  $('quote').textContent = `${symbolName(id)}  bid ${show(quote?.bid)}  ·  ask ${show(quote?.ask)}`;
+}
+
+async function act<T>(call: () => Promise<T>, done: string | ((result: T) => string)): Promise<void> {
+  try {
+    const result = await call();
+    say(typeof done === 'string' ? done : done(result), true);
+  } catch (error) {
+    say(error instanceof ApiError ? `${error.name_}: ${error.message}` : String(error), false);
+  }
+  await refresh().catch(() => {});
+}
+
+async function place(event: SubmitEvent): Promise<void> {
+  event.preventDefault();
+  const id = Number($<HTMLSelectElement>('symbol').value);
+  const decimals = decimalsOf.get(id) ?? 2;
+  const side = $<HTMLSelectElement>('side').value as 'buy' | 'sell';
+  const type = $<HTMLSelectElement>('type').value as 'limit' | 'market';
+  const qty = Number($<HTMLInputElement>('qty').value);
+  const order = { account, symbol: String(id), side, type, qty } as Parameters<typeof api.place>[0];
+  if (type === 'limit') {
+    order.px = cents($<HTMLInputElement>('px').value, decimals);
+  } else if (side === 'buy') {
+    // A market buy names the most it may spend: the ask plus 5 %, per share.
+    const ask = bbo.get(id)?.ask;
+    if (ask === undefined) return say('no offer to buy from right now', false);
+    order.budget = Math.ceil(ask * 1.05) * qty;
+  }
+  await act(() => api.place(order), (accepted) => `order ${accepted.id} accepted (log index ${accepted.log_index})`);
+}
+
+async function main(): Promise<void> {
+  const { key, accounts } = await apiKey();
+  useKey(key);
+  account = accounts[0] ?? 0;
+  $('who').textContent = `account ${account}`;
+  const [all, assets] = await Promise.all([api.symbols(), api.assets()]);
+  symbols = all;
+  for (const a of assets) assetDecimals.set(a.id, a.decimals);
+  for (const s of symbols) decimalsOf.set(s.id, assetDecimals.get(s.quote) ?? 2);
+  $<HTMLSelectElement>('symbol').replaceChildren(...symbols.map((s) => el('option', { value: String(s.id) }, s.name)));
+  $<HTMLSelectElement>('symbol').onchange = () => {
+    const quote = bbo.get(Number($<HTMLSelectElement>('symbol').value));
+    const decimals = decimalsOf.get(Number($<HTMLSelectElement>('symbol').value)) ?? 2;
+    if (quote?.bid) $<HTMLInputElement>('px').value = String(quote.bid / 10 ** decimals);
+    renderQuote();
+  };
+  $<HTMLFormElement>('order-form').onsubmit = (event) => void place(event);
+  new Feed(['bbo', 'orders'], [], (message) => {
+    if (message.type === 'bbo') {
+      bbo.set(message.symbol, { bid: message.bid_px ?? undefined, ask: message.ask_px ?? undefined });
+      renderQuote();
+    } else if (message.type === 'order') {
+      const { type: _t, seq: _s, ...event } = message;
+      events.push(event as WsOrderEvent);
+      renderEvents();
+      refresh().catch(() => {});
+    }
+  }, (state) => {
+    $('feed-state').textContent = state === 'open' ? 'live' : 'reconnecting…';
+  });
+  renderEvents();
+  await refresh();
+  setInterval(() => refresh().catch(() => {}), 3000);
+}
+
+main().catch((error) => say(`could not start: ${(error as Error).message}`, false));
