@@ -112,6 +112,12 @@ impl QueryClient {
         query!(self, get_assets, proto::GetAssetsRequest {})
     }
 
+    /// The account created with `external_id` (`CreateAccountWithId`); unknown is
+    /// [`Error::NotFound`].
+    pub async fn account_by_external_id(&mut self, external_id: u64) -> Result<proto::GetAccountReply> {
+        query!(self, get_account, proto::GetAccountRequest { external_id })
+    }
+
     /// The asset with this name, if any.
     pub async fn asset_by_name(&mut self, name: &str) -> Result<Option<proto::AssetInfo>> {
         Ok(self.assets().await?.assets.into_iter().find(|asset| asset.name == name))

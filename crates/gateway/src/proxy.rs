@@ -116,6 +116,21 @@ impl proto::query_server::Query for QueryProxy {
         authenticate(&self.state, &request)?;
         self.call(|c| Box::pin(c.assets())).await
     }
+
+    /// Answered only for a key that owns the account: another key learns nothing, not
+    /// even that the external id is taken.
+    async fn get_account(
+        &self,
+        request: Request<proto::GetAccountRequest>,
+    ) -> Result<Response<proto::GetAccountReply>, Status> {
+        let principal = authenticate(&self.state, &request)?;
+        let external_id = request.into_inner().external_id;
+        let reply = self.call(|c| Box::pin(c.account_by_external_id(external_id))).await?;
+        if !principal.may_query(reply.get_ref().account) {
+            return Err(Status::not_found(format!("account with external id {external_id}")));
+        }
+        Ok(reply)
+    }
 }
 
 /// Admin.Submit through a gateway: the key must be allowed the command; the call goes
