@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 #[derive(Subcommand, Debug)]
 pub enum GatewayCommand {
     /// Run a gateway in front of a cluster until SIGINT/SIGTERM.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Make a new API key, add its hash to a key file, and print the key (shown once).
     KeyAdd(KeyAddArgs),
 }
@@ -76,6 +76,8 @@ pub struct RunArgs {
     /// With --http: serve the browser UI from this directory (web/dist after `npm run build`).
     #[arg(long, requires = "http")]
     web: Option<PathBuf>,
+    #[command(flatten)]
+    xml: crate::xml::XmlArgs,
 }
 
 #[derive(Args, Debug)]
@@ -97,7 +99,7 @@ pub struct KeyAddArgs {
 
 pub fn run(command: GatewayCommand) -> Result<(), String> {
     match command {
-        GatewayCommand::Run(args) => run_gateway(args),
+        GatewayCommand::Run(args) => run_gateway(*args),
         GatewayCommand::KeyAdd(args) => {
             let key = generate_key();
             append(&args.keys, entry_for(&key, &args.name, args.account, args.admin)).map_err(|e| e.to_string())?;
@@ -130,6 +132,9 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     let mut keys = keys;
     // The HTTP server reads market data for itself with a key of this process only.
     let service_key = (!args.open).then(|| ApiKey(keys.add_process_key("http-front-end", false)));
+    // The XML front end creates accounts, assets and symbols: its key is an admin's.
+    let xml_key = (!args.open && args.xml.wanted()).then(|| ApiKey(keys.add_process_key("xml-front-end", true)));
+    let xml = args.xml.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
@@ -148,7 +153,11 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
             }
             None => None,
         };
+        let xml_servers = if xml.wanted() { xml.start(gateway.addr(), xml_key).await? } else { Vec::new() };
         bourse_gateway::wait_for_signal().await.map_err(|e| e.to_string())?;
+        for server in xml_servers {
+            server.shutdown().await;
+        }
         if let Some(server) = http {
             server.shutdown().await;
         }

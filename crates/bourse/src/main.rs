@@ -14,6 +14,7 @@ mod cluster;
 mod gateway;
 mod load;
 mod serve;
+mod xml;
 
 #[derive(Parser)]
 #[command(name = "bourse", version, about = "The Bourse exchange: serve, benchmark, administer.")]
