@@ -48,8 +48,9 @@ pub struct XmlArgs {
     /// start-up fails if it exists with other decimals).
     #[arg(long, default_value = "USD")]
     xml_quote: String,
-    /// Order-entry sessions the XML front end keeps to the gateway.
-    #[arg(long, default_value_t = 8)]
+    /// Order-entry sessions the XML front end keeps to the gateway (128 commands in
+    /// flight each; few sessions batch better).
+    #[arg(long, default_value_t = 2)]
     xml_sessions: usize,
 }
 

@@ -58,7 +58,7 @@ pub struct FrameReader<R> {
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R) -> Self {
-        FrameReader { reader: BufReader::with_capacity(16 * 1024, inner) }
+        FrameReader { reader: BufReader::with_capacity(4 * 1024, inner) }
     }
 
     /// The next request's body, at most `max` bytes.

@@ -19,6 +19,7 @@ mod recovery;
 mod report;
 mod scale;
 mod sweep;
+mod xml;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -36,6 +37,9 @@ pub enum BenchCommand {
     Host(host::HostArgs),
     /// Orders per second and latency through the REST API with N concurrent clients.
     Http(http::HttpArgs),
+    /// Requests per second and latency through the XML exchange protocol with N
+    /// concurrent clients, length-prefixed and bare.
+    Xml(xml::XmlArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -46,5 +50,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Fairness(args) => fairness::run(&args),
         BenchCommand::Host(args) => host::run(&args),
         BenchCommand::Http(args) => http::run(&args),
+        BenchCommand::Xml(args) => xml::run(&args),
     }
 }
