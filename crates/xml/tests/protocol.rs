@@ -497,3 +497,33 @@ async fn self_trade_is_allowed_and_fractions_are_written_minimally() {
     assert_eq!(balance(&x, 5, "F").await, (SHARE * 3 / 4, SHARE / 4));
     x.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_made_elsewhere_are_refused_not_misread() {
+    let x = Exchange2::start().await;
+    x.bare(
+        "<create><account id=\"1\" balance=\"1\"/><symbol sym=\"ACME\"><account id=\"1\">1</account></symbol></create>",
+    )
+    .await;
+    let other = |quantity, price, quote: &str| {
+        let mut config = bourse_xml::ExchangeConfig::new(vec![x.gateway.addr().to_string()]);
+        config.key = Some(bourse_client::ApiKey(x.key.clone()));
+        config.scales = bourse_xml::Scales { quantity, price };
+        config.quote_asset = quote.to_owned();
+        config
+    };
+    let history = std::sync::Arc::new(bourse_xml::NoHistory);
+    // USD has 8 decimals: a front end with cash of 4 decimals must not start on it.
+    let refused = bourse_xml::Exchange::connect(other(2, 2, "USD"), history.clone()).await.err().unwrap();
+    assert!(refused.contains("USD exists with 8 decimals") && refused.contains("quote asset"), "{refused}");
+    // Under another quote asset it starts, but asset ACME has 4 decimals, not 2: the
+    // symbol is refused rather than traded at a hundred times its price.
+    let exchange = bourse_xml::Exchange::connect(other(2, 2, "EUR"), history).await.unwrap();
+    assert_eq!(exchange.symbol("ACME", true).await, Err(bourse_xml::exchange::SymbolProblem::Incompatible));
+    let fresh = exchange.symbol("OTHER", true).await.unwrap().unwrap();
+    assert_eq!(exchange.symbol("OTHER", false).await.unwrap(), Some(fresh), "made once, then remembered");
+    // And the first front end's USD symbols are untouched by it.
+    let reply = x.bare("<transactions id=\"1\"><order sym=\"ACME\" amount=\"-1\" limit=\"1\"/></transactions>").await;
+    assert!(reply.contains("<opened"), "{reply}");
+    x.stop().await;
+}

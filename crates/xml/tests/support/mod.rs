@@ -20,6 +20,8 @@ pub struct Exchange2 {
     pub bare: XmlServer,
     pub framed: XmlServer,
     pub exchange: Arc<Exchange>,
+    /// The front end's process key (admin).
+    pub key: String,
     _dir: tempfile::TempDir,
 }
 
@@ -58,7 +60,7 @@ impl Exchange2 {
         gateway_config.hold_us = 0;
         let gateway = Gateway::start(gateway_config, keys).await.unwrap();
         let mut exchange_config = ExchangeConfig::new(vec![gateway.addr().to_string()]);
-        exchange_config.key = Some(bourse_client::ApiKey(service));
+        exchange_config.key = Some(bourse_client::ApiKey(service.clone()));
         (options.exchange)(&mut exchange_config);
         let exchange = Arc::new(Exchange::connect(exchange_config, Arc::new(NoHistory)).await.unwrap());
         let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -68,7 +70,7 @@ impl Exchange2 {
         (options.xml)(&mut framed);
         let bare = XmlServer::start(bare, Arc::clone(&exchange)).await.unwrap();
         let framed = XmlServer::start(framed, Arc::clone(&exchange)).await.unwrap();
-        Exchange2 { node, gateway, bare, framed, exchange, _dir: dir }
+        Exchange2 { node, gateway, bare, framed, exchange, key: service, _dir: dir }
     }
 
     /// One request on a new bare connection: the reply, read until the server closes.
