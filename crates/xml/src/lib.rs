@@ -37,6 +37,7 @@
 pub mod exchange;
 pub mod execute;
 pub mod framing;
+pub mod fuzzing;
 pub mod parse;
 pub mod reply;
 mod server;

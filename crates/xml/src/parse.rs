@@ -226,6 +226,10 @@ fn element_parts(start: &BytesStart<'_>) -> Option<(String, Vec<(String, String)
             return None;
         }
         let value = attribute.normalized_value(XmlVersion::Implicit1_0).ok()?;
+        // A character reference may name a character XML does not allow (`&#4;`).
+        if !value.chars().all(xml_char) {
+            return None;
+        }
         attributes.push((key.to_owned(), value.into_owned()));
     }
     Some((name, attributes))
@@ -469,6 +473,7 @@ mod tests {
             "<create a=\"&bogus;\"/>",
             "<create>&bogus;</create>",
             "<create>&#0;</create>",
+            "<create a=\"&#4;\"/>",
             "<create>& </create>",
             "<create><!-- a -- b --></create>",
             "<1create/>",
