@@ -126,6 +126,10 @@ impl From<bourse_client::Error> for UpstreamError {
     }
 }
 
+/// Upstream query clients: a query holds one for its round trip, so several serve
+/// concurrent connections (the gateway spreads them further).
+const QUERY_CLIENTS: usize = 8;
+
 /// How long a command refused for the session's rate or in-flight limit is retried.
 const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(5);
 
@@ -155,7 +159,7 @@ impl Exchange {
         config.validate()?;
         let options = ClientOptions { api_key: config.key.clone(), ..ClientOptions::default() };
         let sessions = (0..config.sessions).map(|_| Mutex::new(None)).collect();
-        let queries = (0..config.sessions.clamp(1, 8)).map(|_| Mutex::new(None)).collect();
+        let queries = (0..QUERY_CLIENTS).map(|_| Mutex::new(None)).collect();
         let mut exchange = Exchange {
             options,
             sessions,
