@@ -23,7 +23,10 @@ use crate::endpoints::{AttemptError, Endpoints};
 use crate::error::{Error, Result};
 use crate::options::ClientOptions;
 
-/// Queries and market data from the first of a list of nodes that answers.
+/// Queries and market data from the first of a list of nodes that answers. Cheap to
+/// clone: clones share the connection, so concurrent queries each take a clone rather
+/// than wait for one another; each clone fails over on its own.
+#[derive(Clone)]
 pub struct QueryClient {
     endpoints: Endpoints,
     linearizable: bool,

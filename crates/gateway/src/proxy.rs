@@ -1,7 +1,8 @@
 //! Queries through a gateway: passed to the cluster (any member answers), for the
 //! accounts the session's key owns. A query carrying `bourse-read: linearizable` is
-//! passed on as one (the leader answers after a read-index round). Queries are spread
-//! over a few upstream query clients, so one slow query does not hold up the others.
+//! passed on as one (the leader answers after a read-index round). Each query runs on
+//! a clone of the upstream query client (clones share one HTTP/2 connection), so
+//! queries do not wait for one another.
 
 use std::sync::Arc;
 
@@ -14,14 +15,10 @@ use tonic::{Request, Response, Status};
 use crate::session::authenticate;
 use crate::State;
 
-/// Upstream query clients of each kind (plain, linearizable).
-const QUERY_CLIENTS: usize = 4;
-
 pub(crate) struct QueryProxy {
     state: Arc<State>,
-    /// `QUERY_CLIENTS` plain clients, then as many linearizable ones.
-    clients: Vec<Mutex<Option<QueryClient>>>,
-    next: std::sync::atomic::AtomicUsize,
+    /// The upstream query client, connected on first use; each query takes a clone.
+    client: Mutex<Option<QueryClient>>,
 }
 
 /// Whether a request asks for a linearizable read.
@@ -31,8 +28,7 @@ fn linearizable<T>(request: &Request<T>) -> bool {
 
 impl QueryProxy {
     pub(crate) fn new(state: Arc<State>) -> Self {
-        let clients = (0..2 * QUERY_CLIENTS).map(|_| Mutex::new(None)).collect();
-        QueryProxy { state, clients, next: std::sync::atomic::AtomicUsize::new(0) }
+        QueryProxy { state, client: Mutex::new(None) }
     }
 
     async fn call<T, F>(&self, linearizable: bool, f: F) -> Result<Response<T>, Status>
@@ -42,16 +38,23 @@ impl QueryProxy {
         )
             -> std::pin::Pin<Box<dyn std::future::Future<Output = bourse_client::Result<T>> + Send + 'a>>,
     {
-        let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % QUERY_CLIENTS;
-        let mut guard = self.clients[turn + if linearizable { QUERY_CLIENTS } else { 0 }].lock().await;
-        if guard.is_none() {
-            let client = QueryClient::connect(self.state.config.cluster.clone(), ClientOptions::default())
-                .await
-                .map_err(|e| Status::unavailable(e.to_string()))?;
-            *guard = Some(client.linearizable(linearizable));
-        }
-        let client = guard.as_mut().expect("connected above");
-        f(client).await.map(Response::new).map_err(to_status)
+        let shared = {
+            let mut guard = self.client.lock().await;
+            if guard.is_none() {
+                let client = QueryClient::connect(self.state.config.cluster.clone(), ClientOptions::default())
+                    .await
+                    .map_err(|e| Status::unavailable(e.to_string()))?;
+                *guard = Some(client);
+            }
+            guard.clone().expect("connected above")
+        };
+        let mut client = shared.linearizable(linearizable);
+        let result = f(&mut client).await;
+        // The clone knows where it last got an answer (it may have failed over): the
+        // next query starts there. After a long outage the next one connects afresh.
+        let unavailable = matches!(result, Err(bourse_client::Error::Unavailable { .. }));
+        *self.client.lock().await = (!unavailable).then(|| client.linearizable(false));
+        result.map(Response::new).map_err(to_status)
     }
 
     fn owns(&self, principal: &crate::Principal, account: u32) -> Result<(), Status> {

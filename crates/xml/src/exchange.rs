@@ -126,10 +126,6 @@ impl From<bourse_client::Error> for UpstreamError {
     }
 }
 
-/// Upstream query clients: a query holds one for its round trip, so several serve
-/// concurrent connections (the gateway spreads them further).
-const QUERY_CLIENTS: usize = 8;
-
 /// How long a command refused for the session's rate or in-flight limit is retried.
 const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(5);
 
@@ -139,8 +135,9 @@ pub struct Exchange {
     options: ClientOptions,
     sessions: Vec<Mutex<Option<Client>>>,
     next_session: AtomicUsize,
-    queries: Vec<Mutex<Option<QueryClient>>>,
-    next_query: AtomicUsize,
+    /// The query connection; each query runs on a clone of it (one HTTP/2 connection
+    /// carries them all at once), and a clone that found it broken replaces it.
+    queries: Mutex<Option<QueryClient>>,
     /// The highest log index of a command this front end had acknowledged.
     acked: AtomicU64,
     quote: AssetId,
@@ -159,13 +156,11 @@ impl Exchange {
         config.validate()?;
         let options = ClientOptions { api_key: config.key.clone(), ..ClientOptions::default() };
         let sessions = (0..config.sessions).map(|_| Mutex::new(None)).collect();
-        let queries = (0..QUERY_CLIENTS).map(|_| Mutex::new(None)).collect();
         let mut exchange = Exchange {
             options,
             sessions,
             next_session: AtomicUsize::new(0),
-            queries,
-            next_query: AtomicUsize::new(0),
+            queries: Mutex::new(None),
             acked: AtomicU64::new(0),
             quote: AssetId(0),
             accounts: RwLock::new(HashMap::new()),
@@ -273,17 +268,19 @@ impl Exchange {
     where
         F: for<'a> FnOnce(&'a mut QueryClient) -> Pin<Box<dyn Future<Output = bourse_client::Result<T>> + Send + 'a>>,
     {
-        let at = self.next_query.fetch_add(1, Ordering::Relaxed) % self.queries.len();
-        let mut slot = self.queries[at].lock().await;
-        if slot.is_none() {
-            *slot = Some(QueryClient::connect(self.config.upstream.clone(), self.options.clone()).await?);
-        }
-        let client = slot.take().expect("connected above").linearizable(linearizable);
-        let client = slot.insert(client);
-        let result = call(client).await;
-        if let Err(bourse_client::Error::Unavailable { .. }) = &result {
-            slot.take();
-        }
+        let shared = {
+            let mut slot = self.queries.lock().await;
+            if slot.is_none() {
+                *slot = Some(QueryClient::connect(self.config.upstream.clone(), self.options.clone()).await?);
+            }
+            slot.clone().expect("connected above")
+        };
+        let mut client = shared.linearizable(linearizable);
+        let result = call(&mut client).await;
+        // The clone knows where it last got an answer (it may have failed over): the
+        // next query starts there. After a long outage the next one connects afresh.
+        let unavailable = matches!(result, Err(bourse_client::Error::Unavailable { .. }));
+        *self.queries.lock().await = (!unavailable).then(|| client.linearizable(false));
         result
     }
 

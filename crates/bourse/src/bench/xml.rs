@@ -9,6 +9,8 @@
 //! their own, so every second order trades. Length-prefixed: one connection per client,
 //! kept open. Bare: a new TCP connection per request (connect, send, read until the
 //! server closes). Every reply must be one `<opened>`; anything else counts as an error.
+//! With `--queries` every order is followed by a `<query>` of it (which must answer a
+//! `<status>`), so half the requests are reads.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +35,10 @@ pub struct XmlArgs {
     /// Reply framing; without it both are measured, length-prefixed first.
     #[arg(long, value_enum)]
     framing: Option<FramingArg>,
+    /// Follow every order with a `<query>` of it (a request of its own), so half the
+    /// requests read instead of write.
+    #[arg(long)]
+    queries: bool,
     /// Upstream order-entry sessions of the front end.
     #[arg(long, default_value_t = 2)]
     sessions: usize,
@@ -174,8 +180,9 @@ async fn rounds(args: &XmlArgs) -> Result<Vec<Round>, String> {
             eprintln!("  {framing:?}, {clients} clients for {} s …", args.seconds);
             let end = Instant::now() + Duration::from_secs_f64(args.seconds);
             let started = Instant::now();
+            let queries = args.queries;
             let tasks: Vec<_> =
-                (0..clients).map(|client| tokio::spawn(client_loop(addr, framing, client, end))).collect();
+                (0..clients).map(|client| tokio::spawn(client_loop(addr, framing, client, queries, end))).collect();
             let mut round = Round {
                 framing,
                 clients,
@@ -266,6 +273,7 @@ async fn client_loop(
     addr: SocketAddr,
     framing: FramingArg,
     client: u32,
+    queries: bool,
     end: Instant,
 ) -> Result<(u64, u64, Histogram<u64>), String> {
     let mut connection = match framing {
@@ -280,16 +288,38 @@ async fn client_loop(
     let mut latency = super::measure::new_histogram();
     let (mut requests, mut errors) = (0u64, 0u64);
     let mut turn = 0usize;
+    let mut last: Option<(u32, String)> = None;
     while Instant::now() < end {
+        let query = match last.take() {
+            Some((account, id)) if queries => {
+                Some(format!("<transactions id=\"{account}\"><query id=\"{id}\"/></transactions>"))
+            }
+            _ => None,
+        };
+        let body = query.as_deref().unwrap_or(&bodies[turn % 2]);
         let sent = Instant::now();
-        let reply = connection.request(addr, bodies[turn % 2].as_bytes()).await?;
+        let reply = connection.request(addr, body.as_bytes()).await?;
         latency.saturating_record(sent.elapsed().as_micros() as u64);
-        turn += 1;
-        if reply.matches("<opened").count() == 1 && !reply.contains("<error") {
+        let ok = if query.is_some() {
+            reply.contains("<status id=")
+        } else {
+            let account = 2 * client + 1 + (turn % 2) as u32;
+            turn += 1;
+            last = opened_id(&reply).map(|id| (account, id));
+            reply.matches("<opened").count() == 1 && !reply.contains("<error")
+        };
+        if ok {
             requests += 1;
         } else {
             errors += 1;
         }
     }
     Ok((requests, errors, latency))
+}
+
+/// The `id` of the `<opened>` in a reply.
+fn opened_id(reply: &str) -> Option<String> {
+    let opened = &reply[reply.find("<opened")?..];
+    let start = opened.find(" id=\"")? + 5;
+    Some(opened[start..start + opened[start..].find('"')?].to_owned())
 }
