@@ -88,6 +88,8 @@ pub struct RunArgs {
     /// With --fix: this exchange's CompID (the clients' TargetCompID).
     #[arg(long, default_value = "BOURSE")]
     fix_comp_id: String,
+    #[command(flatten)]
+    xml: crate::xml::XmlArgs,
 }
 
 #[derive(Args, Debug)]
@@ -143,6 +145,9 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     let mut keys = keys;
     // The HTTP server reads market data for itself with a key of this process only.
     let service_key = (!args.open).then(|| ApiKey(keys.add_process_key("http-front-end", false)));
+    // The XML front end creates accounts, assets and symbols: its key is an admin's.
+    let xml_key = (!args.open && args.xml.wanted()).then(|| ApiKey(keys.add_process_key("xml-front-end", true)));
+    let xml = args.xml.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
@@ -171,7 +176,11 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
             }
             None => None,
         };
+        let xml_servers = if xml.wanted() { xml.start(gateway.addr(), xml_key).await? } else { Vec::new() };
         bourse_gateway::wait_for_signal().await.map_err(|e| e.to_string())?;
+        for server in xml_servers {
+            server.shutdown().await;
+        }
         if let Some(server) = fix {
             server.shutdown().await;
         }

@@ -15,6 +15,7 @@ mod demo;
 mod gateway;
 mod load;
 mod serve;
+mod xml;
 
 #[derive(Parser)]
 #[command(name = "bourse", version, about = "The Bourse exchange: serve, benchmark, administer.")]

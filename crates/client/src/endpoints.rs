@@ -47,7 +47,10 @@ impl AttemptError {
     }
 }
 
-/// The addresses of the nodes, with a connection to the current one.
+/// The addresses of the nodes, with a connection to the current one. A clone shares
+/// the connection (an HTTP/2 channel carries many calls at once) and fails over on its
+/// own.
+#[derive(Clone)]
 pub(crate) struct Endpoints {
     names: Vec<String>,
     endpoints: Vec<Endpoint>,

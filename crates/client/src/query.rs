@@ -23,7 +23,10 @@ use crate::endpoints::{AttemptError, Endpoints};
 use crate::error::{Error, Result};
 use crate::options::ClientOptions;
 
-/// Queries and market data from the first of a list of nodes that answers.
+/// Queries and market data from the first of a list of nodes that answers. Cheap to
+/// clone: clones share the connection, so concurrent queries each take a clone rather
+/// than wait for one another; each clone fails over on its own.
+#[derive(Clone)]
 pub struct QueryClient {
     endpoints: Endpoints,
     linearizable: bool,
@@ -110,6 +113,12 @@ impl QueryClient {
     /// Every asset.
     pub async fn assets(&mut self) -> Result<proto::GetAssetsReply> {
         query!(self, get_assets, proto::GetAssetsRequest {})
+    }
+
+    /// The account created with `external_id` (`CreateAccountWithId`); unknown is
+    /// [`Error::NotFound`].
+    pub async fn account_by_external_id(&mut self, external_id: u64) -> Result<proto::GetAccountReply> {
+        query!(self, get_account, proto::GetAccountRequest { external_id })
     }
 
     /// The asset with this name, if any.

@@ -14,13 +14,16 @@ pub struct Balance {
 }
 
 /// An account: balances kept sorted by asset (accounts hold few assets, so a sorted
-/// vector beats a map), a suspension flag and a count of open orders.
+/// vector beats a map), a suspension flag, a count of open orders, and the id its owner
+/// chose, when it was created with one.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Account {
     pub suspended: bool,
     pub balances: Vec<(AssetId, Balance)>,
     /// Resting orders plus pending stops; derived, checked by the invariants.
     pub open_orders: u32,
+    /// Set by `CreateAccountWithId`, never changed; unique among accounts.
+    pub external_id: Option<u64>,
 }
 
 impl Account {

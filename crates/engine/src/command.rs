@@ -48,6 +48,11 @@ pub enum CommandBody {
     Reduce { account: AccountId, symbol: SymbolId, order: OrderId, qty_by: Qty },
     /// Gives a resting order a new price: it loses time priority and may trade.
     Move { account: AccountId, symbol: SymbolId, order: OrderId, px: Px },
+    /// A new account known by an id its owner chose (`external_id`, unique for ever)
+    /// that holds `deposit` of `asset` from the start: one step, so no account is ever
+    /// seen without its opening balance. A deposit of 0 opens it empty. Front ends
+    /// whose protocol names accounts (the XML protocol) create accounts this way.
+    CreateAccountWithId { external_id: u64, asset: AssetId, deposit: Amount },
 }
 
 /// How a symbol matches at a price level.

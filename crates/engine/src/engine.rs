@@ -47,8 +47,10 @@ impl Default for EngineConfig {
     }
 }
 
-/// Longest asset or symbol name.
+/// Longest asset name.
 pub const NAME_LEN_MAX: usize = 16;
+/// Longest symbol name: room for `BASE/QUOTE` with both asset names at their longest.
+pub const SYMBOL_NAME_LEN_MAX: usize = 2 * NAME_LEN_MAX + 1;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Asset {
@@ -151,6 +153,9 @@ pub struct OrderRecord {
     pub status: OrderStatus,
     pub ts: Timestamp,
     pub fills: Vec<Fill>,
+    /// The stamp of the command that filled or cancelled the order; 0 while it is open
+    /// or pending.
+    pub ts_closed: Timestamp,
 }
 
 /// The exchange state machine. `B` is the order book implementation.
@@ -162,6 +167,8 @@ pub struct Engine<B: Book = FastBook> {
     pub(crate) symbols: Vec<Symbol<B>>,
     pub(crate) symbol_names: FxHashMap<String, SymbolId>,
     pub(crate) accounts: Vec<Account>,
+    /// External account id → account; derived from the accounts, rebuilt on restore.
+    pub(crate) accounts_by_external: FxHashMap<u64, AccountId>,
     /// Client id → slot in `sessions`: one hash lookup per command.
     pub(crate) session_slots: FxHashMap<ClientId, u32>,
     pub(crate) sessions: Vec<(ClientId, Session)>,
@@ -194,6 +201,7 @@ impl<B: Book> Engine<B> {
             symbols: Vec::new(),
             symbol_names: FxHashMap::default(),
             accounts: Vec::new(),
+            accounts_by_external: FxHashMap::default(),
             session_slots: FxHashMap::default(),
             sessions: Vec::new(),
             next_order_id: 1,
@@ -267,12 +275,15 @@ impl<B: Book> Engine<B> {
             CommandBody::Move { account, symbol, order, px } => {
                 self.move_order(*account, *symbol, *order, *px, ts, events)
             }
+            CommandBody::CreateAccountWithId { external_id, asset, deposit } => {
+                self.create_account_with_id(*external_id, *asset, *deposit, events)
+            }
         }
     }
 
-    fn check_name(&self, name: &str) -> Result<(), Reject> {
+    fn check_name(&self, name: &str, len_max: usize) -> Result<(), Reject> {
         let valid = !name.is_empty()
-            && name.len() <= NAME_LEN_MAX
+            && name.len() <= len_max
             && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
         if valid {
             Ok(())
@@ -282,7 +293,7 @@ impl<B: Book> Engine<B> {
     }
 
     fn create_asset(&mut self, name: &str, decimals: u8, events: &mut Vec<Event>) -> Result<u64, Reject> {
-        self.check_name(name)?;
+        self.check_name(name, NAME_LEN_MAX)?;
         if self.asset_names.contains_key(name) {
             return Err(Reject::NameTaken);
         }
@@ -297,7 +308,7 @@ impl<B: Book> Engine<B> {
     }
 
     fn create_symbol(&mut self, spec: &SymbolSpec, events: &mut Vec<Event>) -> Result<u64, Reject> {
-        self.check_name(&spec.name)?;
+        self.check_name(&spec.name, SYMBOL_NAME_LEN_MAX)?;
         if self.symbol_names.contains_key(&spec.name) {
             return Err(Reject::NameTaken);
         }
@@ -329,6 +340,39 @@ impl<B: Book> Engine<B> {
         let id = AccountId(self.accounts.len() as u32);
         self.accounts.push(Account::default());
         events.push(Event::AccountCreated { account: id });
+        Ok(u64::from(id.0))
+    }
+
+    /// Validates everything before it changes anything: the id is free, the account
+    /// bound leaves room, the asset exists, the deposit is not negative and fits the
+    /// asset's supply.
+    fn create_account_with_id(
+        &mut self,
+        external_id: u64,
+        asset: AssetId,
+        deposit: Amount,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        if self.accounts_by_external.contains_key(&external_id) {
+            return Err(Reject::AccountIdTaken);
+        }
+        if self.accounts.len() >= self.config.accounts_max as usize {
+            return Err(Reject::LimitReached);
+        }
+        let supply = self.asset(asset)?.supply;
+        if deposit.0 < 0 {
+            return Err(Reject::AmountMustBePositive);
+        }
+        let supply = supply.0.checked_add(deposit.0).ok_or(Reject::AmountOverflow)?;
+        let id = AccountId(self.accounts.len() as u32);
+        self.accounts.push(Account { external_id: Some(external_id), ..Account::default() });
+        self.accounts_by_external.insert(external_id, id);
+        events.push(Event::AccountCreated { account: id });
+        if deposit.0 > 0 {
+            self.assets[asset.0 as usize].supply = Amount(supply);
+            self.accounts[id.0 as usize].balance_mut(asset).available.0 += deposit.0;
+            self.emit_balance(id, asset, events);
+        }
         Ok(u64::from(id.0))
     }
 
@@ -407,10 +451,12 @@ impl<B: Book> Engine<B> {
         events.push(Event::Balance { account, asset, available: balance.available, reserved: balance.reserved });
     }
 
-    /// Marks an order closed and forgets the oldest closed one past the bound.
+    /// Marks an order closed at the stamp of the command being applied (`ts_last`, set
+    /// before the command runs) and forgets the oldest closed one past the bound.
     pub(crate) fn close_record(&mut self, id: OrderId, status: OrderStatus) {
         let mut record = self.orders.remove(&id).expect("closed order has a record");
         record.status = status;
+        record.ts_closed = self.ts_last;
         if self.config.orders_closed_max == 0 {
             return;
         }

@@ -249,9 +249,15 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
             0 => CommandBody::SuspendAccount { account },
             _ => CommandBody::ResumeAccount { account },
         },
-        _ => match bytes.below(3) {
+        _ => match bytes.below(4) {
             0 => CommandBody::CreateAccount,
             1 => CommandBody::CreateAsset { name: format!("A{}", bytes.below(4)), decimals: bytes.below(20) },
+            // Few external ids, so some are taken; deposits of every kind, zero included.
+            2 => CommandBody::CreateAccountWithId {
+                external_id: u64::from(bytes.below(8)),
+                asset: asset_from(bytes),
+                deposit: amount_from(bytes),
+            },
             _ => CommandBody::Withdraw { account, asset: AssetId(0), amount: Amount(i64::MAX) },
         },
     }

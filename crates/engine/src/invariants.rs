@@ -8,7 +8,10 @@
 //! - no balance is negative;
 //! - per asset: the sum of all balances plus fees collected equals the supply;
 //! - every open order has a record that agrees: filled + reduced + open = placed;
-//! - each account's open-order count agrees with the books and stops.
+//! - each account's open-order count agrees with the books and stops;
+//! - the external-id index agrees with the accounts' ids;
+//! - closed order records carry a closing stamp at or after their acceptance, open
+//!   ones none.
 
 use std::collections::BTreeMap;
 
@@ -52,8 +55,17 @@ impl<B: Book> Engine<B> {
             }
         }
         let mut totals = vec![0i128; self.assets.len()];
+        let mut externals = 0;
         for (i, account) in self.accounts.iter().enumerate() {
             let id = AccountId(i as u32);
+            if let Some(external_id) = account.external_id {
+                externals += 1;
+                assert_eq!(
+                    self.accounts_by_external.get(&external_id),
+                    Some(&id),
+                    "account {id} external id unindexed"
+                );
+            }
             assert_eq!(account.open_orders, open.get(&id).copied().unwrap_or(0), "account {id} open-order count wrong");
             assert!(account.balances.windows(2).all(|w| w[0].0 < w[1].0), "account {id} balances unsorted");
             for (asset, balance) in &account.balances {
@@ -76,11 +88,16 @@ impl<B: Book> Engine<B> {
                 asset.name
             );
         }
+        assert_eq!(self.accounts_by_external.len(), externals, "external-id index has strays");
         assert!(self.orders_closed.len() <= self.config.orders_closed_max as usize);
+        for record in self.orders.values() {
+            assert_eq!(record.ts_closed, 0, "open order {} has a closing stamp", record.id);
+        }
         for record in &self.orders_closed {
             let (id, status) = (record.id, record.status);
             assert!(matches!(status, OrderStatus::Filled | OrderStatus::Cancelled), "order {id} closed but {status:?}");
             assert!(!self.orders.contains_key(&id), "order {id} both open and closed");
+            assert!(record.ts_closed >= record.ts, "order {id} closed before it was accepted");
         }
         let live: usize = self.symbols.iter().map(|s| s.book.len() + s.stops.by_id.len()).sum();
         assert_eq!(self.orders.len(), live, "open order records disagree with books and stops");

@@ -26,7 +26,7 @@ mod session;
 mod snapshot;
 pub mod types;
 
-pub use engine::{Asset, Engine, EngineConfig, Fill, OrderRecord, OrderStatus, NAME_LEN_MAX};
+pub use engine::{Asset, Engine, EngineConfig, Fill, OrderRecord, OrderStatus, NAME_LEN_MAX, SYMBOL_NAME_LEN_MAX};
 pub use event::{Applied, CancelReason, Event, Outcome};
 pub use matching::allocate_pro_rata;
 pub use query::{Depth, OrderView};

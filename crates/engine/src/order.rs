@@ -440,5 +440,6 @@ fn new_record(id: OrderId, request: &OrderRequest, stop: bool, ts: Timestamp) ->
         status: if stop { OrderStatus::Pending } else { OrderStatus::Open },
         ts,
         fills: Vec::new(),
+        ts_closed: 0,
     }
 }

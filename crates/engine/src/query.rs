@@ -21,6 +21,10 @@ pub struct OrderView {
     /// Quantity still open: resting in the book or waiting as a stop.
     pub qty_open: Qty,
     pub qty_visible: Qty,
+    /// Quantity the cancellation took (the remainder a cancel, an expiry or self-trade
+    /// prevention removed), 0 unless the order is cancelled. Reduces are not in it:
+    /// they are in `record.qty_reduced`.
+    pub qty_cancelled: Qty,
 }
 
 /// L2 depth of one book, best levels first.
@@ -46,7 +50,21 @@ impl<B: Book> Engine<B> {
             OrderStatus::Pending => (None, record.qty, Qty::ZERO),
             OrderStatus::Filled | OrderStatus::Cancelled => (None, Qty::ZERO, Qty::ZERO),
         };
-        Some(OrderView { record, px_resting, qty_open, qty_visible })
+        let qty_cancelled = match record.status {
+            OrderStatus::Cancelled => Qty(record.qty.0 - record.qty_filled.0 - record.qty_reduced.0),
+            _ => Qty::ZERO,
+        };
+        Some(OrderView { record, px_resting, qty_open, qty_visible, qty_cancelled })
+    }
+
+    /// The account created with this external id (`CreateAccountWithId`), if any.
+    pub fn account_by_external_id(&self, external_id: u64) -> Option<AccountId> {
+        self.accounts_by_external.get(&external_id).copied()
+    }
+
+    /// The external id an account was created with, if it was.
+    pub fn account_external_id(&self, account: AccountId) -> Option<u64> {
+        self.accounts.get(account.0 as usize)?.external_id
     }
 
     /// Every balance of an account, by asset.

@@ -75,6 +75,7 @@ rejects! {
     SequenceTooOld = 30, "sequence_too_old";
     LimitReached = 31, "limit_reached";
     AccountAlreadyInState = 32, "account_already_in_state";
+    AccountIdTaken = 33, "account_id_taken";
 }
 
 impl std::fmt::Display for Reject {

@@ -15,10 +15,11 @@ use crate::book::{Book, RestingOrder};
 use crate::command::SymbolSpec;
 use crate::engine::{Asset, Engine, EngineConfig, OrderRecord, StopOrder, Stops, Symbol};
 use crate::session::Session;
-use crate::types::{AssetId, ClientId, Px, Side};
+use crate::types::{AccountId, AssetId, ClientId, Px, Side};
 
 /// Format version of [`Engine::snapshot`]; bumped on any change to the encoding.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// 2: accounts carry their external id, order records their closing stamp.
+pub const SNAPSHOT_VERSION: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 struct SymbolImage {
@@ -32,6 +33,7 @@ struct SymbolImage {
 struct AccountImage {
     suspended: bool,
     balances: Vec<(AssetId, Balance)>,
+    external_id: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -94,7 +96,7 @@ impl<B: Book> Engine<B> {
         let accounts = self
             .accounts
             .iter()
-            .map(|a| AccountImage { suspended: a.suspended, balances: a.balances.clone() })
+            .map(|a| AccountImage { suspended: a.suspended, balances: a.balances.clone(), external_id: a.external_id })
             .collect();
         let mut sessions: Vec<(ClientId, Session)> = self.sessions.clone();
         sessions.sort_unstable_by_key(|(client, _)| *client);
@@ -140,8 +142,20 @@ impl<B: Book> Engine<B> {
         engine.accounts = image
             .accounts
             .into_iter()
-            .map(|a| Account { suspended: a.suspended, balances: a.balances, open_orders: 0 })
+            .map(|a| Account {
+                suspended: a.suspended,
+                balances: a.balances,
+                open_orders: 0,
+                external_id: a.external_id,
+            })
             .collect();
+        for (i, account) in engine.accounts.iter().enumerate() {
+            if let Some(external_id) = account.external_id {
+                if engine.accounts_by_external.insert(external_id, AccountId(i as u32)).is_some() {
+                    return Err(SnapshotError::Inconsistent("external account id listed twice"));
+                }
+            }
+        }
         for (i, image) in image.symbols.into_iter().enumerate() {
             let mut symbol = Symbol {
                 book: B::new(image.spec.tick),

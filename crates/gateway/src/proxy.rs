@@ -1,5 +1,8 @@
 //! Queries through a gateway: passed to the cluster (any member answers), for the
-//! accounts the session's key owns.
+//! accounts the session's key owns. A query carrying `bourse-read: linearizable` is
+//! passed on as one (the leader answers after a read-index round). Each query runs on
+//! a clone of the upstream query client (clones share one HTTP/2 connection), so
+//! queries do not wait for one another.
 
 use std::sync::Arc;
 
@@ -14,7 +17,13 @@ use crate::State;
 
 pub(crate) struct QueryProxy {
     state: Arc<State>,
+    /// The upstream query client, connected on first use; each query takes a clone.
     client: Mutex<Option<QueryClient>>,
+}
+
+/// Whether a request asks for a linearizable read.
+fn linearizable<T>(request: &Request<T>) -> bool {
+    request.metadata().get("bourse-read").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"linearizable"))
 }
 
 impl QueryProxy {
@@ -22,22 +31,30 @@ impl QueryProxy {
         QueryProxy { state, client: Mutex::new(None) }
     }
 
-    async fn call<T, F>(&self, f: F) -> Result<Response<T>, Status>
+    async fn call<T, F>(&self, linearizable: bool, f: F) -> Result<Response<T>, Status>
     where
         F: for<'a> FnOnce(
             &'a mut QueryClient,
         )
             -> std::pin::Pin<Box<dyn std::future::Future<Output = bourse_client::Result<T>> + Send + 'a>>,
     {
-        let mut guard = self.client.lock().await;
-        if guard.is_none() {
-            let client = QueryClient::connect(self.state.config.cluster.clone(), ClientOptions::default())
-                .await
-                .map_err(|e| Status::unavailable(e.to_string()))?;
-            *guard = Some(client);
-        }
-        let client = guard.as_mut().expect("connected above");
-        f(client).await.map(Response::new).map_err(to_status)
+        let shared = {
+            let mut guard = self.client.lock().await;
+            if guard.is_none() {
+                let client = QueryClient::connect(self.state.config.cluster.clone(), ClientOptions::default())
+                    .await
+                    .map_err(|e| Status::unavailable(e.to_string()))?;
+                *guard = Some(client);
+            }
+            guard.clone().expect("connected above")
+        };
+        let mut client = shared.linearizable(linearizable);
+        let result = f(&mut client).await;
+        // The clone knows where it last got an answer (it may have failed over): the
+        // next query starts there. After a long outage the next one connects afresh.
+        let unavailable = matches!(result, Err(bourse_client::Error::Unavailable { .. }));
+        *self.client.lock().await = (!unavailable).then(|| client.linearizable(false));
+        result.map(Response::new).map_err(to_status)
     }
 
     fn owns(&self, principal: &crate::Principal, account: u32) -> Result<(), Status> {
@@ -64,8 +81,9 @@ impl proto::query_server::Query for QueryProxy {
         request: Request<proto::GetOrderRequest>,
     ) -> Result<Response<proto::GetOrderReply>, Status> {
         let principal = authenticate(&self.state, &request)?;
+        let linearizable = linearizable(&request);
         let order = request.into_inner().order;
-        let reply = self.call(|c| Box::pin(c.order(OrderId(order)))).await?;
+        let reply = self.call(linearizable, |c| Box::pin(c.order(OrderId(order)))).await?;
         if let Some(info) = &reply.get_ref().order {
             self.owns(&principal, info.account)?;
         }
@@ -77,9 +95,10 @@ impl proto::query_server::Query for QueryProxy {
         request: Request<proto::GetBalancesRequest>,
     ) -> Result<Response<proto::GetBalancesReply>, Status> {
         let principal = authenticate(&self.state, &request)?;
+        let linearizable = linearizable(&request);
         let account = request.into_inner().account;
         self.owns(&principal, account)?;
-        self.call(|c| Box::pin(c.balances(AccountId(account)))).await
+        self.call(linearizable, |c| Box::pin(c.balances(AccountId(account)))).await
     }
 
     async fn get_open_orders(
@@ -87,9 +106,10 @@ impl proto::query_server::Query for QueryProxy {
         request: Request<proto::GetOpenOrdersRequest>,
     ) -> Result<Response<proto::GetOpenOrdersReply>, Status> {
         let principal = authenticate(&self.state, &request)?;
+        let linearizable = linearizable(&request);
         let account = request.into_inner().account;
         self.owns(&principal, account)?;
-        self.call(|c| Box::pin(c.open_orders(AccountId(account)))).await
+        self.call(linearizable, |c| Box::pin(c.open_orders(AccountId(account)))).await
     }
 
     async fn get_depth(
@@ -97,8 +117,9 @@ impl proto::query_server::Query for QueryProxy {
         request: Request<proto::GetDepthRequest>,
     ) -> Result<Response<proto::GetDepthReply>, Status> {
         authenticate(&self.state, &request)?;
+        let linearizable = linearizable(&request);
         let request = request.into_inner();
-        self.call(|c| Box::pin(c.depth(SymbolId(request.symbol), request.levels_max))).await
+        self.call(linearizable, |c| Box::pin(c.depth(SymbolId(request.symbol), request.levels_max))).await
     }
 
     async fn get_symbols(
@@ -106,7 +127,7 @@ impl proto::query_server::Query for QueryProxy {
         request: Request<proto::GetSymbolsRequest>,
     ) -> Result<Response<proto::GetSymbolsReply>, Status> {
         authenticate(&self.state, &request)?;
-        self.call(|c| Box::pin(c.symbols())).await
+        self.call(linearizable(&request), |c| Box::pin(c.symbols())).await
     }
 
     async fn get_assets(
@@ -114,7 +135,23 @@ impl proto::query_server::Query for QueryProxy {
         request: Request<proto::GetAssetsRequest>,
     ) -> Result<Response<proto::GetAssetsReply>, Status> {
         authenticate(&self.state, &request)?;
-        self.call(|c| Box::pin(c.assets())).await
+        self.call(linearizable(&request), |c| Box::pin(c.assets())).await
+    }
+
+    /// Answered only for a key that owns the account: another key learns nothing, not
+    /// even that the external id is taken.
+    async fn get_account(
+        &self,
+        request: Request<proto::GetAccountRequest>,
+    ) -> Result<Response<proto::GetAccountReply>, Status> {
+        let principal = authenticate(&self.state, &request)?;
+        let linearizable = linearizable(&request);
+        let external_id = request.into_inner().external_id;
+        let reply = self.call(linearizable, |c| Box::pin(c.account_by_external_id(external_id))).await?;
+        if !principal.may_query(reply.get_ref().account) {
+            return Err(Status::not_found(format!("account with external id {external_id}")));
+        }
+        Ok(reply)
     }
 }
 

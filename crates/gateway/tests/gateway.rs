@@ -352,6 +352,39 @@ async fn a_key_acts_only_for_its_own_accounts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_resolves_only_its_own_external_account_ids() {
+    let exchange = exchange(0, 1024, 0).await;
+    let admin = Client::connect(vec![exchange.node.addr.to_string()], random_client_id(), ClientOptions::default())
+        .await
+        .unwrap();
+    let mut made = Vec::new();
+    for external_id in [7, 8] {
+        let asset = bourse_engine::AssetId(0);
+        let body = CommandBody::CreateAccountWithId { external_id, asset, deposit: bourse_engine::Amount(0) };
+        made.push(admin.submit(body).await.unwrap().ok_id().unwrap() as u32);
+    }
+    admin.close().await.unwrap();
+    let key = generate_key();
+    let keys = KeyStore::from_entries(vec![entry_for(&key, "alice", vec![made[0]], false)]).unwrap();
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.open = false;
+    let gateway = Gateway::start(config, keys).await.unwrap();
+    let options = ClientOptions { api_key: Some(ApiKey(key)), ..ClientOptions::default() };
+    for linearizable in [false, true] {
+        let query = QueryClient::connect(vec![gateway.addr().to_string()], options.clone()).await.unwrap();
+        let mut query = query.linearizable(linearizable);
+        let own = query.account_by_external_id(7).await.unwrap();
+        assert_eq!((own.account, own.external_id), (made[0], 7));
+        // Another key's account reads exactly like an id nobody took.
+        for external_id in [8, 9] {
+            let hidden = query.account_by_external_id(external_id).await;
+            assert!(matches!(hidden, Err(Error::NotFound(_))), "{external_id}: {hidden:?}");
+        }
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_over_its_rate_is_refused_clearly() {
     let exchange = exchange(0, 1024, 1).await;
     let mut config = open_gateway(1, &exchange.node, 0);

@@ -19,6 +19,7 @@ pub enum QueryRequest {
     Depth(proto::GetDepthRequest),
     Symbols,
     Assets,
+    Account(proto::GetAccountRequest),
 }
 
 pub enum QueryReply {
@@ -28,6 +29,7 @@ pub enum QueryReply {
     Depth(proto::GetDepthReply),
     Symbols(proto::GetSymbolsReply),
     Assets(proto::GetAssetsReply),
+    Account(proto::GetAccountReply),
 }
 
 pub type QueryAnswer = Result<QueryReply, tonic::Status>;
@@ -74,6 +76,12 @@ pub fn answer(engine: &Engine, index: u64, query: QueryRequest) -> QueryAnswer {
             let assets = (0..engine.assets_len() as u32)
                 .filter_map(|id| engine.asset_info(AssetId(id)).map(|asset| (AssetId(id), asset)));
             QueryReply::Assets(convert::assets_reply(index, assets))
+        }
+        QueryRequest::Account(request) => {
+            let account = engine
+                .account_by_external_id(request.external_id)
+                .ok_or_else(|| not_found(format!("account with external id {}", request.external_id)))?;
+            QueryReply::Account(convert::account_reply(index, account, request.external_id))
         }
     })
 }

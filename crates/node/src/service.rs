@@ -353,6 +353,17 @@ impl proto::query_server::Query for QueryService {
         )
         .await
     }
+
+    async fn get_account(
+        &self,
+        request: GrpcRequest<proto::GetAccountRequest>,
+    ) -> Result<Response<proto::GetAccountReply>, Status> {
+        query_as(&self.0, request, QueryRequest::Account, |r| match r {
+            QueryReply::Account(reply) => Some(reply),
+            _ => None,
+        })
+        .await
+    }
 }
 
 pub struct MarketDataService(pub Shared);

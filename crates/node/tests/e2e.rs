@@ -1,7 +1,7 @@
 //! End to end over loopback: a node in this process, real gRPC clients, a real journal.
 
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderRequest, SymbolSpec, Tif};
-use bourse_engine::{AccountId, Amount, AssetId, ClientId, Px, Qty, Side, SymbolId};
+use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId};
 use bourse_node::{Node, NodeConfig};
 use bourse_protocol::proto;
 use bourse_protocol::proto::{
@@ -155,5 +155,39 @@ async fn a_core_batch_larger_than_the_journal_batch_is_logged_in_pieces() {
     assert_eq!(acks.iter().map(|a| a.seq).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
     let indexes: Vec<u64> = acks.iter().map(|a| a.log_index).collect();
     assert!(indexes.windows(2).all(|w| w[1] == w[0] + 1), "{indexes:?}");
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounts_by_external_id_and_closed_orders_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(config(dir.path())).await.unwrap();
+    let addr = node.addr;
+    let mut admin_client = market(addr).await;
+    let with_id =
+        |external_id| CommandBody::CreateAccountWithId { external_id, asset: AssetId(0), deposit: Amount(500) };
+    let created = admin(&mut admin_client, 8, 1, with_id(42)).await;
+    assert_eq!(ok_id(&created), 2, "accounts 0 and 1 exist already");
+    let taken = admin(&mut admin_client, 8, 2, with_id(42)).await;
+    let Some(proto::ack::Outcome::Rejected(info)) = taken.outcome else { panic!("{taken:?}") };
+    assert_eq!((info.code, info.name.as_str()), (33, "account_id_taken"));
+
+    let mut query = QueryClient::connect(format!("http://{addr}")).await.unwrap();
+    let found = query.get_account(proto::GetAccountRequest { external_id: 42 }).await.unwrap().into_inner();
+    assert_eq!((found.account, found.external_id), (2, 42));
+    assert!(found.log_index >= taken.log_index);
+    let missing = query.get_account(proto::GetAccountRequest { external_id: 2 }).await.unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    let balances = query.get_balances(proto::GetBalancesRequest { account: 2 }).await.unwrap().into_inner();
+    assert_eq!(balances.balances.iter().map(|b| (b.asset, b.available)).collect::<Vec<_>>(), [(0, 500)]);
+
+    // A cancelled order says when it was cancelled and how much the cancel took.
+    let sell = OrderRequest::limit(AccountId(0), SymbolId(0), Side::Sell, Px(150), Qty(10), Tif::Gtc);
+    let order = ok_id(&admin(&mut admin_client, 8, 3, CommandBody::Place(sell)).await);
+    let cancel = CommandBody::Cancel { account: AccountId(0), symbol: SymbolId(0), order: OrderId(order) };
+    admin(&mut admin_client, 8, 4, cancel).await;
+    let info = query.get_order(proto::GetOrderRequest { order }).await.unwrap().into_inner().order.unwrap();
+    assert_eq!((info.status, info.qty_cancelled), (proto::OrderStatus::Cancelled as i32, 10));
+    assert!(info.ts_closed > info.ts, "closed at the cancel's stamp, after the order's: {info:?}");
     node.shutdown().await.unwrap();
 }

@@ -409,6 +409,13 @@ impl From<&CommandBody> for Body {
             CommandBody::Move { account, symbol, order, px } => {
                 Body::Move(proto::MoveOrder { account: account.0, symbol: symbol.0, order: order.0, px: px.0 })
             }
+            CommandBody::CreateAccountWithId { external_id, asset, deposit } => {
+                Body::CreateAccountWithId(proto::CreateAccountWithId {
+                    external_id: *external_id,
+                    asset: asset.0,
+                    deposit: deposit.0,
+                })
+            }
         }
     }
 }
@@ -461,6 +468,11 @@ impl TryFrom<&Body> for CommandBody {
                 symbol: SymbolId(moved.symbol),
                 order: OrderId(moved.order),
                 px: Px(moved.px),
+            },
+            Body::CreateAccountWithId(create) => CommandBody::CreateAccountWithId {
+                external_id: create.external_id,
+                asset: AssetId(create.asset),
+                deposit: Amount(create.deposit),
             },
         })
     }
@@ -679,6 +691,8 @@ impl From<&OrderView> for proto::OrderInfo {
             px_resting: view.px_resting.map(|px| px.0),
             qty_open: view.qty_open.0,
             qty_visible: view.qty_visible.0,
+            ts_closed: record.ts_closed,
+            qty_cancelled: view.qty_cancelled.0,
         }
     }
 }
@@ -734,6 +748,11 @@ pub fn symbols_reply<'a>(
     let symbols =
         symbols.into_iter().map(|(id, spec)| proto::SymbolInfo { id: id.0, spec: Some(spec.into()) }).collect();
     proto::GetSymbolsReply { log_index, symbols }
+}
+
+/// The reply to `GetAccount`, read at `log_index`.
+pub fn account_reply(log_index: u64, account: AccountId, external_id: u64) -> proto::GetAccountReply {
+    proto::GetAccountReply { log_index, account: account.0, external_id }
 }
 
 /// The reply to `GetAssets`, read at `log_index`.

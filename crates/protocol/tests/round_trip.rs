@@ -25,10 +25,11 @@ fn variant_name(body: &CommandBody) -> &'static str {
         CommandBody::Cancel { .. } => "cancel",
         CommandBody::Reduce { .. } => "reduce",
         CommandBody::Move { .. } => "move",
+        CommandBody::CreateAccountWithId { .. } => "create_account_with_id",
     }
 }
 
-const VARIANTS_LEN: usize = 12;
+const VARIANTS_LEN: usize = 13;
 
 fn spec(name: &str, policy: MatchPolicy, fee_maker: i64) -> SymbolSpec {
     SymbolSpec {
@@ -78,6 +79,8 @@ fn commands_all() -> Vec<CommandBody> {
         CommandBody::Cancel { account, symbol, order: OrderId(u64::MAX) },
         CommandBody::Reduce { account, symbol, order: OrderId(1), qty_by: Qty(200) },
         CommandBody::Move { account, symbol, order: OrderId(2), px: Px(10_050) },
+        CommandBody::CreateAccountWithId { external_id: u64::MAX, asset, deposit: Amount(0) },
+        CommandBody::CreateAccountWithId { external_id: 0, asset: AssetId(u32::MAX), deposit: Amount(i64::MIN) },
     ];
     let kinds = [
         OrderKind::Limit { px: Px(10_050) },
@@ -257,6 +260,9 @@ fn arb_body() -> impl Strategy<Value = CommandBody> {
             symbol,
             order,
             px: Px(px)
+        }),
+        (any::<u64>(), any::<u32>(), any::<i64>()).prop_map(|(external_id, asset, deposit)| {
+            CommandBody::CreateAccountWithId { external_id, asset: AssetId(asset), deposit: Amount(deposit) }
         }),
     ]
 }

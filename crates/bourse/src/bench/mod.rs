@@ -20,6 +20,7 @@ mod recovery;
 mod report;
 mod scale;
 mod sweep;
+mod xml;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -39,6 +40,9 @@ pub enum BenchCommand {
     Http(http::HttpArgs),
     /// Orders per second and round-trip latency through FIX 4.4 with N sessions.
     Fix(fix::FixArgs),
+    /// Requests per second and latency through the XML exchange protocol with N
+    /// concurrent clients, length-prefixed and bare.
+    Xml(xml::XmlArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -50,5 +54,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Host(args) => host::run(&args),
         BenchCommand::Http(args) => http::run(&args),
         BenchCommand::Fix(args) => fix::run(&args),
+        BenchCommand::Xml(args) => xml::run(&args),
     }
 }

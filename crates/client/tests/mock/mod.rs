@@ -277,4 +277,11 @@ impl Query for MockNode {
             .filter_map(|id| engine.asset_info(AssetId(id)).map(|asset| (AssetId(id), asset)));
         Ok(Response::new(convert::assets_reply(state.log_index, assets)))
     }
+
+    async fn get_account(
+        &self,
+        _: Request<proto::GetAccountRequest>,
+    ) -> Result<Response<proto::GetAccountReply>, Status> {
+        Err(Status::unimplemented("mock"))
+    }
 }

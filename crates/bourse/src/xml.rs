@@ -1,0 +1,100 @@
+//! `bourse gateway run … --xml ADDR [--xml-framed ADDR]`: the XML exchange protocol's
+//! listeners in the gateway's process (`bourse-xml`), with the spec's settings
+//! (section 11) as flags.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bourse_client::ApiKey;
+use bourse_engine::command::Stp;
+use bourse_xml::{Exchange, ExchangeConfig, Framing, NoHistory, Scales, XmlConfig, XmlServer};
+use clap::{Args, ValueEnum};
+
+#[derive(Args, Debug, Clone)]
+pub struct XmlArgs {
+    /// Serve the XML exchange protocol here with bare replies (reply, then close), as
+    /// port 12345 does by default.
+    #[arg(long)]
+    xml: Option<SocketAddr>,
+    /// Serve it here with length-prefixed replies on kept-open connections.
+    #[arg(long)]
+    xml_framed: Option<SocketAddr>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    xml_max_request_bytes: usize,
+    /// Most result-producing children in one request.
+    #[arg(long, default_value_t = 10_000)]
+    xml_max_children: usize,
+    /// Time to receive one whole request once its first byte arrived.
+    #[arg(long, default_value_t = 30_000)]
+    xml_read_timeout_ms: u64,
+    /// Close a connection on which no request byte arrives for this long.
+    #[arg(long, default_value_t = 300_000)]
+    xml_idle_timeout_ms: u64,
+    /// Connections served at once (more wait in the accept backlog).
+    #[arg(long, default_value_t = 10_000)]
+    xml_max_connections: usize,
+    /// Fractional digits allowed in shares.
+    #[arg(long, default_value_t = 4)]
+    xml_quantity_scale: u32,
+    /// Fractional digits allowed in prices (cash has quantity + price digits).
+    #[arg(long, default_value_t = 4)]
+    xml_price_scale: u32,
+    /// Self-trade prevention of XML orders.
+    #[arg(long, value_enum, default_value_t = SelfTrade::Allow)]
+    xml_self_trade: SelfTrade,
+    /// The asset XML symbols trade against (created with quantity + price decimals;
+    /// start-up fails if it exists with other decimals).
+    #[arg(long, default_value = "USD")]
+    xml_quote: String,
+    /// Order-entry sessions the XML front end keeps to the gateway (128 commands in
+    /// flight each; few sessions batch better).
+    #[arg(long, default_value_t = 2)]
+    xml_sessions: usize,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SelfTrade {
+    Allow,
+    CancelResting,
+    CancelIncoming,
+}
+
+impl XmlArgs {
+    pub fn wanted(&self) -> bool {
+        self.xml.is_some() || self.xml_framed.is_some()
+    }
+
+    /// Starts the listeners asked for, sharing one link to the gateway at `upstream`.
+    pub async fn start(&self, upstream: SocketAddr, key: Option<ApiKey>) -> Result<Vec<XmlServer>, String> {
+        let mut config = ExchangeConfig::new(vec![upstream.to_string()]);
+        config.key = key;
+        config.scales = Scales { quantity: self.xml_quantity_scale, price: self.xml_price_scale };
+        config.self_trade = match self.xml_self_trade {
+            SelfTrade::Allow => Stp::Allow,
+            SelfTrade::CancelResting => Stp::CancelResting,
+            SelfTrade::CancelIncoming => Stp::CancelIncoming,
+        };
+        config.quote_asset = self.xml_quote.clone();
+        config.sessions = self.xml_sessions;
+        let exchange =
+            Arc::new(Exchange::connect(config, Arc::new(NoHistory)).await.map_err(|e| format!("--xml: {e}"))?);
+        let mut servers = Vec::new();
+        for (listen, framing) in [(self.xml, Framing::Bare), (self.xml_framed, Framing::Prefixed)] {
+            let Some(listen) = listen else { continue };
+            let mut config = XmlConfig::new(listen, framing);
+            config.max_request_bytes = self.xml_max_request_bytes;
+            config.max_children = self.xml_max_children;
+            config.read_timeout = Duration::from_millis(self.xml_read_timeout_ms);
+            config.idle_timeout = Duration::from_millis(self.xml_idle_timeout_ms);
+            config.max_connections = self.xml_max_connections;
+            let server =
+                XmlServer::start(config, Arc::clone(&exchange)).await.map_err(|e| format!("--xml {listen}: {e}"))?;
+            let mode = if framing == Framing::Bare { "bare replies" } else { "length-prefixed replies" };
+            println!("XML exchange protocol on {} ({mode})", server.addr());
+            servers.push(server);
+        }
+        Ok(servers)
+    }
+}
