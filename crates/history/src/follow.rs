@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::{Code, Streaming};
 
 use crate::recorder::LogEntry;
-use crate::sink::{Feed, SinkError, SinkStatus};
+use crate::sink::{Feed, Opened, Sink, SinkConfig, SinkError, SinkStatus};
 
 /// Pause before trying the next member after a failure.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
@@ -199,4 +199,47 @@ fn classify(node: &str, status: tonic::Status) -> Failure {
 /// Every member said the index is pruned: the gap is real and history stops on it.
 fn gap(reason: &str) -> SinkError {
     SinkError::Source(format!("{reason}; no member holds it, and history never skips a gap"))
+}
+
+/// A sink fed by a [`Follower`]: what `bourse serve` runs in-process and `bourse history
+/// run` runs on its own.
+pub struct Following {
+    sink: Sink,
+    task: tokio::task::JoinHandle<Result<(), SinkError>>,
+    stop: watch::Sender<bool>,
+    pub status: Arc<SinkStatus>,
+}
+
+impl Following {
+    /// Opens the store at `url`, connects to a member of `nodes` from where the store
+    /// stands, and starts the sink. Must run inside a tokio runtime.
+    pub async fn start(nodes: Vec<String>, url: &str, config: SinkConfig) -> Result<Following, SinkError> {
+        let url = url.to_string();
+        // The PostgreSQL client blocks; it must not run on an async task.
+        let opened = tokio::task::spawn_blocking(move || Opened::open(&url))
+            .await
+            .map_err(|e| SinkError::Source(e.to_string()))??;
+        let from = opened.from_index();
+        let (follower, engine) = Follower::connect(nodes, from).await?;
+        let sink = Sink::start(opened, engine, config)?;
+        let status = Arc::clone(&sink.status);
+        let (stop, stopping) = watch::channel(false);
+        let task = tokio::spawn(follower.run(sink.sender(), Arc::clone(&status), stopping));
+        tracing::info!(from, "history sink following the log");
+        Ok(Following { sink, task, stop, status })
+    }
+
+    /// True once the follower or the sink stopped by itself (on an error).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished() || self.status.failed.load(Ordering::Acquire)
+    }
+
+    /// Stops following and waits until what was received is written.
+    pub async fn stop(self) -> Result<(), SinkError> {
+        let _ = self.stop.send(true);
+        let followed = self.task.await.map_err(|e| SinkError::Source(e.to_string()))?;
+        let sink = self.sink;
+        let finished = tokio::task::spawn_blocking(move || sink.finish()).await.map_err(|e| SinkError::Source(e.to_string()))?;
+        followed.and(finished)
+    }
 }

@@ -26,5 +26,6 @@ pub mod store;
 pub mod testing;
 
 pub use recorder::{LogEntry, Recorder};
+pub use follow::Following;
 pub use sink::{Feed, Opened, Sink, SinkConfig, SinkError, SinkStatus};
 pub use store::{Progress, Store};
