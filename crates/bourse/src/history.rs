@@ -151,8 +151,9 @@ pub async fn serve_with_history(config: NodeConfig, url: String) -> Result<(), S
     if let Some(metrics) = node.metrics_addr {
         println!("metrics on http://{metrics}/metrics");
     }
-    let following =
-        Following::start(vec![local(node.addr)], &url, SinkConfig::default()).await.map_err(|e| format!("history: {e}"))?;
+    let following = Following::start(vec![local(node.addr)], &url, SinkConfig::default())
+        .await
+        .map_err(|e| format!("history: {e}"))?;
     println!("history in {url}");
     let status = Arc::clone(&following.status);
     node.metrics.extra.add(move || status.render());
@@ -176,7 +177,8 @@ async fn wait_signal() -> Result<(), String> {
 fn run_sink(args: RunArgs) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
-        let following = Following::start(args.node, &args.db, SinkConfig::default()).await.map_err(|e| e.to_string())?;
+        let following =
+            Following::start(args.node, &args.db, SinkConfig::default()).await.map_err(|e| e.to_string())?;
         println!("history sink writing {}", args.db);
         if let Some(listen) = args.metrics_listen {
             let status = Arc::clone(&following.status);
@@ -272,7 +274,9 @@ fn rebuild_member(data: &Path, url: &str, engine: EngineConfig) -> Result<bourse
         }
     };
     let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
-    runtime.block_on(bourse_cluster::replay::replay_member(&data.join("raft"), start, apply)).map_err(|e| e.to_string())?;
+    runtime
+        .block_on(bourse_cluster::replay::replay_member(&data.join("raft"), start, apply))
+        .map_err(|e| e.to_string())?;
     let sink = sink.into_inner().ok_or("the member's log could not be read")?;
     let status = Arc::clone(&sink.status);
     sink.finish().map_err(|e| e.to_string())?;

@@ -239,7 +239,8 @@ impl Following {
         let _ = self.stop.send(true);
         let followed = self.task.await.map_err(|e| SinkError::Source(e.to_string()))?;
         let sink = self.sink;
-        let finished = tokio::task::spawn_blocking(move || sink.finish()).await.map_err(|e| SinkError::Source(e.to_string()))?;
+        let finished =
+            tokio::task::spawn_blocking(move || sink.finish()).await.map_err(|e| SinkError::Source(e.to_string()))?;
         followed.and(finished)
     }
 }

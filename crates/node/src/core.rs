@@ -605,6 +605,9 @@ impl Core {
                     }
                     if maker_done {
                         self.owners.remove(&maker_order);
+                        // It may have rested earlier in this command (a stop that
+                        // triggered, traded and rested, then was filled by a later stop).
+                        live.retain(|&o| o != maker_order);
                     }
                     takers.push(taker_order);
                     if market {
@@ -618,6 +621,7 @@ impl Core {
                     trade_seq += 1;
                 }
                 Event::Cancelled { order, .. } => {
+                    live.retain(|&o| o != order);
                     if let Some(owner) = self.owners.remove(&order) {
                         let report = convert::cancel_report(event, owner.account, owner.symbol, at).expect("a cancel");
                         outputs.push(Output::Client { client: owner.client, item: ClientItem::Cancel(report) });

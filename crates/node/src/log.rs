@@ -77,9 +77,10 @@ impl Cursor {
     fn read(&mut self, head: u64) -> Result<Vec<proto::LogEntry>, Status> {
         match self {
             Cursor::Journal(tail) => match tail.read(head, CHUNK_ENTRIES_MAX) {
-                Ok(entries) => {
-                    Ok(entries.into_iter().map(|e| proto::LogEntry { index: e.index, commands: vec![e.payload] }).collect())
-                }
+                Ok(entries) => Ok(entries
+                    .into_iter()
+                    .map(|e| proto::LogEntry { index: e.index, commands: vec![e.payload] })
+                    .collect()),
                 Err(TailError::Pruned { wanted, first_held }) => Err(pruned(wanted, first_held)),
                 Err(error) => Err(Status::internal(error.to_string())),
             },
@@ -117,7 +118,10 @@ impl LogService {
 impl proto::log_server::Log for LogService {
     type FollowStream = BoxStream<proto::LogChunk>;
 
-    async fn follow(&self, request: GrpcRequest<proto::FollowLogRequest>) -> Result<Response<Self::FollowStream>, Status> {
+    async fn follow(
+        &self,
+        request: GrpcRequest<proto::FollowLogRequest>,
+    ) -> Result<Response<Self::FollowStream>, Status> {
         let from = request.into_inner().from_index;
         let first_held = self.0.log.first_index()?;
         if from < first_held && !(from <= 1 && first_held <= 1) {
@@ -128,7 +132,8 @@ impl proto::log_server::Log for LogService {
         let stream = async_stream(move |out| async move {
             service.0.metrics.logs_open.fetch_add(1, Ordering::Relaxed);
             let (head_index, head_ts) = service.head();
-            let first = proto::LogChunk { entries: Vec::new(), head_index, head_ts, engine_config, first_index: first_held };
+            let first =
+                proto::LogChunk { entries: Vec::new(), head_index, head_ts, engine_config, first_index: first_held };
             if out.send(Ok(first)).await.is_ok() {
                 service.stream(service.0.log.cursor(from), out).await;
             }

@@ -149,7 +149,13 @@ impl Metrics {
         counter(&mut out, "snapshots_total", "Snapshots taken.", "counter", load(&self.snapshots));
         counter(&mut out, "links_open", "Gateway links connected.", "gauge", load_i(&self.links_open));
         counter(&mut out, "feeds_open", "Order-level feeds served.", "gauge", load_i(&self.feeds_open));
-        counter(&mut out, "log_followers", "Log.Follow streams served (history sinks).", "gauge", load_i(&self.logs_open));
+        counter(
+            &mut out,
+            "log_followers",
+            "Log.Follow streams served (history sinks).",
+            "gauge",
+            load_i(&self.logs_open),
+        );
         counter(
             &mut out,
             "sequencer_released_total",

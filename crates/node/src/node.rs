@@ -444,6 +444,7 @@ impl Serving {
 
 impl Shared {
     /// What the services share, and the sender of its shutdown signal.
+    #[allow(clippy::too_many_arguments)] // the parts of a starting node, each made by the caller
     fn new(
         config: &NodeConfig,
         core: mpsc::Sender<Request>,
