@@ -11,6 +11,7 @@ use bourse_http::{HttpConfig, HttpServer};
 use clap::{Args, Subcommand};
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once at start
 pub enum GatewayCommand {
     /// Run a gateway in front of a cluster until SIGINT/SIGTERM.
     Run(RunArgs),
@@ -76,6 +77,10 @@ pub struct RunArgs {
     /// With --http: serve the browser UI from this directory (web/dist after `npm run build`).
     #[arg(long, requires = "http")]
     web: Option<PathBuf>,
+    /// With --http: the history store the history routes read (a SQLite file, or
+    /// `postgres://…`; written by `bourse serve` or `bourse history run`).
+    #[arg(long, requires = "http")]
+    history: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -126,7 +131,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     config.burst = args.burst;
     config.in_flight_max = args.in_flight_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
-    let (http, web) = (args.http, args.web);
+    let (http, web, history) = (args.http, args.web, args.history);
     let mut keys = keys;
     // The HTTP server reads market data for itself with a key of this process only.
     let service_key = (!args.open).then(|| ApiKey(keys.add_process_key("http-front-end", false)));
@@ -142,6 +147,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
                 let mut config = HttpConfig::new(listen, vec![gateway.addr().to_string()]);
                 config.service_key = service_key;
                 config.web_dir = web;
+                config.history = history;
                 let server = HttpServer::start(config).await.map_err(|e| format!("--http {listen}: {e}"))?;
                 println!("REST + WebSocket API on http://{}/ (OpenAPI: /openapi.json)", server.addr());
                 Some(server)
