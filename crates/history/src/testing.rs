@@ -1,6 +1,6 @@
 //! A throwaway PostgreSQL server for tests and benchmarks: `initdb` into a temporary
-//! directory, `postgres` on a free loopback port (fsync off: the data is thrown away),
-//! stopped and deleted on drop.
+//! directory, `postgres` on a free loopback port (for tests fsync off: the data is
+//! thrown away; benchmarks keep the durable defaults), stopped and deleted on drop.
 //!
 //! The server binaries are looked for in `$BOURSE_PG_BIN`, then in
 //! `/usr/lib/postgresql/<version>/bin` (Debian's `postgresql` package;
@@ -78,8 +78,15 @@ fn free_port() -> io::Result<u16> {
 }
 
 impl TempPostgres {
-    /// Creates and starts a server; returns once it accepts connections.
+    /// Creates and starts a server with fsync off (tests); returns once it accepts
+    /// connections.
     pub fn start() -> io::Result<TempPostgres> {
+        TempPostgres::start_with(false)
+    }
+
+    /// With `durable`, the server keeps PostgreSQL's defaults (fsync and synchronous
+    /// commit on), as a production server would: what benchmarks measure.
+    pub fn start_with(durable: bool) -> io::Result<TempPostgres> {
         let bin = bin_dir()?;
         let user = run_as()?;
         let dir = tempfile::Builder::new().prefix("bourse-pg-").tempdir()?;
@@ -105,7 +112,11 @@ impl TempPostgres {
             .arg(&data)
             .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-k"])
             .arg(dir.path())
-            .args(["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .args(if durable {
+                ["-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on"]
+            } else {
+                ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+            })
             .args(["-c", "max_connections=50", "-c", "shared_buffers=128MB"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

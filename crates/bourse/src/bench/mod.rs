@@ -10,6 +10,7 @@ mod ec;
 mod engine;
 mod failover;
 mod fairness;
+mod history;
 mod host;
 mod http;
 mod measure;
@@ -36,6 +37,9 @@ pub enum BenchCommand {
     Host(host::HostArgs),
     /// Orders per second and latency through the REST API with N concurrent clients.
     Http(http::HttpArgs),
+    /// The history sink: rows per second into SQLite and PostgreSQL, and its lag behind
+    /// a node under load.
+    History(history::HistoryArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -46,5 +50,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Fairness(args) => fairness::run(&args),
         BenchCommand::Host(args) => host::run(&args),
         BenchCommand::Http(args) => http::run(&args),
+        BenchCommand::History(args) => history::run(&args),
     }
 }
