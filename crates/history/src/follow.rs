@@ -32,7 +32,12 @@ pub struct Follower {
     stream: Option<Streaming<proto::LogChunk>>,
     /// The first chunk, read by `connect`, not yet handed on.
     first: Option<proto::LogChunk>,
+    /// Ask for a snapshot when the log asked for is pruned (a new, empty history only).
+    snapshot_if_pruned: bool,
 }
+
+/// Where a new history begins when the log before it is gone: (index, engine snapshot).
+pub type StartSnapshot = Option<(u64, Vec<u8>)>;
 
 fn endpoint(node: &str) -> String {
     if node.contains("://") {
@@ -44,20 +49,33 @@ fn endpoint(node: &str) -> String {
 
 impl Follower {
     /// Opens the stream at `from_index` on the first member that answers, and returns
-    /// the engine bounds the log was written under.
-    pub async fn connect(nodes: Vec<String>, from_index: u64) -> Result<(Follower, EngineConfig), SinkError> {
+    /// the engine bounds the log was written under. With `snapshot_if_pruned` (an empty
+    /// history) a member that no longer holds `from_index` starts after a snapshot, which
+    /// is returned: the history then begins there.
+    pub async fn connect(
+        nodes: Vec<String>,
+        from_index: u64,
+        snapshot_if_pruned: bool,
+    ) -> Result<(Follower, EngineConfig, StartSnapshot), SinkError> {
         if nodes.is_empty() {
             return Err(SinkError::Source("no node address to follow".into()));
         }
-        let mut follower = Follower { nodes, current: 0, next_index: from_index, stream: None, first: None };
+        let mut follower =
+            Follower { nodes, current: 0, next_index: from_index, stream: None, first: None, snapshot_if_pruned };
         let (mut rounds, mut pruned) = (0, 0);
         loop {
             match follower.open().await {
-                Ok(chunk) => {
+                Ok(mut chunk) => {
                     let config = postcard::from_bytes(&chunk.engine_config)
                         .map_err(|e| SinkError::Source(format!("the member's engine config does not decode: {e}")))?;
+                    let snapshot = (!chunk.snapshot.is_empty())
+                        .then(|| (chunk.snapshot_index, std::mem::take(&mut chunk.snapshot)));
+                    if let Some((index, _)) = &snapshot {
+                        follower.next_index = index + 1;
+                    }
+                    follower.snapshot_if_pruned = false;
                     follower.first = Some(chunk);
-                    return Ok((follower, config));
+                    return Ok((follower, config, snapshot));
                 }
                 Err(Failure::Fatal(error)) => return Err(error),
                 Err(failure @ (Failure::Pruned(_) | Failure::Retry(_))) => {
@@ -90,7 +108,8 @@ impl Follower {
             .await
             .map_err(|e| Failure::Retry(format!("{node}: {e}")))?;
         let mut client = proto::log_client::LogClient::new(channel).max_decoding_message_size(256 << 20);
-        let request = proto::FollowLogRequest { from_index: self.next_index };
+        let request =
+            proto::FollowLogRequest { from_index: self.next_index, snapshot_if_pruned: self.snapshot_if_pruned };
         let mut stream = match client.follow(request).await {
             Ok(response) => response.into_inner(),
             Err(status) => return Err(classify(&node, status)),
@@ -219,8 +238,17 @@ impl Following {
         let opened = tokio::task::spawn_blocking(move || Opened::open(&url))
             .await
             .map_err(|e| SinkError::Source(e.to_string()))??;
+        let mut opened = opened;
         let from = opened.from_index();
-        let (follower, engine) = Follower::connect(nodes, from).await?;
+        let empty = opened.saved.is_none();
+        let (follower, engine, snapshot) = Follower::connect(nodes, from, empty).await?;
+        if let Some((index, bytes)) = snapshot {
+            tracing::warn!(
+                begins_at = index + 1,
+                "the member no longer holds the log's start: this history begins after its snapshot"
+            );
+            opened.begin_at_snapshot(index, bytes);
+        }
         let sink = Sink::start(opened, engine, config)?;
         let status = Arc::clone(&sink.status);
         let (stop, stopping) = watch::channel(false);

@@ -302,3 +302,70 @@ async fn cluster_member_shut_down_while_following() {
         node.shutdown().await.unwrap();
     }
 }
+
+/// A node whose journal was pruned behind snapshots: a new history begins after a
+/// snapshot and says where; a history whose next entry is gone stops with an error
+/// that says so, never skipping it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruned_log_new_history_begins_at_a_snapshot_and_a_gap_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    let config = NodeConfig {
+        data: data.clone(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        segment_bytes_max: 4 << 10,
+        snapshot_every_commands: 150,
+        ..NodeConfig::default()
+    };
+    let node = Node::start(config).await.unwrap();
+    let endpoints = vec![node.addr.to_string()];
+    let client = Client::connect(endpoints.clone(), random_client_id(), options()).await.unwrap();
+    market(&client).await;
+    let journal = bourse_node::journal_dir(&data);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seed = 20;
+    while bourse_journal::segments_list(&journal).unwrap().first().map_or(1, |s| s.0) <= 1 {
+        assert!(Instant::now() < deadline, "the journal was never pruned");
+        flow(&client, seed, 10).await;
+        seed += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let url = sqlite_url(dir.path(), "late.sqlite");
+    let following = Following::start(endpoints.clone(), &url, sink_config()).await.unwrap();
+    let begins_at = following.status.begins_at.load(Ordering::Relaxed);
+    assert!(begins_at > 1, "the history says where it begins");
+    flow(&client, 99, 5).await;
+    wait_written(&following, applied_index(&node).await).await;
+    following.stop().await.unwrap();
+    let url_read = url.clone();
+    let (progress, first_row) = tokio::task::spawn_blocking(move || {
+        let mut store = Store::open(&url_read).unwrap();
+        let progress = bourse_history::query::progress(&mut store).unwrap().unwrap();
+        let first = store.query("SELECT MIN(log_index) FROM balance_movements", &[]).unwrap();
+        (progress, first[0][0].int())
+    })
+    .await
+    .unwrap();
+    assert_eq!(progress.begins_at, begins_at);
+    assert!(first_row.is_some_and(|first| first as u64 >= begins_at));
+    // Restarted, it goes on from its own progress (the snapshot it saved).
+    let following = Following::start(endpoints.clone(), &url, sink_config()).await.unwrap();
+    flow(&client, 100, 3).await;
+    wait_written(&following, applied_index(&node).await).await;
+    following.stop().await.unwrap();
+
+    // A history that stopped at entry 3 cannot go on: entry 4 is gone.
+    let behind = sqlite_url(dir.path(), "behind.sqlite");
+    let behind_url = behind.clone();
+    tokio::task::spawn_blocking(move || {
+        let progress = bourse_history::Progress { applied_index: 3, applied_ts: 0, begins_at: 0 };
+        Store::open(&behind_url).unwrap().write(&Default::default(), &progress, None).unwrap();
+    })
+    .await
+    .unwrap();
+    let error = Following::start(endpoints.clone(), &behind, sink_config()).await.err().expect("a gap is an error");
+    assert!(error.to_string().contains("no longer held"), "{error}");
+    client.close().await.unwrap();
+    node.shutdown().await.unwrap();
+}

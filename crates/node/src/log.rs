@@ -37,8 +37,9 @@ const CHUNK_BYTES_MAX: usize = 4 << 20;
 pub enum LogSource {
     /// A single node: the journal directory, durable through the group commit's index.
     Journal { dir: PathBuf, group: GroupCommitHandle },
-    /// A cluster member: the Raft log store, committed through the applied index.
-    Raft(LogReader),
+    /// A cluster member: the Raft log store, committed through the applied index, and
+    /// its state machine snapshots' directory.
+    Raft { reader: LogReader, snapshots: PathBuf },
 }
 
 /// A reader positioned in the log.
@@ -54,14 +55,31 @@ impl LogSource {
                 Ok(segments) => Ok(segments.first().map_or(1, |s| s.0)),
                 Err(error) => Err(Status::internal(error.to_string())),
             },
-            LogSource::Raft(reader) => Ok(reader.first_index()),
+            LogSource::Raft { reader, .. } => Ok(reader.first_index()),
+        }
+    }
+
+    /// A snapshot (index, engine bytes) that the held log continues, if there is one.
+    fn snapshot(&self, first_held: u64) -> Result<Option<(u64, Vec<u8>)>, Status> {
+        let internal = |e: &dyn std::fmt::Display| Status::internal(e.to_string());
+        match self {
+            LogSource::Journal { dir, .. } => {
+                let snapshots = bourse_journal::snapshots_read(dir).map_err(|e| internal(&e))?;
+                Ok(snapshots.into_iter().find(|s| s.index + 1 >= first_held).map(|s| (s.index, s.bytes)))
+            }
+            LogSource::Raft { snapshots, .. } => {
+                let latest = bourse_cluster::snapshot_store::SnapshotStore::reader(snapshots).latest();
+                let latest = latest.map_err(|e| internal(&e))?;
+                let latest = latest.and_then(|(meta, bytes)| meta.last_log_id.map(|id| (id.index, bytes)));
+                Ok(latest.filter(|(index, _)| index + 1 >= first_held))
+            }
         }
     }
 
     fn cursor(&self, from: u64) -> Cursor {
         match self {
             LogSource::Journal { dir, .. } => Cursor::Journal(Box::new(Tail::new(dir.clone(), from.max(1)))),
-            LogSource::Raft(reader) => Cursor::Raft { reader: reader.clone(), next: from },
+            LogSource::Raft { reader, .. } => Cursor::Raft { reader: reader.clone(), next: from },
         }
     }
 }
@@ -108,7 +126,7 @@ impl LogService {
         let metrics = &self.0.metrics;
         let index = match &self.0.log {
             LogSource::Journal { group, .. } => group.durable_index(),
-            LogSource::Raft(_) => metrics.applied_index.load(Ordering::Acquire),
+            LogSource::Raft { .. } => metrics.applied_index.load(Ordering::Acquire),
         };
         (index, metrics.applied_ts.load(Ordering::Relaxed))
     }
@@ -122,18 +140,33 @@ impl proto::log_server::Log for LogService {
         &self,
         request: GrpcRequest<proto::FollowLogRequest>,
     ) -> Result<Response<Self::FollowStream>, Status> {
-        let from = request.into_inner().from_index;
+        let request = request.into_inner();
+        let mut from = request.from_index;
         let first_held = self.0.log.first_index()?;
+        let mut snapshot = None;
         if from < first_held && !(from <= 1 && first_held <= 1) {
-            return Err(pruned(from, first_held));
+            if !request.snapshot_if_pruned {
+                return Err(pruned(from, first_held));
+            }
+            let (index, bytes) = self.0.log.snapshot(first_held)?.ok_or_else(|| pruned(from, first_held))?;
+            from = index + 1;
+            snapshot = Some((index, bytes));
         }
         let engine_config = postcard::to_allocvec(&self.0.engine).map_err(|e| Status::internal(e.to_string()))?;
         let service = LogService(self.0.clone());
         let stream = async_stream(move |out| async move {
             service.0.metrics.logs_open.fetch_add(1, Ordering::Relaxed);
             let (head_index, head_ts) = service.head();
-            let first =
-                proto::LogChunk { entries: Vec::new(), head_index, head_ts, engine_config, first_index: first_held };
+            let (snapshot_index, snapshot) = snapshot.unwrap_or_default();
+            let first = proto::LogChunk {
+                entries: Vec::new(),
+                head_index,
+                head_ts,
+                engine_config,
+                first_index: first_held,
+                snapshot,
+                snapshot_index,
+            };
             if out.send(Ok(first)).await.is_ok() {
                 service.stream(service.0.log.cursor(from), out).await;
             }
@@ -176,7 +209,7 @@ impl LogService {
                 continue;
             }
             reported = Instant::now();
-            let chunk = proto::LogChunk { entries, head_index, head_ts, engine_config: Vec::new(), first_index: 0 };
+            let chunk = proto::LogChunk { entries, head_index, head_ts, ..Default::default() };
             if out.send(Ok(chunk)).await.is_err() {
                 return;
             }

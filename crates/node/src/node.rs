@@ -353,7 +353,8 @@ impl Node {
             Arc::clone(&sessions),
             core_sender.clone(),
         ));
-        let log = LogSource::Raft(member.log_reader());
+        let log =
+            LogSource::Raft { reader: member.log_reader(), snapshots: config.data.join("raft").join("snapshots") };
         let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
 
         let shared = Shared::new(
