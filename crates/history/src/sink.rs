@@ -51,7 +51,7 @@ pub struct SinkConfig {
 impl Default for SinkConfig {
     fn default() -> Self {
         SinkConfig {
-            queue_chunks_max: 64,
+            queue_chunks_max: 8,
             queue_batches_max: 4,
             batch_rows_max: 50_000,
             snapshot_every_entries: 1_000_000,
@@ -78,7 +78,8 @@ pub struct SinkStatus {
     pub written_index: AtomicU64,
     /// Log time of its last command.
     pub written_ts: AtomicU64,
-    /// The member's committed index and log time, as last reported by the source.
+    /// The member's committed index and log time, as last reported by the source (as old
+    /// as the chunk that carried it: queues are short so that it stays fresh).
     pub head_index: AtomicU64,
     pub head_ts: AtomicU64,
     pub rows_written: AtomicU64,

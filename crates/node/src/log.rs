@@ -22,7 +22,7 @@ use bourse_protocol::proto;
 use tokio::sync::mpsc;
 use tonic::{Request as GrpcRequest, Response, Status};
 
-use crate::service::{async_stream, BoxStream, Shared};
+use crate::service::{BoxStream, Shared};
 
 /// How often an idle stream looks for new committed entries.
 const IDLE_POLL: Duration = Duration::from_millis(2);
@@ -31,6 +31,9 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// Entries and bytes per chunk, at most (a chunk holds at least one entry).
 const CHUNK_ENTRIES_MAX: usize = 1_024;
 const CHUNK_BYTES_MAX: usize = 4 << 20;
+/// Chunks queued for the connection, at most: few, so that a slow follower is slowed at
+/// once (nothing is lost: it reads the files) and the head each chunk reports is fresh.
+const CHUNKS_QUEUED_MAX: usize = 4;
 
 /// Where a node's committed log is read from.
 #[derive(Clone)]
@@ -154,7 +157,8 @@ impl proto::log_server::Log for LogService {
         }
         let engine_config = postcard::to_allocvec(&self.0.engine).map_err(|e| Status::internal(e.to_string()))?;
         let service = LogService(self.0.clone());
-        let stream = async_stream(move |out| async move {
+        let (out, receiver) = mpsc::channel(CHUNKS_QUEUED_MAX);
+        tokio::spawn(async move {
             service.0.metrics.logs_open.fetch_add(1, Ordering::Relaxed);
             let (head_index, head_ts) = service.head();
             let (snapshot_index, snapshot) = snapshot.unwrap_or_default();
@@ -172,7 +176,7 @@ impl proto::log_server::Log for LogService {
             }
             service.0.metrics.logs_open.fetch_sub(1, Ordering::Relaxed);
         });
-        Ok(Response::new(stream))
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(receiver))))
     }
 }
 

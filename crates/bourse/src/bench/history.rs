@@ -161,13 +161,21 @@ async fn lag(backend: &'static str, url: &str, args: &HistoryArgs) -> Result<Lag
         Following::start(vec![node.addr.to_string()], url, SinkConfig::default()).await.map_err(|e| e.to_string())?;
     let status = Arc::clone(&following.status);
     let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // The true lag: the node's own applied index and log time against the sink's last
+    // transaction (the head a stream reports is as old as the chunk carrying it).
     let sampler = {
-        let (status, sampling) = (Arc::clone(&status), Arc::clone(&sampling));
+        let (status, sampling, metrics) = (Arc::clone(&status), Arc::clone(&sampling), Arc::clone(&node.metrics));
         tokio::spawn(async move {
             let mut samples = Vec::new();
             while sampling.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                samples.push((status.lag_entries(), status.lag_ns() as f64 / 1e6));
+                let (head, head_ts) =
+                    (metrics.applied_index.load(Ordering::Acquire), metrics.applied_ts.load(Ordering::Relaxed));
+                let (written, written_ts) =
+                    (status.written_index.load(Ordering::Acquire), status.written_ts.load(Ordering::Relaxed));
+                let entries = head.saturating_sub(written);
+                let ms = if entries == 0 { 0.0 } else { head_ts.saturating_sub(written_ts) as f64 / 1e6 };
+                samples.push((entries, ms));
             }
             samples
         })
