@@ -13,8 +13,10 @@ nodes=127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403
 gw1=127.0.0.1:7601
 gw2=127.0.0.1:7602
 gateway_pids=()
+history_pid=
 cleanup() {
   for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  if [ -n "$history_pid" ]; then kill "$history_pid" 2>/dev/null || true; fi
   if [ -f "$data/cluster.json" ]; then "$bourse" cluster down --data "$data" >/dev/null 2>&1 || true; fi
   rm -rf "$data"
 }
@@ -30,6 +32,9 @@ echo "== 1. The matching engine alone: exchange-core's 2020 mix, one thread, ris
 echo
 echo "== 2. A replicated exchange: three nodes, Raft, each with its own journal in $data"
 "$bourse" cluster up --nodes 3 --data "$data" --base-port 7400
+echo "   and a history sink following the cluster into $data/history.sqlite (bourse history run)"
+"$bourse" history run --node "$nodes" --db "sqlite:$data/history.sqlite" 2>"$data/history.log" >/dev/null &
+history_pid=$!
 
 echo
 echo "== 3. Load over all three addresses; an ack means a majority has the command on disk."
@@ -54,6 +59,9 @@ echo "      its leadership with a quorum first)"
 "$bourse" markets --node "$nodes" --linearizable
 "$bourse" book LOAD/USD --levels 5 --node "$nodes" --linearizable
 "$bourse" balances 0 --node "$nodes"
+sleep 1
+echo "   The history store, written through the failover: the first trade of LOAD/USD, from SQLite"
+"$bourse" history trades LOAD/USD --db "$data/history.sqlite" --limit 1
 
 echo
 echo "== 5. Two gateways in front of the cluster. Sessions need an API key (the key file keeps"
@@ -102,6 +110,9 @@ echo "== 7. Stopping the gateways and the cluster (SIGTERM: each node finishes i
 echo "      replaying each node's snapshot and committed log: same index, same state hash"
 for pid in "${gateway_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
 gateway_pids=()
+kill "$history_pid" 2>/dev/null || true
+wait "$history_pid" 2>/dev/null || true
+history_pid=
 "$bourse" cluster down --data "$data"
 for node in 1 2 3; do
   printf 'node %s: ' "$node"
