@@ -147,6 +147,9 @@ fn local(addr: SocketAddr) -> String {
 /// exchange keeps running (history catches up from the log when restarted).
 pub async fn serve_with_history(config: NodeConfig, url: String) -> Result<(), String> {
     let node = Node::start(config).await.map_err(|e| e.to_string())?;
+    // Handlers first: the node serves already, and a SIGTERM must stop it cleanly even
+    // while the sink is still starting.
+    let signals = Signals::install()?;
     println!("bourse node listening on {}", node.addr);
     if let Some(metrics) = node.metrics_addr {
         println!("metrics on http://{metrics}/metrics");
@@ -157,26 +160,40 @@ pub async fn serve_with_history(config: NodeConfig, url: String) -> Result<(), S
     println!("history in {url}");
     let status = Arc::clone(&following.status);
     node.metrics.extra.add(move || status.render());
-    wait_signal().await?;
+    signals.wait().await;
     if let Err(error) = following.stop().await {
         tracing::error!(%error, "history sink stopped with an error");
     }
     node.shutdown().await.map_err(|e| e.to_string())
 }
 
-async fn wait_signal() -> Result<(), String> {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+/// SIGINT and SIGTERM, caught from the moment they are installed.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt()).map_err(|e| e.to_string())?,
+            terminate: signal(SignalKind::terminate()).map_err(|e| e.to_string())?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = self.terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+    }
 }
 
 fn run_sink(args: RunArgs) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
+        let signals = Signals::install()?;
         let following =
             Following::start(args.node, &args.db, SinkConfig::default()).await.map_err(|e| e.to_string())?;
         println!("history sink writing {}", args.db);
@@ -200,7 +217,7 @@ fn run_sink(args: RunArgs) -> Result<(), String> {
             }
         };
         tokio::select! {
-            result = wait_signal() => result?,
+            _ = signals.wait() => {}
             _ = failed => {}
         }
         following.stop().await.map_err(|e| e.to_string())
