@@ -143,7 +143,8 @@ fn local(addr: SocketAddr) -> String {
 
 /// `bourse serve` with its history sink: the node, then a sink following it over
 /// loopback; on SIGINT/SIGTERM the sink writes what it received, then the node stops.
-/// A sink that fails logs why and shows `bourse_history_failed 1` on /metrics; the
+/// A sink that fails, or cannot start, logs why and shows `bourse_history_failed 1` on
+/// /metrics; the
 /// exchange keeps running (history catches up from the log when restarted).
 pub async fn serve_with_history(config: NodeConfig, url: String) -> Result<(), String> {
     let node = Node::start(config).await.map_err(|e| e.to_string())?;
@@ -154,14 +155,28 @@ pub async fn serve_with_history(config: NodeConfig, url: String) -> Result<(), S
     if let Some(metrics) = node.metrics_addr {
         println!("metrics on http://{metrics}/metrics");
     }
-    let following = Following::start(vec![local(node.addr)], &url, SinkConfig::default())
-        .await
-        .map_err(|e| format!("history: {e}"))?;
-    println!("history in {url}");
-    let status = Arc::clone(&following.status);
-    node.metrics.extra.add(move || status.render());
+    let following = match Following::start(vec![local(node.addr)], &url, SinkConfig::default()).await {
+        Ok(following) => {
+            println!("history in {url}");
+            let status = Arc::clone(&following.status);
+            node.metrics.extra.add(move || status.render());
+            Some(following)
+        }
+        Err(error) => {
+            // The exchange runs on; the failure is on stderr and on /metrics.
+            tracing::error!(%error, url, "the history sink did not start: this node runs without history");
+            let status = Arc::new(bourse_history::SinkStatus::default());
+            status.failed.store(true, std::sync::atomic::Ordering::Release);
+            *status.error.lock().expect("status lock") = Some(error.to_string());
+            node.metrics.extra.add(move || status.render());
+            None
+        }
+    };
     signals.wait().await;
-    if let Err(error) = following.stop().await {
+    if let Some(Err(error)) = match following {
+        Some(following) => Some(following.stop().await),
+        None => None,
+    } {
         tracing::error!(%error, "history sink stopped with an error");
     }
     node.shutdown().await.map_err(|e| e.to_string())

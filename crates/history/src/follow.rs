@@ -240,14 +240,9 @@ impl Following {
             .map_err(|e| SinkError::Source(e.to_string()))??;
         let mut opened = opened;
         let from = opened.from_index();
-        let empty = opened.saved.is_none();
-        let (follower, engine, snapshot) = Follower::connect(nodes, from, empty).await?;
+        let (follower, engine, snapshot) = Follower::connect(nodes, from, true).await?;
         if let Some((index, bytes)) = snapshot {
-            tracing::warn!(
-                begins_at = index + 1,
-                "the member no longer holds the log's start: this history begins after its snapshot"
-            );
-            opened.begin_at_snapshot(index, bytes);
+            opened.start_at_member_snapshot(index, bytes)?;
         }
         let sink = Sink::start(opened, engine, config)?;
         let status = Arc::clone(&sink.status);

@@ -193,6 +193,35 @@ impl Opened {
         self.snapshot_unsaved = true;
     }
 
+    /// The member no longer holds the entries after this store's own snapshot and sent
+    /// one of its snapshots instead (taken after entry `index`). An empty history begins
+    /// there; a history written through `index` or further restores its engine from it
+    /// and replays up to its progress without writing; a history written through less
+    /// would have a hole, which is an error.
+    pub fn start_at_member_snapshot(&mut self, index: u64, snapshot: Vec<u8>) -> Result<(), SinkError> {
+        match &mut self.saved {
+            None => {
+                tracing::warn!(
+                    begins_at = index + 1,
+                    "the member no longer holds the log's start: this history begins after its snapshot"
+                );
+                self.begin_at_snapshot(index, snapshot);
+                Ok(())
+            }
+            Some(saved) if index <= saved.progress.applied_index => {
+                tracing::info!(index, "resuming from the member's snapshot (the log after this store's is pruned)");
+                saved.snapshot = Some((index, snapshot));
+                self.snapshot_unsaved = true;
+                Ok(())
+            }
+            Some(saved) => Err(SinkError::Source(format!(
+                "history written through log index {}, but the member holds nothing between it and its snapshot at {index}; \
+                 history never skips a gap",
+                saved.progress.applied_index
+            ))),
+        }
+    }
+
     /// Entries up to this index are already written (replayed without rows).
     pub fn written_through(&self) -> Option<u64> {
         self.saved.as_ref().map(|s| s.progress.applied_index)
