@@ -12,7 +12,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 for _ in $(seq 1 "$rounds"); do
   for bourse in "$@"; do
     data=$(mktemp -d -p "${BENCH_DIR:-$PWD/target}" bourse-bench-ab-XXXXXX)
-    "$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 2>"$data.log" &
+    "$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 --history "${BOURSE_HISTORY:-none}" 2>"$data.log" &
     node=$!
     for _ in $(seq 1 100); do "$bourse" markets --node 127.0.0.1:7410 >/dev/null 2>&1 && break; sleep 0.1; done
     node_before=$(cpu_ticks $node)

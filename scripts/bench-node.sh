@@ -3,13 +3,15 @@
 # docs/BENCHMARKS.md: a fresh node, `bourse load` flat out, then open loop at half the
 # rate it reached, then the node's own fdatasync figures from /metrics.
 # Usage: scripts/bench-node.sh [CONNECTIONS] [SECONDS]
+# The node runs without its history sink (figures comparable with earlier ones);
+# BOURSE_HISTORY=sqlite:/dev/shm/h.sqlite (or postgres://…) measures it with one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 connections=${1:-32}
 seconds=${2:-10}
 bourse=./target/release/bourse
 data=$(mktemp -d -t bourse-bench-node-XXXXXX)
-"$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 2>"$data.log" &
+"$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 --history "${BOURSE_HISTORY:-none}" 2>"$data.log" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data" "$data.log"' EXIT
 for _ in $(seq 1 100); do "$bourse" markets --node 127.0.0.1:7410 >/dev/null 2>&1 && break; sleep 0.1; done

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 bourse=${1:-./target/release/bourse}
 rate=${2:-350000}
 data=$(mktemp -d -p "${BENCH_DIR:-$PWD/target}" bourse-bench-prune-XXXXXX)
-"$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 \
+"$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 --history "${BOURSE_HISTORY:-none}" \
   --snapshot-every-commands 4000000 2>"$data.log" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data" "$data.log"' EXIT

@@ -12,6 +12,7 @@ use bourse_http::{HttpConfig, HttpServer};
 use clap::{Args, Subcommand};
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once at start
 pub enum GatewayCommand {
     /// Run a gateway in front of a cluster until SIGINT/SIGTERM.
     Run(Box<RunArgs>),
@@ -90,6 +91,10 @@ pub struct RunArgs {
     fix_comp_id: String,
     #[command(flatten)]
     xml: crate::xml::XmlArgs,
+    /// With --http: the history store the history routes read (a SQLite file, or
+    /// `postgres://…`; written by `bourse serve` or `bourse history run`).
+    #[arg(long, requires = "http")]
+    history: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -140,7 +145,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     config.burst = args.burst;
     config.in_flight_max = args.in_flight_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
-    let (http, web) = (args.http, args.web);
+    let (http, web, history) = (args.http, args.web, args.history);
     let fix = args.fix.map(|listen| (listen, args.data.clone().unwrap_or_default(), args.fix_comp_id.clone()));
     let mut keys = keys;
     // The HTTP server reads market data for itself with a key of this process only.
@@ -160,6 +165,7 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
                 let mut config = HttpConfig::new(listen, vec![gateway.addr().to_string()]);
                 config.service_key = service_key;
                 config.web_dir = web;
+                config.history = history;
                 let server = HttpServer::start(config).await.map_err(|e| format!("--http {listen}: {e}"))?;
                 println!("REST + WebSocket API on http://{}/ (OpenAPI: /openapi.json)", server.addr());
                 Some(server)

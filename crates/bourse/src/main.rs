@@ -13,6 +13,7 @@ mod cli;
 mod cluster;
 mod demo;
 mod gateway;
+mod history;
 mod load;
 mod serve;
 mod xml;
@@ -34,7 +35,7 @@ enum TopCommand {
         target: bench::BenchCommand,
     },
     /// Run a durable exchange node (journal + engine + gRPC) until SIGINT/SIGTERM.
-    Serve(serve::ServeArgs),
+    Serve(serve::ServeCmd),
     /// Run a member of a replicated cluster (Raft) until SIGINT/SIGTERM.
     Node(cluster::NodeArgs),
     /// Start a local cluster, show its members, change its membership.
@@ -54,6 +55,11 @@ enum TopCommand {
     Replay(serve::ReplayArgs),
     /// Drive a live node with a seeded order flow and report throughput and ack latency.
     Load(load::LoadArgs),
+    /// The history store: follow a cluster into it, rebuild it from log files, query it.
+    History {
+        #[command(subcommand)]
+        command: history::HistoryCommand,
+    },
     /// Trade and administer against a running node.
     #[command(flatten)]
     Verb(cli::Verb),
@@ -81,6 +87,7 @@ fn main() -> ExitCode {
         TopCommand::Node(args) => cluster::node(args),
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Load(args) => load::run(args, &cli.target),
+        TopCommand::History { command } => history::run(command),
         TopCommand::Gateway { command } => gateway::run(command),
         TopCommand::Demo(args) => demo::run(args),
         TopCommand::Verb(verb) => cli::run(cli.target, verb),

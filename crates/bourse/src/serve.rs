@@ -69,10 +69,25 @@ impl ServeArgs {
     }
 }
 
-pub fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = args.config()?;
+/// `bourse serve`: a node's flags, and where its history goes.
+#[derive(Args, Debug)]
+pub struct ServeCmd {
+    #[command(flatten)]
+    node: ServeArgs,
+    /// The history store this node's sink writes: a SQLite file (`sqlite:PATH` or a
+    /// path), `postgres://…`, or `none`. Default: `DATA/history.sqlite`.
+    #[arg(long)]
+    history: Option<String>,
+}
+
+pub fn serve(args: ServeCmd) -> Result<(), String> {
+    let config = args.node.config()?;
+    let history = crate::history::serve_history_url(args.history.as_deref(), &config.data);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    runtime.block_on(bourse_node::run_until_signal(config)).map_err(|e: NodeError| e.to_string())
+    match history {
+        None => runtime.block_on(bourse_node::run_until_signal(config)).map_err(|e: NodeError| e.to_string()),
+        Some(url) => runtime.block_on(crate::history::serve_with_history(config, url)),
+    }
 }
 
 #[derive(Args, Debug)]

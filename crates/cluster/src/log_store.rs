@@ -494,6 +494,54 @@ impl Debug for LogReader {
     }
 }
 
+/// Commands of one log entry for the history's log stream: (index, encoded commands;
+/// none for a blank or membership entry).
+pub type CommandEntry = (u64, Vec<Vec<u8>>);
+
+impl LogReader {
+    /// The first index the log still holds (entries before it were purged).
+    pub fn first_index(&self) -> u64 {
+        lock(&self.shared.state).start
+    }
+
+    /// Entries `first ..= last` as commands, at most `entries_max` of them and about
+    /// `bytes_max` bytes (at least one entry). `Err(first_held)` when `first` was purged:
+    /// the caller reports the gap, never skips it. The caller bounds `last` by what is
+    /// committed (the reader also sees entries not yet committed).
+    pub fn command_entries(
+        &self,
+        first: u64,
+        last: u64,
+        entries_max: usize,
+        bytes_max: usize,
+    ) -> io::Result<Result<Vec<CommandEntry>, u64>> {
+        if first > last {
+            return Ok(Ok(Vec::new()));
+        }
+        let stop = last.min(first.saturating_add(entries_max.max(1) as u64 - 1));
+        let entries = self.shared.entries(first..=stop)?;
+        match entries.first() {
+            Some(entry) if entry.log_id.index != first => return Ok(Err(entry.log_id.index)),
+            None if self.first_index() > first => return Ok(Err(self.first_index())),
+            _ => {}
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        let mut bytes = 0;
+        for entry in entries {
+            if bytes >= bytes_max && !out.is_empty() {
+                break;
+            }
+            let commands: Vec<Vec<u8>> = match &entry.payload {
+                openraft::EntryPayload::Normal(batch) => batch.iter().map(<[u8]>::to_vec).collect(),
+                openraft::EntryPayload::Blank | openraft::EntryPayload::Membership(_) => Vec::new(),
+            };
+            bytes += commands.iter().map(Vec::len).sum::<usize>() + 16;
+            out.push((entry.log_id.index, commands));
+        }
+        Ok(Ok(out))
+    }
+}
+
 impl RaftLogReader<TypeConfig> for LogReader {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,

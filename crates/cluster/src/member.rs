@@ -77,6 +77,8 @@ pub struct Leadership {
 /// A running member.
 pub struct Member<M: Machine> {
     raft: Raft<StateMachine<M>>,
+    /// Reads the log for the history's log stream.
+    log: crate::log_store::LogReader,
     id: NodeId,
     leadership: watch::Receiver<Leadership>,
     stop: watch::Sender<bool>,
@@ -115,6 +117,7 @@ impl<M: Machine> Member<M> {
         };
         let raft_config = Arc::new(raft_config.validate().map_err(raft_error)?);
         let log_store = LogStore::open(&config.dir.join("raft-log")).map_err(raft_error)?;
+        let log = log_store.reader();
         let network = Network::new(config.id, NetworkConfig { bind_ip: config.bind_ip, ..NetworkConfig::default() });
         let raft =
             openraft::Raft::new(config.id, raft_config, network, log_store, state_machine).await.map_err(raft_error)?;
@@ -208,7 +211,12 @@ impl<M: Machine> Member<M> {
                 }
             }
         }));
-        Ok(Member { raft, id: config.id, leadership, stop, tasks: std::sync::Mutex::new(tasks) })
+        Ok(Member { raft, log, id: config.id, leadership, stop, tasks: std::sync::Mutex::new(tasks) })
+    }
+
+    /// A reader of this member's log (the history's log stream reads committed entries).
+    pub fn log_reader(&self) -> crate::log_store::LogReader {
+        self.log.clone()
     }
 
     pub fn id(&self) -> NodeId {

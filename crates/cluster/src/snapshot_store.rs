@@ -43,6 +43,12 @@ impl SnapshotStore {
         Ok(SnapshotStore { dir })
     }
 
+    /// A handle that only reads the directory of a running member (it removes nothing:
+    /// a temporary file there may be a snapshot being written).
+    pub fn reader(dir: impl AsRef<Path>) -> SnapshotStore {
+        SnapshotStore { dir: dir.as_ref().to_path_buf() }
+    }
+
     fn files(&self) -> io::Result<Vec<(u64, PathBuf)>> {
         let mut files = Vec::new();
         for entry in fs::read_dir(&self.dir)? {

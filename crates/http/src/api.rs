@@ -51,6 +51,10 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/orders/{order}/reduce", post(reduce_order))
         .route("/v1/books/{symbol}", get(get_book))
         .route("/v1/trades/{symbol}", get(get_trades))
+        .route("/v1/accounts/{account}/statement", get(crate::history::statement))
+        .route("/v1/orders/{order}/history", get(crate::history::order_history))
+        .route("/v1/orders/{order}/query", get(crate::history::order_query))
+        .route("/v1/history/trades/{symbol}", get(crate::history::trades))
         .route("/v1/ws", get(crate::ws::upgrade))
         .route("/v1/cluster", get(crate::control::cluster))
         .route("/v1/cluster/nodes/{id}/kill", post(crate::control::kill))
@@ -79,7 +83,8 @@ pub fn router(state: Shared) -> Router {
         health, list_assets, create_asset, list_symbols, create_symbol, create_account, get_balances,
         account_orders, deposit, withdraw, credit, place_order, get_order, cancel_order, order_fills,
         move_order, reduce_order, get_book, get_trades, crate::control::cluster, crate::control::kill,
-        crate::control::stats, crate::control::guest
+        crate::control::stats, crate::control::guest, crate::history::statement, crate::history::order_history,
+        crate::history::order_query, crate::history::trades
     ),
     components(schemas(
         crate::ws::WsRequest, crate::ws::WsMessage, crate::ws::Channel, crate::ws::WsOrderEvent
@@ -91,6 +96,8 @@ pub fn router(state: Shared) -> Router {
         (name = "accounts", description = "Accounts, balances, deposits, withdrawals, credits"),
         (name = "market", description = "Symbols, assets, books and trades"),
         (name = "cluster", description = "Cluster status and the demo's controls (demo servers only)"),
+        (name = "history", description = "Statements, order histories and trades from the history store \
+            (servers started with --history only)"),
     )
 )]
 pub struct ApiDoc;

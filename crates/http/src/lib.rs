@@ -28,6 +28,7 @@
 pub mod api;
 pub mod control;
 pub mod error;
+pub mod history;
 pub mod market;
 pub mod model;
 pub mod upstream;
@@ -56,11 +57,21 @@ pub struct HttpConfig {
     pub ws_buffer: usize,
     /// A directory of static files (the built browser UI, `web/dist`) served at `/`.
     pub web_dir: Option<std::path::PathBuf>,
+    /// The history store the history routes read (a SQLite file or `postgres://…`).
+    pub history: Option<String>,
 }
 
 impl HttpConfig {
     pub fn new(listen: SocketAddr, upstream: Vec<String>) -> Self {
-        HttpConfig { listen, upstream, service_key: None, trades_kept: 1_000, ws_buffer: 4_096, web_dir: None }
+        HttpConfig {
+            listen,
+            upstream,
+            service_key: None,
+            trades_kept: 1_000,
+            ws_buffer: 4_096,
+            web_dir: None,
+            history: None,
+        }
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -85,6 +96,8 @@ pub struct AppState {
     /// Cluster status and the demo's controls, when this server has them.
     pub control: Option<Arc<dyn control::Control>>,
     pub shutdown: watch::Receiver<bool>,
+    /// The history store, when configured.
+    pub history: Option<Arc<history::HistoryDb>>,
 }
 
 /// A running HTTP front end.
@@ -106,6 +119,10 @@ impl HttpServer {
         control: Option<Arc<dyn control::Control>>,
     ) -> Result<HttpServer, std::io::Error> {
         config.validate().map_err(std::io::Error::other)?;
+        let history = match &config.history {
+            Some(url) => Some(history::HistoryDb::open(url).await.map_err(std::io::Error::other)?),
+            None => None,
+        };
         let (shutdown, shutdown_seen) = watch::channel(false);
         let market = market::Market::start(&config, shutdown_seen.clone());
         let state = Arc::new(AppState {
@@ -113,6 +130,7 @@ impl HttpServer {
             market,
             control,
             shutdown: shutdown_seen.clone(),
+            history,
             config,
         });
         let listener = tokio::net::TcpListener::bind(state.config.listen).await?;

@@ -38,7 +38,7 @@ fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
     let st = schemathesis();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let exchange = runtime.block_on(async {
-        let exchange = Exchange::start().await;
+        let exchange = Exchange::start_with_history().await;
         exchange.market().await;
         // Resting orders, so stateful runs find orders to read, move and cancel.
         let alice = exchange.client(&exchange.alice);

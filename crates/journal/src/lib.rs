@@ -13,6 +13,8 @@
 //! * [`Journal::open_purgeable`] opens the same files as a log whose prefix its owner
 //!   removes with [`Journal::purge_through`] instead of snapshots (the Raft log store);
 //!   [`ReadView`] reads records from another thread while the owner appends.
+//! * [`Tail`] follows a journal directory from outside its writer, up to a durable
+//!   index it is given (the history sink's log stream).
 //! * [`GroupCommit`] owns a journal on a writer thread: producers submit batches through a
 //!   bounded queue, the writer makes each drained group durable with one `fdatasync` and
 //!   acknowledges in index order.
@@ -48,6 +50,7 @@ mod recovery;
 mod segment;
 mod snapshot;
 mod stats;
+mod tail;
 
 pub use config::{
     JournalConfig, INDEX_MAX, PAYLOAD_BYTES_LIMIT, SEGMENT_BYTES_LIMIT, SEGMENT_BYTES_MIN, SNAPSHOTS_KEPT,
@@ -61,3 +64,4 @@ pub use journal::{Entry, Journal, SegmentRemover};
 pub use recovery::{Recovery, TailCut};
 pub use snapshot::Snapshot;
 pub use stats::{GroupCommitStats, JournalStats, Log2Histogram};
+pub use tail::{segments_list, snapshots_read, Tail, TailError};

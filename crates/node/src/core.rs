@@ -194,6 +194,7 @@ impl Core {
         let ts_last = engine.ts_last();
         let owners = owners_of(&engine);
         metrics.applied_index.store(applied_index, std::sync::atomic::Ordering::Relaxed);
+        metrics.applied_ts.store(ts_last, std::sync::atomic::Ordering::Relaxed);
         Core {
             engine,
             sequencer,
@@ -286,6 +287,7 @@ impl Core {
         }
         self.publish_bbo(&mut outputs);
         let last_index = self.next_index - 1;
+        self.metrics.applied_ts.store(self.ts_last, std::sync::atomic::Ordering::Relaxed);
         self.metrics.applied_index.store(last_index, std::sync::atomic::Ordering::Relaxed);
         self.metrics.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.counts.publish(&self.metrics);
@@ -435,6 +437,7 @@ impl Core {
                 }
                 self.publish_bbo(&mut outputs);
                 let applied = self.next_index - 1;
+                self.metrics.applied_ts.store(self.ts_last, Ordering::Relaxed);
                 self.metrics.applied_index.store(applied, Ordering::Relaxed);
                 self.metrics.batches.fetch_add(1, Ordering::Relaxed);
                 self.counts.publish(&self.metrics);
@@ -602,6 +605,9 @@ impl Core {
                     }
                     if maker_done {
                         self.owners.remove(&maker_order);
+                        // It may have rested earlier in this command (a stop that
+                        // triggered, traded and rested, then was filled by a later stop).
+                        live.retain(|&o| o != maker_order);
                     }
                     takers.push(taker_order);
                     if market {
@@ -615,6 +621,7 @@ impl Core {
                     trade_seq += 1;
                 }
                 Event::Cancelled { order, .. } => {
+                    live.retain(|&o| o != order);
                     if let Some(owner) = self.owners.remove(&order) {
                         let report = convert::cancel_report(event, owner.account, owner.symbol, at).expect("a cancel");
                         outputs.push(Output::Client { client: owner.client, item: ClientItem::Cancel(report) });

@@ -13,6 +13,7 @@ pub mod config;
 mod core;
 mod fair;
 mod link;
+mod log;
 pub mod metrics;
 mod node;
 mod outbox;

@@ -33,11 +33,15 @@ pub struct Metrics {
     pub subscribers_open: AtomicI64,
     pub subscribers_dropped_slow: AtomicU64,
     pub applied_index: AtomicU64,
+    /// The log time of the last command applied (stored with `applied_index`).
+    pub applied_ts: AtomicU64,
     pub snapshots: AtomicU64,
     /// Commands per core batch, as a log2 histogram.
     pub batch_commands: std::sync::Mutex<Log2Histogram>,
     pub links_open: AtomicI64,
     pub feeds_open: AtomicI64,
+    /// Open `Log.Follow` streams (history sinks).
+    pub logs_open: AtomicI64,
     /// Gateway batches the fair sequencer released, and how many of them came out
     /// behind a later stamp: the one released just before (CloudEx's ratio) or the
     /// highest released so far (the stricter one).
@@ -48,6 +52,25 @@ pub struct Metrics {
     pub fair_held: AtomicI64,
     /// How long each batch was held, in nanoseconds.
     pub fair_held_ns: std::sync::Mutex<Log2Histogram>,
+    /// Text other parts of the process append at each scrape (an in-process history sink).
+    pub extra: Extra,
+}
+
+/// Renderers of extra metrics text, called at each scrape.
+#[derive(Default)]
+pub struct Extra(std::sync::Mutex<Vec<Box<dyn Fn() -> String + Send + Sync>>>);
+
+impl std::fmt::Debug for Extra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Extra")
+    }
+}
+
+impl Extra {
+    /// Adds a renderer whose text is appended to `/metrics`.
+    pub fn add(&self, render: impl Fn() -> String + Send + Sync + 'static) {
+        self.0.lock().expect("metrics lock").push(Box::new(render));
+    }
 }
 
 fn counter(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
@@ -129,6 +152,13 @@ impl Metrics {
         counter(&mut out, "feeds_open", "Order-level feeds served.", "gauge", load_i(&self.feeds_open));
         counter(
             &mut out,
+            "log_followers",
+            "Log.Follow streams served (history sinks).",
+            "gauge",
+            load_i(&self.logs_open),
+        );
+        counter(
+            &mut out,
             "sequencer_released_total",
             "Gateway batches released by the fair sequencer.",
             "counter",
@@ -159,6 +189,9 @@ impl Metrics {
             counter(&mut out, "fsyncs_total", "fdatasync calls on the journal.", "counter", stats.journal.syncs);
             histogram(&mut out, "fsync_seconds", "Journal fdatasync latency.", &stats.journal.sync_latency_ns, 1e-9);
             histogram(&mut out, "group_commit_entries", "Entries per group commit.", &stats.group_entries, 1.0);
+        }
+        for render in self.extra.0.lock().expect("metrics lock").iter() {
+            out.push_str(&render());
         }
         out
     }

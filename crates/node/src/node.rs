@@ -26,6 +26,7 @@ use crate::config::{NodeConfig, RaftConfig};
 use crate::core::{Core, Replica, Request, Sequencer};
 use crate::fair::{FairConfig, FairSequencer};
 use crate::link::GatewayLinkService;
+use crate::log::{LogService, LogSource};
 use crate::metrics::Metrics;
 use crate::outbox::{Broadcasts, FeedItem, Pending, Sessions};
 use crate::replica::{CoreMachine, Replication};
@@ -237,7 +238,16 @@ impl Node {
         let Serving { shutdown, server, server_stop, metrics_addr } = Serving::start(
             listener,
             &config,
-            Shared::new(&config, core_sender.clone(), &sessions, market, &metrics, None, addr.to_string())?,
+            Shared::new(
+                &config,
+                core_sender.clone(),
+                &sessions,
+                market,
+                &metrics,
+                None,
+                addr.to_string(),
+                LogSource::Journal { dir: journal_dir(&config.data), group: group.handle() },
+            )?,
             Some(group.handle()),
         )
         .await?;
@@ -343,6 +353,8 @@ impl Node {
             Arc::clone(&sessions),
             core_sender.clone(),
         ));
+        let log =
+            LogSource::Raft { reader: member.log_reader(), snapshots: config.data.join("raft").join("snapshots") };
         let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
 
         let shared = Shared::new(
@@ -353,6 +365,7 @@ impl Node {
             &metrics,
             Some(Arc::clone(&replication)),
             advertise.api.clone(),
+            log,
         )?;
         let Serving { shutdown, server, server_stop, metrics_addr } =
             Serving::start(listener, &config, shared, None).await?;
@@ -432,6 +445,7 @@ impl Serving {
 
 impl Shared {
     /// What the services share, and the sender of its shutdown signal.
+    #[allow(clippy::too_many_arguments)] // the parts of a starting node, each made by the caller
     fn new(
         config: &NodeConfig,
         core: mpsc::Sender<Request>,
@@ -440,6 +454,7 @@ impl Shared {
         metrics: &Arc<Metrics>,
         replication: Option<Arc<Replication>>,
         advertise: String,
+        log: LogSource,
     ) -> std::io::Result<(Shared, tokio::sync::watch::Sender<bool>)> {
         let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
         let fair = FairConfig {
@@ -460,6 +475,8 @@ impl Shared {
             advertise,
             fair,
             link_outbox_max: config.link_outbox_max,
+            log,
+            engine: config.engine,
         };
         Ok((shared, shutdown))
     }
@@ -472,7 +489,8 @@ async fn serve(
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     use bourse_protocol::proto::{
-        admin_server, cluster_server, gateway_link_server, market_data_server, order_entry_server, query_server,
+        admin_server, cluster_server, gateway_link_server, log_server, market_data_server, order_entry_server,
+        query_server,
     };
     let order_entry = order_entry_server::OrderEntryServer::new(OrderEntryService(shared.clone()))
         .max_decoding_message_size(message_bytes_max);
@@ -483,6 +501,7 @@ async fn serve(
     let cluster = cluster_server::ClusterServer::new(ClusterService(shared.clone()));
     let link = gateway_link_server::GatewayLinkServer::new(GatewayLinkService(shared.clone()))
         .max_decoding_message_size(message_bytes_max);
+    let log = log_server::LogServer::new(LogService(shared.clone()));
     let market = market_data_server::MarketDataServer::new(MarketDataService(shared));
     let result = tonic::transport::Server::builder()
         .add_service(order_entry)
@@ -491,6 +510,7 @@ async fn serve(
         .add_service(cluster)
         .add_service(market)
         .add_service(link)
+        .add_service(log)
         // No Nagle: an ack batch must not wait for the peer's delayed ACK (40 ms).
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),

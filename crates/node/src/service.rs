@@ -45,6 +45,10 @@ pub struct Shared {
     /// Where gateway links hand their stamped batches.
     pub fair: FairSequencer,
     pub link_outbox_max: usize,
+    /// Where `Log.Follow` reads the committed log.
+    pub log: crate::log::LogSource,
+    /// The engine's bounds, for log followers that start an engine of their own.
+    pub engine: bourse_engine::EngineConfig,
 }
 
 impl Shared {

@@ -11,6 +11,7 @@ mod engine;
 mod failover;
 mod fairness;
 mod fix;
+mod history;
 mod host;
 mod http;
 mod measure;
@@ -43,6 +44,9 @@ pub enum BenchCommand {
     /// Requests per second and latency through the XML exchange protocol with N
     /// concurrent clients, length-prefixed and bare.
     Xml(xml::XmlArgs),
+    /// The history sink: rows per second into SQLite and PostgreSQL, and its lag behind
+    /// a node under load.
+    History(history::HistoryArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -55,5 +59,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Http(args) => http::run(&args),
         BenchCommand::Fix(args) => fix::run(&args),
         BenchCommand::Xml(args) => xml::run(&args),
+        BenchCommand::History(args) => history::run(&args),
     }
 }

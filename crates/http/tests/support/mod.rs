@@ -22,12 +22,24 @@ pub struct Exchange {
     pub admin: String,
     /// Trades for accounts 0 and 1 only.
     pub alice: String,
+    /// The history sink following the node (`start_with_history`).
+    pub history: Option<bourse_history::Following>,
     _dir: tempfile::TempDir,
 }
 
 impl Exchange {
     /// A node, a gateway (hold 0) with an admin key and alice's key, and the HTTP API.
     pub async fn start() -> Exchange {
+        Exchange::start_with(false).await
+    }
+
+    /// As `start`, with a history sink following the node into a SQLite file that the
+    /// HTTP API's history routes read.
+    pub async fn start_with_history() -> Exchange {
+        Exchange::start_with(true).await
+    }
+
+    async fn start_with(with_history: bool) -> Exchange {
         let dir = tempfile::tempdir().unwrap();
         let config = NodeConfig {
             data: dir.path().to_path_buf(),
@@ -53,8 +65,15 @@ impl Exchange {
         }
         let mut http_config = HttpConfig::new("127.0.0.1:0".parse().unwrap(), vec![gateway.addr().to_string()]);
         http_config.service_key = Some(bourse_client::ApiKey(service));
+        let mut history = None;
+        if with_history {
+            let url = format!("sqlite:{}", dir.path().join("history.sqlite").display());
+            let sink = bourse_history::SinkConfig::default();
+            history = Some(bourse_history::Following::start(vec![node.addr.to_string()], &url, sink).await.unwrap());
+            http_config.history = Some(url);
+        }
         let http = HttpServer::start(http_config).await.unwrap();
-        Exchange { node, gateway, http, admin, alice, _dir: dir }
+        Exchange { node, gateway, http, admin, alice, history, _dir: dir }
     }
 
     pub fn client(&self, key: &str) -> Http {
@@ -79,7 +98,21 @@ impl Exchange {
         admin.expect(200, "POST", "/v1/accounts/0/credits", Some(json!({"asset": "ACME", "amount": 100}))).await;
     }
 
+    /// Waits until the history holds every entry the node has applied.
+    pub async fn history_caught_up(&self) {
+        let following = self.history.as_ref().expect("a history sink");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let target = self.node.metrics.applied_index.load(std::sync::atomic::Ordering::Acquire);
+        while following.status.written_index.load(std::sync::atomic::Ordering::Acquire) < target {
+            assert!(Instant::now() < deadline, "the history did not catch up");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub async fn stop(self) {
+        if let Some(history) = self.history {
+            history.stop().await.unwrap();
+        }
         self.http.shutdown().await;
         self.gateway.shutdown().await;
         self.node.shutdown().await.unwrap();

@@ -1,0 +1,323 @@
+//! `bourse bench history`: how fast the history sink writes, and how far behind a node
+//! it stays.
+//!
+//! 1. **Sink throughput**, per backend: an ec2020 log (the market's setup and pre-fill,
+//!    then `--commands` commands of exchange-core's 2020 mix, one command per entry as a
+//!    single node logs them) is generated in memory, then handed to a sink as fast as it
+//!    takes it; the time runs from the first entry handed over to the last transaction
+//!    committed. Also the recorder alone (engine + row mapping, no database), the
+//!    ceiling any backend can reach.
+//! 2. **Lag at a sustained rate**, per backend: a node in this process (data on
+//!    /dev/shm when there is one), its sink following it over loopback (`Log.Follow`),
+//!    and `bourse load`'s driver sending `--rate` commands a second for `--seconds`.
+//!    The lag (entries and log time between the node's committed head and the sink's
+//!    last transaction) is sampled every 100 ms; after the load stops, the time until
+//!    the sink has everything.
+//!
+//! PostgreSQL is a temporary server this program starts (initdb into a temporary
+//! directory, a free port) with its durable defaults (fsync, synchronous commit);
+//! SQLite is a file in WAL mode with `synchronous=NORMAL` (the sink's setting).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bourse_client::load::{run_load, LoadConfig};
+use bourse_engine::command::Command;
+use bourse_engine::{codec, Engine, EngineConfig, Event};
+use bourse_history::rows::Rows;
+use bourse_history::testing::TempPostgres;
+use bourse_history::{Feed, Following, LogEntry, Opened, Recorder, Sink, SinkConfig};
+use bourse_node::{Node, NodeConfig};
+use bourse_sim::workload::ec::{ec_market_spec, EC2020};
+use bourse_sim::workload::generator::Generator;
+use bourse_sim::workload::market::Market;
+use clap::{Args, ValueEnum};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    Both,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    #[arg(long, value_enum, default_value = "both")]
+    backend: Backend,
+    /// Commands of the ec2020 mix in the throughput log (after setup and pre-fill).
+    #[arg(long, default_value_t = 1_000_000)]
+    commands: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Commands a second the load sends during the lag measurement (0: skip it).
+    #[arg(long, default_value_t = 100_000.0)]
+    rate: f64,
+    /// Seconds of load in the lag measurement.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Load connections in the lag measurement.
+    #[arg(long, default_value_t = 8)]
+    connections: usize,
+    /// Print one JSON object as the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+fn progress(line: String) {
+    eprintln!("{line}");
+}
+
+/// The ec2020 log as single-command entries from index 1.
+fn build_log(commands: u64, seed: u64) -> Vec<LogEntry> {
+    let mut market = Market::new(ec_market_spec(), seed);
+    let mut engine = Engine::new(EngineConfig::default());
+    let mut events: Vec<Event> = Vec::new();
+    let mut log: Vec<Command> = Vec::new();
+    while let Some(command) = market.next_setup() {
+        events.clear();
+        engine.apply(&command, &mut events);
+        log.push(command);
+    }
+    let mut generator = Generator::new(market, engine, EC2020, u64::MAX);
+    log.extend(generator.generate(commands));
+    log.iter()
+        .enumerate()
+        .map(|(i, command)| LogEntry { index: i as u64 + 1, commands: vec![codec::encode(command)] })
+        .collect()
+}
+
+/// The recorder alone: rows a second with no database.
+fn recorder_only(log: &[LogEntry]) -> (u64, f64) {
+    let mut recorder = Recorder::new(EngineConfig::default());
+    let mut rows = Rows::default();
+    let mut total = 0u64;
+    let started = Instant::now();
+    for entry in log {
+        recorder.apply(entry, Some(&mut rows)).expect("the log applies");
+        if rows.len() >= 50_000 {
+            total += rows.len() as u64;
+            rows.clear();
+        }
+    }
+    total += rows.len() as u64;
+    (total, started.elapsed().as_secs_f64())
+}
+
+/// Figures of one backend's throughput run.
+struct Throughput {
+    backend: &'static str,
+    entries: u64,
+    rows: u64,
+    seconds: f64,
+}
+
+fn throughput(backend: &'static str, url: &str, log: &[LogEntry]) -> Result<Throughput, String> {
+    let opened = Opened::open(url).map_err(|e| e.to_string())?;
+    let sink = Sink::start(opened, EngineConfig::default(), SinkConfig::default()).map_err(|e| e.to_string())?;
+    let status = Arc::clone(&sink.status);
+    let sender = sink.sender();
+    let head = log.last().map_or(0, |e| e.index);
+    let started = Instant::now();
+    for chunk in log.chunks(1_024) {
+        let feed = Feed::Entries { entries: chunk.to_vec(), head_index: head, head_ts: 0 };
+        sender.blocking_send(feed).map_err(|_| "the sink stopped".to_string())?;
+    }
+    drop(sender);
+    sink.finish().map_err(|e| e.to_string())?;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Throughput { backend, entries: log.len() as u64, rows: status.rows_written.load(Ordering::Relaxed), seconds })
+}
+
+/// Figures of one backend's lag run.
+struct Lag {
+    backend: &'static str,
+    rate: f64,
+    acked: u64,
+    throughput: f64,
+    lag_entries: Vec<u64>,
+    lag_ms: Vec<f64>,
+    catch_up_ms: f64,
+    rows: u64,
+}
+
+fn quantile<T: Copy + PartialOrd>(sorted: &[T], q: f64) -> Option<T> {
+    if sorted.is_empty() {
+        return None;
+    }
+    Some(sorted[((sorted.len() - 1) as f64 * q).round() as usize])
+}
+
+async fn lag(backend: &'static str, url: &str, args: &HistoryArgs) -> Result<Lag, String> {
+    let parent = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
+    let dir = tempfile::Builder::new().prefix("bourse-bench-history-").tempdir_in(parent).map_err(|e| e.to_string())?;
+    let config = NodeConfig {
+        data: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        ..NodeConfig::default()
+    };
+    let node = Node::start(config).await.map_err(|e| e.to_string())?;
+    let following =
+        Following::start(vec![node.addr.to_string()], url, SinkConfig::default()).await.map_err(|e| e.to_string())?;
+    let status = Arc::clone(&following.status);
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // The true lag: the node's own applied index and log time against the sink's last
+    // transaction (the head a stream reports is as old as the chunk carrying it).
+    let sampler = {
+        let (status, sampling, metrics) = (Arc::clone(&status), Arc::clone(&sampling), Arc::clone(&node.metrics));
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            while sampling.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let (head, head_ts) =
+                    (metrics.applied_index.load(Ordering::Acquire), metrics.applied_ts.load(Ordering::Relaxed));
+                let (written, written_ts) =
+                    (status.written_index.load(Ordering::Acquire), status.written_ts.load(Ordering::Relaxed));
+                let entries = head.saturating_sub(written);
+                let ms = if entries == 0 { 0.0 } else { head_ts.saturating_sub(written_ts) as f64 / 1e6 };
+                samples.push((entries, ms));
+            }
+            samples
+        })
+    };
+    let load = LoadConfig {
+        endpoints: vec![node.addr.to_string()],
+        connections: args.connections,
+        seconds: args.seconds,
+        rate: Some(args.rate),
+        seed: args.seed,
+        progress: false,
+        ..LoadConfig::default()
+    };
+    let report = run_load(load).await.map_err(|e| e.to_string())?;
+    sampling.store(false, Ordering::Relaxed);
+    let samples = sampler.await.map_err(|e| e.to_string())?;
+    let stopped = Instant::now();
+    let target = node.metrics.applied_index.load(Ordering::Acquire);
+    while status.written_index.load(Ordering::Acquire) < target {
+        if following.is_finished() {
+            return Err(format!("the sink stopped: {:?}", status.error.lock().expect("status lock")));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let catch_up_ms = stopped.elapsed().as_secs_f64() * 1e3;
+    let rows = status.rows_written.load(Ordering::Relaxed);
+    following.stop().await.map_err(|e| e.to_string())?;
+    node.shutdown().await.map_err(|e| e.to_string())?;
+    let mut lag_entries: Vec<u64> = samples.iter().map(|s| s.0).collect();
+    let mut lag_ms: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    lag_entries.sort_unstable();
+    lag_ms.sort_by(f64::total_cmp);
+    Ok(Lag {
+        backend,
+        rate: args.rate,
+        acked: report.acked,
+        throughput: report.throughput,
+        lag_entries,
+        lag_ms,
+        catch_up_ms,
+        rows,
+    })
+}
+
+pub fn run(args: &HistoryArgs) -> Result<(), String> {
+    let backends: Vec<&'static str> = match args.backend {
+        Backend::Sqlite => vec!["sqlite"],
+        Backend::Postgres => vec!["postgres"],
+        Backend::Both => vec!["sqlite", "postgres"],
+    };
+    let postgres = if backends.contains(&"postgres") {
+        progress("starting a temporary PostgreSQL (initdb, durable settings)".into());
+        Some(TempPostgres::start_with(true).map_err(|e| format!("PostgreSQL: {e}"))?)
+    } else {
+        None
+    };
+    let scratch = tempfile::Builder::new().prefix("bourse-bench-history-").tempdir().map_err(|e| e.to_string())?;
+    let url_for = |backend: &str, name: &str| -> Result<String, String> {
+        match backend {
+            "sqlite" => Ok(format!("sqlite:{}", scratch.path().join(format!("{name}.sqlite")).display())),
+            _ => postgres.as_ref().expect("started").database().map_err(|e| e.to_string()),
+        }
+    };
+    progress(format!("generating the ec2020 log: setup, pre-fill and {} commands (seed {})", args.commands, args.seed));
+    let log = build_log(args.commands, args.seed);
+    let (recorder_rows, recorder_secs) = recorder_only(&log);
+    progress(format!(
+        "recorder alone: {} entries, {recorder_rows} rows in {recorder_secs:.2} s: {:.0} rows/s, {:.0} entries/s",
+        log.len(),
+        recorder_rows as f64 / recorder_secs,
+        log.len() as f64 / recorder_secs
+    ));
+    let mut throughputs = Vec::new();
+    for backend in &backends {
+        let url = url_for(backend, "throughput")?;
+        let t = throughput(backend, &url, &log)?;
+        progress(format!(
+            "{:<8} sink: {} entries, {} rows in {:.2} s: {:.0} rows/s, {:.0} entries/s",
+            t.backend,
+            t.entries,
+            t.rows,
+            t.seconds,
+            t.rows as f64 / t.seconds,
+            t.entries as f64 / t.seconds
+        ));
+        throughputs.push(t);
+    }
+    drop(log);
+    let mut lags = Vec::new();
+    if args.rate > 0.0 {
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+        for backend in &backends {
+            let url = url_for(backend, "lag")?;
+            progress(format!("{backend}: node + sink + load at {:.0} commands/s for {} s", args.rate, args.seconds));
+            let l = runtime.block_on(lag(backend, &url, args))?;
+            progress(format!(
+                "{:<8} lag: node acked {} ({:.0}/s); lag entries p50 {} p99 {} max {}; lag ms p50 {:.1} p99 {:.1} max {:.1}; caught up {:.0} ms after the load; {} rows",
+                l.backend,
+                l.acked,
+                l.throughput,
+                quantile(&l.lag_entries, 0.5).unwrap_or(0),
+                quantile(&l.lag_entries, 0.99).unwrap_or(0),
+                l.lag_entries.last().copied().unwrap_or(0),
+                quantile(&l.lag_ms, 0.5).unwrap_or(0.0),
+                quantile(&l.lag_ms, 0.99).unwrap_or(0.0),
+                l.lag_ms.last().copied().unwrap_or(0.0),
+                l.catch_up_ms,
+                l.rows
+            ));
+            lags.push(l);
+        }
+    }
+    if args.json {
+        let throughput: Vec<serde_json::Value> = throughputs
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "backend": t.backend, "entries": t.entries, "rows": t.rows, "seconds": t.seconds,
+                    "rows_per_sec": t.rows as f64 / t.seconds, "entries_per_sec": t.entries as f64 / t.seconds,
+                })
+            })
+            .collect();
+        let lag: Vec<serde_json::Value> = lags
+            .iter()
+            .map(|l| {
+                serde_json::json!({
+                    "backend": l.backend, "rate": l.rate, "acked": l.acked, "node_throughput": l.throughput,
+                    "lag_entries": {"p50": quantile(&l.lag_entries, 0.5), "p99": quantile(&l.lag_entries, 0.99),
+                        "max": l.lag_entries.last()},
+                    "lag_ms": {"p50": quantile(&l.lag_ms, 0.5), "p99": quantile(&l.lag_ms, 0.99), "max": l.lag_ms.last()},
+                    "catch_up_ms": l.catch_up_ms, "rows": l.rows,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "history", "commands": args.commands, "seed": args.seed,
+                "recorder": {"rows": recorder_rows, "seconds": recorder_secs, "rows_per_sec": recorder_rows as f64 / recorder_secs},
+                "throughput": throughput, "lag": lag,
+            })
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,456 @@
+//! The sink's own copy of the engine, and the mapping from its events to history rows.
+//!
+//! The sink does not receive events: it receives the committed log (encoded commands,
+//! numbered) and applies it to an engine of its own. The engine is deterministic, so
+//! the same log gives exactly the events every replica computed, with nothing computed
+//! on a replica's core thread for the sink. What the recorder adds to the events is
+//! context the events leave implicit: the change of each balance (the engine reports
+//! after-values; the recorder remembers the previous ones), what caused it, the
+//! order-entry details of an accepted order (client, seq, flags from the command), and
+//! a `done` row when an order reaches its final state.
+//!
+//! Invariants: entries are applied in index order without gaps (a gap is an error, not
+//! a skip); the rows of an entry depend only on the log, so they and their keys are the
+//! same on every run.
+//!
+//! Day-trading audit events do not exist in the engine yet. When they do, they get a
+//! table of their own (`schema.rs`), a `Vec` in [`Rows`] and one arm in
+//! [`Recorder::record_event`], whose `match` is exhaustive so the compiler points there.
+
+use bourse_engine::codec;
+use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, Tif};
+use bourse_engine::{CancelReason, Engine, EngineConfig, Event, OrderId, OrderStatus, Side};
+use rustc_hash::FxHashMap;
+
+use crate::rows::{AccountRow, AssetRow, BalanceRow, ExecutionRow, OrderEventRow, OrderRow, RowKey, Rows, SymbolRow};
+
+/// One committed log entry: its index and its encoded commands in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    pub index: u64,
+    pub commands: Vec<Vec<u8>>,
+}
+
+/// Why the recorder refused an entry.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("log gap: expected entry {expected}, got {got} (entries were lost or pruned before they were recorded)")]
+    Gap { expected: u64, got: u64 },
+    #[error("entry {index}: a command does not decode: {error}")]
+    Decode { index: u64, error: codec::DecodeError },
+    #[error("engine snapshot: {0}")]
+    Snapshot(#[from] bourse_engine::SnapshotError),
+}
+
+/// The last thing that happened to orders in the current command: what a following
+/// balance movement is attributed to.
+#[derive(Clone, Copy)]
+enum Cause {
+    Command(&'static str),
+    Order(&'static str, OrderId),
+    Trade { maker_account: u32, maker_order: OrderId, taker_order: OrderId },
+}
+
+/// An engine fed with the committed log, producing history rows.
+pub struct Recorder {
+    engine: Engine,
+    /// The last entry applied (`None`: nothing yet, the log starts at 0 or 1).
+    last: Option<u64>,
+    /// Balances as last reported, for the deltas.
+    balances: FxHashMap<(u32, u32), (i64, i64)>,
+    events: Vec<Event>,
+    touched: Vec<OrderId>,
+    cancelled: Vec<OrderId>,
+}
+
+impl Recorder {
+    /// A recorder at the start of the log.
+    pub fn new(config: EngineConfig) -> Self {
+        Self::from_engine(Engine::new(config), None)
+    }
+
+    /// A recorder that continues after entry `index` from an engine snapshot taken there.
+    pub fn restore(index: u64, snapshot: &[u8]) -> Result<Self, RecordError> {
+        Ok(Self::from_engine(Engine::restore(snapshot)?, Some(index)))
+    }
+
+    fn from_engine(engine: Engine, last: Option<u64>) -> Self {
+        let mut balances = FxHashMap::default();
+        for account in 0..engine.accounts_len() as u32 {
+            for (asset, balance) in engine.balances(bourse_engine::AccountId(account)).unwrap_or_default() {
+                balances.insert((account, asset.0), (balance.available.0, balance.reserved.0));
+            }
+        }
+        Recorder { engine, last, balances, events: Vec::new(), touched: Vec::new(), cancelled: Vec::new() }
+    }
+
+    /// The last entry applied.
+    pub fn last_index(&self) -> Option<u64> {
+        self.last
+    }
+
+    /// The index the next entry must have.
+    pub fn next_index(&self) -> u64 {
+        self.last.map_or(0, |i| i + 1)
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The engine's snapshot after the last entry applied.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.engine.snapshot()
+    }
+
+    /// Applies one entry; appends its rows to `rows` when given (a restart replays the
+    /// entries between its snapshot and its progress without writing them again).
+    pub fn apply(&mut self, entry: &LogEntry, mut rows: Option<&mut Rows>) -> Result<(), RecordError> {
+        let expected = self.next_index();
+        let first_ok = self.last.is_none() && entry.index <= 1;
+        if entry.index != expected && !first_ok {
+            return Err(RecordError::Gap { expected, got: entry.index });
+        }
+        let mut pos = 0i64;
+        for bytes in &entry.commands {
+            let mut command =
+                codec::decode(bytes).map_err(|error| RecordError::Decode { index: entry.index, error })?;
+            // As every replica applies it (bourse-node's committed_command): engine time
+            // never goes backwards.
+            command.ts = command.ts.max(self.engine.ts_last());
+            self.events.clear();
+            self.engine.apply(&command, &mut self.events);
+            if let Some(rows) = rows.as_deref_mut() {
+                self.record_command(entry.index, &mut pos, &command, rows);
+            } else {
+                self.track_balances();
+            }
+        }
+        self.last = Some(entry.index);
+        Ok(())
+    }
+
+    /// Keeps the balance memory current without producing rows.
+    fn track_balances(&mut self) {
+        for event in &self.events {
+            if let Event::Balance { account, asset, available, reserved } = *event {
+                self.balances.insert((account.0, asset.0), (available.0, reserved.0));
+            }
+        }
+    }
+
+    fn record_command(&mut self, index: u64, pos: &mut i64, command: &Command, rows: &mut Rows) {
+        let mut cause = Cause::Command(command_cause(&command.body));
+        self.touched.clear();
+        self.cancelled.clear();
+        let mut keys = Keys { log_index: index as i64, pos: *pos, ts: command.ts as i64 };
+        let events = std::mem::take(&mut self.events);
+        for event in &events {
+            self.record_event(&mut keys, event, command, &mut cause, rows);
+        }
+        self.events = events;
+        self.record_done(&mut keys, rows);
+        *pos = keys.pos;
+    }
+
+    /// One event's rows (none for a rejection).
+    fn record_event(&mut self, keys: &mut Keys, event: &Event, command: &Command, cause: &mut Cause, rows: &mut Rows) {
+        if let Event::Rejected { .. } = event {
+            // A rejected command changes nothing; its outcome is the client's answer.
+            return;
+        }
+        let key = keys.next();
+        let order_event = |order: OrderId, event: &'static str| OrderEventRow {
+            key,
+            order_id: order.0 as i64,
+            event,
+            px: None,
+            qty: None,
+            qty_remaining: None,
+            reason: None,
+        };
+        match *event {
+            Event::AssetCreated { asset } => {
+                let info = self.engine.asset_info(asset).expect("a created asset exists");
+                let (name, decimals) = (info.name.clone(), i64::from(info.decimals));
+                rows.assets.push(AssetRow { key, asset: i64::from(asset.0), name, decimals });
+            }
+            Event::SymbolCreated { symbol } => {
+                let spec = self.engine.symbol_spec(symbol).expect("a created symbol exists");
+                rows.symbols.push(SymbolRow {
+                    key,
+                    symbol: i64::from(symbol.0),
+                    name: spec.name.clone(),
+                    base: i64::from(spec.base.0),
+                    quote: i64::from(spec.quote.0),
+                    tick: spec.tick.0,
+                    lot: spec.lot.0,
+                    px_min: spec.px_min.0,
+                    px_max: spec.px_max.0,
+                    fee_maker: spec.fee_maker.0,
+                    fee_taker: spec.fee_taker.0,
+                    policy: match spec.policy {
+                        MatchPolicy::Fifo => "fifo",
+                        MatchPolicy::ProRata => "pro_rata",
+                    },
+                });
+            }
+            Event::AccountCreated { account } => {
+                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "created" })
+            }
+            Event::AccountSuspended { account } => {
+                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "suspended" })
+            }
+            Event::AccountResumed { account } => {
+                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "resumed" })
+            }
+            Event::Balance { account, asset, available, reserved } => {
+                let before = self.balances.insert((account.0, asset.0), (available.0, reserved.0)).unwrap_or((0, 0));
+                let (cause, order_id) = match *cause {
+                    Cause::Command(name) => (name, None),
+                    Cause::Order(name, order) => (name, Some(order.0 as i64)),
+                    // The account's own leg (a self-trade's movements are the maker's).
+                    Cause::Trade { maker_account, maker_order, taker_order } => {
+                        let order = if account.0 == maker_account { maker_order } else { taker_order };
+                        ("trade", Some(order.0 as i64))
+                    }
+                };
+                rows.balances.push(BalanceRow {
+                    key,
+                    account: i64::from(account.0),
+                    asset: i64::from(asset.0),
+                    delta_available: available.0.wrapping_sub(before.0),
+                    delta_reserved: reserved.0.wrapping_sub(before.1),
+                    available: available.0,
+                    reserved: reserved.0,
+                    cause,
+                    order_id,
+                });
+            }
+            Event::Rejected { .. } => unreachable!("handled above"),
+            Event::Accepted { order, account, symbol, side, kind, qty, ts: _ } => {
+                *cause = Cause::Order("accepted", order);
+                self.touched.push(order);
+                rows.orders.push(order_row(key, order, account.0, symbol.0, side, kind, qty.0, command));
+                let (px, _) = kind.limit_and_budget();
+                rows.order_events.push(OrderEventRow {
+                    key: keys.next(),
+                    px: px.map(|p| p.0),
+                    qty: Some(qty.0),
+                    ..order_event(order, "accepted")
+                });
+            }
+            Event::Rested { order, px, qty_visible, .. } => {
+                *cause = Cause::Order("rested", order);
+                rows.order_events.push(OrderEventRow {
+                    px: Some(px.0),
+                    qty: Some(qty_visible.0),
+                    ..order_event(order, "rested")
+                });
+            }
+            Event::Trade {
+                symbol,
+                px,
+                qty,
+                taker_side,
+                maker_order,
+                taker_order,
+                maker_account,
+                taker_account,
+                fee_maker,
+                fee_taker,
+                maker_done,
+            } => {
+                *cause = Cause::Trade { maker_account: maker_account.0, maker_order, taker_order };
+                self.touched.push(maker_order);
+                self.touched.push(taker_order);
+                rows.executions.push(ExecutionRow {
+                    key,
+                    symbol: i64::from(symbol.0),
+                    px: px.0,
+                    qty: qty.0,
+                    taker_side: side_name(taker_side),
+                    maker_order: maker_order.0 as i64,
+                    taker_order: taker_order.0 as i64,
+                    maker_account: i64::from(maker_account.0),
+                    taker_account: i64::from(taker_account.0),
+                    fee_maker: fee_maker.0,
+                    fee_taker: fee_taker.0,
+                    maker_done,
+                });
+                // A fill row for each leg, each with a position of its own.
+                rows.order_events.push(OrderEventRow {
+                    key: keys.next(),
+                    px: Some(px.0),
+                    qty: Some(qty.0),
+                    reason: Some("maker"),
+                    ..order_event(maker_order, "fill")
+                });
+                rows.order_events.push(OrderEventRow {
+                    key: keys.next(),
+                    px: Some(px.0),
+                    qty: Some(qty.0),
+                    reason: Some("taker"),
+                    ..order_event(taker_order, "fill")
+                });
+            }
+            Event::Refreshed { order, qty_visible } => {
+                *cause = Cause::Order("refreshed", order);
+                rows.order_events.push(OrderEventRow { qty: Some(qty_visible.0), ..order_event(order, "refreshed") });
+            }
+            Event::Reduced { order, qty_by, qty_remaining } => {
+                *cause = Cause::Order("reduced", order);
+                self.touched.push(order);
+                rows.order_events.push(OrderEventRow {
+                    qty: Some(qty_by.0),
+                    qty_remaining: Some(qty_remaining.0),
+                    ..order_event(order, "reduced")
+                });
+            }
+            Event::Moved { order, px } => {
+                *cause = Cause::Order("moved", order);
+                rows.order_events.push(OrderEventRow { px: Some(px.0), ..order_event(order, "moved") });
+            }
+            Event::Cancelled { order, qty_cancelled, reason } => {
+                *cause = Cause::Order("cancelled", order);
+                self.touched.push(order);
+                self.cancelled.push(order);
+                rows.order_events.push(OrderEventRow {
+                    qty: Some(qty_cancelled.0),
+                    reason: Some(cancel_reason(reason)),
+                    ..order_event(order, "cancelled")
+                });
+            }
+            Event::Triggered { order, last_px } => {
+                *cause = Cause::Order("triggered", order);
+                rows.order_events.push(OrderEventRow { px: Some(last_px.0), ..order_event(order, "triggered") });
+            }
+        }
+    }
+
+    /// A `done` row for each order this command closed.
+    fn record_done(&mut self, keys: &mut Keys, rows: &mut Rows) {
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        for &order in &self.touched {
+            let status = match self.engine.order_status(order) {
+                Some(OrderStatus::Filled) => "filled",
+                Some(OrderStatus::Cancelled) => "cancelled",
+                Some(OrderStatus::Open | OrderStatus::Pending) => continue,
+                // Closed and already out of the engine's ring of recent orders.
+                None if self.cancelled.contains(&order) => "cancelled",
+                None => "filled",
+            };
+            rows.order_events.push(OrderEventRow {
+                key: keys.next(),
+                order_id: order.0 as i64,
+                event: "done",
+                px: None,
+                qty: None,
+                qty_remaining: None,
+                reason: Some(status),
+            });
+        }
+    }
+}
+
+/// Hands out the keys of one entry's rows: one position per row, across tables.
+struct Keys {
+    log_index: i64,
+    pos: i64,
+    ts: i64,
+}
+
+impl Keys {
+    fn next(&mut self) -> RowKey {
+        let key = RowKey { log_index: self.log_index, pos: self.pos, ts: self.ts };
+        self.pos += 1;
+        key
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn order_row(
+    key: RowKey,
+    order: OrderId,
+    account: u32,
+    symbol: u32,
+    side: Side,
+    kind: OrderKind,
+    qty: i64,
+    command: &Command,
+) -> OrderRow {
+    let request: Option<&OrderRequest> = match &command.body {
+        CommandBody::Place(request) => Some(request),
+        _ => None,
+    };
+    let (px, budget) = kind.limit_and_budget();
+    let (kind_name, trigger) = match kind {
+        OrderKind::Limit { .. } => ("limit", None),
+        OrderKind::Market { .. } => ("market", None),
+        OrderKind::StopLimit { trigger, .. } => ("stop_limit", Some(trigger.0)),
+        OrderKind::StopMarket { trigger, .. } => ("stop_market", Some(trigger.0)),
+    };
+    OrderRow {
+        key,
+        order_id: order.0 as i64,
+        account: i64::from(account),
+        symbol: i64::from(symbol),
+        side: side_name(side),
+        kind: kind_name,
+        px: px.map(|p| p.0),
+        trigger_px: trigger,
+        budget: budget.map(|b| b.0),
+        qty,
+        tif: request.map_or("gtc", |r| match r.tif {
+            Tif::Gtc => "gtc",
+            Tif::Ioc => "ioc",
+            Tif::Fok => "fok",
+        }),
+        post_only: request.is_some_and(|r| r.post_only),
+        display_qty: request.and_then(|r| r.display_qty).map(|q| q.0),
+        stp: request.map_or("cancel_resting", |r| match r.stp {
+            Stp::CancelResting => "cancel_resting",
+            Stp::CancelIncoming => "cancel_incoming",
+            Stp::Allow => "allow",
+        }),
+        client: command.client.0 as i64,
+        seq: command.seq as i64,
+    }
+}
+
+/// The cause of balance movements before any order event of the command.
+fn command_cause(body: &CommandBody) -> &'static str {
+    match body {
+        // An account opened with an external id gets its opening balance as a deposit.
+        CommandBody::Deposit { .. } | CommandBody::CreateAccountWithId { .. } => "deposit",
+        CommandBody::Withdraw { .. } => "withdraw",
+        CommandBody::Credit { .. } => "credit",
+        CommandBody::CreateAsset { .. }
+        | CommandBody::CreateSymbol(_)
+        | CommandBody::CreateAccount
+        | CommandBody::SuspendAccount { .. }
+        | CommandBody::ResumeAccount { .. } => "admin",
+        CommandBody::Place(_) => "place",
+        CommandBody::Cancel { .. } => "cancel",
+        CommandBody::Reduce { .. } => "reduce",
+        CommandBody::Move { .. } => "move",
+    }
+}
+
+pub(crate) fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::Buy => "buy",
+        Side::Sell => "sell",
+    }
+}
+
+fn cancel_reason(reason: CancelReason) -> &'static str {
+    match reason {
+        CancelReason::Requested => "requested",
+        CancelReason::Unfilled => "unfilled",
+        CancelReason::BudgetExhausted => "budget_exhausted",
+        CancelReason::SelfTrade => "self_trade",
+        CancelReason::ReducedToZero => "reduced_to_zero",
+    }
+}

@@ -1,0 +1,173 @@
+//! The rows of the history tables, as plain values, collected per batch of log entries.
+//!
+//! Every row carries the log index of the entry that produced it, its position among
+//! the rows of that entry (`pos`, counted across all tables from 0) and the log
+//! timestamp of its command. `(log_index, pos)` is every table's primary key: the same
+//! log always produces the same rows with the same keys, so writing an entry twice is a
+//! no-op, and the progress row written in the same transaction makes sure it is not
+//! even tried.
+//!
+//! Integers are stored as signed 64-bit (ids and indexes stay far below 2^63).
+
+/// Where a row came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RowKey {
+    pub log_index: i64,
+    pub pos: i64,
+    /// The command's log timestamp, nanoseconds since the Unix epoch.
+    pub ts: i64,
+}
+
+/// An order as accepted (one row per order, written when it is accepted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderRow {
+    pub key: RowKey,
+    pub order_id: i64,
+    pub account: i64,
+    pub symbol: i64,
+    pub side: &'static str,
+    /// `limit`, `market`, `stop_limit` or `stop_market`.
+    pub kind: &'static str,
+    pub px: Option<i64>,
+    pub trigger_px: Option<i64>,
+    pub budget: Option<i64>,
+    pub qty: i64,
+    pub tif: &'static str,
+    pub post_only: bool,
+    pub display_qty: Option<i64>,
+    pub stp: &'static str,
+    pub client: i64,
+    pub seq: i64,
+}
+
+/// One state change of an order: `accepted`, `rested`, `triggered`, `refreshed`,
+/// `moved`, `reduced`, `fill`, `cancelled`, `done`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OrderEventRow {
+    pub key: RowKey,
+    pub order_id: i64,
+    pub event: &'static str,
+    /// The price of a fill, a rest or a move, the last trade price of a trigger.
+    pub px: Option<i64>,
+    /// The quantity of a fill, the quantity shown by a rest or refresh, the quantity
+    /// taken by a reduce or a cancel, the quantity of an acceptance.
+    pub qty: Option<i64>,
+    /// After a reduce: what is left.
+    pub qty_remaining: Option<i64>,
+    /// A cancel's reason; a `done` row's final status (`filled` or `cancelled`).
+    pub reason: Option<&'static str>,
+}
+
+/// One trade, both legs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutionRow {
+    pub key: RowKey,
+    pub symbol: i64,
+    pub px: i64,
+    pub qty: i64,
+    pub taker_side: &'static str,
+    pub maker_order: i64,
+    pub taker_order: i64,
+    pub maker_account: i64,
+    pub taker_account: i64,
+    pub fee_maker: i64,
+    pub fee_taker: i64,
+    pub maker_done: bool,
+}
+
+/// A balance after a change, with the change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BalanceRow {
+    pub key: RowKey,
+    pub account: i64,
+    pub asset: i64,
+    pub delta_available: i64,
+    pub delta_reserved: i64,
+    pub available: i64,
+    pub reserved: i64,
+    /// What moved it: `deposit`, `withdraw`, `credit`, or the order event it followed
+    /// (`accepted`, `trade`, `cancelled`, `reduced`, `moved`, `triggered`, `refreshed`).
+    pub cause: &'static str,
+    /// The account's order behind the movement, if any.
+    pub order_id: Option<i64>,
+}
+
+/// An account was created, suspended or resumed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountRow {
+    pub key: RowKey,
+    pub account: i64,
+    /// `created`, `suspended` or `resumed`.
+    pub event: &'static str,
+}
+
+/// A new asset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AssetRow {
+    pub key: RowKey,
+    pub asset: i64,
+    pub name: String,
+    pub decimals: i64,
+}
+
+/// A new symbol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymbolRow {
+    pub key: RowKey,
+    pub symbol: i64,
+    pub name: String,
+    pub base: i64,
+    pub quote: i64,
+    pub tick: i64,
+    pub lot: i64,
+    pub px_min: i64,
+    pub px_max: i64,
+    pub fee_maker: i64,
+    pub fee_taker: i64,
+    /// `fifo` or `pro_rata`.
+    pub policy: &'static str,
+}
+
+/// The rows of a run of log entries, per table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rows {
+    pub orders: Vec<OrderRow>,
+    pub order_events: Vec<OrderEventRow>,
+    pub executions: Vec<ExecutionRow>,
+    pub balances: Vec<BalanceRow>,
+    pub accounts: Vec<AccountRow>,
+    pub assets: Vec<AssetRow>,
+    pub symbols: Vec<SymbolRow>,
+}
+
+impl Rows {
+    /// Rows of every table together.
+    pub fn len(&self) -> usize {
+        self.orders.len()
+            + self.order_events.len()
+            + self.executions.len()
+            + self.balances.len()
+            + self.accounts.len()
+            + self.assets.len()
+            + self.symbols.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn clear(&mut self) {
+        *self = Rows::default();
+    }
+
+    /// Appends `other`'s rows.
+    pub fn extend(&mut self, other: Rows) {
+        self.orders.extend(other.orders);
+        self.order_events.extend(other.order_events);
+        self.executions.extend(other.executions);
+        self.balances.extend(other.balances);
+        self.accounts.extend(other.accounts);
+        self.assets.extend(other.assets);
+        self.symbols.extend(other.symbols);
+    }
+}

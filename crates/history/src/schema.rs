@@ -1,0 +1,100 @@
+//! The one schema of both backends.
+//!
+//! Every row table has the primary key `(log_index, pos)` (see `rows.rs`) and the log
+//! timestamp `ts` (nanoseconds); the indexes serve the queries in `query.rs`. The only
+//! differences between the dialects are the blob type and SQLite's `WITHOUT ROWID`
+//! (a table clustered on its primary key, as PostgreSQL's B-tree primary key index is
+//! for lookups).
+//!
+//! `history_progress` has one row: the last log index applied, written in the same
+//! transaction as the rows of the entries up to it, so a restart resumes exactly after
+//! it; `begins_at` is the first index whose rows are here (0 or 1: the whole log);
+//! `snapshot`/`snapshot_index` is the sink's engine at some index at or below the
+//! progress, to restart without replaying the whole log.
+//!
+//! Day-trading audit events (a later engine feature) get a table of their own here,
+//! keyed the same way, beside one match arm in `recorder.rs`.
+
+/// Which SQL dialect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// Version of this schema, kept in `history_progress`; a database of another version is
+/// refused rather than misread.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The row tables and their columns after the key, in insert order.
+pub const TABLES: &[(&str, &str)] = &[
+    (
+        "orders",
+        "order_id BIGINT NOT NULL, account BIGINT NOT NULL, symbol BIGINT NOT NULL, side TEXT NOT NULL, \
+         kind TEXT NOT NULL, px BIGINT, trigger_px BIGINT, budget BIGINT, qty BIGINT NOT NULL, tif TEXT NOT NULL, \
+         post_only BIGINT NOT NULL, display_qty BIGINT, stp TEXT NOT NULL, client BIGINT NOT NULL, seq BIGINT NOT NULL",
+    ),
+    (
+        "order_events",
+        "order_id BIGINT NOT NULL, event TEXT NOT NULL, px BIGINT, qty BIGINT, qty_remaining BIGINT, reason TEXT",
+    ),
+    (
+        "executions",
+        "symbol BIGINT NOT NULL, px BIGINT NOT NULL, qty BIGINT NOT NULL, taker_side TEXT NOT NULL, \
+         maker_order BIGINT NOT NULL, taker_order BIGINT NOT NULL, maker_account BIGINT NOT NULL, \
+         taker_account BIGINT NOT NULL, fee_maker BIGINT NOT NULL, fee_taker BIGINT NOT NULL, maker_done BIGINT NOT NULL",
+    ),
+    (
+        "balance_movements",
+        "account BIGINT NOT NULL, asset BIGINT NOT NULL, delta_available BIGINT NOT NULL, \
+         delta_reserved BIGINT NOT NULL, available BIGINT NOT NULL, reserved BIGINT NOT NULL, cause TEXT NOT NULL, \
+         order_id BIGINT",
+    ),
+    ("account_events", "account BIGINT NOT NULL, event TEXT NOT NULL"),
+    ("assets", "asset BIGINT NOT NULL, name TEXT NOT NULL, decimals BIGINT NOT NULL"),
+    (
+        "symbols",
+        "symbol BIGINT NOT NULL, name TEXT NOT NULL, base BIGINT NOT NULL, quote BIGINT NOT NULL, tick BIGINT NOT NULL, \
+         lot BIGINT NOT NULL, px_min BIGINT NOT NULL, px_max BIGINT NOT NULL, fee_maker BIGINT NOT NULL, \
+         fee_taker BIGINT NOT NULL, policy TEXT NOT NULL",
+    ),
+];
+
+const INDEXES: &[&str] = &[
+    "CREATE UNIQUE INDEX IF NOT EXISTS orders_by_id ON orders (order_id)",
+    "CREATE INDEX IF NOT EXISTS orders_by_account ON orders (account, ts)",
+    "CREATE INDEX IF NOT EXISTS order_events_by_order ON order_events (order_id, log_index, pos)",
+    "CREATE INDEX IF NOT EXISTS executions_by_symbol ON executions (symbol, ts)",
+    "CREATE INDEX IF NOT EXISTS executions_by_maker ON executions (maker_order)",
+    "CREATE INDEX IF NOT EXISTS executions_by_taker ON executions (taker_order)",
+    "CREATE INDEX IF NOT EXISTS balance_movements_by_account ON balance_movements (account, ts, log_index, pos)",
+    "CREATE INDEX IF NOT EXISTS balance_movements_by_asset ON balance_movements (account, asset, log_index, pos)",
+    "CREATE INDEX IF NOT EXISTS account_events_by_account ON account_events (account)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS symbols_by_name ON symbols (name)",
+];
+
+/// The statements that create the schema (each idempotent).
+pub fn create_statements(dialect: Dialect) -> Vec<String> {
+    let (blob, suffix) = match dialect {
+        Dialect::Sqlite => ("BLOB", " WITHOUT ROWID"),
+        Dialect::Postgres => ("BYTEA", ""),
+    };
+    let mut statements = vec![format!(
+        "CREATE TABLE IF NOT EXISTS history_progress (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, \
+         applied_index BIGINT NOT NULL, applied_ts BIGINT NOT NULL, begins_at BIGINT NOT NULL, \
+         snapshot_index BIGINT, snapshot {blob})"
+    )];
+    for (table, columns) in TABLES {
+        statements.push(format!(
+            "CREATE TABLE IF NOT EXISTS {table} (log_index BIGINT NOT NULL, pos BIGINT NOT NULL, ts BIGINT NOT NULL, \
+             {columns}, PRIMARY KEY (log_index, pos)){suffix}"
+        ));
+    }
+    statements.extend(INDEXES.iter().map(|s| s.to_string()));
+    statements
+}
+
+/// Column names of a table after the key (`log_index, pos, ts`).
+pub fn column_names(columns: &str) -> Vec<&str> {
+    columns.split(',').map(|c| c.split_whitespace().next().expect("a column has a name")).collect()
+}

@@ -1,0 +1,277 @@
+//! The database behind the history: SQLite (a file, the default) or PostgreSQL, one
+//! schema and one set of queries.
+//!
+//! A backend does three things: write a batch of rows together with the progress row
+//! (and, now and then, the sink's engine snapshot) in one transaction; read the
+//! progress back; run a query (`?` placeholders, integer and text columns). Everything
+//! else — the rows, the SQL of the queries — is shared, so the two cannot drift.
+//!
+//! Writing: SQLite inserts row by row through cached prepared statements inside one
+//! transaction (WAL mode, `synchronous=NORMAL`: other processes read while the sink
+//! writes, and a batch costs one WAL append); PostgreSQL inserts each table's rows of a
+//! batch with one statement over `unnest` of one array per column (a single round trip
+//! per table, the speed of a multi-row insert without its parameter limit). Both use
+//! `ON CONFLICT DO NOTHING`, so a row written twice stays one row.
+
+mod postgres;
+mod sqlite;
+
+use crate::rows::{RowKey, Rows};
+use crate::schema::{Dialect, TABLES};
+
+/// A value in a query's parameters or results.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Int(i64),
+    Text(String),
+    Null,
+}
+
+impl Value {
+    pub fn int(&self) -> Option<i64> {
+        match self {
+            Value::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Value::Text(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A borrowed cell of a row being written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cell<'a> {
+    Int(i64),
+    Text(&'a str),
+    Null,
+}
+
+/// What the sink has written: where it stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The last log entry whose rows are written.
+    pub applied_index: u64,
+    /// The log timestamp of its last command.
+    pub applied_ts: u64,
+    /// The first entry whose rows are here (0 or 1: the whole log).
+    pub begins_at: u64,
+}
+
+/// The progress row and the engine snapshot kept with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Saved {
+    pub progress: Progress,
+    /// (index, engine snapshot bytes), at or below `progress.applied_index`.
+    pub snapshot: Option<(u64, Vec<u8>)>,
+}
+
+/// Why a database operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("postgres: {0}")]
+    Postgres(#[from] ::postgres::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// One database connection of either kind.
+pub trait Backend: Send {
+    fn dialect(&self) -> Dialect;
+    /// The progress row, if any.
+    fn saved(&mut self) -> Result<Option<Saved>>;
+    /// Writes `rows` and the progress (and the snapshot, when given) in one transaction.
+    fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()>;
+    /// Runs a query written with `?` placeholders; integer, text and null results.
+    fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>>;
+}
+
+/// A history database.
+pub struct Store {
+    backend: Box<dyn Backend>,
+    url: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating the schema if needed) `postgres://…` / `postgresql://…`, or a
+    /// SQLite file given as `sqlite:PATH` or a plain path.
+    pub fn open(url: &str) -> Result<Store> {
+        let backend: Box<dyn Backend> = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Box::new(postgres::Postgres::open(url)?)
+        } else {
+            let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
+            if path.is_empty() {
+                return Err(StoreError::Invalid("an empty SQLite path".into()));
+            }
+            Box::new(sqlite::Sqlite::open(std::path::Path::new(path))?)
+        };
+        Ok(Store { backend, url: redact(url) })
+    }
+
+    /// The URL opened, without a password.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.backend.dialect()
+    }
+
+    pub fn saved(&mut self) -> Result<Option<Saved>> {
+        self.backend.saved()
+    }
+
+    pub fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+        self.backend.write(rows, progress, snapshot)
+    }
+
+    pub fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
+        self.backend.query(sql, params)
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let Some((credentials, host)) = rest.split_once('@') else { return url.to_string() };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// Each table's rows as cells, row after row (`log_index, pos, ts`, then the columns
+/// of `schema::TABLES` in order): what both backends write.
+pub(crate) fn table_cells(rows: &Rows) -> Vec<(&'static str, usize, Vec<Cell<'_>>)> {
+    fn key(k: &RowKey) -> [Cell<'static>; 3] {
+        [Cell::Int(k.log_index), Cell::Int(k.pos), Cell::Int(k.ts)]
+    }
+    fn opt(v: Option<i64>) -> Cell<'static> {
+        v.map_or(Cell::Null, Cell::Int)
+    }
+    fn flag(v: bool) -> Cell<'static> {
+        Cell::Int(i64::from(v))
+    }
+    let mut out = Vec::with_capacity(TABLES.len());
+    let mut cells = Vec::new();
+    for r in &rows.orders {
+        cells.extend(key(&r.key));
+        cells.extend([
+            Cell::Int(r.order_id),
+            Cell::Int(r.account),
+            Cell::Int(r.symbol),
+            Cell::Text(r.side),
+            Cell::Text(r.kind),
+            opt(r.px),
+            opt(r.trigger_px),
+            opt(r.budget),
+            Cell::Int(r.qty),
+            Cell::Text(r.tif),
+            flag(r.post_only),
+            opt(r.display_qty),
+            Cell::Text(r.stp),
+            Cell::Int(r.client),
+            Cell::Int(r.seq),
+        ]);
+    }
+    out.push(("orders", rows.orders.len(), std::mem::take(&mut cells)));
+    for r in &rows.order_events {
+        cells.extend(key(&r.key));
+        cells.extend([
+            Cell::Int(r.order_id),
+            Cell::Text(r.event),
+            opt(r.px),
+            opt(r.qty),
+            opt(r.qty_remaining),
+            r.reason.map_or(Cell::Null, Cell::Text),
+        ]);
+    }
+    out.push(("order_events", rows.order_events.len(), std::mem::take(&mut cells)));
+    for r in &rows.executions {
+        cells.extend(key(&r.key));
+        cells.extend([
+            Cell::Int(r.symbol),
+            Cell::Int(r.px),
+            Cell::Int(r.qty),
+            Cell::Text(r.taker_side),
+            Cell::Int(r.maker_order),
+            Cell::Int(r.taker_order),
+            Cell::Int(r.maker_account),
+            Cell::Int(r.taker_account),
+            Cell::Int(r.fee_maker),
+            Cell::Int(r.fee_taker),
+            flag(r.maker_done),
+        ]);
+    }
+    out.push(("executions", rows.executions.len(), std::mem::take(&mut cells)));
+    for r in &rows.balances {
+        cells.extend(key(&r.key));
+        cells.extend([
+            Cell::Int(r.account),
+            Cell::Int(r.asset),
+            Cell::Int(r.delta_available),
+            Cell::Int(r.delta_reserved),
+            Cell::Int(r.available),
+            Cell::Int(r.reserved),
+            Cell::Text(r.cause),
+            opt(r.order_id),
+        ]);
+    }
+    out.push(("balance_movements", rows.balances.len(), std::mem::take(&mut cells)));
+    for r in &rows.accounts {
+        cells.extend(key(&r.key));
+        cells.extend([Cell::Int(r.account), Cell::Text(r.event)]);
+    }
+    out.push(("account_events", rows.accounts.len(), std::mem::take(&mut cells)));
+    for r in &rows.assets {
+        cells.extend(key(&r.key));
+        cells.extend([Cell::Int(r.asset), Cell::Text(&r.name), Cell::Int(r.decimals)]);
+    }
+    out.push(("assets", rows.assets.len(), std::mem::take(&mut cells)));
+    for r in &rows.symbols {
+        cells.extend(key(&r.key));
+        cells.extend([
+            Cell::Int(r.symbol),
+            Cell::Text(&r.name),
+            Cell::Int(r.base),
+            Cell::Int(r.quote),
+            Cell::Int(r.tick),
+            Cell::Int(r.lot),
+            Cell::Int(r.px_min),
+            Cell::Int(r.px_max),
+            Cell::Int(r.fee_maker),
+            Cell::Int(r.fee_taker),
+            Cell::Text(r.policy),
+        ]);
+    }
+    out.push(("symbols", rows.symbols.len(), cells));
+    debug_assert!(out.iter().zip(TABLES).all(|((name, _, _), (table, _))| name == table));
+    out
+}
+
+/// The columns of a table (key first) and whether each is text.
+pub(crate) fn table_columns(table: &str) -> Vec<(&'static str, bool)> {
+    let (_, columns) = TABLES.iter().find(|(name, _)| *name == table).expect("a known table");
+    let mut out = vec![("log_index", false), ("pos", false), ("ts", false)];
+    for column in columns.split(',') {
+        let mut words = column.split_whitespace();
+        let name = words.next().expect("a column name");
+        let text = words.next() == Some("TEXT");
+        out.push((name, text));
+    }
+    out
+}

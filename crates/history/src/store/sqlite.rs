@@ -1,0 +1,146 @@
+//! SQLite: one file, WAL mode (readers in other processes see the last committed batch
+//! while the sink writes the next), `synchronous=NORMAL` (a batch is one WAL append; a
+//! power cut may lose the last batches, which the sink writes again from the log).
+
+use std::path::Path;
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, ToSql};
+
+use super::{table_cells, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
+use crate::rows::Rows;
+use crate::schema::{create_statements, Dialect, SCHEMA_VERSION};
+
+pub struct Sqlite {
+    connection: Connection,
+}
+
+impl ToSql for Cell<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match *self {
+            Cell::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(v)),
+            Cell::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Cell::Null => ToSqlOutput::Borrowed(ValueRef::Null),
+        })
+    }
+}
+
+impl Sqlite {
+    pub fn open(path: &Path) -> Result<Sqlite> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::Invalid(format!("{}: {e}", parent.display())))?;
+        }
+        let connection = Connection::open(path)?;
+        connection.busy_timeout(std::time::Duration::from_secs(10))?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        connection.set_prepared_statement_cache_capacity(64);
+        for statement in create_statements(Dialect::Sqlite) {
+            connection.execute(&statement, [])?;
+        }
+        let mut sqlite = Sqlite { connection };
+        if let Some(version) = sqlite.schema_version()? {
+            if version != SCHEMA_VERSION {
+                return Err(StoreError::Invalid(format!(
+                    "{}: history schema version {version}, this build reads {SCHEMA_VERSION}",
+                    path.display()
+                )));
+            }
+        }
+        Ok(sqlite)
+    }
+
+    fn schema_version(&mut self) -> Result<Option<i64>> {
+        let rows = self.query("SELECT schema_version FROM history_progress WHERE id = 1", &[])?;
+        Ok(rows.first().and_then(|r| r[0].int()))
+    }
+}
+
+impl Backend for Sqlite {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn saved(&mut self) -> Result<Option<Saved>> {
+        let mut statement = self.connection.prepare_cached(
+            "SELECT applied_index, applied_ts, begins_at, snapshot_index, snapshot FROM history_progress WHERE id = 1",
+        )?;
+        let mut rows = statement.query([])?;
+        let Some(row) = rows.next()? else { return Ok(None) };
+        let progress = Progress {
+            applied_index: row.get::<_, i64>(0)? as u64,
+            applied_ts: row.get::<_, i64>(1)? as u64,
+            begins_at: row.get::<_, i64>(2)? as u64,
+        };
+        let snapshot = match (row.get::<_, Option<i64>>(3)?, row.get::<_, Option<Vec<u8>>>(4)?) {
+            (Some(index), Some(bytes)) => Some((index as u64, bytes)),
+            _ => None,
+        };
+        Ok(Some(Saved { progress, snapshot }))
+    }
+
+    fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+        let transaction = self.connection.transaction()?;
+        for (table, count, cells) in table_cells(rows) {
+            if count == 0 {
+                continue;
+            }
+            let columns = table_columns(table);
+            let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+            let marks = vec!["?"; names.len()].join(", ");
+            let sql = format!("INSERT INTO {table} ({}) VALUES ({marks}) ON CONFLICT DO NOTHING", names.join(", "));
+            let mut statement = transaction.prepare_cached(&sql)?;
+            for row in cells.chunks_exact(names.len()) {
+                statement.execute(rusqlite::params_from_iter(row.iter()))?;
+            }
+        }
+        progress_write(&transaction, progress, snapshot)?;
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
+        let mut statement = self.connection.prepare_cached(sql)?;
+        let width = statement.column_count();
+        let mut rows = statement.query(rusqlite::params_from_iter(params.iter()))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let mut values = Vec::with_capacity(width);
+            for i in 0..width {
+                values.push(match row.get_ref(i)? {
+                    ValueRef::Integer(v) => Value::Int(v),
+                    ValueRef::Text(v) => Value::Text(String::from_utf8_lossy(v).into_owned()),
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Real(v) => Value::Int(v as i64),
+                    ValueRef::Blob(_) => Value::Null,
+                });
+            }
+            out.push(values);
+        }
+        Ok(out)
+    }
+}
+
+fn progress_write(
+    transaction: &rusqlite::Transaction<'_>,
+    progress: &Progress,
+    snapshot: Option<(u64, &[u8])>,
+) -> Result<()> {
+    let (applied, ts, begins) = (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
+    match snapshot {
+        Some((index, bytes)) => transaction.prepare_cached(
+            "INSERT INTO history_progress (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
+             VALUES (1, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
+             applied_ts = excluded.applied_ts, begins_at = excluded.begins_at, \
+             snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot",
+        )?
+        .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins, index as i64, bytes])?,
+        None => transaction.prepare_cached(
+            "INSERT INTO history_progress (id, schema_version, applied_index, applied_ts, begins_at) \
+             VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
+             applied_ts = excluded.applied_ts, begins_at = excluded.begins_at",
+        )?
+        .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins])?,
+    };
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! A throwaway PostgreSQL server for tests and benchmarks: `initdb` into a temporary
+//! directory, `postgres` on a free loopback port (for tests fsync off: the data is
+//! thrown away; benchmarks keep the durable defaults), stopped and deleted on drop.
+//!
+//! The server binaries are looked for in `$BOURSE_PG_BIN`, then in
+//! `/usr/lib/postgresql/<version>/bin` (Debian's `postgresql` package;
+//! `scripts/deps/postgres.sh` installs it). PostgreSQL refuses to run as root, so under
+//! root the server runs as the `postgres` user the package creates.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running temporary server.
+pub struct TempPostgres {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Child,
+    databases: std::sync::atomic::AtomicU32,
+}
+
+fn bin_dir() -> io::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("BOURSE_PG_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|dirs| {
+            dirs.filter_map(|d| d.ok()).map(|d| d.path().join("bin")).filter(|b| b.join("initdb").exists()).collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.pop().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, "no PostgreSQL server binaries (run scripts/deps/postgres.sh)")
+    })
+}
+
+/// The uid and gid to run the server as: ours, or `postgres`'s when we are root.
+fn run_as() -> io::Result<Option<(u32, u32)>> {
+    let uid = rustix_uid();
+    if uid != 0 {
+        return Ok(None);
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd")?;
+    for line in passwd.lines() {
+        let fields: Vec<&str> = line.split(':').collect();
+        if fields.len() > 3 && fields[0] == "postgres" {
+            let parse = |s: &str| s.parse::<u32>().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e));
+            return Ok(Some((parse(fields[2])?, parse(fields[3])?)));
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::NotFound, "running as root and there is no postgres user to run the server as"))
+}
+
+/// The effective uid, from /proc (no libc call needed).
+fn rustix_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn command(bin: &Path, program: &str, user: Option<(u32, u32)>) -> Command {
+    let mut command = Command::new(bin.join(program));
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid);
+    }
+    command.env("LC_ALL", "C").env_remove("PGDATA");
+    command
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl TempPostgres {
+    /// Creates and starts a server with fsync off (tests); returns once it accepts
+    /// connections.
+    pub fn start() -> io::Result<TempPostgres> {
+        TempPostgres::start_with(false)
+    }
+
+    /// With `durable`, the server keeps PostgreSQL's defaults (fsync and synchronous
+    /// commit on), as a production server would: what benchmarks measure.
+    pub fn start_with(durable: bool) -> io::Result<TempPostgres> {
+        let bin = bin_dir()?;
+        let user = run_as()?;
+        let dir = tempfile::Builder::new().prefix("bourse-pg-").tempdir()?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))?;
+        }
+        let data = dir.path().join("data");
+        let output = command(&bin, "initdb", user)
+            .args(["-D"])
+            .arg(&data)
+            .args(["-U", "bourse", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"])
+            .output()?;
+        if !output.status.success() {
+            return Err(io::Error::other(format!("initdb failed: {}", String::from_utf8_lossy(&output.stderr))));
+        }
+        let port = free_port()?;
+        let log = std::fs::File::create(dir.path().join("server.log"))?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path().join("server.log"), Some(uid), Some(gid))?;
+        }
+        let child = command(&bin, "postgres", user)
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-k"])
+            .arg(dir.path())
+            .args(if durable {
+                ["-c", "fsync=on", "-c", "synchronous_commit=on", "-c", "full_page_writes=on"]
+            } else {
+                ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+            })
+            .args(["-c", "max_connections=50", "-c", "shared_buffers=128MB"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let server = TempPostgres { dir, port, child, databases: Default::default() };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn wait_ready(&self) -> io::Result<()> {
+        let started = Instant::now();
+        loop {
+            if postgres::Client::connect(&self.url_of("postgres"), postgres::NoTls).is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > START_TIMEOUT {
+                let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
+                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("PostgreSQL did not start:\n{log}")));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn url_of(&self, database: &str) -> String {
+        format!("postgres://bourse@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// The URL of the default database.
+    pub fn url(&self) -> String {
+        self.url_of("postgres")
+    }
+
+    /// Creates a new empty database and returns its URL (tests each take their own).
+    pub fn database(&self) -> io::Result<String> {
+        let n = self.databases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("history_{n}");
+        let mut client = postgres::Client::connect(&self.url(), postgres::NoTls).map_err(io::Error::other)?;
+        client.batch_execute(&format!("CREATE DATABASE {name}")).map_err(io::Error::other)?;
+        Ok(self.url_of(&name))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for TempPostgres {
+    fn drop(&mut self) {
+        // Immediate shutdown (SIGQUIT): the postmaster stops its backends and exits; the
+        // data directory is deleted next, so nothing needs a clean checkpoint.
+        let stopped = Command::new("kill").args(["-QUIT", &self.child.id().to_string()]).status();
+        if !stopped.is_ok_and(|s| s.success()) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
