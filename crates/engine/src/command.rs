@@ -53,6 +53,10 @@ pub enum CommandBody {
     /// seen without its opening balance. A deposit of 0 opens it empty. Front ends
     /// whose protocol names accounts (the XML protocol) create accounts this way.
     CreateAccountWithId { external_id: u64, asset: AssetId, deposit: Amount },
+    /// A day-trading entry: one of the retail service's commands with its arguments
+    /// verbatim, or a poller's quote (`crate::daytrading`). Boxed: rare next to orders,
+    /// and the order path's commands stay small.
+    DayTrading(Box<crate::daytrading::DtRequest>),
 }
 
 /// How a symbol matches at a price level.

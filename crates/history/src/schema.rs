@@ -12,8 +12,10 @@
 //! `snapshot`/`snapshot_index` is the sink's engine at some index at or below the
 //! progress, to restart without replaying the whole log.
 //!
-//! Day-trading audit events (a later engine feature) get a table of their own here,
-//! keyed the same way, beside one match arm in `recorder.rs`.
+//! Day-trading audit records (`dt_audit`) are keyed the same way, with their position in
+//! the ledger's audit sequence (`audit_seq`, which `DUMPLOG` bounds its output by) and
+//! every column any of the five record kinds has (null where a kind has none). Rows of
+//! `dt_audit` in key order are the audit log in log order.
 
 /// Which SQL dialect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +60,12 @@ pub const TABLES: &[(&str, &str)] = &[
          lot BIGINT NOT NULL, px_min BIGINT NOT NULL, px_max BIGINT NOT NULL, fee_maker BIGINT NOT NULL, \
          fee_taker BIGINT NOT NULL, policy TEXT NOT NULL",
     ),
+    (
+        "dt_audit",
+        "audit_seq BIGINT NOT NULL, record TEXT NOT NULL, stamp BIGINT NOT NULL, transaction_num BIGINT NOT NULL, \
+         command TEXT, username TEXT, symbol TEXT, filename TEXT, funds BIGINT, price BIGINT, \
+         quote_server_time BIGINT, cryptokey TEXT, action TEXT, error_message TEXT",
+    ),
 ];
 
 const INDEXES: &[&str] = &[
@@ -71,6 +79,8 @@ const INDEXES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS balance_movements_by_asset ON balance_movements (account, asset, log_index, pos)",
     "CREATE INDEX IF NOT EXISTS account_events_by_account ON account_events (account)",
     "CREATE UNIQUE INDEX IF NOT EXISTS symbols_by_name ON symbols (name)",
+    // One user's DUMPLOG: their records in log order.
+    "CREATE INDEX IF NOT EXISTS dt_audit_by_user ON dt_audit (username, log_index, pos)",
 ];
 
 /// The statements that create the schema (each idempotent).

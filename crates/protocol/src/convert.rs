@@ -416,6 +416,7 @@ impl From<&CommandBody> for Body {
                     deposit: deposit.0,
                 })
             }
+            CommandBody::DayTrading(request) => crate::daytrading::body_wire(request),
         }
     }
 }
@@ -474,6 +475,12 @@ impl TryFrom<&Body> for CommandBody {
                 asset: AssetId(create.asset),
                 deposit: Amount(create.deposit),
             },
+            Body::DayTrading(command) => {
+                CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Command(command.try_into()?)))
+            }
+            Body::DayTradingQuote(quote) => {
+                CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Quote(quote.try_into()?)))
+            }
         })
     }
 }
@@ -523,7 +530,14 @@ impl From<Outcome> for proto::ack::Outcome {
 
 /// The answer to the command with `seq`, applied (or found a duplicate) at `log_index`.
 pub fn ack(seq: u64, log_index: u64, applied: &Applied) -> proto::Ack {
-    proto::Ack { seq, log_index, duplicate: applied.duplicate, outcome: Some(applied.outcome.into()), gateway_ts: 0 }
+    proto::Ack {
+        seq,
+        log_index,
+        duplicate: applied.duplicate,
+        outcome: Some(applied.outcome.into()),
+        gateway_ts: 0,
+        day_trading: None,
+    }
 }
 
 /// The answer to a command the node refused before the log because its shape was wrong.
@@ -535,6 +549,7 @@ pub fn ack_refused(seq: u64, error: &ConvertError) -> proto::Ack {
         duplicate: false,
         outcome: Some(proto::ack::Outcome::Rejected(error.into())),
         gateway_ts: 0,
+        day_trading: None,
     }
 }
 

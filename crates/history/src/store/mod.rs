@@ -92,6 +92,14 @@ pub trait Backend: Send {
     fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()>;
     /// Runs a query written with `?` placeholders; integer, text and null results.
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>>;
+    /// Runs a query and hands each result row to `each` as it is read, without holding
+    /// the result (an audit dump streams millions of rows); an error from `each` stops it.
+    fn query_each(
+        &mut self,
+        sql: &str,
+        params: &[Cell<'_>],
+        each: &mut dyn FnMut(&[Value]) -> Result<()>,
+    ) -> Result<()>;
 }
 
 /// A history database.
@@ -141,6 +149,16 @@ impl Store {
 
     pub fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
         self.backend.query(sql, params)
+    }
+
+    /// Streams a query's rows to `each` (see [`Backend::query_each`]).
+    pub fn query_each(
+        &mut self,
+        sql: &str,
+        params: &[Cell<'_>],
+        each: &mut dyn FnMut(&[Value]) -> Result<()>,
+    ) -> Result<()> {
+        self.backend.query_each(sql, params, each)
     }
 }
 
@@ -258,7 +276,30 @@ pub(crate) fn table_cells(rows: &Rows) -> Vec<(&'static str, usize, Vec<Cell<'_>
             Cell::Text(r.policy),
         ]);
     }
-    out.push(("symbols", rows.symbols.len(), cells));
+    out.push(("symbols", rows.symbols.len(), std::mem::take(&mut cells)));
+    for r in &rows.audit {
+        fn text(v: &Option<String>) -> Cell<'_> {
+            v.as_deref().map_or(Cell::Null, Cell::Text)
+        }
+        cells.extend(key(&r.key));
+        cells.extend([
+            Cell::Int(r.audit_seq),
+            Cell::Text(r.record),
+            Cell::Int(r.stamp),
+            Cell::Int(r.transaction_num),
+            r.command.map_or(Cell::Null, Cell::Text),
+            text(&r.username),
+            text(&r.symbol),
+            text(&r.filename),
+            opt(r.funds),
+            opt(r.price),
+            opt(r.quote_server_time),
+            text(&r.cryptokey),
+            r.action.map_or(Cell::Null, Cell::Text),
+            r.error_message.map_or(Cell::Null, Cell::Text),
+        ]);
+    }
+    out.push(("dt_audit", rows.audit.len(), cells));
     debug_assert!(out.iter().zip(TABLES).all(|((name, _, _), (table, _))| name == table));
     out
 }
