@@ -336,6 +336,7 @@ impl Recorder {
             let status = match self.engine.order_status(order) {
                 Some(OrderStatus::Filled) => "filled",
                 Some(OrderStatus::Cancelled) => "cancelled",
+                Some(OrderStatus::Expired) => "expired",
                 Some(OrderStatus::Open | OrderStatus::Pending) => continue,
                 // Closed and already out of the engine's ring of recent orders.
                 None if self.cancelled.contains(&order) => "cancelled",
@@ -406,6 +407,7 @@ fn order_row(
             Tif::Gtc => "gtc",
             Tif::Ioc => "ioc",
             Tif::Fok => "fok",
+            Tif::Day => "day",
         }),
         post_only: request.is_some_and(|r| r.post_only),
         display_qty: request.and_then(|r| r.display_qty).map(|q| q.0),
@@ -430,7 +432,8 @@ fn command_cause(body: &CommandBody) -> &'static str {
         | CommandBody::CreateSymbol(_)
         | CommandBody::CreateAccount
         | CommandBody::SuspendAccount { .. }
-        | CommandBody::ResumeAccount { .. } => "admin",
+        | CommandBody::ResumeAccount { .. }
+        | CommandBody::CloseDay => "admin",
         CommandBody::Place(_) => "place",
         CommandBody::Cancel { .. } => "cancel",
         CommandBody::Reduce { .. } => "reduce",
@@ -452,5 +455,6 @@ fn cancel_reason(reason: CancelReason) -> &'static str {
         CancelReason::BudgetExhausted => "budget_exhausted",
         CancelReason::SelfTrade => "self_trade",
         CancelReason::ReducedToZero => "reduced_to_zero",
+        CancelReason::Expired => "expired",
     }
 }
