@@ -196,14 +196,24 @@ impl Recorder {
                 });
             }
             Event::AccountCreated { account } => {
-                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "created" })
+                let external_id = match command.body {
+                    CommandBody::CreateAccountWithId { external_id, .. } => Some(external_id as i64),
+                    _ => None,
+                };
+                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "created", external_id })
             }
-            Event::AccountSuspended { account } => {
-                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "suspended" })
-            }
-            Event::AccountResumed { account } => {
-                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "resumed" })
-            }
+            Event::AccountSuspended { account } => rows.accounts.push(AccountRow {
+                key,
+                account: i64::from(account.0),
+                event: "suspended",
+                external_id: None,
+            }),
+            Event::AccountResumed { account } => rows.accounts.push(AccountRow {
+                key,
+                account: i64::from(account.0),
+                event: "resumed",
+                external_id: None,
+            }),
             Event::Balance { account, asset, available, reserved } => {
                 let before = self.balances.insert((account.0, asset.0), (available.0, reserved.0)).unwrap_or((0, 0));
                 let (cause, order_id) = match *cause {
