@@ -65,6 +65,9 @@ pub enum Verb {
     Move { account: u32, symbol: String, order: u64, px: i64 },
     /// Take quantity off an order, keeping its priority.
     Reduce { account: u32, symbol: String, order: u64, qty: i64 },
+    /// Close the trading day: every open Day order (`--tif day`) expires and its hold is
+    /// released. Run it at the session's close (cron, a systemd timer); GTC orders stay.
+    CloseDay,
     /// Show an order's status and fills.
     Order { order: u64 },
     /// Show a book's depth.
@@ -133,6 +136,8 @@ enum TifArg {
     Gtc,
     Ioc,
     Fok,
+    /// Like GTC until `bourse close-day`.
+    Day,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -238,6 +243,7 @@ async fn run_async(target: Target, verb: Verb) -> Fallible<()> {
                 CommandBody::Reduce { account: AccountId(account), symbol, order: OrderId(order), qty_by: Qty(qty) };
             cli.submit("reduce", body).await
         }
+        Verb::CloseDay => cli.close_day().await,
         Verb::Order { order } => cli.show_order(order).await,
         Verb::Book { symbol, levels } => cli.show_book(&symbol, levels).await,
         Verb::Balances { account } => cli.show_balances(account).await,
@@ -270,14 +276,18 @@ impl Cli {
         }
     }
 
-    async fn submit(&mut self, what: &str, body: CommandBody) -> Fallible<()> {
+    async fn admin(&mut self) -> Fallible<&mut AdminSession> {
         if self.admin.is_none() {
             let session = AdminSession::connect(self.target.nodes.clone(), random_client_id(), self.target.options())
                 .await
                 .map_err(err)?;
             self.admin = Some(session);
         }
-        let reply: Reply = self.admin.as_mut().expect("connected above").submit(body).await.map_err(err)?;
+        Ok(self.admin.as_mut().expect("connected above"))
+    }
+
+    async fn submit(&mut self, what: &str, body: CommandBody) -> Fallible<()> {
+        let reply: Reply = self.admin().await?.submit(body).await.map_err(err)?;
         match reply.outcome {
             Outcome::Ok { id } => {
                 self.print(
@@ -286,14 +296,30 @@ impl Cli {
                 );
                 Ok(())
             }
-            Outcome::Rejected(reject) => {
-                self.print(
-                    format!("{what} rejected: {reject} (code {})", reject.code()),
-                    json!({"ok": false, "reject": reject.name(), "code": reject.code(), "log_index": reply.log_index}),
-                );
-                Err(format!("{what} rejected: {reject}"))
-            }
+            Outcome::Rejected(reject) => self.rejected(what, reject, &reply),
         }
+    }
+
+    async fn close_day(&mut self) -> Fallible<()> {
+        let reply: Reply = self.admin().await?.close_day().await.map_err(err)?;
+        match reply.outcome {
+            Outcome::Ok { id } => {
+                self.print(
+                    format!("trading day closed: {id} Day orders expired (log index {})", reply.log_index),
+                    json!({"ok": true, "expired": id, "log_index": reply.log_index}),
+                );
+                Ok(())
+            }
+            Outcome::Rejected(reject) => self.rejected("close-day", reject, &reply),
+        }
+    }
+
+    fn rejected(&self, what: &str, reject: bourse_engine::Reject, reply: &Reply) -> Fallible<()> {
+        self.print(
+            format!("{what} rejected: {reject} (code {})", reject.code()),
+            json!({"ok": false, "reject": reject.name(), "code": reject.code(), "log_index": reply.log_index}),
+        );
+        Err(format!("{what} rejected: {reject}"))
     }
 
     async fn asset(&mut self, name: &str) -> Fallible<AssetId> {
@@ -324,6 +350,7 @@ impl Cli {
             Some(TifArg::Gtc) => Tif::Gtc,
             Some(TifArg::Ioc) => Tif::Ioc,
             Some(TifArg::Fok) => Tif::Fok,
+            Some(TifArg::Day) => Tif::Day,
             None if market => Tif::Ioc,
             None => Tif::Gtc,
         };

@@ -58,6 +58,13 @@ impl AdminSession {
         self.finish(command).await
     }
 
+    /// Closes the trading day: every open Day order expires. The reply's id is how many
+    /// did. An operator's scheduler (cron, a systemd timer) calls this at the session's
+    /// close; the exchange itself reads no clock to decide when a day ends.
+    pub async fn close_day(&mut self) -> Result<Reply> {
+        self.submit(CommandBody::CloseDay).await
+    }
+
     /// Drives one command to its final answer.
     async fn finish(&mut self, command: proto::ClientCommand) -> Result<Reply> {
         self.pending = Some(command.clone());

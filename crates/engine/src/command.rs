@@ -53,6 +53,11 @@ pub enum CommandBody {
     /// seen without its opening balance. A deposit of 0 opens it empty. Front ends
     /// whose protocol names accounts (the XML protocol) create accounts this way.
     CreateAccountWithId { external_id: u64, asset: AssetId, deposit: Amount },
+    /// Ends the trading day: every open Day order (resting in any book, or a pending
+    /// Day stop) expires, its hold released as a cancel would. The outcome's id is the
+    /// number of orders that expired. The operator sends it at the session's close; the
+    /// engine reads no clock.
+    CloseDay,
     /// A day-trading entry: one of the retail service's commands with its arguments
     /// verbatim, or a poller's quote (`crate::daytrading`). Boxed: rare next to orders,
     /// and the order path's commands stay small.
@@ -96,6 +101,17 @@ pub enum Tif {
     Ioc,
     /// Fill or kill: the whole quantity trades at once or nothing happens.
     Fok,
+    /// Day: like GTC (the remainder rests) until the trading day closes
+    /// ([`CommandBody::CloseDay`]), which expires whatever is left.
+    Day,
+}
+
+impl Tif {
+    /// Whether an order with this time in force may rest in the book (GTC and Day);
+    /// only such limit orders may be post-only or icebergs.
+    pub fn rests(self) -> bool {
+        matches!(self, Tif::Gtc | Tif::Day)
+    }
 }
 
 /// Self-trade prevention: what happens when an order would trade with its own account.

@@ -126,6 +126,8 @@ pub enum OrderStatus {
     Open,
     Filled,
     Cancelled,
+    /// A Day order (or what was left of it) that the close of the trading day ended.
+    Expired,
 }
 
 /// One fill of an order.
@@ -290,6 +292,7 @@ impl<B: Book> Engine<B> {
             CommandBody::CreateAccountWithId { external_id, asset, deposit } => {
                 self.create_account_with_id(*external_id, *asset, *deposit, events)
             }
+            CommandBody::CloseDay => Ok(self.close_day(events)),
             CommandBody::DayTrading(request) => self.day_trading.apply(request, ts, events),
         }
     }
@@ -480,7 +483,7 @@ impl<B: Book> Engine<B> {
     }
 
     /// Cancels the part of an order that is no longer live: releases `hold` and
-    /// records the cancellation.
+    /// records the cancellation (as an expiry when that is the reason).
     pub(crate) fn cancel_remainder(
         &mut self,
         id: OrderId,
@@ -495,7 +498,8 @@ impl<B: Book> Engine<B> {
             self.accounts[account.0 as usize].release(hold.0, hold.1);
             self.emit_balance(account, hold.0, events);
         }
-        self.close_record(id, OrderStatus::Cancelled);
+        let status = if reason == CancelReason::Expired { OrderStatus::Expired } else { OrderStatus::Cancelled };
+        self.close_record(id, status);
     }
 }
 

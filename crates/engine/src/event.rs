@@ -24,6 +24,8 @@ pub enum CancelReason {
     SelfTrade,
     /// A reduce took the whole remaining quantity.
     ReducedToZero,
+    /// A Day order was still open when the trading day closed.
+    Expired,
 }
 
 /// The first answer to a command, remembered for exactly-once replies.

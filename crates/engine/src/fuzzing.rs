@@ -6,8 +6,9 @@
 //! outcome or events, or at the first broken invariant of either. [`body_from_bytes`]
 //! turns a few bytes into a mostly valid command aimed at a small fixed market (so
 //! random input reaches deep states: resting orders, icebergs, stops, self trades),
-//! with a share of deliberately bad input. [`run`] is the fuzz entry point: it mixes
-//! such structured commands with raw bytes handed to the wire decoder.
+//! with a share of deliberately bad input, Day orders and the close of the trading day
+//! among them. [`run`] is the fuzz entry point: it mixes such structured commands with
+//! raw bytes handed to the wire decoder.
 
 use crate::book::{Book, FastBook, ReferenceBook};
 use crate::codec;
@@ -130,8 +131,12 @@ impl Differential {
     /// A fill-or-kill order refused as unfillable is also replayed as IOC on a copy of
     /// the engine, which must then not fill it completely (matching itself asserts the
     /// other direction: a FOK that passed the check fills).
+    ///
+    /// A `CloseDay` must expire exactly the Day orders that were open (its outcome
+    /// counts them) and leave none open.
     pub fn apply(&mut self, command: &Command) -> Applied {
         let before = is_fok(command).then(|| self.fast.clone());
+        let day_open = open_day_orders(&self.fast);
         self.events_fast.clear();
         self.events_reference.clear();
         let fast = self.fast.apply(command, &mut self.events_fast);
@@ -142,6 +147,11 @@ impl Differential {
         self.reference.check_invariants();
         if let (Some(before), Outcome::Rejected(Reject::FokCannotFill)) = (before, fast.outcome) {
             assert_fok_refusal_right(before, command);
+        }
+        // Applied, not a duplicate nor refused by the session check (raw input's seqs).
+        if let (CommandBody::CloseDay, Outcome::Ok { id }, false) = (&command.body, fast.outcome, fast.duplicate) {
+            assert_eq!(id, day_open, "CloseDay counted wrong");
+            assert_eq!(open_day_orders(&self.fast), 0, "a Day order outlived CloseDay");
         }
         fast
     }
@@ -181,6 +191,11 @@ impl Differential {
     pub fn assert_same_hash(&self) {
         assert_eq!(self.fast.state_hash(), self.reference.state_hash(), "state hashes differ");
     }
+}
+
+/// Open or pending Day orders of an engine.
+fn open_day_orders<B: Book>(engine: &Engine<B>) -> u64 {
+    engine.orders.values().filter(|record| record.tif == Tif::Day).count() as u64
 }
 
 fn is_fok(command: &Command) -> bool {
@@ -249,7 +264,7 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
             0 => CommandBody::SuspendAccount { account },
             _ => CommandBody::ResumeAccount { account },
         },
-        _ => match bytes.below(4) {
+        _ => match bytes.below(5) {
             0 => CommandBody::CreateAccount,
             1 => CommandBody::CreateAsset { name: format!("A{}", bytes.below(4)), decimals: bytes.below(20) },
             // Few external ids, so some are taken; deposits of every kind, zero included.
@@ -258,6 +273,7 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
                 asset: asset_from(bytes),
                 deposit: amount_from(bytes),
             },
+            3 => CommandBody::CloseDay,
             _ => CommandBody::Withdraw { account, asset: AssetId(0), amount: Amount(i64::MAX) },
         },
     }
@@ -328,9 +344,10 @@ fn order_from(bytes: &mut Bytes<'_>, account: AccountId, sym: u8) -> OrderReques
         2 => Qty(i64::MAX / 2),
         n => Qty(i64::from(n) * lot),
     };
-    let tif = match bytes.below(6) {
+    let tif = match bytes.below(8) {
         0 => Tif::Ioc,
         1 => Tif::Fok,
+        2..=3 => Tif::Day,
         _ => Tif::Gtc,
     };
     let stp = match bytes.below(3) {
@@ -344,7 +361,7 @@ fn order_from(bytes: &mut Bytes<'_>, account: AccountId, sym: u8) -> OrderReques
     };
     let trigger = Px(mid + (i64::from(bytes.below(11)) - 5) * tick);
     let (kind, tif) = match bytes.below(10) {
-        0 => (OrderKind::Market { budget }, if tif == Tif::Gtc { Tif::Ioc } else { tif }),
+        0 => (OrderKind::Market { budget }, if tif.rests() { Tif::Ioc } else { tif }),
         1 => (OrderKind::StopLimit { trigger, px }, tif),
         2 => (OrderKind::StopMarket { trigger, budget }, if bytes.below(8) == 0 { tif } else { Tif::Ioc }),
         _ => (OrderKind::Limit { px }, tif),

@@ -11,11 +11,12 @@
 //! - each account's open-order count agrees with the books and stops;
 //! - the external-id index agrees with the accounts' ids;
 //! - closed order records carry a closing stamp at or after their acceptance, open
-//!   ones none.
+//!   ones none; only Day orders are ever expired.
 
 use std::collections::BTreeMap;
 
 use crate::book::Book;
+use crate::command::Tif;
 use crate::engine::{Engine, OrderStatus};
 use crate::order::{hold_request, hold_resting};
 use crate::types::{AccountId, AssetId, Side};
@@ -96,9 +97,13 @@ impl<B: Book> Engine<B> {
         }
         for record in &self.orders_closed {
             let (id, status) = (record.id, record.status);
-            assert!(matches!(status, OrderStatus::Filled | OrderStatus::Cancelled), "order {id} closed but {status:?}");
+            assert!(
+                matches!(status, OrderStatus::Filled | OrderStatus::Cancelled | OrderStatus::Expired),
+                "order {id} closed but {status:?}"
+            );
             assert!(!self.orders.contains_key(&id), "order {id} both open and closed");
             assert!(record.ts_closed >= record.ts, "order {id} closed before it was accepted");
+            assert!(status != OrderStatus::Expired || record.tif == Tif::Day, "order {id} expired but is not Day");
         }
         let live: usize = self.symbols.iter().map(|s| s.book.len() + s.stops.by_id.len()).sum();
         assert_eq!(self.orders.len(), live, "open order records disagree with books and stops");

@@ -1,9 +1,15 @@
-//! Order commands: place, cancel, reduce, move; and stop triggering.
+//! Order commands: place, cancel, reduce, move, the close of the trading day; and stop
+//! triggering.
 //!
 //! Risk is checked here, before anything changes: a buy reserves its worst case in the
 //! quote asset (limit price × quantity plus the taker fee, or its whole budget for a
 //! market buy), a sell reserves its base quantity. Matching (in `matching.rs`) then
 //! settles each fill against those reservations.
+//!
+//! GTC and Day orders may rest ([`Tif::rests`]); they differ only at the close of the
+//! trading day, when [`CommandBody::CloseDay`](crate::command::CommandBody::CloseDay)
+//! expires every open Day order: it scans the open order records (O(open orders), once
+//! a day) and expires the Day ones by symbol id, then order id, never in hash-map order.
 
 use crate::book::{Book, RestingOrder};
 use crate::command::{OrderKind, OrderRequest, SymbolSpec, Tif};
@@ -82,7 +88,7 @@ fn check_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(), Reject
     };
     match limit {
         Some(px) => check_px(spec, px)?,
-        None if request.tif == Tif::Gtc => return Err(Reject::MarketOrderCannotRest),
+        None if request.tif.rests() => return Err(Reject::MarketOrderCannotRest),
         None => {}
     }
     if let Some(budget) = budget {
@@ -95,12 +101,13 @@ fn check_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(), Reject
     } else if limit.is_none() && request.side == Side::Buy {
         return Err(Reject::MarketBuyRequiresBudget);
     }
-    let plain_gtc_limit = matches!(request.kind, OrderKind::Limit { .. }) && request.tif == Tif::Gtc;
-    if request.post_only && !plain_gtc_limit {
+    // GTC or Day: the reject names predate Day and keep their stable names.
+    let resting_limit = matches!(request.kind, OrderKind::Limit { .. }) && request.tif.rests();
+    if request.post_only && !resting_limit {
         return Err(Reject::PostOnlyRequiresGtcLimit);
     }
     if let Some(display) = request.display_qty {
-        if !plain_gtc_limit {
+        if !resting_limit {
             return Err(Reject::IcebergRequiresGtcLimit);
         }
         if display.0 <= 0 || display.0 % spec.lot.0 != 0 || display > request.qty {
@@ -122,7 +129,7 @@ impl<B: Book> Engine<B> {
         let spec = &symbol.spec;
         check_request(spec, request)?;
         let stop = request.kind.trigger().is_some();
-        let may_rest = stop || request.tif == Tif::Gtc;
+        let may_rest = stop || request.tif.rests();
         if may_rest && holder.open_orders >= self.config.orders_per_account_max {
             return Err(Reject::OpenOrdersLimit);
         }
@@ -192,8 +199,8 @@ impl<B: Book> Engine<B> {
             self.close_record(id, OrderStatus::Filled);
             return taker.traded;
         }
-        match (request.kind, request.tif, stopped) {
-            (OrderKind::Limit { px }, Tif::Gtc, None) => self.rest(request, id, px, taker.qty, ts, events),
+        match (request.kind, stopped) {
+            (OrderKind::Limit { px }, None) if request.tif.rests() => self.rest(request, id, px, taker.qty, ts, events),
             _ => {
                 let reason = stopped.unwrap_or(CancelReason::Unfilled);
                 self.cancel_remainder(id, request.account, hold_left, taker.qty, reason, events);
@@ -302,17 +309,44 @@ impl<B: Book> Engine<B> {
         let order = match self.owned_resting(account, sym, id) {
             Ok(order) => order,
             Err(Reject::OrderIsStop) => {
-                let stop = self.remove_stop(sym, id);
-                let hold =
-                    hold_request(&self.symbols[sym.0 as usize].spec, &stop.request).expect("hold fitted when placed");
-                self.accounts[account.0 as usize].open_orders -= 1;
-                self.cancel_remainder(id, account, hold, stop.request.qty, CancelReason::Requested, events);
+                self.cancel_stop(sym, id, CancelReason::Requested, events);
                 return Ok(id.0);
             }
             Err(reject) => return Err(reject),
         };
         self.cancel_resting(sym, order.id, CancelReason::Requested, events);
         Ok(id.0)
+    }
+
+    /// Takes a pending stop out of its symbol's stops and releases what it held.
+    fn cancel_stop(&mut self, sym: SymbolId, id: OrderId, reason: CancelReason, events: &mut Vec<Event>) {
+        let stop = self.remove_stop(sym, id);
+        let account = stop.request.account;
+        let hold = hold_request(&self.symbols[sym.0 as usize].spec, &stop.request).expect("hold fitted when placed");
+        self.accounts[account.0 as usize].open_orders -= 1;
+        self.cancel_remainder(id, account, hold, stop.request.qty, reason, events);
+    }
+
+    /// The close of the trading day: every open Day order expires (resting ones leave
+    /// their book, pending stops their trigger index), by symbol id then order id, each
+    /// releasing its hold exactly as a cancel would. GTC orders are untouched. Returns
+    /// how many expired.
+    pub(crate) fn close_day(&mut self, events: &mut Vec<Event>) -> u64 {
+        let mut day: Vec<(SymbolId, OrderId, OrderStatus)> = self
+            .orders
+            .values()
+            .filter(|record| record.tif == Tif::Day)
+            .map(|record| (record.symbol, record.id, record.status))
+            .collect();
+        day.sort_unstable_by_key(|&(sym, id, _)| (sym, id));
+        for &(sym, id, status) in &day {
+            match status {
+                OrderStatus::Open => self.cancel_resting(sym, id, CancelReason::Expired, events),
+                OrderStatus::Pending => self.cancel_stop(sym, id, CancelReason::Expired, events),
+                closed => unreachable!("order {id} is {closed:?} but has an open record"),
+            }
+        }
+        day.len() as u64
     }
 
     /// Takes a resting order out of its book and releases what it held.
@@ -414,7 +448,8 @@ impl<B: Book> Engine<B> {
             side: order.side,
             kind: OrderKind::Limit { px },
             qty,
-            tif: Tif::Gtc,
+            // A resting order is GTC or Day; what rests again keeps its time in force.
+            tif: self.orders.get(&id).expect("resting order has a record").tif,
             post_only: order.post_only,
             display_qty: (order.display.0 > 0).then_some(order.display),
             stp: order.stp,

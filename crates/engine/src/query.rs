@@ -48,10 +48,12 @@ impl<B: Book> Engine<B> {
                 None => (None, Qty::ZERO, Qty::ZERO),
             },
             OrderStatus::Pending => (None, record.qty, Qty::ZERO),
-            OrderStatus::Filled | OrderStatus::Cancelled => (None, Qty::ZERO, Qty::ZERO),
+            OrderStatus::Filled | OrderStatus::Cancelled | OrderStatus::Expired => (None, Qty::ZERO, Qty::ZERO),
         };
         let qty_cancelled = match record.status {
-            OrderStatus::Cancelled => Qty(record.qty.0 - record.qty_filled.0 - record.qty_reduced.0),
+            OrderStatus::Cancelled | OrderStatus::Expired => {
+                Qty(record.qty.0 - record.qty_filled.0 - record.qty_reduced.0)
+            }
             _ => Qty::ZERO,
         };
         Some(OrderView { record, px_resting, qty_open, qty_visible, qty_cancelled })

@@ -64,6 +64,49 @@ fn seeded_long_streams_agree() {
     }
 }
 
+/// The generator reaches the close of the trading day with Day orders open, resting
+/// and pending, so the differential checks above cover expiry (the harness itself
+/// checks that each close expires exactly the open Day orders).
+#[test]
+fn seeded_streams_close_days_with_day_orders_open() {
+    use bourse_engine::{CancelReason, Event, OrderStatus};
+    let (mut closes, mut expired, mut expired_stops, mut expired_partly_filled) = (0, 0, 0, 0);
+    for seed in 0..4u64 {
+        let data = bourse_engine::fuzzing::seeded_bytes(seed, 60_000);
+        let mut bytes = Bytes::new(&data);
+        let mut d = Differential::new();
+        while !bytes.is_empty() {
+            let client = usize::from(bytes.below(CLIENTS as u8));
+            let body = body_from_bytes(&mut bytes, &d.fast);
+            let close = body == bourse_engine::command::CommandBody::CloseDay;
+            let stops_before: Vec<_> = if close { pending_stops(&d) } else { Vec::new() };
+            d.apply_as(client, body);
+            closes += usize::from(close);
+            for event in d.events() {
+                if let Event::Cancelled { order, reason: CancelReason::Expired, .. } = event {
+                    expired += 1;
+                    expired_stops += usize::from(stops_before.contains(order));
+                    let view = d.fast.order(*order).expect("just closed");
+                    assert_eq!(view.record.status, OrderStatus::Expired);
+                    expired_partly_filled += usize::from(view.record.qty_filled.0 > 0);
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{closes} closes expired {expired} orders ({expired_stops} stops, {expired_partly_filled} partly filled)"
+    );
+    assert!(closes > 10 && expired > 100 && expired_stops > 0 && expired_partly_filled > 0);
+}
+
+fn pending_stops(d: &Differential) -> Vec<bourse_engine::OrderId> {
+    (0..d.fast.accounts_len() as u32)
+        .flat_map(|account| d.fast.open_orders(bourse_engine::AccountId(account)))
+        .filter(|view| view.record.status == bourse_engine::OrderStatus::Pending)
+        .map(|view| view.record.id)
+        .collect()
+}
+
 #[test]
 fn fuzz_entry_point_survives_seeded_input() {
     for seed in 100..140u64 {

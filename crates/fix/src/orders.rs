@@ -11,10 +11,12 @@
 //! and cancellations, so an order's New always precedes its fills. Mappings (see
 //! `docs/ARCHITECTURE.md`, "FIX 4.4"):
 //! - OrdType 2 limit, 1 market (a buy needs CashOrderQty (152): its budget), 3 stop (a
-//!   stop-market, CashOrderQty likewise), 4 stop-limit; TimeInForce 1 GTC, 3 IOC, 4 FOK,
-//!   absent GTC (IOC for market orders); 0 (Day) is refused: the exchange has no
-//!   trading day to end it. ExecInst 6 is post-only; MaxFloor (111) an iceberg's shown
-//!   quantity. Prices and quantities are integers in engine units.
+//!   stop-market, CashOrderQty likewise), 4 stop-limit; TimeInForce 0 Day, 1 GTC, 3 IOC,
+//!   4 FOK; absent is Day, as FIX 4.4 defines it. Market and stop orders cannot rest, so
+//!   for them absent and Day are IOC. A Day order expires when the operator closes the
+//!   trading day (the engine's `CloseDay`): ExecType C, OrdStatus C (Expired), LeavesQty
+//!   0. ExecInst 6 is post-only; MaxFloor (111) an iceberg's shown quantity. Prices and
+//!   quantities are integers in engine units.
 //! - OrderCancelReplaceRequest: a new price alone moves the order (it loses time
 //!   priority and may trade); a smaller OrderQty alone reduces it (it keeps priority);
 //!   anything else is refused with OrderCancelReject and a reason.
@@ -57,8 +59,9 @@ pub struct OrderState {
 }
 
 impl OrderState {
+    /// Filled, canceled, rejected or expired.
     fn done(&self) -> bool {
-        matches!(self.status.as_str(), "2" | "4" | "8")
+        matches!(self.status.as_str(), "2" | "4" | "8" | "C")
     }
 
     fn leaves(&self) -> i64 {
@@ -144,7 +147,7 @@ impl Orders {
                 self.by_cl.insert(order.cl_ord_id.clone(), id);
                 self.by_id.insert(id, order);
             }
-            exec_type @ ("F" | "4" | "5") => {
+            exec_type @ ("F" | "4" | "5" | "C") => {
                 let Some(order) = self.by_id.get_mut(&id) else { return };
                 if exec_type == "F" {
                     let (qty, px) = (int(tags::LAST_QTY).unwrap_or(0), int(tags::LAST_PX).unwrap_or(0));
@@ -167,7 +170,7 @@ impl Orders {
     }
 
     /// The reports that bring `info`'s order up to date: its fills beyond the reported
-    /// quantity, and its cancellation.
+    /// quantity, and its cancellation or expiry.
     fn reconcile_one(&mut self, info: &proto::OrderInfo) -> Vec<Message> {
         let mut out = Vec::new();
         let Some(reported) = self.by_id.get(&info.id).map(|o| o.cum_qty) else { return out };
@@ -180,8 +183,18 @@ impl Orders {
             }
         }
         let open = self.by_id.get(&info.id).is_some_and(|o| !o.done());
-        if open && info.status == proto::OrderStatus::Cancelled as i32 {
-            let report = proto::CancelReport { order: info.id, qty_cancelled: info.qty_open, ..Default::default() };
+        let reason = match proto::OrderStatus::try_from(info.status) {
+            Ok(proto::OrderStatus::Cancelled) => Some(proto::CancelReason::Unspecified),
+            Ok(proto::OrderStatus::Expired) => Some(proto::CancelReason::Expired),
+            _ => None,
+        };
+        if let (true, Some(reason)) = (open, reason) {
+            let report = proto::CancelReport {
+                order: info.id,
+                qty_cancelled: info.qty_cancelled,
+                reason: reason as i32,
+                ..Default::default()
+            };
             self.on_cancel(&report, &mut out);
         }
         out
@@ -324,19 +337,21 @@ impl Orders {
         self.emit(out, report);
     }
 
+    /// A cancellation is ExecType 4 (Canceled); the close of the trading day ending a
+    /// Day order is ExecType C (Expired), whatever cancel request was on its way.
     fn on_cancel(&mut self, cancel: &proto::CancelReport, out: &mut Vec<Message>) {
         let Some(mut order) = self.by_id.get(&cancel.order).cloned() else { return };
+        let reason = proto::CancelReason::try_from(cancel.reason).unwrap_or(proto::CancelReason::Unspecified);
         let requested = self.cancels.remove(&cancel.order);
-        let orig = requested.as_ref().map(|(cl, orig)| {
+        let expired = reason == proto::CancelReason::Expired;
+        let orig = requested.as_ref().filter(|_| !expired).map(|(cl, orig)| {
             order.cl_ord_id = cl.clone();
             orig.clone()
         });
-        order.status = "4".into();
-        let reason = proto::CancelReason::try_from(cancel.reason)
-            .map(|r| r.as_str_name())
-            .unwrap_or("CANCEL_REASON_UNSPECIFIED");
-        let text = reason.trim_start_matches("CANCEL_REASON_").to_ascii_lowercase();
-        let report = self.report(&order, "4", orig.as_deref(), None, Some(&text));
+        let exec_type = if expired { "C" } else { "4" };
+        order.status = exec_type.into();
+        let text = reason.as_str_name().trim_start_matches("CANCEL_REASON_").to_ascii_lowercase();
+        let report = self.report(&order, exec_type, orig.as_deref(), None, Some(&text));
         self.emit(out, report);
     }
 
@@ -576,20 +591,17 @@ async fn place(upstream: &Upstream, message: &Message) -> Result<CommandBody, Re
             "a market buy needs CashOrderQty (152): the most it may spend, fees included, in quote minor units",
         );
     }
+    // FIX 4.4: an absent TimeInForce means Day. A market or stop order cannot rest, so
+    // its Day ends with its arrival: IOC.
     let market = matches!(ord_type, "1" | "3");
     let tif = match message.get_str(tags::TIME_IN_FORCE) {
-        None if market => Tif::Ioc,
-        None | Some("1") => Tif::Gtc,
+        None | Some("0") if market => Tif::Ioc,
+        None | Some("0") => Tif::Day,
+        Some("1") => Tif::Gtc,
         Some("3") => Tif::Ioc,
         Some("4") => Tif::Fok,
-        Some("0") => {
-            return refuse(
-                UNSUPPORTED,
-                "TimeInForce 0 (Day) is not supported: the exchange has no trading day to end it; use 1 (GTC)",
-            )
-        }
         Some(other) => {
-            return refuse(UNSUPPORTED, format!("TimeInForce {other} is not supported: 1 GTC, 3 IOC, 4 FOK"))
+            return refuse(UNSUPPORTED, format!("TimeInForce {other} is not supported: 0 Day, 1 GTC, 3 IOC, 4 FOK"))
         }
     };
     let mut post_only = false;

@@ -1,11 +1,13 @@
 //! FIX order entry against a real node and gateway: orders that rest, trade, are
-//! cancelled and replaced, with ExecutionReports checked field by field and the
+//! cancelled and replaced, Day orders that expire when the trading day closes (live and
+//! while the front end was down), with ExecutionReports checked field by field and the
 //! exchange's balances checked behind them; refusals change nothing.
 
 mod support;
 
 use std::time::Duration;
 
+use bourse_protocol::proto;
 use support::{f, get, limit, Exchange, FixClient};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +115,7 @@ async fn what_cannot_be_expressed_is_rejected_with_a_reason_and_changes_nothing(
     let (mut fix, _) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
     let before = exchange.balance(1, 0).await;
     let cases: Vec<(&str, Fields, &str)> = vec![
-        ("day", with(limit("r1", 1, "1", 1, 150), 59, "0"), "Day"),
+        ("good till date", with(limit("r1", 1, "1", 1, 150), 59, "6"), "TimeInForce 6"),
         ("unknown symbol", with(limit("r2", 1, "1", 1, 150), 55, "NOPE/USD"), "unknown symbol"),
         ("market buy without budget", without(with(limit("r3", 1, "1", 1, 150), 40, "1"), &[44, 59]), "CashOrderQty"),
         ("fractional price", with(limit("r4", 1, "1", 1, 150), 44, "150.5"), "whole number"),
@@ -140,6 +142,82 @@ async fn what_cannot_be_expressed_is_rejected_with_a_reason_and_changes_nothing(
     assert_ne!(before, before_bid);
     assert_eq!(exchange.balance(1, 0).await, before_bid);
     assert_eq!(exchange.balance(0, 1).await, (100, 0));
+    exchange.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn day_orders_rest_trade_and_expire_when_the_day_closes() {
+    let mut exchange = Exchange::start().await;
+    exchange.market().await;
+    let (mut fix, _) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
+    let mut query = exchange.query(&exchange.admin).await;
+    let tif_of = async |query: &mut bourse_client::QueryClient, report: &bourse_fix::codec::Message| {
+        let id = bourse_engine::OrderId(get(report, 37).parse().unwrap());
+        query.order(id).await.unwrap().order.unwrap().tif
+    };
+
+    // TimeInForce 0: a Day order that rests, then trades 4 of 10.
+    fix.send("D", &with(limit("d1", 1, "1", 10, 150), 59, "0")).await;
+    let new = fix.recv_app().await;
+    assert_eq!((get(&new, 150), get(&new, 39), get(&new, 59), get(&new, 151)), ("0", "0", "0", "10"));
+    assert_eq!(tif_of(&mut query, &new).await, proto::Tif::Day as i32);
+    let d1 = get(&new, 37).to_owned();
+    fix.send("D", &limit("s1", 0, "2", 4, 150)).await;
+    let reports = until_done(&mut fix, "s1", 3).await;
+    let fill = reports.iter().find(|r| get(r, 11) == "d1").expect("d1's fill");
+    assert_eq!((get(fill, 150), get(fill, 39), get(fill, 14), get(fill, 151)), ("F", "1", "4", "6"));
+
+    // No TimeInForce: Day, as FIX 4.4 defines it; a market order's Day is IOC.
+    fix.send("D", &without(limit("d2", 1, "1", 2, 140), &[59])).await;
+    let new = fix.recv_app().await;
+    assert_eq!((get(&new, 150), new.get(59)), ("0", None));
+    assert_eq!(tif_of(&mut query, &new).await, proto::Tif::Day as i32);
+    let market = without(with(with(limit("m1", 1, "1", 1, 0), 40, "1"), 152, "1000"), &[44]);
+    fix.send("D", &with(market, 59, "0")).await;
+    let reports = until_done(&mut fix, "m1", 2).await;
+    assert_eq!(exec(&reports, "m1"), vec![("0", "0"), ("4", "4")], "nothing to buy: the IOC remainder");
+    assert_eq!(tif_of(&mut query, &reports[0]).await, proto::Tif::Ioc as i32);
+    fix.send("D", &limit("g1", 1, "1", 1, 130)).await;
+    assert_eq!(get(&fix.recv_app().await, 150), "0");
+    // 6 × 150 + 2 × 140 + 130, each with the taker fee of 1 a share.
+    assert_eq!(exchange.balance(1, 0).await.1, 6 * 151 + 2 * 141 + 131);
+
+    // The operator closes the day: both Day orders expire, the GTC one stays.
+    assert_eq!(exchange.close_day().await, 2);
+    let mut expired = [fix.recv_app().await, fix.recv_app().await];
+    expired.sort_by_key(|r| get(r, 11).to_owned());
+    let (e1, e2) = (&expired[0], &expired[1]);
+    assert_eq!((get(e1, 11), get(e1, 37), get(e1, 150), get(e1, 39)), ("d1", d1.as_str(), "C", "C"));
+    assert_eq!((get(e1, 151), get(e1, 14), get(e1, 6), get(e1, 58)), ("0", "4", "150", "expired"));
+    assert_eq!((get(e2, 11), get(e2, 150), get(e2, 39), get(e2, 151), get(e2, 14)), ("d2", "C", "C", "0", "0"));
+    assert_eq!(exchange.balance(1, 0).await.1, 131, "only the GTC order holds anything");
+    // An expired order cannot be cancelled: OrderCancelReject with its status, Expired.
+    fix.send("F", &f(&[(11, "d1-c"), (41, "d1"), (55, "ACME/USD"), (54, "1"), (60, "20260101-00:00:00")])).await;
+    let refused = fix.recv_app().await;
+    assert_eq!((refused.msg_type(), get(&refused, 39), get(&refused, 434)), ("9", "C", "1"));
+
+    // A Day order whose day closes while the FIX front end is down: after the restart
+    // its expiry is read from the exchange and reported.
+    fix.send("D", &with(limit("d3", 1, "1", 3, 120), 59, "0")).await;
+    let new = fix.recv_app().await;
+    let new_seq: u64 = get(&new, 34).parse().unwrap();
+    let seq = fix.seq;
+    drop(fix);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    exchange.stop_fix().await;
+    assert_eq!(exchange.close_day().await, 1);
+    exchange.start_fix().await;
+    let mut fix = support::FixClient::connect(exchange.fix_addr, "ALICE", seq).await;
+    fix.send("A", &f(&[(98, "0"), (108, "30"), (554, &exchange.alice)])).await;
+    assert_eq!(fix.recv().await.msg_type(), "A");
+    fix.send("2", &f(&[(7, &(new_seq + 1).to_string()), (16, "0")])).await;
+    let expiry = loop {
+        let message = fix.recv_app().await;
+        if message.msg_type() == "8" {
+            break message;
+        }
+    };
+    assert_eq!((get(&expiry, 11), get(&expiry, 150), get(&expiry, 39), get(&expiry, 151)), ("d3", "C", "C", "0"));
     exchange.stop().await;
 }
 

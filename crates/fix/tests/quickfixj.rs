@@ -2,8 +2,8 @@
 //! receives against its FIX 4.4 data dictionary) trades through the FIX front end of a
 //! real node and gateway: logon, orders that rest, fill and are cancelled, a replace, a
 //! dropped connection after which a fill made while it was away is resent from the
-//! store, a resent NewOrderSingle that must not become a second order, market data,
-//! logout. The Java side (`interop/`) asserts what it receives; this side builds it
+//! store, a resent NewOrderSingle that must not become a second order, market data, a
+//! Day order that expires when this side closes the trading day, logout. The Java side (`interop/`) asserts what it receives; this side builds it
 //! with Maven offline (`scripts/deps/fix.sh` resolved its artifacts), runs it, trades
 //! against it while it is away, and checks the exchange's books and balances after.
 
@@ -58,6 +58,11 @@ async fn quickfixj_trades_through_the_fix_front_end() {
             output.push(line.clone());
             if line == "DROPPED" {
                 sell_while_away(&exchange).await;
+                stdin.write_all(b"go\n").await.unwrap();
+                stdin.flush().await.unwrap();
+            }
+            if line == "DAY" {
+                assert_eq!(exchange.close_day().await, 1, "the client's Day order expires");
                 stdin.write_all(b"go\n").await.unwrap();
                 stdin.flush().await.unwrap();
             }

@@ -60,7 +60,8 @@ impl Principal {
     }
 
     /// Whether this key may send `body`. Trading commands need the account; the rest
-    /// (creating things, moving money, suspensions) need an administrative key.
+    /// (creating things, moving money, suspensions, closing the trading day) need an
+    /// administrative key.
     pub fn may(&self, body: &CommandBody) -> bool {
         self.refusal(body).is_none()
     }
@@ -255,6 +256,8 @@ mod tests {
             CommandBody::Deposit { account: AccountId(3), asset: AssetId(0), amount: bourse_engine::Amount(10) };
         assert!(!principal.may(&deposit), "money moves need an admin key");
         assert!(store.verify(&admin).unwrap().may(&deposit));
+        assert!(!principal.may(&CommandBody::CloseDay), "closing the trading day needs an admin key");
+        assert!(store.verify(&admin).unwrap().may(&CommandBody::CloseDay));
         assert!(store.verify("bk_not_a_key").is_none());
         let place = |account| {
             CommandBody::Place(OrderRequest::limit(

@@ -167,47 +167,67 @@ pub fn progress(store: &mut Store) -> Result<Option<Progress>> {
     Ok(store.saved()?.map(|saved| saved.progress))
 }
 
+/// The assets an account's balance ever moved in, by seeks on `balance_movements`' key
+/// (account, asset, …): one query per asset, not a scan of the account's movements.
+fn account_assets(store: &mut Store, account: i64) -> Result<Vec<i64>> {
+    let mut assets = Vec::new();
+    let mut after = -1i64;
+    loop {
+        let next = store.query(
+            "SELECT asset FROM balance_movements WHERE account = ? AND asset > ? ORDER BY asset LIMIT 1",
+            &[Cell::Int(account), Cell::Int(after)],
+        )?;
+        let Some(asset) = next.first().and_then(|r| r[0].int()) else { return Ok(assets) };
+        assets.push(asset);
+        after = asset;
+    }
+}
+
+fn movement(r: &[Value]) -> Movement {
+    Movement {
+        log_index: int(&r[0]),
+        pos: int(&r[1]),
+        ts: int(&r[2]),
+        asset: int(&r[3]),
+        delta_available: int(&r[4]),
+        delta_reserved: int(&r[5]),
+        available: int(&r[6]),
+        reserved: int(&r[7]),
+        cause: text(&r[8]),
+        order_id: opt(&r[9]),
+    }
+}
+
 /// An account's balance movements with `from_ts <= ts < to_ts`, at most `limit`.
+///
+/// `balance_movements` is stored by (account, asset, ts, log_index, pos), so each asset
+/// is read as one range (its opening balance is one seek before it) and the assets'
+/// movements are merged into log order here: the first `limit` of the merge are among
+/// the first `limit` of each asset.
 pub fn account_statement(store: &mut Store, account: i64, from_ts: i64, to_ts: i64, limit: usize) -> Result<Statement> {
-    let assets = store.query(
-        "SELECT DISTINCT asset FROM balance_movements WHERE account = ? AND ts < ? ORDER BY asset",
-        &[Cell::Int(account), Cell::Int(from_ts)],
-    )?;
+    let limit = limit_of(limit);
     let mut opening = Vec::new();
-    for asset in assets {
-        let asset = int(&asset[0]);
+    let mut movements = Vec::new();
+    for asset in account_assets(store, account)? {
         let last = store.query(
             "SELECT available, reserved FROM balance_movements WHERE account = ? AND asset = ? AND ts < ? \
-             ORDER BY log_index DESC, pos DESC LIMIT 1",
+             ORDER BY ts DESC, log_index DESC, pos DESC LIMIT 1",
             &[Cell::Int(account), Cell::Int(asset), Cell::Int(from_ts)],
         )?;
         if let Some(row) = last.first() {
             opening.push(AssetBalance { asset, available: int(&row[0]), reserved: int(&row[1]) });
         }
+        let rows = store.query(
+            "SELECT log_index, pos, ts, asset, delta_available, delta_reserved, available, reserved, cause, order_id \
+             FROM balance_movements WHERE account = ? AND asset = ? AND ts >= ? AND ts < ? \
+             ORDER BY ts, log_index, pos LIMIT ?",
+            &[Cell::Int(account), Cell::Int(asset), Cell::Int(from_ts), Cell::Int(to_ts), Cell::Int(limit + 1)],
+        )?;
+        movements.extend(rows.iter().map(|r| movement(r)));
     }
-    let limit = limit_of(limit);
-    let rows = store.query(
-        "SELECT log_index, pos, ts, asset, delta_available, delta_reserved, available, reserved, cause, order_id \
-         FROM balance_movements WHERE account = ? AND ts >= ? AND ts < ? ORDER BY log_index, pos LIMIT ?",
-        &[Cell::Int(account), Cell::Int(from_ts), Cell::Int(to_ts), Cell::Int(limit + 1)],
-    )?;
-    let truncated = rows.len() as i64 > limit;
-    let movements: Vec<Movement> = rows
-        .iter()
-        .take(limit as usize)
-        .map(|r| Movement {
-            log_index: int(&r[0]),
-            pos: int(&r[1]),
-            ts: int(&r[2]),
-            asset: int(&r[3]),
-            delta_available: int(&r[4]),
-            delta_reserved: int(&r[5]),
-            available: int(&r[6]),
-            reserved: int(&r[7]),
-            cause: text(&r[8]),
-            order_id: opt(&r[9]),
-        })
-        .collect();
+    movements.sort_unstable_by_key(|m| (m.log_index, m.pos));
+    let truncated = movements.len() as i64 > limit;
+    movements.truncate(limit as usize);
     let mut closing = opening.clone();
     for movement in &movements {
         let balance =
@@ -322,7 +342,7 @@ pub fn trades(
     let rows = store.query(
         &format!(
             "SELECT {EXECUTION_COLUMNS} FROM executions WHERE symbol = ? AND ts >= ? AND ts < ? \
-             ORDER BY log_index, pos LIMIT ?"
+             ORDER BY ts, log_index, pos LIMIT ?"
         ),
         &[Cell::Int(symbol), Cell::Int(from_ts), Cell::Int(to_ts), Cell::Int(limit + 1)],
     )?;

@@ -218,14 +218,24 @@ impl Recorder {
                 });
             }
             Event::AccountCreated { account } => {
-                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "created" })
+                let external_id = match command.body {
+                    CommandBody::CreateAccountWithId { external_id, .. } => Some(external_id as i64),
+                    _ => None,
+                };
+                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "created", external_id })
             }
-            Event::AccountSuspended { account } => {
-                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "suspended" })
-            }
-            Event::AccountResumed { account } => {
-                rows.accounts.push(AccountRow { key, account: i64::from(account.0), event: "resumed" })
-            }
+            Event::AccountSuspended { account } => rows.accounts.push(AccountRow {
+                key,
+                account: i64::from(account.0),
+                event: "suspended",
+                external_id: None,
+            }),
+            Event::AccountResumed { account } => rows.accounts.push(AccountRow {
+                key,
+                account: i64::from(account.0),
+                event: "resumed",
+                external_id: None,
+            }),
             Event::Balance { account, asset, available, reserved } => {
                 let before = self.balances.insert((account.0, asset.0), (available.0, reserved.0)).unwrap_or((0, 0));
                 let (cause, order_id) = match *cause {
@@ -359,6 +369,7 @@ impl Recorder {
             let status = match self.engine.order_status(order) {
                 Some(OrderStatus::Filled) => "filled",
                 Some(OrderStatus::Cancelled) => "cancelled",
+                Some(OrderStatus::Expired) => "expired",
                 Some(OrderStatus::Open | OrderStatus::Pending) => continue,
                 // Closed and already out of the engine's ring of recent orders.
                 None if self.cancelled.contains(&order) => "cancelled",
@@ -429,6 +440,7 @@ fn order_row(
             Tif::Gtc => "gtc",
             Tif::Ioc => "ioc",
             Tif::Fok => "fok",
+            Tif::Day => "day",
         }),
         post_only: request.is_some_and(|r| r.post_only),
         display_qty: request.and_then(|r| r.display_qty).map(|q| q.0),
@@ -453,7 +465,8 @@ fn command_cause(body: &CommandBody) -> &'static str {
         | CommandBody::CreateSymbol(_)
         | CommandBody::CreateAccount
         | CommandBody::SuspendAccount { .. }
-        | CommandBody::ResumeAccount { .. } => "admin",
+        | CommandBody::ResumeAccount { .. }
+        | CommandBody::CloseDay => "admin",
         CommandBody::Place(_) => "place",
         CommandBody::Cancel { .. } => "cancel",
         CommandBody::Reduce { .. } => "reduce",
@@ -476,5 +489,6 @@ fn cancel_reason(reason: CancelReason) -> &'static str {
         CancelReason::BudgetExhausted => "budget_exhausted",
         CancelReason::SelfTrade => "self_trade",
         CancelReason::ReducedToZero => "reduced_to_zero",
+        CancelReason::Expired => "expired",
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! Every row carries the log index of the entry that produced it, its position among
 //! the rows of that entry (`pos`, counted across all tables from 0) and the log
-//! timestamp of its command. `(log_index, pos)` is every table's primary key: the same
-//! log always produces the same rows with the same keys, so writing an entry twice is a
-//! no-op, and the progress row written in the same transaction makes sure it is not
-//! even tried.
+//! timestamp of its command. `(log_index, pos)` is unique across every table and ends
+//! every table's primary key (`schema::primary_key`): the same log always produces the
+//! same rows with the same keys. A write skips the rows of entries at or below the
+//! progress row read in its own transaction, so no row is written twice, and a key
+//! written twice anyway would be refused by the primary key, never duplicated.
 //!
 //! Integers are stored as signed 64-bit (ids and indexes stay far below 2^63).
 
@@ -99,6 +100,9 @@ pub struct AccountRow {
     pub account: i64,
     /// `created`, `suspended` or `resumed`.
     pub event: &'static str,
+    /// The id its owner chose, for an account created with one (`CreateAccountWithId`,
+    /// the XML front end's accounts), as a signed 64-bit integer.
+    pub external_id: Option<i64>,
 }
 
 /// A new asset.
@@ -175,6 +179,20 @@ impl Rows {
             + self.assets.len()
             + self.symbols.len()
             + self.audit.len()
+    }
+
+    /// Each table's name and row count, in `schema::TABLES` order.
+    pub fn table_lens(&self) -> Vec<(&'static str, usize)> {
+        vec![
+            ("orders", self.orders.len()),
+            ("order_events", self.order_events.len()),
+            ("executions", self.executions.len()),
+            ("balance_movements", self.balances.len()),
+            ("account_events", self.accounts.len()),
+            ("assets", self.assets.len()),
+            ("symbols", self.symbols.len()),
+            ("dt_audit", self.audit.len()),
+        ]
     }
 
     pub fn is_empty(&self) -> bool {

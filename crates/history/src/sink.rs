@@ -53,7 +53,7 @@ impl Default for SinkConfig {
         SinkConfig {
             queue_chunks_max: 8,
             queue_batches_max: 4,
-            batch_rows_max: 50_000,
+            batch_rows_max: 100_000,
             snapshot_every_entries: 1_000_000,
             snapshot_every_secs: 60,
         }

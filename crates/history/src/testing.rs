@@ -162,6 +162,11 @@ impl TempPostgres {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// The postmaster's process id (benchmarks read the server's CPU time under /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for TempPostgres {

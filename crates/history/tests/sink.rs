@@ -8,6 +8,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
+use bourse_engine::command::CommandBody;
 use bourse_engine::{Event, OrderId, OrderStatus};
 use bourse_history::store::Value;
 use bourse_history::testing::TempPostgres;
@@ -27,7 +28,7 @@ fn text(v: &Value) -> &str {
 /// Every table against the test engine's events.
 fn check_rows_equal_events(url: &str, w: &Workload) {
     let tables = dump(url);
-    let (mut trades, mut balances, mut accepted, mut cancelled, mut accounts) = (vec![], vec![], vec![], 0, 0);
+    let (mut trades, mut balances, mut accepted, mut cancelled, mut accounts) = (vec![], vec![], vec![], 0, vec![]);
     let (mut assets, mut symbols) = (0, 0);
     let mut before: BTreeMap<(u32, u32), (i64, i64)> = BTreeMap::new();
     let mut orders = Vec::new();
@@ -71,8 +72,19 @@ fn check_rows_equal_events(url: &str, w: &Workload) {
                 Event::Cancelled { .. } => cancelled += 1,
                 Event::AssetCreated { .. } => assets += 1,
                 Event::SymbolCreated { .. } => symbols += 1,
-                Event::AccountCreated { .. } | Event::AccountSuspended { .. } | Event::AccountResumed { .. } => {
-                    accounts += 1
+                Event::AccountCreated { account } => {
+                    // An account opened with an id of its owner's keeps it in its row.
+                    let external_id = match a.command.body {
+                        CommandBody::CreateAccountWithId { external_id, .. } => Some(external_id as i64),
+                        _ => None,
+                    };
+                    accounts.push((a.index as i64, i64::from(account.0), "created", external_id));
+                }
+                Event::AccountSuspended { account } => {
+                    accounts.push((a.index as i64, i64::from(account.0), "suspended", None))
+                }
+                Event::AccountResumed { account } => {
+                    accounts.push((a.index as i64, i64::from(account.0), "resumed", None))
                 }
                 _ => {}
             }
@@ -97,7 +109,10 @@ fn check_rows_equal_events(url: &str, w: &Workload) {
     let events = &tables["order_events"];
     assert_eq!(events.iter().filter(|r| text(&r[4]) == "cancelled").count(), cancelled, "cancellations");
     assert_eq!(events.iter().filter(|r| text(&r[4]) == "fill").count(), 2 * trades.len(), "a fill per leg");
-    assert_eq!(tables["account_events"].len(), accounts, "account events");
+    assert!(accounts.iter().filter(|a| a.3.is_some()).count() >= 2, "the workload opens accounts with ids");
+    let got: Vec<_> =
+        tables["account_events"].iter().map(|r| (int(&r[0]), int(&r[3]), text(&r[4]), r[5].int())).collect();
+    assert_eq!(got, accounts, "account events");
     assert_eq!(tables["assets"].len(), assets);
     assert_eq!(tables["symbols"].len(), symbols);
     // One `done` per order no longer open, none for the open ones.
@@ -147,6 +162,35 @@ fn restart_mid_stream(url_live: &str, url_restarted: &str) {
     // And a final run that is handed everything again: what is written is skipped.
     sink_all(url_restarted, &w.entries);
     assert_eq!(dump(url_restarted), dump(url_live));
+}
+
+/// Two sinks write the same log into one database at the same time (as two `bourse
+/// history run` on one store would): each transaction reads the progress under the
+/// write lock and sends only the rows above it, so the rows are those of one run, and
+/// no write fails on a key already there.
+fn concurrent_writers_duplicate_nothing(url_live: &str, url_shared: &str) {
+    let w = workload(SEED ^ 4, 3_000, 3, 1);
+    sink_all(url_live, &w.entries);
+    drop(Store::open(url_shared).unwrap()); // the schema, before two creators race
+    std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| run_sink(url_shared, &w.entries, small_config()).finish().expect("a writer")))
+            .collect();
+        writers.into_iter().for_each(|writer| writer.join().expect("a writer thread"));
+    });
+    assert_eq!(dump(url_shared), dump(url_live));
+    // A batch at or below the progress again: the store keeps what it has.
+    let mut store = Store::open(url_shared).unwrap();
+    let saved = store.saved().unwrap().unwrap();
+    let mut recorder = bourse_history::Recorder::new(bourse_engine::EngineConfig::default());
+    let mut rows = bourse_history::rows::Rows::default();
+    for entry in &w.entries[..100] {
+        recorder.apply(entry, Some(&mut rows)).unwrap();
+    }
+    let old = bourse_history::Progress { applied_index: w.entries[99].index, applied_ts: 0, begins_at: 0 };
+    store.write(&rows, &old, None).unwrap();
+    assert_eq!(store.saved().unwrap().unwrap().progress, saved.progress);
+    assert_eq!(dump(url_shared), dump(url_live));
 }
 
 /// Rebuilding from a journal directory equals the live history.
@@ -226,8 +270,10 @@ fn queries_answer(url: &str) {
         assert!(empty.movements.is_empty());
         assert_eq!(empty.opening, empty.closing);
         let bounded = query::account_statement(&mut store, i64::from(account), 0, i64::MAX, 5).unwrap();
-        assert_eq!(bounded.movements.len(), 5);
-        assert!(bounded.truncated);
+        let whole = query::account_statement(&mut store, i64::from(account), 0, i64::MAX, 100_000).unwrap();
+        assert_eq!(bounded.movements, whole.movements[..5], "the first movements in log order, every asset merged");
+        assert!(bounded.truncated && !whole.truncated);
+        assert!(whole.movements.windows(2).all(|w| (w[0].log_index, w[0].pos) < (w[1].log_index, w[1].pos)));
     }
     // Trades of each symbol equal the trade events.
     for symbol in 0..2u32 {
@@ -262,7 +308,7 @@ fn queries_answer(url: &str) {
                 Some(OrderStatus::Filled) => {
                     assert_eq!((answer.status.as_str(), executed + cancelled), ("filled", qty.0))
                 }
-                Some(OrderStatus::Cancelled) | None => assert_ne!(answer.status, "open"),
+                Some(OrderStatus::Cancelled | OrderStatus::Expired) | None => assert_ne!(answer.status, "open"),
             }
             if answer.status != "open" {
                 // Market buys by budget may end with lots neither filled nor cancelled
@@ -293,6 +339,15 @@ fn sqlite_restart_mid_stream_duplicates_nothing() {
 }
 
 #[test]
+fn sqlite_concurrent_writers_duplicate_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    concurrent_writers_duplicate_nothing(
+        &sqlite_url(dir.path(), "live.sqlite"),
+        &sqlite_url(dir.path(), "shared.sqlite"),
+    );
+}
+
+#[test]
 fn sqlite_rebuild_equals_live() {
     let dir = tempfile::tempdir().unwrap();
     rebuild_equals_live(
@@ -314,6 +369,7 @@ fn postgres_all() {
     let server = TempPostgres::start().expect("start a temporary PostgreSQL");
     rows_equal_events(&server.database().unwrap());
     restart_mid_stream(&server.database().unwrap(), &server.database().unwrap());
+    concurrent_writers_duplicate_nothing(&server.database().unwrap(), &server.database().unwrap());
     let dir = tempfile::tempdir().unwrap();
     rebuild_equals_live(&server.database().unwrap(), &server.database().unwrap(), &dir.path().join("journal"));
     queries_answer(&server.database().unwrap());

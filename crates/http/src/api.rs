@@ -55,6 +55,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/orders/{order}/history", get(crate::history::order_history))
         .route("/v1/orders/{order}/query", get(crate::history::order_query))
         .route("/v1/history/trades/{symbol}", get(crate::history::trades))
+        .route("/v1/admin/close-day", post(close_day))
         .route("/v1/ws", get(crate::ws::upgrade))
         .route("/v1/cluster", get(crate::control::cluster))
         .route("/v1/cluster/nodes/{id}/kill", post(crate::control::kill))
@@ -83,7 +84,7 @@ pub fn router(state: Shared) -> Router {
         health, list_assets, create_asset, list_symbols, create_symbol, create_account, get_balances,
         account_orders, deposit, withdraw, credit, place_order, get_order, cancel_order, order_fills,
         move_order, reduce_order, get_book, get_trades, crate::control::cluster, crate::control::kill,
-        crate::control::stats, crate::control::guest, crate::history::statement, crate::history::order_history,
+        crate::control::stats, crate::control::guest, close_day, crate::history::statement, crate::history::order_history,
         crate::history::order_query, crate::history::trades
     ),
     components(schemas(
@@ -98,6 +99,7 @@ pub fn router(state: Shared) -> Router {
         (name = "cluster", description = "Cluster status and the demo's controls (demo servers only)"),
         (name = "history", description = "Statements, order histories and trades from the history store \
             (servers started with --history only)"),
+        (name = "admin", description = "Operator commands: the close of the trading day"),
     )
 )]
 pub struct ApiDoc;
@@ -464,6 +466,7 @@ async fn place_order(
         Some(TimeInForce::Gtc) => Tif::Gtc,
         Some(TimeInForce::Ioc) => Tif::Ioc,
         Some(TimeInForce::Fok) => Tif::Fok,
+        Some(TimeInForce::Day) => Tif::Day,
         None if market_like => Tif::Ioc,
         None => Tif::Gtc,
     };
@@ -660,6 +663,20 @@ async fn get_trades(
     Ok(Json(Trades { symbol: info.id, trades: state.market.recent(info.id, limit as usize) }))
 }
 
+/// Closes the trading day (administrative key): every open Day order, resting or a
+/// pending stop, expires and its hold is released; GTC orders stay. Their owners' order
+/// events say `cancelled` with reason `expired`, and the orders read back as `expired`.
+/// The exchange keeps no clock of its own: a deployment calls this at its session's
+/// close (cron, a systemd timer, or `bourse close-day`).
+#[utoipa::path(post, path = "/v1/admin/close-day", tag = "admin",
+    responses((status = 200, body = DayClosed), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn close_day(State(state): State<Shared>, Key(key): Key) -> ApiResult<Json<DayClosed>> {
+    let session = state.upstream.session(key).await?;
+    let accepted = session.submit(CommandBody::CloseDay).await?;
+    Ok(Json(DayClosed { expired: accepted.id, log_index: accepted.log_index, duplicate: accepted.duplicate }))
+}
+
 // ----------------------------------------------------------------------------------------
 // Translations
 // ----------------------------------------------------------------------------------------
@@ -691,12 +708,14 @@ fn order_from(info: &proto::OrderInfo, log_index: u64) -> Order {
     let tif = match proto::Tif::try_from(info.tif) {
         Ok(proto::Tif::Ioc) => TimeInForce::Ioc,
         Ok(proto::Tif::Fok) => TimeInForce::Fok,
+        Ok(proto::Tif::Day) => TimeInForce::Day,
         _ => TimeInForce::Gtc,
     };
     let status = match proto::OrderStatus::try_from(info.status) {
         Ok(proto::OrderStatus::Pending) => OrderStatus::Pending,
         Ok(proto::OrderStatus::Filled) => OrderStatus::Filled,
         Ok(proto::OrderStatus::Cancelled) => OrderStatus::Cancelled,
+        Ok(proto::OrderStatus::Expired) => OrderStatus::Expired,
         _ => OrderStatus::Open,
     };
     Order {

@@ -22,7 +22,7 @@ pub enum Side {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderType {
-    /// Trades at `px` or better; the rest rests (GTC) or is cancelled (IOC, FOK).
+    /// Trades at `px` or better; the rest rests (GTC, Day) or is cancelled (IOC, FOK).
     Limit,
     /// Trades at any price; a buy needs a `budget`.
     Market,
@@ -42,6 +42,9 @@ pub enum TimeInForce {
     Ioc,
     /// Fill or kill.
     Fok,
+    /// Like GTC until the trading day closes (`POST /v1/admin/close-day`), which expires
+    /// what is left.
+    Day,
 }
 
 /// Self-trade prevention.
@@ -63,6 +66,8 @@ pub enum OrderStatus {
     Open,
     Filled,
     Cancelled,
+    /// A Day order, or what was left of it, that the close of the trading day ended.
+    Expired,
 }
 
 /// How a symbol shares an incoming order among the orders at one price.
@@ -82,6 +87,8 @@ pub enum CancelReason {
     BudgetExhausted,
     SelfTrade,
     ReducedToZero,
+    /// A Day order still open when the trading day closed.
+    Expired,
 }
 
 /// A new order.
@@ -111,10 +118,10 @@ pub struct PlaceOrder {
     /// Default: GTC for limit and stop-limit orders, IOC for market and stop-market.
     #[serde(default)]
     pub tif: Option<TimeInForce>,
-    /// Refuse the order rather than take liquidity (GTC limit only).
+    /// Refuse the order rather than take liquidity (GTC or Day limit only).
     #[serde(default)]
     pub post_only: bool,
-    /// Iceberg: show at most this much at a time (GTC limit only).
+    /// Iceberg: show at most this much at a time (GTC or Day limit only).
     #[serde(default)]
     pub display_qty: Option<i64>,
     /// Default: cancel_resting.
@@ -128,6 +135,17 @@ pub struct Accepted {
     /// The new order, account, asset or symbol id (0 for commands that create nothing).
     pub id: u64,
     /// The log entry that carried the command.
+    pub log_index: u64,
+    /// True when the exchange had applied this command before (a retry).
+    pub duplicate: bool,
+}
+
+/// The trading day was closed: committed and applied.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct DayClosed {
+    /// How many Day orders expired (resting ones and pending stops).
+    pub expired: u64,
+    /// The log entry that carried the close.
     pub log_index: u64,
     /// True when the exchange had applied this command before (a retry).
     pub duplicate: bool,

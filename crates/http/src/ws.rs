@@ -67,14 +67,7 @@ pub enum WsRequest {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum WsOrderEvent {
     /// Placed through this server and accepted (it may have traded already).
-    Accepted {
-        order: u64,
-        account: u32,
-        symbol: u32,
-        side: Side,
-        qty: i64,
-        log_index: u64,
-    },
+    Accepted { order: u64, account: u32, symbol: u32, side: Side, qty: i64, log_index: u64 },
     Fill {
         order: u64,
         account: u32,
@@ -89,15 +82,10 @@ pub enum WsOrderEvent {
         trade_seq: u32,
         ts: u64,
     },
-    Cancelled {
-        order: u64,
-        account: u32,
-        symbol: u32,
-        qty_cancelled: i64,
-        reason: String,
-        log_index: u64,
-        ts: u64,
-    },
+    /// The order's open part left the book unfilled. `reason`: requested, unfilled,
+    /// budget_exhausted, self_trade, reduced_to_zero, or expired (a Day order still open
+    /// when the trading day closed).
+    Cancelled { order: u64, account: u32, symbol: u32, qty_cancelled: i64, reason: String, log_index: u64, ts: u64 },
 }
 
 /// What the server sends; every message also has `seq`.

@@ -206,3 +206,44 @@ async fn the_openapi_document_describes_every_route() {
     }
     exchange.stop().await;
 }
+
+/// Day orders rest like GTC ones until an administrative key closes the trading day:
+/// then they read back as expired and their holds are free; GTC orders stay. Other keys
+/// may not close the day, and their attempts change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn day_orders_expire_when_an_admin_closes_the_day() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let (alice, admin) = (exchange.client(&exchange.alice), exchange.client(&exchange.admin));
+    let mut day = limit(1, "buy", 4, 140);
+    day["tif"] = json!("day");
+    let day = alice.expect(201, "POST", "/v1/orders", Some(day)).await["id"].as_u64().unwrap();
+    let gtc = alice.expect(201, "POST", "/v1/orders", Some(limit(1, "buy", 2, 139))).await["id"].as_u64().unwrap();
+    let order = alice.expect(200, "GET", &format!("/v1/orders/{day}"), None).await;
+    assert_eq!((order["tif"].as_str(), order["status"].as_str()), (Some("day"), Some("open")));
+    let reserved = |balances: &serde_json::Value| balances["balances"][0]["reserved"].as_i64().unwrap();
+    let before = alice.expect(200, "GET", "/v1/accounts/1/balances", None).await;
+    assert_eq!(reserved(&before), 4 * 141 + 2 * 140, "price plus the taker fee of 1 a share");
+
+    // Alice's key is not an administrative one; no key is no one.
+    let (status, body) = alice.request("POST", "/v1/admin/close-day", None).await;
+    assert_eq!((status, body["error"]["code"].as_u64()), (403, Some(1004)));
+    let nobody = support::Http { addr: exchange.http.addr(), key: None };
+    assert_eq!(nobody.request("POST", "/v1/admin/close-day", None).await.0, 401);
+    assert_eq!(alice.expect(200, "GET", &format!("/v1/orders/{day}"), None).await["status"], "open");
+
+    let closed = admin.expect(200, "POST", "/v1/admin/close-day", None).await;
+    assert_eq!((closed["expired"].as_u64(), closed["duplicate"].as_bool()), (Some(1), Some(false)));
+    assert!(closed["log_index"].as_u64().unwrap() > 0);
+    let expired = alice.expect(200, "GET", &format!("/v1/orders/{day}"), None).await;
+    assert_eq!((expired["status"].as_str(), expired["qty_open"].as_i64()), (Some("expired"), Some(0)));
+    assert_eq!(alice.expect(200, "GET", &format!("/v1/orders/{gtc}"), None).await["status"], "open");
+    let after = alice.expect(200, "GET", "/v1/accounts/1/balances", None).await;
+    assert_eq!(reserved(&after), 2 * 140);
+    let open = alice.expect(200, "GET", "/v1/accounts/1/orders", None).await;
+    assert_eq!(open["orders"].as_array().unwrap().len(), 1);
+
+    let again = admin.expect(200, "POST", "/v1/admin/close-day", None).await;
+    assert_eq!(again["expired"], 0);
+    exchange.stop().await;
+}

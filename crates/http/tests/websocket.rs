@@ -1,6 +1,6 @@
 //! The WebSocket: an L2 book rebuilt from a snapshot and sequenced updates, a lost
 //! update detected by its sequence number and recovered by subscribing again, trades,
-//! BBO and the key's own order events.
+//! BBO and the key's own order events (an expiry at the close of the trading day too).
 
 mod support;
 
@@ -164,6 +164,49 @@ async fn l2_gaps_are_detected_and_a_new_subscription_resynchronizes() {
     let order_events: Vec<&Value> = events.iter().filter(|e| e["type"] == "order").collect();
     assert!(order_events.iter().any(|e| e["event"] == "accepted" && e["order"] == resting["id"]), "{order_events:?}");
     assert!(order_events.iter().any(|e| e["event"] == "fill" && e["px"] == 150), "{order_events:?}");
+    exchange.stop().await;
+}
+
+/// A Day order placed through this server expires at the close of the trading day (an
+/// operator's command, on another key): the owner's socket gets the cancellation with
+/// reason `expired`, and the book update that takes it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_day_order_is_reported_to_its_owner() {
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let alice = exchange.client(&exchange.alice);
+    let mut ws = Ws::connect(&exchange, &exchange.alice).await;
+    ws.send(json!({"op": "subscribe", "channels": ["l2", "orders"], "symbols": ["ACME/USD"]})).await;
+    ws.until("l2_snapshot", |_| {}).await;
+    let mut day = limit(0, "sell", 5, 150);
+    day["tif"] = json!("day");
+    let id = alice.expect(201, "POST", "/v1/orders", Some(day)).await["id"].clone();
+    let closed = exchange.client(&exchange.admin).expect(200, "POST", "/v1/admin/close-day", None).await;
+    assert_eq!(closed["expired"], 1);
+
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let expiry = loop {
+        let message = tokio::time::timeout_at(deadline, ws.next()).await;
+        let message = message.unwrap_or_else(|_| panic!("no cancellation within 10 s; saw {seen:?}"));
+        if message["type"] == "order" && message["event"] == "cancelled" {
+            break message;
+        }
+        seen.push(message);
+    };
+    assert_eq!(
+        (&expiry["order"], expiry["qty_cancelled"].as_i64(), expiry["reason"].as_str()),
+        (&id, Some(5), Some("expired"))
+    );
+    assert_eq!(expiry["log_index"], closed["log_index"]);
+    assert!(seen.iter().any(|m| m["type"] == "order" && m["event"] == "accepted" && m["order"] == id), "{seen:?}");
+    // The ask leaves the book: its level goes to 0.
+    let gone = async {
+        while !seen.iter().any(|m| m["type"] == "l2_update" && m["px"] == 150 && m["qty"] == 0) {
+            seen.push(ws.next().await);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), gone).await.expect("the ask's level goes to 0 within 10 s");
     exchange.stop().await;
 }
 

@@ -169,6 +169,7 @@ impl From<Tif> for proto::Tif {
             Tif::Gtc => proto::Tif::Gtc,
             Tif::Ioc => proto::Tif::Ioc,
             Tif::Fok => proto::Tif::Fok,
+            Tif::Day => proto::Tif::Day,
         }
     }
 }
@@ -179,6 +180,7 @@ pub fn tif_from_proto(value: i32, field: &'static str) -> Result<Tif, ConvertErr
         proto::Tif::Gtc => Ok(Tif::Gtc),
         proto::Tif::Ioc => Ok(Tif::Ioc),
         proto::Tif::Fok => Ok(Tif::Fok),
+        proto::Tif::Day => Ok(Tif::Day),
         proto::Tif::Unspecified => Err(ConvertError::EnumUnspecified { field }),
     }
 }
@@ -230,6 +232,7 @@ impl From<CancelReason> for proto::CancelReason {
             CancelReason::BudgetExhausted => proto::CancelReason::BudgetExhausted,
             CancelReason::SelfTrade => proto::CancelReason::SelfTrade,
             CancelReason::ReducedToZero => proto::CancelReason::ReducedToZero,
+            CancelReason::Expired => proto::CancelReason::Expired,
         }
     }
 }
@@ -242,6 +245,7 @@ pub fn cancel_reason_from_proto(value: i32, field: &'static str) -> Result<Cance
         proto::CancelReason::BudgetExhausted => Ok(CancelReason::BudgetExhausted),
         proto::CancelReason::SelfTrade => Ok(CancelReason::SelfTrade),
         proto::CancelReason::ReducedToZero => Ok(CancelReason::ReducedToZero),
+        proto::CancelReason::Expired => Ok(CancelReason::Expired),
         proto::CancelReason::Unspecified => Err(ConvertError::EnumUnspecified { field }),
     }
 }
@@ -253,6 +257,7 @@ impl From<OrderStatus> for proto::OrderStatus {
             OrderStatus::Open => proto::OrderStatus::Open,
             OrderStatus::Filled => proto::OrderStatus::Filled,
             OrderStatus::Cancelled => proto::OrderStatus::Cancelled,
+            OrderStatus::Expired => proto::OrderStatus::Expired,
         }
     }
 }
@@ -264,6 +269,7 @@ pub fn order_status_from_proto(value: i32, field: &'static str) -> Result<OrderS
         proto::OrderStatus::Open => Ok(OrderStatus::Open),
         proto::OrderStatus::Filled => Ok(OrderStatus::Filled),
         proto::OrderStatus::Cancelled => Ok(OrderStatus::Cancelled),
+        proto::OrderStatus::Expired => Ok(OrderStatus::Expired),
         proto::OrderStatus::Unspecified => Err(ConvertError::EnumUnspecified { field }),
     }
 }
@@ -416,6 +422,7 @@ impl From<&CommandBody> for Body {
                     deposit: deposit.0,
                 })
             }
+            CommandBody::CloseDay => Body::CloseDay(proto::CloseDay {}),
             CommandBody::DayTrading(request) => crate::daytrading::body_wire(request),
         }
     }
@@ -475,6 +482,7 @@ impl TryFrom<&Body> for CommandBody {
                 asset: AssetId(create.asset),
                 deposit: Amount(create.deposit),
             },
+            Body::CloseDay(_) => CommandBody::CloseDay,
             Body::DayTrading(command) => {
                 CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Command(command.try_into()?)))
             }

@@ -129,6 +129,32 @@ fn a_cancellation_is_reported_with_its_reason() {
 }
 
 #[test]
+fn an_expiry_is_reported_with_its_reason_and_read_back_as_expired() {
+    let mut market = Market::new();
+    let (sell, _) = market.apply_ok(limit(SELLER, Side::Sell, 10_050, 10, Tif::Day));
+    market.apply_ok(limit(BUYER, Side::Buy, 10_050, 4, Tif::Ioc));
+    let (expired, events) = market.apply_ok(CommandBody::CloseDay);
+    assert_eq!(expired, 1);
+    let at = LogPosition { log_index: market.seq, ts: 1_000 + market.seq };
+    let reports: Vec<_> = events.iter().filter_map(|e| convert::cancel_report(e, SELLER, SYMBOL, at)).collect();
+    assert_eq!(
+        reports,
+        [proto::CancelReport {
+            order: sell,
+            account: SELLER.0,
+            symbol: SYMBOL.0,
+            qty_cancelled: 6,
+            reason: proto::CancelReason::Expired as i32,
+            log_index: at.log_index,
+            ts: at.ts,
+        }]
+    );
+    let info = convert::order_reply(market.seq, &market.engine.order(OrderId(sell)).expect("known")).order.unwrap();
+    assert_eq!((info.tif, info.status), (proto::Tif::Day as i32, proto::OrderStatus::Expired as i32));
+    assert_eq!((info.qty_filled, info.qty_open, info.qty_cancelled, info.ts_closed), (4, 0, 6, at.ts));
+}
+
+#[test]
 fn query_replies_mirror_the_engine() {
     let mut market = Market::new();
     let (sell, _) = market.apply_ok(limit(SELLER, Side::Sell, 10_050, 10, Tif::Gtc));

@@ -26,11 +26,12 @@ fn variant_name(body: &CommandBody) -> &'static str {
         CommandBody::Reduce { .. } => "reduce",
         CommandBody::Move { .. } => "move",
         CommandBody::CreateAccountWithId { .. } => "create_account_with_id",
+        CommandBody::CloseDay => "close_day",
         CommandBody::DayTrading(_) => "day_trading",
     }
 }
 
-const VARIANTS_LEN: usize = 14;
+const VARIANTS_LEN: usize = 15;
 
 /// Day-trading entries: every command kind, with and without a quote of every source,
 /// unnumbered and numbered, and a poller's quote.
@@ -112,6 +113,7 @@ fn commands_all() -> Vec<CommandBody> {
         CommandBody::Move { account, symbol, order: OrderId(2), px: Px(10_050) },
         CommandBody::CreateAccountWithId { external_id: u64::MAX, asset, deposit: Amount(0) },
         CommandBody::CreateAccountWithId { external_id: 0, asset: AssetId(u32::MAX), deposit: Amount(i64::MIN) },
+        CommandBody::CloseDay,
     ];
     let kinds = [
         OrderKind::Limit { px: Px(10_050) },
@@ -123,7 +125,7 @@ fn commands_all() -> Vec<CommandBody> {
     ];
     for side in [Side::Buy, Side::Sell] {
         for kind in kinds {
-            for tif in [Tif::Gtc, Tif::Ioc, Tif::Fok] {
+            for tif in [Tif::Gtc, Tif::Ioc, Tif::Fok, Tif::Day] {
                 for stp in [Stp::CancelResting, Stp::CancelIncoming, Stp::Allow] {
                     bodies.push(CommandBody::Place(request(side, kind, tif, stp)));
                 }
@@ -184,6 +186,49 @@ fn every_outcome_round_trips_through_an_ack() {
     }
 }
 
+/// Every value of the enums that grew with Day orders goes to the wire and back, under
+/// its stable number (new values were added, none renumbered).
+#[test]
+fn every_tif_cancel_reason_and_order_status_round_trips_under_its_number() {
+    use bourse_engine::{CancelReason, OrderStatus};
+    let tifs = [(Tif::Gtc, 1), (Tif::Ioc, 2), (Tif::Fok, 3), (Tif::Day, 4)];
+    for (tif, number) in tifs {
+        assert_eq!(proto::Tif::from(tif) as i32, number, "{tif:?}");
+        assert_eq!(convert::tif_from_proto(number, "OrderRequest.tif"), Ok(tif));
+    }
+    let reasons = [
+        (CancelReason::Requested, 1),
+        (CancelReason::Unfilled, 2),
+        (CancelReason::BudgetExhausted, 3),
+        (CancelReason::SelfTrade, 4),
+        (CancelReason::ReducedToZero, 5),
+        (CancelReason::Expired, 6),
+    ];
+    for (reason, number) in reasons {
+        assert_eq!(proto::CancelReason::from(reason) as i32, number, "{reason:?}");
+        assert_eq!(convert::cancel_reason_from_proto(number, "CancelReport.reason"), Ok(reason));
+    }
+    let statuses = [
+        (OrderStatus::Pending, 1),
+        (OrderStatus::Open, 2),
+        (OrderStatus::Filled, 3),
+        (OrderStatus::Cancelled, 4),
+        (OrderStatus::Expired, 5),
+    ];
+    for (status, number) in statuses {
+        assert_eq!(proto::OrderStatus::from(status) as i32, number, "{status:?}");
+        assert_eq!(convert::order_status_from_proto(number, "OrderInfo.status"), Ok(status));
+    }
+    // One past the last value of each is unknown, not a default.
+    assert_eq!(convert::tif_from_proto(5, "t"), Err(ConvertError::EnumUnknown { field: "t", value: 5 }));
+    assert_eq!(convert::cancel_reason_from_proto(7, "r"), Err(ConvertError::EnumUnknown { field: "r", value: 7 }));
+    assert_eq!(convert::order_status_from_proto(6, "s"), Err(ConvertError::EnumUnknown { field: "s", value: 6 }));
+    // CloseDay is the oneof's field 15.
+    let body = proto::client_command::Body::from(&CommandBody::CloseDay);
+    let command = proto::ClientCommand { seq: 1, body: Some(body) };
+    assert_eq!(prost::Message::encode_to_vec(&command), vec![0x08, 0x01, 0x7a, 0x00]);
+}
+
 #[test]
 fn reject_info_carries_the_stable_code_and_name() {
     let info = proto::RejectInfo::from(Reject::BalanceInsufficient);
@@ -227,7 +272,7 @@ fn arb_kind() -> impl Strategy<Value = OrderKind> {
 }
 
 fn arb_request() -> impl Strategy<Value = OrderRequest> {
-    let tif = prop_oneof![Just(Tif::Gtc), Just(Tif::Ioc), Just(Tif::Fok)];
+    let tif = prop_oneof![Just(Tif::Gtc), Just(Tif::Ioc), Just(Tif::Fok), Just(Tif::Day)];
     let stp = prop_oneof![Just(Stp::CancelResting), Just(Stp::CancelIncoming), Just(Stp::Allow)];
     (
         (any::<u32>(), any::<u32>(), arb_side(), arb_kind()),
@@ -296,6 +341,7 @@ fn arb_body() -> impl Strategy<Value = CommandBody> {
         (any::<u64>(), any::<u32>(), any::<i64>()).prop_map(|(external_id, asset, deposit)| {
             CommandBody::CreateAccountWithId { external_id, asset: AssetId(asset), deposit: Amount(deposit) }
         }),
+        Just(CommandBody::CloseDay),
     ]
 }
 

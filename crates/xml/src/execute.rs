@@ -297,7 +297,10 @@ impl Run<'_> {
     /// What `<status>` (with `open`) or `<canceled>` holds for an order.
     fn report(&self, info: &proto::OrderInfo, with_open: bool) -> OrderReport {
         let scales = self.exchange.scales();
-        let cancelled = info.status == proto::OrderStatus::Cancelled as i32;
+        // An expired Day order (placed over another protocol) reads as cancelled here:
+        // the XML protocol has no word for an expiry.
+        let cancelled =
+            [proto::OrderStatus::Cancelled, proto::OrderStatus::Expired].map(|s| s as i32).contains(&info.status);
         let open = (with_open && is_open(info) && info.qty_open > 0)
             .then(|| value::format_scaled(info.qty_open, scales.quantity));
         // Everything that did not execute: what the cancel took and, for an order an

@@ -87,21 +87,33 @@ fn build_log(commands: u64, seed: u64) -> Vec<LogEntry> {
         .collect()
 }
 
-/// The recorder alone: rows a second with no database.
-fn recorder_only(log: &[LogEntry]) -> (u64, f64) {
+/// The recorder alone: rows a second with no database, and the rows of each table.
+fn recorder_only(log: &[LogEntry]) -> (u64, f64, Vec<(&'static str, u64)>) {
     let mut recorder = Recorder::new(EngineConfig::default());
     let mut rows = Rows::default();
     let mut total = 0u64;
+    let mut tables: Vec<(&'static str, u64)> = Vec::new();
+    let mut count = |rows: &Rows| {
+        for (k, (table, n)) in rows.table_lens().into_iter().enumerate() {
+            match tables.get_mut(k) {
+                Some(slot) => slot.1 += n as u64,
+                None => tables.push((table, n as u64)),
+            }
+        }
+    };
     let started = Instant::now();
     for entry in log {
         recorder.apply(entry, Some(&mut rows)).expect("the log applies");
         if rows.len() >= 50_000 {
             total += rows.len() as u64;
+            count(&rows);
             rows.clear();
         }
     }
     total += rows.len() as u64;
-    (total, started.elapsed().as_secs_f64())
+    let seconds = started.elapsed().as_secs_f64();
+    count(&rows);
+    (total, seconds, tables)
 }
 
 /// Figures of one backend's throughput run.
@@ -110,14 +122,52 @@ struct Throughput {
     entries: u64,
     rows: u64,
     seconds: f64,
+    /// CPU seconds this process spent (feeding, recording, writing; SQLite runs here).
+    cpu_self: f64,
+    /// CPU seconds the PostgreSQL server spent (its backend and helpers).
+    cpu_server: f64,
 }
 
-fn throughput(backend: &'static str, url: &str, log: &[LogEntry]) -> Result<Throughput, String> {
+/// Clock ticks per second of /proc's CPU times (USER_HZ: 100 on Linux).
+const TICKS_PER_SEC: f64 = 100.0;
+
+/// utime + stime (+ cutime + cstime: children reaped) of a process, in seconds.
+fn cpu_of(pid: &str, reaped: bool) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let field = |k: usize| fields.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // rest[0] is field 3 (state); utime is field 14, stime 15, cutime 16, cstime 17.
+    let own = field(11) + field(12);
+    (if reaped { own + field(13) + field(14) } else { own }) / TICKS_PER_SEC
+}
+
+/// CPU seconds of a server process and its live children plus the children it reaped:
+/// a PostgreSQL server's backends, however many came and went.
+fn cpu_tree(pid: u32) -> f64 {
+    let mut total = cpu_of(&pid.to_string(), true);
+    let Ok(processes) = std::fs::read_dir("/proc") else { return total };
+    for entry in processes.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else { continue };
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if parent == Some(pid) {
+            total += cpu_of(&name, true);
+        }
+    }
+    total
+}
+
+fn throughput(backend: &'static str, url: &str, log: &[LogEntry], server: Option<u32>) -> Result<Throughput, String> {
     let opened = Opened::open(url).map_err(|e| e.to_string())?;
     let sink = Sink::start(opened, EngineConfig::default(), SinkConfig::default()).map_err(|e| e.to_string())?;
     let status = Arc::clone(&sink.status);
     let sender = sink.sender();
     let head = log.last().map_or(0, |e| e.index);
+    let (cpu_self_started, cpu_server_started) = (cpu_of("self", false), server.map_or(0.0, cpu_tree));
     let started = Instant::now();
     for chunk in log.chunks(1_024) {
         let feed = Feed::Entries { entries: chunk.to_vec(), head_index: head, head_ts: 0 };
@@ -126,7 +176,16 @@ fn throughput(backend: &'static str, url: &str, log: &[LogEntry]) -> Result<Thro
     drop(sender);
     sink.finish().map_err(|e| e.to_string())?;
     let seconds = started.elapsed().as_secs_f64();
-    Ok(Throughput { backend, entries: log.len() as u64, rows: status.rows_written.load(Ordering::Relaxed), seconds })
+    let cpu_self = cpu_of("self", false) - cpu_self_started;
+    let cpu_server = server.map_or(0.0, cpu_tree) - cpu_server_started;
+    Ok(Throughput {
+        backend,
+        entries: log.len() as u64,
+        rows: status.rows_written.load(Ordering::Relaxed),
+        seconds,
+        cpu_self,
+        cpu_server,
+    })
 }
 
 /// Figures of one backend's lag run.
@@ -241,25 +300,31 @@ pub fn run(args: &HistoryArgs) -> Result<(), String> {
     };
     progress(format!("generating the ec2020 log: setup, pre-fill and {} commands (seed {})", args.commands, args.seed));
     let log = build_log(args.commands, args.seed);
-    let (recorder_rows, recorder_secs) = recorder_only(&log);
+    let (recorder_rows, recorder_secs, tables) = recorder_only(&log);
     progress(format!(
         "recorder alone: {} entries, {recorder_rows} rows in {recorder_secs:.2} s: {:.0} rows/s, {:.0} entries/s",
         log.len(),
         recorder_rows as f64 / recorder_secs,
         log.len() as f64 / recorder_secs
     ));
+    let per_table: Vec<String> = tables.iter().map(|(table, n)| format!("{table} {n}")).collect();
+    progress(format!("rows per table: {}", per_table.join(", ")));
     let mut throughputs = Vec::new();
     for backend in &backends {
         let url = url_for(backend, "throughput")?;
-        let t = throughput(backend, &url, &log)?;
+        let server = (*backend == "postgres").then(|| postgres.as_ref().expect("started").pid());
+        let t = throughput(backend, &url, &log, server)?;
         progress(format!(
-            "{:<8} sink: {} entries, {} rows in {:.2} s: {:.0} rows/s, {:.0} entries/s",
+            "{:<8} sink: {} entries, {} rows in {:.2} s: {:.0} rows/s, {:.0} entries/s; CPU {:.2} s here + {:.2} s server: {:.0} rows per CPU second",
             t.backend,
             t.entries,
             t.rows,
             t.seconds,
             t.rows as f64 / t.seconds,
-            t.entries as f64 / t.seconds
+            t.entries as f64 / t.seconds,
+            t.cpu_self,
+            t.cpu_server,
+            t.rows as f64 / (t.cpu_self + t.cpu_server).max(1e-9),
         ));
         throughputs.push(t);
     }
@@ -295,6 +360,8 @@ pub fn run(args: &HistoryArgs) -> Result<(), String> {
                 serde_json::json!({
                     "backend": t.backend, "entries": t.entries, "rows": t.rows, "seconds": t.seconds,
                     "rows_per_sec": t.rows as f64 / t.seconds, "entries_per_sec": t.entries as f64 / t.seconds,
+                    "cpu_seconds": t.cpu_self, "cpu_seconds_server": t.cpu_server,
+                    "rows_per_cpu_second": t.rows as f64 / (t.cpu_self + t.cpu_server).max(1e-9),
                 })
             })
             .collect();

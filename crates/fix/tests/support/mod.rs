@@ -124,6 +124,13 @@ impl Exchange {
         ok(CommandBody::Credit { account: AccountId(0), asset: acme, amount: Amount(100) }).await;
     }
 
+    /// Closes the trading day with the admin key; returns how many orders expired.
+    pub async fn close_day(&self) -> u64 {
+        let endpoints = vec![self.gateway.addr().to_string()];
+        let mut admin = AdminSession::connect(endpoints, random_client_id(), self.options(&self.admin)).await.unwrap();
+        admin.close_day().await.unwrap().ok_id().expect("the close is accepted")
+    }
+
     /// (available, reserved) of `asset` in `account`.
     pub async fn balance(&self, account: u32, asset: u32) -> (i64, i64) {
         let reply = self.query(&self.admin).await.balances(AccountId(account)).await.unwrap();

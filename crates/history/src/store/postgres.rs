@@ -2,19 +2,56 @@
 //! callers must not be on an async task: the sink's writer is a thread, the gateway's
 //! queries go through `spawn_blocking`).
 //!
-//! A batch is one transaction with one `INSERT … SELECT * FROM unnest($1::bigint[],
-//! $2::text[], …) ON CONFLICT DO NOTHING` per table: one round trip and one plan per
-//! table whatever the number of rows, which is what makes the sink keep up.
+//! A batch is one transaction: lock out other writers and read the progress, then one
+//! `COPY table FROM STDIN (FORMAT binary)` per table with the rows of entries after it,
+//! then the progress row. COPY has no `ON CONFLICT`, and needs none: no row at or below
+//! the progress read in the same transaction is sent, and every row above it is new
+//! (rows are only ever written with the progress that covers them). A duplicate key
+//! could only come from a bug, and would fail the batch rather than write a row twice.
 
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls};
 
-use super::{table_cells, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
-use crate::rows::Rows;
+use std::io::Write;
+
+use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
+use crate::rows::{RowKey, Rows};
 use crate::schema::{create_statements, Dialect, SCHEMA_VERSION};
 
 pub struct Postgres {
     client: Client,
+    /// This session has written (and set itself up for writing).
+    writing: bool,
+}
+
+/// What starts a binary COPY stream: the signature, no flags, no header extension.
+const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+
+/// The COPY stream is handed to the connection in pieces of about this size, so the
+/// server parses one while the next is encoded.
+const COPY_CHUNK_BYTES: usize = 256 << 10;
+
+/// One row in COPY's binary format: the number of fields, then each as its length and
+/// its bytes (-1 for NULL): `bigint` as 8 bytes big-endian, `text` as UTF-8.
+fn copy_row(buffer: &mut Vec<u8>, key: &RowKey, cells: &[Cell<'_>]) {
+    buffer.extend_from_slice(&((3 + cells.len()) as i16).to_be_bytes());
+    for value in [key.log_index, key.pos, key.ts] {
+        buffer.extend_from_slice(&8i32.to_be_bytes());
+        buffer.extend_from_slice(&value.to_be_bytes());
+    }
+    for cell in cells {
+        match *cell {
+            Cell::Int(v) => {
+                buffer.extend_from_slice(&8i32.to_be_bytes());
+                buffer.extend_from_slice(&v.to_be_bytes());
+            }
+            Cell::Text(v) => {
+                buffer.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                buffer.extend_from_slice(v.as_bytes());
+            }
+            Cell::Null => buffer.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
 }
 
 impl Postgres {
@@ -23,7 +60,7 @@ impl Postgres {
         for statement in create_statements(Dialect::Postgres) {
             client.batch_execute(&statement)?;
         }
-        let mut postgres = Postgres { client };
+        let mut postgres = Postgres { client, writing: false };
         let version = postgres.query("SELECT schema_version FROM history_progress WHERE id = 1", &[])?;
         if let Some(version) = version.first().and_then(|r| r[0].int()) {
             if version != SCHEMA_VERSION {
@@ -59,12 +96,6 @@ fn param<'a>(cell: &Cell<'a>) -> Box<dyn ToSql + Sync + 'a> {
     }
 }
 
-/// One column of a table's batch, as the array `unnest` takes.
-enum Column<'a> {
-    Int(Vec<Option<i64>>),
-    Text(Vec<Option<&'a str>>),
-}
-
 impl Backend for Postgres {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
@@ -89,59 +120,49 @@ impl Backend for Postgres {
     }
 
     fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+        if !self.writing {
+            // Commits of this session return before their WAL is flushed: a server crash
+            // may lose the last ones (never part of one), and with them their progress
+            // row, so the sink writes those entries again from the log.
+            self.client.batch_execute("SET synchronous_commit = off")?;
+            self.writing = true;
+        }
         let mut transaction = self.client.transaction()?;
-        for (table, count, cells) in table_cells(rows) {
+        // Writers of one database take turns (readers are not blocked), so the progress
+        // read next is the one this transaction moves on.
+        let stored = transaction.simple_query(
+            "LOCK TABLE history_progress IN SHARE ROW EXCLUSIVE MODE; \
+             SELECT applied_index FROM history_progress WHERE id = 1",
+        )?;
+        let stored = stored.iter().find_map(|message| match message {
+            postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i64>().ok()),
+            _ => None,
+        });
+        if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
+            return Ok(()); // written already (dropping the transaction rolls it back)
+        }
+        let after = stored.unwrap_or(-1);
+        let mut buffer = Vec::with_capacity(COPY_CHUNK_BYTES + 4096);
+        for (table, count) in rows.table_lens() {
             if count == 0 {
                 continue;
             }
-            let columns = table_columns(table);
-            let mut arrays: Vec<Column<'_>> = columns
-                .iter()
-                .map(|(_, text)| {
-                    if *text {
-                        Column::Text(Vec::with_capacity(count))
-                    } else {
-                        Column::Int(Vec::with_capacity(count))
-                    }
-                })
-                .collect();
-            for row in cells.chunks_exact(columns.len()) {
-                for (cell, array) in row.iter().zip(arrays.iter_mut()) {
-                    match (array, *cell) {
-                        (Column::Int(a), Cell::Int(v)) => a.push(Some(v)),
-                        (Column::Int(a), Cell::Null) => a.push(None),
-                        (Column::Text(a), Cell::Text(v)) => a.push(Some(v)),
-                        (Column::Text(a), Cell::Null) => a.push(None),
-                        _ => return Err(StoreError::Invalid(format!("{table}: a cell of the wrong type"))),
-                    }
+            let names: Vec<&str> = table_columns(table).iter().map(|(name, _)| *name).collect();
+            let sql = format!("COPY {table} ({}) FROM STDIN (FORMAT binary)", names.join(", "));
+            let mut writer = transaction.copy_in(&sql)?;
+            buffer.clear();
+            buffer.extend_from_slice(COPY_HEADER);
+            each_row(rows, table, after, |key, cells| {
+                copy_row(&mut buffer, key, cells);
+                if buffer.len() >= COPY_CHUNK_BYTES {
+                    writer.write_all(&buffer).map_err(|e| StoreError::Invalid(format!("COPY {table}: {e}")))?;
+                    buffer.clear();
                 }
-            }
-            let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
-            let casts: Vec<String> = columns
-                .iter()
-                .enumerate()
-                .map(|(i, (_, text))| format!("${}::{}[]", i + 1, if *text { "text" } else { "bigint" }))
-                .collect();
-            let sql = format!(
-                "INSERT INTO {table} ({}) SELECT * FROM unnest({}) ON CONFLICT DO NOTHING",
-                names.join(", "),
-                casts.join(", ")
-            );
-            let statement = transaction.prepare_typed(
-                &sql,
-                &columns
-                    .iter()
-                    .map(|(_, text)| if *text { Type::TEXT_ARRAY } else { Type::INT8_ARRAY })
-                    .collect::<Vec<_>>(),
-            )?;
-            let params: Vec<&(dyn ToSql + Sync)> = arrays
-                .iter()
-                .map(|array| match array {
-                    Column::Int(a) => a as &(dyn ToSql + Sync),
-                    Column::Text(a) => a as &(dyn ToSql + Sync),
-                })
-                .collect();
-            transaction.execute(&statement, &params)?;
+                Ok(())
+            })?;
+            buffer.extend_from_slice(&(-1i16).to_be_bytes());
+            writer.write_all(&buffer).map_err(|e| StoreError::Invalid(format!("COPY {table}: {e}")))?;
+            writer.finish()?;
         }
         let (applied, ts, begins) =
             (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);

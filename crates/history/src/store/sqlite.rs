@@ -1,15 +1,30 @@
 //! SQLite: one file, WAL mode (readers in other processes see the last committed batch
-//! while the sink writes the next), `synchronous=NORMAL` (a batch is one WAL append; a
-//! power cut may lose the last batches, which the sink writes again from the log).
+//! while the sink writes the next), `synchronous=NORMAL`: a commit appends the batch to
+//! the WAL without waiting for the disk, which is synced at checkpoints. Every commit
+//! is atomic and the file never corrupts; a crash of the process loses nothing
+//! committed, and a power cut or OS crash may lose the last batches — and with them the
+//! progress row that covered them, which is in the same transaction, so the sink
+//! resumes before them and writes them again from the log. The history is derived
+//! from the log, so losing its tail until the next start costs time, never rows.
 
 use std::path::Path;
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{Connection, ToSql};
+use rusqlite::{Connection, OptionalExtension, ToSql, TransactionBehavior};
 
-use super::{table_cells, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
+use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::Rows;
 use crate::schema::{create_statements, Dialect, SCHEMA_VERSION};
+
+/// Page size of a new file: 16 KiB pages keep the B-trees a level shallower and split
+/// a quarter as often as 4 KiB ones; the sink writes about a fifth more rows per CPU
+/// second with them (docs/BENCHMARKS.md).
+const PAGE_BYTES: i64 = 16_384;
+
+/// Page cache per connection, at most: a batch touches a leaf page per account and
+/// asset and per live order, which overflows SQLite's 2 MiB default and makes it spill
+/// and read pages back within the transaction.
+const CACHE_KIB: i64 = 65_536;
 
 pub struct Sqlite {
     connection: Connection,
@@ -32,8 +47,11 @@ impl Sqlite {
         }
         let connection = Connection::open(path)?;
         connection.busy_timeout(std::time::Duration::from_secs(10))?;
+        // Before the first table: a new file's page size (an existing file keeps its own).
+        connection.pragma_update(None, "page_size", PAGE_BYTES)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "NORMAL")?;
+        connection.pragma_update(None, "cache_size", -CACHE_KIB)?;
         connection.set_prepared_statement_cache_capacity(64);
         for statement in create_statements(Dialect::Sqlite) {
             connection.execute(&statement, [])?;
@@ -42,7 +60,8 @@ impl Sqlite {
         if let Some(version) = sqlite.schema_version()? {
             if version != SCHEMA_VERSION {
                 return Err(StoreError::Invalid(format!(
-                    "{}: history schema version {version}, this build reads {SCHEMA_VERSION}",
+                    "{}: history schema version {version}, this build reads {SCHEMA_VERSION} \
+                     (rebuild it into a new file: bourse history rebuild)",
                     path.display()
                 )));
             }
@@ -80,19 +99,31 @@ impl Backend for Sqlite {
     }
 
     fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
-        let transaction = self.connection.transaction()?;
-        for (table, count, cells) in table_cells(rows) {
+        // IMMEDIATE: the write lock from the start, so the progress read here is the one
+        // this transaction moves on (a second writer waits, then skips what this wrote).
+        let transaction = self.connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let stored = transaction
+            .prepare_cached("SELECT applied_index FROM history_progress WHERE id = 1")?
+            .query_row([], |row| row.get::<_, i64>(0))
+            .optional()?;
+        if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
+            return Ok(()); // written already (dropping the transaction rolls it back)
+        }
+        let after = stored.unwrap_or(-1);
+        for (table, count) in rows.table_lens() {
             if count == 0 {
                 continue;
             }
             let columns = table_columns(table);
             let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
             let marks = vec!["?"; names.len()].join(", ");
-            let sql = format!("INSERT INTO {table} ({}) VALUES ({marks}) ON CONFLICT DO NOTHING", names.join(", "));
+            let sql = format!("INSERT INTO {table} ({}) VALUES ({marks})", names.join(", "));
             let mut statement = transaction.prepare_cached(&sql)?;
-            for row in cells.chunks_exact(names.len()) {
-                statement.execute(rusqlite::params_from_iter(row.iter()))?;
-            }
+            each_row(rows, table, after, |key, cells| {
+                let key = [Cell::Int(key.log_index), Cell::Int(key.pos), Cell::Int(key.ts)];
+                statement.execute(rusqlite::params_from_iter(key.iter().chain(cells)))?;
+                Ok(())
+            })?;
         }
         progress_write(&transaction, progress, snapshot)?;
         transaction.commit()?;

@@ -44,19 +44,22 @@ import quickfix.fix44.OrderCancelRequest;
  * QuickFIX/J as a FIX 4.4 initiator against `bourse gateway run --fix`: logon with the
  * API key in Password (554), orders that rest, fill and are cancelled, a replace, a
  * dropped connection after which a fill is resent from the exchange's store, a
- * resent NewOrderSingle that must not become a second order, market data, logout.
+ * resent NewOrderSingle that must not become a second order, market data, a Day order
+ * that expires when the trading day closes, logout.
  * QuickFIX/J validates every message it receives against its FIX 4.4 data dictionary
  * (fields out of order, user-defined fields, required fields, enum values).
  *
  * Usage: Interop PORT KEY STORE_DIR. Talks to the test that runs it on stdout/stdin:
  * prints "DROPPED" after cutting the connection and waits for a line before logging on
- * again; prints "PASS" and exits 0, or "FAIL: why" and exits 1.
+ * again; prints "DAY" once its Day order rests and waits for a line (the test closes
+ * the trading day); prints "PASS" and exits 0, or "FAIL: why" and exits 1.
  */
 public final class Interop implements Application {
     private final BlockingQueue<Message> received = new LinkedBlockingQueue<>();
     private final BlockingQueue<String> events = new LinkedBlockingQueue<>();
     private final String key;
     private final java.util.List<Message> backlog = new java.util.ArrayList<>();
+    private final BufferedReader test = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
 
     private Interop(String key) {
         this.key = key;
@@ -176,7 +179,7 @@ public final class Interop implements Application {
         System.out.println("DROPPED");
         System.out.flush();
         // The test sells into B4 while this side is away, then says go.
-        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+        test.readLine();
 
         // Logon again from the file store: the exchange's Logon is ahead, QuickFIX/J asks
         // for a resend, and the fill comes again with PossDupFlag=Y.
@@ -220,6 +223,23 @@ public final class Interop implements Application {
         if (!"0".equals(entry.getString(279)) || !"1".equals(entry.getString(269)) || !"160".equals(entry.getString(270))) {
             throw new AssertionError("expected a new offer at 160: " + update);
         }
+
+        // A Day order rests until the test closes the trading day: then it expires.
+        NewOrderSingle day = order("D1", "1", Side.BUY, 3, 100);
+        day.set(new TimeInForce(TimeInForce.DAY));
+        send(id, day);
+        Message d1 = expect("8", "D1");
+        check(d1, 150, "0");
+        check(d1, 59, "0");
+        System.out.println("DAY");
+        System.out.flush();
+        test.readLine();
+        Message expired = expect("8", "D1");
+        check(expired, 150, "C");
+        check(expired, 39, "C");
+        check(expired, 151, "0");
+        check(expired, 14, "0");
+        check(expired, 37, d1.getString(37));
 
         // Logout.
         initiator.stop();
