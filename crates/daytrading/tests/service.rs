@@ -178,3 +178,66 @@ async fn quotes_from_a_legacy_tcp_server_are_recorded_as_answered() {
 }
 
 use DtKind::DumpLog;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotes_from_the_exchanges_own_market_are_its_last_trade_in_cents() {
+    use bourse_client::{random_client_id, AdminSession, ApiKey, ClientOptions};
+    use bourse_engine::command::{CommandBody, MatchPolicy, OrderRequest, SymbolSpec, Tif};
+    use bourse_engine::{AccountId, Amount, AssetId, Px, Qty, Side, SymbolId};
+    let source = SourceConfig::Market(bourse_daytrading::quote::market::MarketPrice::Last);
+    let exchange = Exchange::start(Options { source, ..Options::default() }).await;
+    let mut admin = exchange.client(&exchange.admin).await;
+    let u = "marketUser";
+    admin.ok(DtKind::Add, &[u, "100.00"], 1).await;
+    // No pair ABC/USD: no price, a logged error.
+    admin.err(DtKind::Quote, &[u, "ABC"], 2, "quote unavailable").await;
+    // USD in cents, ABC in whole shares, ABC/USD; account 1 sells 1 share at 12.34 to
+    // account 0.
+    let options = ClientOptions { api_key: Some(ApiKey(exchange.admin.clone())), ..ClientOptions::default() };
+    let endpoints = vec![exchange.gateway.addr().to_string()];
+    let mut session = AdminSession::connect(endpoints, random_client_id(), options).await.unwrap();
+    let bodies = [
+        CommandBody::CreateAsset { name: "USD".into(), decimals: 2 },
+        CommandBody::CreateAsset { name: "ABC".into(), decimals: 0 },
+        CommandBody::CreateSymbol(Box::new(SymbolSpec {
+            name: "ABC/USD".into(),
+            base: AssetId(1),
+            quote: AssetId(0),
+            tick: Px(1),
+            lot: Qty(1),
+            px_min: Px(1),
+            px_max: Px(1_000_000),
+            fee_maker: Amount(0),
+            fee_taker: Amount(0),
+            policy: MatchPolicy::Fifo,
+        })),
+        CommandBody::CreateAccount,
+        CommandBody::CreateAccount,
+        CommandBody::Deposit { account: AccountId(0), asset: AssetId(0), amount: Amount(100_000) },
+        CommandBody::Credit { account: AccountId(1), asset: AssetId(1), amount: Amount(10) },
+        CommandBody::Place(OrderRequest::limit(AccountId(1), SymbolId(0), Side::Sell, Px(1234), Qty(1), Tif::Gtc)),
+        CommandBody::Place(OrderRequest::limit(AccountId(0), SymbolId(0), Side::Buy, Px(1234), Qty(1), Tif::Gtc)),
+    ];
+    for body in bodies {
+        session.submit(body).await.unwrap();
+    }
+    // The service learns the trade from the gateway's market data.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut n = 3;
+    let quote = loop {
+        let response = admin.call(DtKind::Quote, &[u, "ABC"], n).await;
+        let result = response.result.expect("logged");
+        if result.error.is_empty() {
+            break result;
+        }
+        assert!(Instant::now() < deadline, "no market price: {}", result.error);
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(quote.price, Some(1234));
+    let dump = admin.call(DumpLog, &[u, "m.xml"], n + 1).await.dump.expect("a dump");
+    let document = String::from_utf8(dump.document.clone()).unwrap();
+    assert!(document.contains("<price>12.34</price>"), "{document}");
+    support::xmllint_bytes(&dump.document);
+    exchange.stop().await;
+}
