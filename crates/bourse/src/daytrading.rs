@@ -155,9 +155,9 @@ pub struct WorkloadArgs {
     /// per-user (users concurrent, one command outstanding each) or sequential.
     #[arg(long, default_value = "per-user")]
     mode: Mode,
-    /// Users with a command outstanding at once, at most (0: all).
-    #[arg(long, alias = "users", default_value_t = 0)]
-    concurrency: usize,
+    /// Users with a command outstanding at once, at most (0: all of them).
+    #[arg(long = "users", alias = "concurrency", default_value_t = 0)]
+    users: usize,
     /// Session streams to the service (per-user mode).
     #[arg(long, default_value_t = 4)]
     streams: usize,
@@ -170,7 +170,14 @@ pub struct WorkloadArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     quiet: bool,
+    /// Report lines that are not commands (or name an unknown command) and skip them,
+    /// instead of refusing to run.
+    #[arg(long)]
+    skip_invalid: bool,
 }
+
+/// Bad lines listed in an error, at most.
+const BAD_LINES_SHOWN: usize = 20;
 
 pub fn workload(args: WorkloadArgs) -> Result<(), String> {
     let loaded = std::time::Instant::now();
@@ -184,13 +191,28 @@ pub fn workload(args: WorkloadArgs) -> Result<(), String> {
         workload.skipped.len(),
         loaded.elapsed().as_secs_f64()
     );
-    for line in workload.warnings.iter().chain(&workload.skipped).take(10) {
+    if !workload.skipped.is_empty() && !args.skip_invalid {
+        let mut message = format!(
+            "{}: {} lines are not workload commands (--skip-invalid skips them):",
+            args.path.display(),
+            workload.skipped.len()
+        );
+        for line in workload.skipped.iter().take(BAD_LINES_SHOWN) {
+            message.push_str("\n  ");
+            message.push_str(line);
+        }
+        if workload.skipped.len() > BAD_LINES_SHOWN {
+            message.push_str(&format!("\n  … and {} more", workload.skipped.len() - BAD_LINES_SHOWN));
+        }
+        return Err(message);
+    }
+    for line in workload.warnings.iter().chain(&workload.skipped).take(BAD_LINES_SHOWN) {
         eprintln!("  {line}");
     }
     let mut config = RunConfig::new(args.target.clone());
     config.key = args.api_key.clone().map(ApiKey);
     config.mode = args.mode;
-    config.concurrency = args.concurrency;
+    config.concurrency = args.users;
     config.streams = args.streams;
     config.progress = !args.quiet;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

@@ -57,7 +57,7 @@ async fn the_ten_user_workload_runs_concurrently_and_replays_to_the_same_state_a
     let report = workload::run(&load, &config).await.unwrap();
     assert_eq!(report.commands, 9_999, "every command but the final DUMPLOG answered");
     assert!(report.failures.is_empty(), "{:?}", report.failures);
-    assert_eq!(report.latency_us.values().map(|l| l.0).sum::<u64>(), 9_999);
+    assert_eq!(report.latency_us.values().map(|l| l.count).sum::<u64>(), 9_999);
     assert!(report.errors.contains_key("invalid amount"), "the workload's negative amounts: {:?}", report.errors);
     let response = &report.dumps[0];
     let dumped = response.dump.clone().expect("the global dump");

@@ -17,4 +17,4 @@ pub mod parse;
 pub mod run;
 
 pub use parse::{load, parse_split, parse_standard, Line, Workload};
-pub use run::{run, Mode, Report, RunConfig};
+pub use run::{run, Latency, Mode, Report, RunConfig};

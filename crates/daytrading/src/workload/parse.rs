@@ -200,7 +200,7 @@ mod tests {
             ]
         );
         assert_eq!(workload.warnings, ["line 4: 4 after 2", "line 5: number 4 repeated"]);
-        assert_eq!(workload.skipped.len(), 2, "{:?}", workload.skipped);
+        assert_eq!(workload.skipped, ["line 4 [4]: unknown command \"FOO\"", "line 6: not [n] COMMAND: \"nonsense\""]);
         assert!(workload.lines[3].is_global_dump() && workload.lines[3].user().is_empty());
         // Arguments are verbatim, empty ones included.
         assert_eq!(parse_standard("[1] ADD,,-5").lines[0].args, ["", "-5"]);
@@ -212,7 +212,7 @@ mod tests {
             ("finalLOG".to_owned(), "$ DUMPLOG,./finalLOG\n".to_owned()),
             ("b".to_owned(), "$ ADD,b,1.00\n$ QUOTE,b,S\n$ COMMIT_BUY,b\n".to_owned()),
             ("A".to_owned(), "$ ADD,A,2.00\n".to_owned()),
-            ("a".to_owned(), "$ ADD,a,3.00\n$ DISPLAY_SUMMARY,a\n".to_owned()),
+            ("a".to_owned(), "$ ADD,a,3.00\n$ DISPLAY_SUMMARY,a\n$ SHOUT,a\n[1] ADD,a,1\n".to_owned()),
         ];
         let workload = parse_split(files);
         let numbered: Vec<(u64, &str, DtKind)> =
@@ -230,6 +230,10 @@ mod tests {
             ]
         );
         assert_eq!(workload.users(), ["A", "a", "b"]);
+        assert_eq!(
+            workload.skipped,
+            ["a line 3: unknown command \"SHOUT\"", "a line 4: not $ COMMAND: \"[1] ADD,a,1\""]
+        );
     }
 
     #[test]

@@ -57,6 +57,17 @@ impl RunConfig {
     }
 }
 
+/// One command's latency figures, in µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Latency {
+    pub count: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
 /// What a run measured.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -66,8 +77,8 @@ pub struct Report {
     pub tps_avg: f64,
     /// The most commands answered within one second of the run.
     pub tps_peak: u64,
-    /// Per command: (count, p50, p99, p99.9, max) latency in µs.
-    pub latency_us: BTreeMap<&'static str, (u64, u64, u64, u64, u64)>,
+    /// Per command: latency in µs.
+    pub latency_us: BTreeMap<&'static str, Latency>,
     /// Logged errors by message.
     pub errors: BTreeMap<String, u64>,
     /// Calls the service could not get into the log, by reason.
@@ -86,11 +97,10 @@ impl Report {
         let latency: serde_json::Map<String, serde_json::Value> = self
             .latency_us
             .iter()
-            .map(|(k, (n, p50, p99, p999, max))| {
-                (
-                    (*k).to_owned(),
-                    serde_json::json!({"count": n, "p50_us": p50, "p99_us": p99, "p999_us": p999, "max_us": max}),
-                )
+            .map(|(k, l)| {
+                let figures = serde_json::json!({"count": l.count, "p50_us": l.p50, "p90_us": l.p90,
+                    "p99_us": l.p99, "p999_us": l.p999, "max_us": l.max});
+                ((*k).to_owned(), figures)
             })
             .collect();
         let dumps: Vec<serde_json::Value> = self
@@ -130,11 +140,15 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "latency (µs)", "count", "p50", "p99", "p99.9", "max"
+            "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "latency (µs)", "count", "p50", "p90", "p99", "p99.9", "max"
         );
-        for (kind, (n, p50, p99, p999, max)) in &self.latency_us {
-            let _ = writeln!(out, "{kind:<18} {n:>9} {p50:>9} {p99:>9} {p999:>9} {max:>9}");
+        for (kind, l) in &self.latency_us {
+            let _ = writeln!(
+                out,
+                "{kind:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                l.count, l.p50, l.p90, l.p99, l.p999, l.max
+            );
         }
         for (error, n) in &self.errors {
             let _ = writeln!(out, "error {error:?}: {n}");
@@ -292,10 +306,15 @@ fn report(
         .expect("meter lock")
         .iter()
         .map(|(kind, h)| {
-            (
-                kind.name(),
-                (h.len(), h.value_at_quantile(0.5), h.value_at_quantile(0.99), h.value_at_quantile(0.999), h.max()),
-            )
+            let latency = Latency {
+                count: h.len(),
+                p50: h.value_at_quantile(0.5),
+                p90: h.value_at_quantile(0.9),
+                p99: h.value_at_quantile(0.99),
+                p999: h.value_at_quantile(0.999),
+                max: h.max(),
+            };
+            (kind.name(), latency)
         })
         .collect();
     let per_second = meter.per_second.lock().expect("meter lock");
