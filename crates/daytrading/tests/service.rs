@@ -18,7 +18,7 @@ fn emulated_price(symbol: &str, user: &str, n: u64, k: u64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sixteen_commands_through_the_service_and_both_dumps_validate() {
-    let exchange = Exchange::start(Options::default()).await;
+    let exchange = Exchange::start(Options { emulator_listen: true, ..Options::default() }).await;
     let mut admin = exchange.client(&exchange.admin).await;
     use DtKind::*;
     let u = "oY01WVirLr";
@@ -102,6 +102,12 @@ async fn the_sixteen_commands_through_the_service_and_both_dumps_validate() {
     // A file name with a directory part is a logged error and writes nothing.
     admin.err(DumpLog, &["../escape"], 29, "invalid filename").await;
     assert!(!exchange.dir.path().join("escape").exists());
+    // The emulator also answers the legacy wire format (--dt-emulator-listen), with the
+    // same seeded prices (the wire carries no transactionNum: n = 0).
+    let endpoint = exchange.service.emulator_addr().expect("the endpoint").to_string();
+    let symbol = Sym::parse("EMU").unwrap();
+    let wire = bourse_daytrading::quote::legacy::fetch(&endpoint, symbol, u, Duration::from_secs(2), 1).await.unwrap();
+    assert_eq!(wire.price, emulated_price("EMU", u, 0, 0));
     exchange.stop().await;
 }
 

@@ -237,6 +237,37 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_and_its_tar_gz_load_as_the_split_format() {
+        let files = [
+            ("finalLOG", "$ DUMPLOG,./finalLOG\n"),
+            ("bb", "$ ADD,bb,1.00\n$ QUOTE,bb,S\n"),
+            ("aa", "$ ADD,aa,2.00\n"),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let split = dir.path().join("split");
+        std::fs::create_dir(&split).unwrap();
+        let archive = dir.path().join("split.tar.gz");
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            std::fs::File::create(&archive).unwrap(),
+            Default::default(),
+        ));
+        for (name, text) in files {
+            std::fs::write(split.join(name), text).unwrap();
+            let mut header = tar::Header::new_gnu();
+            header.set_size(text.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder.append_data(&mut header, format!("split/{name}"), text.as_bytes()).unwrap();
+        }
+        builder.into_inner().unwrap().finish().unwrap();
+        let from_dir = load(&split).unwrap();
+        let numbered: Vec<(u64, &str)> = from_dir.lines.iter().map(|l| (l.number, l.args[0].as_str())).collect();
+        assert_eq!(numbered, [(1, "aa"), (2, "bb"), (3, "bb"), (4, "./finalLOG")]);
+        assert_eq!(load(&archive).unwrap(), from_dir);
+        assert!(load(&dir.path().join("missing")).unwrap_err().contains("missing"));
+    }
+
+    #[test]
     fn the_course_files_parse() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
         let one = load(&dir.join("1userWorkLoad")).unwrap();
