@@ -123,6 +123,10 @@ try {
   await trade.click('#place');
   await until('a fill event', 30, async () => (await trade.$('[data-testid=event-fill]')) !== null);
   report.filled = true;
+  // The history sink follows the cluster; the statement (refreshed every 3 s) shows the
+  // fill's balance movements.
+  await until('the trade in the statement', 30, async () => (await trade.$('[data-testid=statement-trade]')) !== null);
+  report.statement = true;
   await trade.screenshot({ path: join(shots, 'trade.png') });
   report.page_errors = errors;
   if (errors.length > 0) throw new Error(`errors on the pages: ${errors.join('; ')}`);

@@ -78,6 +78,9 @@ export const api = {
   place: (order: PlaceOrder) => request<Accepted>('POST', '/v1/orders', order),
   cancel: (order: number) => request<Accepted>('DELETE', `/v1/orders/${order}`),
   move: (order: number, px: number) => request<Accepted>('POST', `/v1/orders/${order}/move`, { px }),
+  // From the history store (404 when the server has none).
+  statement: (account: number, limit = 1000) =>
+    request<Schemas['Statement']>('GET', `/v1/accounts/${account}/statement?limit=${limit}`),
 };
 
 /**

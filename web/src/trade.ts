@@ -1,5 +1,6 @@
 // The trading page: a person's orders on the exchange, through the REST API, with the
-// best bid and offer and the key's own order events from the WebSocket.
+// best bid and offer, the key's own order events from the WebSocket, and the account's
+// statement from the history store.
 import { api, ApiError, apiKey, el, Feed, money, useKey, type Symbol, type WsOrderEvent } from './api';
 import './style.css';
 
@@ -7,6 +8,7 @@ let account = 0;
 let symbols: Symbol[] = [];
 const decimalsOf = new Map<number, number>();
 const assetDecimals = new Map<number, number>();
+const assetNames = new Map<number, string>();
 const bbo = new Map<number, { bid?: number; ask?: number }>();
 const events: WsOrderEvent[] = [];
 
@@ -82,6 +84,37 @@ function renderEvents(): void {
   );
 }
 
+// The account's statement from the history store: its latest balance movements.
+async function refreshStatement(): Promise<void> {
+  let statement;
+  try {
+    statement = await api.statement(account);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) {
+      $('statement').replaceChildren(el('tr', {}, el('td', { class: 'muted' }, 'this server has no history store')));
+      return;
+    }
+    throw error;
+  }
+  $('statement').replaceChildren(
+    el('tr', {}, el('th', {}, 'log index'), el('th', {}, 'asset'), el('th', {}, 'cause'), el('th', {}, 'order'), el('th', {}, 'available'), el('th', {}, 'reserved')),
+    ...statement.movements.slice(-20).reverse().map((m) => {
+      const decimals = assetDecimals.get(m.asset) ?? 0;
+      const delta = (value: number) => `${value > 0 ? '+' : ''}${money(value, decimals)}`;
+      return el(
+        'tr',
+        { 'data-testid': `statement-${m.cause}`, 'data-order': String(m.order_id ?? '') },
+        el('td', {}, String(m.log_index)),
+        el('td', {}, assetNames.get(m.asset) ?? String(m.asset)),
+        el('td', {}, m.cause),
+        el('td', {}, m.order_id === null || m.order_id === undefined ? '' : String(m.order_id)),
+        el('td', {}, `${money(m.available, decimals)} (${delta(m.delta_available)})`),
+        el('td', {}, `${money(m.reserved, decimals)} (${delta(m.delta_reserved)})`),
+      );
+    }),
+  );
+}
+
 function renderQuote(): void {
   const id = Number($<HTMLSelectElement>('symbol').value);
   const quote = bbo.get(id);
@@ -126,7 +159,10 @@ async function main(): Promise<void> {
   $('who').textContent = `account ${account}`;
   const [all, assets] = await Promise.all([api.symbols(), api.assets()]);
   symbols = all;
-  for (const a of assets) assetDecimals.set(a.id, a.decimals);
+  for (const a of assets) {
+    assetDecimals.set(a.id, a.decimals);
+    assetNames.set(a.id, a.name);
+  }
   for (const s of symbols) decimalsOf.set(s.id, assetDecimals.get(s.quote) ?? 2);
   $<HTMLSelectElement>('symbol').replaceChildren(...symbols.map((s) => el('option', { value: String(s.id) }, s.name)));
   $<HTMLSelectElement>('symbol').onchange = () => {
@@ -151,7 +187,11 @@ async function main(): Promise<void> {
   });
   renderEvents();
   await refresh();
-  setInterval(() => refresh().catch(() => {}), 3000);
+  await refreshStatement().catch(() => {});
+  setInterval(() => {
+    refresh().catch(() => {});
+    refreshStatement().catch(() => {});
+  }, 3000);
 }
 
 main().catch((error) => say(`could not start: ${(error as Error).message}`, false));

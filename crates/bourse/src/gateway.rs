@@ -93,9 +93,10 @@ pub struct RunArgs {
     xml: crate::xml::XmlArgs,
     #[command(flatten)]
     day_trading: crate::daytrading::DayTradingArgs,
-    /// With --http: the history store the history routes read (a SQLite file, or
+    /// With --http and/or --xml: the history store the history routes read, and the
+    /// XML order query for orders the engine no longer remembers (a SQLite file, or
     /// `postgres://…`; written by `bourse serve` or `bourse history run`).
-    #[arg(long, requires = "http")]
+    #[arg(long)]
     history: Option<String>,
 }
 
@@ -147,7 +148,11 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     config.burst = args.burst;
     config.in_flight_max = args.in_flight_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
+    if args.history.is_some() && args.http.is_none() && !args.xml.wanted() {
+        return Err("--history is read by --http or --xml: give one of them".into());
+    }
     let (http, web, history) = (args.http, args.web, args.history);
+    let xml_history = history.clone();
     let fix = args.fix.map(|listen| (listen, args.data.clone().unwrap_or_default(), args.fix_comp_id.clone()));
     let mut keys = keys;
     // The HTTP server reads market data for itself with a key of this process only.
@@ -189,7 +194,8 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
             }
             None => None,
         };
-        let xml_servers = if xml.wanted() { xml.start(gateway.addr(), xml_key).await? } else { Vec::new() };
+        let xml_servers =
+            if xml.wanted() { xml.start(gateway.addr(), xml_key, xml_history.as_deref()).await? } else { Vec::new() };
         let day_trading = day_trading.start(gateway.addr(), dt_key, keys_path.as_deref()).await?;
         bourse_gateway::wait_for_signal().await.map_err(|e| e.to_string())?;
         if let Some(server) = day_trading {

@@ -1,14 +1,19 @@
 //! `bourse gateway run … --xml ADDR [--xml-framed ADDR]`: the XML exchange protocol's
 //! listeners in the gateway's process (`bourse-xml`), with the spec's settings
-//! (section 11) as flags.
+//! (section 11) as flags. With `--history URL`, an order the engine no longer
+//! remembers is answered from the history store ([`StoreHistory`]).
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bourse_client::ApiKey;
 use bourse_engine::command::Stp;
-use bourse_xml::{Exchange, ExchangeConfig, Framing, NoHistory, Scales, XmlConfig, XmlServer};
+use bourse_history::Store;
+use bourse_protocol::proto;
+use bourse_xml::{Exchange, ExchangeConfig, Framing, NoHistory, OrderHistory, Scales, XmlConfig, XmlServer};
 use clap::{Args, ValueEnum};
 
 #[derive(Args, Debug, Clone)]
@@ -66,8 +71,14 @@ impl XmlArgs {
         self.xml.is_some() || self.xml_framed.is_some()
     }
 
-    /// Starts the listeners asked for, sharing one link to the gateway at `upstream`.
-    pub async fn start(&self, upstream: SocketAddr, key: Option<ApiKey>) -> Result<Vec<XmlServer>, String> {
+    /// Starts the listeners asked for, sharing one link to the gateway at `upstream`;
+    /// orders past the engine's memory are read from the history store at `history`.
+    pub async fn start(
+        &self,
+        upstream: SocketAddr,
+        key: Option<ApiKey>,
+        history: Option<&str>,
+    ) -> Result<Vec<XmlServer>, String> {
         let mut config = ExchangeConfig::new(vec![upstream.to_string()]);
         config.key = key;
         config.scales = Scales { quantity: self.xml_quantity_scale, price: self.xml_price_scale };
@@ -78,8 +89,11 @@ impl XmlArgs {
         };
         config.quote_asset = self.xml_quote.clone();
         config.sessions = self.xml_sessions;
-        let exchange =
-            Arc::new(Exchange::connect(config, Arc::new(NoHistory)).await.map_err(|e| format!("--xml: {e}"))?);
+        let history: Arc<dyn OrderHistory> = match history {
+            Some(url) => Arc::new(StoreHistory::open(url).await?),
+            None => Arc::new(NoHistory),
+        };
+        let exchange = Arc::new(Exchange::connect(config, history).await.map_err(|e| format!("--xml: {e}"))?);
         let mut servers = Vec::new();
         for (listen, framing) in [(self.xml, Framing::Bare), (self.xml_framed, Framing::Prefixed)] {
             let Some(listen) = listen else { continue };
@@ -96,5 +110,48 @@ impl XmlArgs {
             servers.push(server);
         }
         Ok(servers)
+    }
+}
+
+/// The XML front end's order history: the history store, read on tokio's blocking
+/// threads (the PostgreSQL client is synchronous) over one connection, opened at start
+/// and again after an error.
+pub struct StoreHistory {
+    url: String,
+    store: Arc<Mutex<Option<Store>>>,
+}
+
+impl StoreHistory {
+    /// Opens the store at `url` (a SQLite file or `postgres://…`) once, so a wrong URL
+    /// stops the gateway at start rather than at the first old order.
+    pub async fn open(url: &str) -> Result<StoreHistory, String> {
+        let owned = url.to_string();
+        let store = tokio::task::spawn_blocking(move || Store::open(&owned))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("--history {url}: {e}"))?;
+        Ok(StoreHistory { url: url.to_string(), store: Arc::new(Mutex::new(Some(store))) })
+    }
+}
+
+impl OrderHistory for StoreHistory {
+    fn order(&self, id: u64) -> Pin<Box<dyn Future<Output = Result<Option<proto::OrderInfo>, String>> + Send + '_>> {
+        let (url, store) = (self.url.clone(), Arc::clone(&self.store));
+        Box::pin(async move {
+            let Ok(id) = i64::try_from(id) else { return Ok(None) };
+            tokio::task::spawn_blocking(move || {
+                let mut slot = store.lock().expect("history store lock");
+                if slot.is_none() {
+                    *slot = Some(Store::open(&url).map_err(|e| format!("history store {url}: {e}"))?);
+                }
+                let read = bourse_history::query::order_view(slot.as_mut().expect("opened"), id);
+                if read.is_err() {
+                    *slot = None;
+                }
+                read.map(|view| view.as_ref().map(proto::OrderInfo::from)).map_err(|e| format!("history store: {e}"))
+            })
+            .await
+            .map_err(|e| format!("history store task: {e}"))?
+        })
     }
 }

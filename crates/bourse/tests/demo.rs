@@ -152,6 +152,7 @@ fn the_dashboard_shows_a_living_market_that_survives_a_leader_kill() {
     assert_eq!(report["second_kill"]["name"], "kill_refused", "a second kill while a node is down is refused");
     assert!(report["trades_after_failover"].as_u64().unwrap_or(0) >= 10, "trading went on");
     assert_eq!(report["filled"], true, "the trading page's marketable order filled");
+    assert_eq!(report["statement"], true, "the trading page's statement, from the demo's history sink, shows the fill");
     for shot in ["dashboard.png", "trade.png"] {
         let size = std::fs::metadata(shots.join(shot)).map(|m| m.len()).unwrap_or(0);
         assert!(size > 20_000, "{shot} is {size} bytes");
@@ -161,6 +162,11 @@ fn the_dashboard_shows_a_living_market_that_survives_a_leader_kill() {
     let (status, lines) = demo.finish(Duration::from_secs(90));
     let status = status.expect("the demo exits within 90 s of SIGTERM");
     assert!(status.success(), "the demo failed: {status:?}\n{}", lines.join("\n"));
+    assert!(
+        lines.iter().any(|l| l.starts_with("  history: ") && l.contains("rows written")),
+        "the history sink wrote and stopped cleanly: {}",
+        lines.join("\n")
+    );
     assert!(
         lines.iter().any(|l| l.contains("every replica: same index, same state hash")),
         "the replicas' replay check: {}",

@@ -7,14 +7,18 @@
 //! - [`order_query`]: what an exchange protocol's order query reports (the ECE-style
 //!   `<query id>`: the open quantity, the cancelled part and its time, each executed
 //!   part with price and time), for orders the engine no longer remembers.
+//! - [`order_view`]: an order as the engine's own order query reports it, rebuilt from
+//!   its rows (what the XML front end answers with, past the engine's memory).
 //!
 //! Times are log timestamps in nanoseconds since the Unix epoch, `from` inclusive and
 //! `to` exclusive. Results are bounded by a `limit` the caller gives (at most
 //! [`ROWS_MAX`]); `truncated` says when more rows matched.
 
+use bourse_engine::command::{OrderKind, Tif};
+use bourse_engine::{AccountId, Amount, Fill, OrderId, OrderRecord, OrderStatus, OrderView, Px, Qty, Side, SymbolId};
 use serde::Serialize;
 
-use crate::store::{Cell, Progress, Result, Store, Value};
+use crate::store::{Cell, Progress, Result, Store, StoreError, Value};
 
 /// The most rows one query returns.
 pub const ROWS_MAX: usize = 100_000;
@@ -383,4 +387,108 @@ pub fn order_query(store: &mut Store, order_id: i64) -> Result<Option<OrderQuery
         qty_open = 0;
     }
     Ok(Some(OrderQuery { order: history.order, qty_open: qty_open.max(0), cancelled, executed, status: status.into() }))
+}
+
+/// An order as the engine's own order query reports it (`Engine::order`), rebuilt from
+/// its rows; `None` if unknown. For an order the engine no longer remembers (closed,
+/// then pushed out of its ring of `orders_closed_max` closed orders) this is what the
+/// engine answered while it still did, field for field: kind and time in force as
+/// placed, filled, reduced and cancelled quantities, status, every fill with its fee,
+/// side of the book, counter order and time, and the time it closed. For an open order
+/// it adds the resting price and the open and visible quantities after its last event.
+pub fn order_view(store: &mut Store, order_id: i64) -> Result<Option<OrderView>> {
+    let Some(history) = order_history(store, order_id)? else { return Ok(None) };
+    let order = &history.order;
+    let invalid = |what: &str| StoreError::Invalid(format!("order {order_id}: {what}"));
+    let px = |v: Option<i64>| v.map(Px).ok_or_else(|| invalid("a price is missing"));
+    let kind = match order.kind.as_str() {
+        "limit" => OrderKind::Limit { px: px(order.px)? },
+        "market" => OrderKind::Market { budget: order.budget.map(Amount) },
+        "stop_limit" => OrderKind::StopLimit { trigger: px(order.trigger_px)?, px: px(order.px)? },
+        "stop_market" => OrderKind::StopMarket { trigger: px(order.trigger_px)?, budget: order.budget.map(Amount) },
+        other => return Err(invalid(&format!("unknown kind {other:?}"))),
+    };
+    let tif = match order.tif.as_str() {
+        "gtc" => Tif::Gtc,
+        "ioc" => Tif::Ioc,
+        "fok" => Tif::Fok,
+        "day" => Tif::Day,
+        other => return Err(invalid(&format!("unknown time in force {other:?}"))),
+    };
+    let side = match order.side.as_str() {
+        "buy" => Side::Buy,
+        "sell" => Side::Sell,
+        other => return Err(invalid(&format!("unknown side {other:?}"))),
+    };
+    let mut status = if kind.trigger().is_some() { OrderStatus::Pending } else { OrderStatus::Open };
+    let (mut qty_filled, mut qty_reduced, mut ts_closed) = (0i64, 0i64, 0u64);
+    let (mut px_resting, mut qty_visible) = (None, 0i64);
+    for change in &history.changes {
+        let qty = change.qty.unwrap_or(0);
+        match change.event.as_str() {
+            "triggered" => status = OrderStatus::Open,
+            "rested" => (px_resting, qty_visible) = (change.px, qty),
+            "moved" => px_resting = change.px,
+            "refreshed" => qty_visible = qty,
+            "fill" => {
+                qty_filled += qty;
+                if change.reason.as_deref() == Some("maker") {
+                    qty_visible -= qty;
+                }
+            }
+            "reduced" => {
+                qty_reduced += qty;
+                qty_visible = qty_visible.min(change.qty_remaining.unwrap_or(0));
+            }
+            "done" => {
+                ts_closed = change.ts as u64;
+                status = match change.reason.as_deref() {
+                    Some("filled") => OrderStatus::Filled,
+                    Some("cancelled") => OrderStatus::Cancelled,
+                    Some("expired") => OrderStatus::Expired,
+                    other => return Err(invalid(&format!("unknown final status {other:?}"))),
+                };
+            }
+            _ => {}
+        }
+    }
+    let fills = history
+        .executions
+        .iter()
+        .map(|e| {
+            let maker = e.maker_order == order_id;
+            Fill {
+                px: Px(e.px),
+                qty: Qty(e.qty),
+                fee: Amount(if maker { e.fee_maker } else { e.fee_taker }),
+                maker,
+                counter_order: OrderId(if maker { e.taker_order } else { e.maker_order } as u64),
+                ts: e.ts as u64,
+            }
+        })
+        .collect();
+    let record = OrderRecord {
+        id: OrderId(order.order_id as u64),
+        account: AccountId(order.account as u32),
+        symbol: SymbolId(order.symbol as u32),
+        side,
+        kind,
+        tif,
+        qty: Qty(order.qty),
+        qty_filled: Qty(qty_filled),
+        qty_reduced: Qty(qty_reduced),
+        status,
+        ts: order.ts as u64,
+        fills,
+        ts_closed,
+    };
+    let (px_resting, qty_open, qty_visible, qty_cancelled) = match status {
+        OrderStatus::Open => (px_resting.map(Px), Qty(order.qty - qty_filled - qty_reduced), Qty(qty_visible), Qty(0)),
+        OrderStatus::Pending => (None, Qty(order.qty), Qty(0), Qty(0)),
+        OrderStatus::Filled => (None, Qty(0), Qty(0), Qty(0)),
+        OrderStatus::Cancelled | OrderStatus::Expired => {
+            (None, Qty(0), Qty(0), Qty(order.qty - qty_filled - qty_reduced))
+        }
+    };
+    Ok(Some(OrderView { record, px_resting, qty_open, qty_visible, qty_cancelled }))
 }

@@ -315,6 +315,10 @@ fn queries_answer(url: &str) {
                 // by name; everything else adds up.
                 assert!(executed + cancelled <= qty.0);
             }
+            // The engine's own order query, rebuilt from the rows field for field (open,
+            // pending, filled, cancelled, expired; fills with fees and counter orders).
+            let view = w.engine.order(order).expect("the test engine remembers every order of this workload");
+            assert_eq!(query::order_view(&mut store, order.0 as i64).unwrap(), Some(view), "order {order}");
             let history = query::order_history(&mut store, order.0 as i64).unwrap().unwrap();
             assert_eq!(history.changes.first().map(|c| c.event.as_str()), Some("accepted"));
             assert_eq!(history.executions.len(), answer.executed.len());
@@ -323,6 +327,7 @@ fn queries_answer(url: &str) {
     }
     assert!(checked > 300);
     assert!(query::order_query(&mut store, i64::MAX).unwrap().is_none());
+    assert!(query::order_view(&mut store, i64::MAX).unwrap().is_none());
     let _ = OrderId(0);
 }
 

@@ -83,18 +83,20 @@ impl ExchangeConfig {
 }
 
 /// Orders older than the engine keeps in memory (`orders_closed_max`) are answered by
-/// the history store. This is its hook; [`NoHistory`] knows nothing, so such an order
-/// reads as unknown until the history store is wired in.
+/// the history store. This is its hook (`bourse gateway run --xml … --history URL`
+/// wires the store in); [`NoHistory`] knows nothing, so such an order reads as unknown.
+/// The answer is the order as the engine's order query reported it; an `Err` (the
+/// store could not be read) is answered as the service being unavailable.
 pub trait OrderHistory: Send + Sync {
-    fn order(&self, id: u64) -> Pin<Box<dyn Future<Output = Option<proto::OrderInfo>> + Send + '_>>;
+    fn order(&self, id: u64) -> Pin<Box<dyn Future<Output = Result<Option<proto::OrderInfo>, String>> + Send + '_>>;
 }
 
 /// No history: orders out of the engine's memory are unknown.
 pub struct NoHistory;
 
 impl OrderHistory for NoHistory {
-    fn order(&self, _id: u64) -> Pin<Box<dyn Future<Output = Option<proto::OrderInfo>> + Send + '_>> {
-        Box::pin(std::future::ready(None))
+    fn order(&self, _id: u64) -> Pin<Box<dyn Future<Output = Result<Option<proto::OrderInfo>, String>> + Send + '_>> {
+        Box::pin(std::future::ready(Ok(None)))
     }
 }
 
@@ -341,7 +343,7 @@ impl Exchange {
             .await?;
         match reply.and_then(|reply| reply.order) {
             Some(order) => Ok(Some(order)),
-            None => Ok(self.history.order(id).await),
+            None => self.history.order(id).await.map_err(UpstreamError),
         }
     }
 

@@ -29,10 +29,13 @@
 //! [`exchange`] (upstream sessions, read-your-writes, remembered ids), [`reply`] (the
 //! canonical reply bytes), and the listener.
 //!
-//! Known limits: an order older than the engine's ring of closed orders
-//! (`orders_closed_max`) reads as unknown until the history store answers through
-//! [`exchange::OrderHistory`]; a request's children run one after another (the reply
-//! waits for each command's commit in turn).
+//! An order older than the engine's ring of closed orders (`orders_closed_max`) is
+//! answered by the history store through [`exchange::OrderHistory`] (`bourse gateway
+//! run --xml … --history URL`), exactly as the engine answered it; without one it reads
+//! as unknown, and so does one the history sink has not written yet.
+//!
+//! Known limits: a request's children run one after another (the reply waits for each
+//! command's commit in turn).
 
 pub mod exchange;
 pub mod execute;

@@ -10,6 +10,12 @@
 //! traders, waits until every node has applied the same log, stops the nodes and
 //! replays each node's data: same index, same state hash.
 //!
+//! A history sink (`bourse-history`) follows the cluster from its start into
+//! `DATA/history.sqlite` (`--history`), failing over between members like `bourse
+//! history run`, and the REST API serves the history routes from it: the trading page's
+//! account statement, orders' histories, symbols' trades. A sink that fails is reported
+//! and the demo trades on without history.
+//!
 //! Gateways and traders live in this process (the statistics read the gateways' release
 //! records and the traders' stamps directly); nodes are separate processes so the kill
 //! button is a real SIGKILL.
@@ -29,6 +35,7 @@ use bourse_engine::{AccountId, AssetId, Outcome, SymbolId};
 use bourse_fairness::{Profile, ProfileSpec};
 use bourse_gateway::keys::{entry_for, generate_key, KeyEntry};
 use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
+use bourse_history::{Following, SinkConfig};
 use bourse_http::control::{DemoGuest, GatewayView, TraderView};
 use bourse_http::{HttpConfig, HttpServer};
 use bourse_sim::agents::arena::{account_commands, setup_commands};
@@ -85,6 +92,11 @@ pub struct DemoArgs {
         default_value = "--heartbeat-ms 50 --election-min-ms 300 --election-max-ms 600"
     )]
     node_args: Vec<String>,
+    /// The history store a sink following the cluster writes and the REST API's history
+    /// routes read: a SQLite file, `postgres://…`, or `none` (default:
+    /// DATA/history.sqlite).
+    #[arg(long)]
+    history: Option<String>,
 }
 
 /// The keys of the demo: one per trader, the guest's, the market view's, the admin's.
@@ -144,6 +156,7 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
     let nodes = Nodes::start(&data, 3, args.node_args.clone(), Duration::from_secs(args.restart_after))?;
     let leader = nodes.wait_leader(Duration::from_secs(60)).await?;
     println!("  3 nodes up (Raft), leader: node {leader}");
+    let history = start_history(args, &data, &nodes).await;
 
     let keys = make_keys(scenario.agents.len());
     let (gateways, http_key) = start_gateways(args, spec, &nodes, &keys).await?;
@@ -177,6 +190,7 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
     };
     let mut http_config = HttpConfig::new(args.http, vec![addresses[0].clone()]);
     http_config.service_key = Some(ApiKey(http_key));
+    http_config.history = history.as_ref().map(|(url, _)| url.clone());
     if args.web.join("index.html").is_file() {
         http_config.web_dir = Some(args.web.clone());
     } else {
@@ -216,6 +230,9 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
     println!("dashboard: http://{}/", http.addr());
     println!("trading page: http://{}/trade.html", http.addr());
     println!("REST API: http://{}/openapi.json", http.addr());
+    if history.is_some() {
+        println!("history: http://{}/v1/accounts/{guest_account}/statement (the guest's statement)", http.addr());
+    }
     match args.seconds {
         Some(seconds) => println!("running for {seconds} s"),
         None => println!("running until Ctrl-C"),
@@ -239,7 +256,41 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
         "  {} orders accepted, {} trades, {} commands rejected by the exchange, {} unanswered",
         totals.orders, totals.trades, totals.rejected, totals.failed
     );
+    if let Some((url, following)) = history {
+        stop_history(&url, following).await;
+    }
     finish(&nodes).await
+}
+
+/// Starts the history sink following the cluster; `None` (said on the terminal) when
+/// turned off or when it cannot start.
+async fn start_history(args: &DemoArgs, data: &std::path::Path, nodes: &Nodes) -> Option<(String, Following)> {
+    let url = crate::history::serve_history_url(args.history.as_deref(), data)?;
+    match Following::start(nodes.addresses(), &url, SinkConfig::default()).await {
+        Ok(following) => {
+            println!("  history sink following the cluster into {url}");
+            Some((url, following))
+        }
+        Err(error) => {
+            println!("  (no history: the sink did not start: {error})");
+            None
+        }
+    }
+}
+
+/// Lets the sink catch up with the cluster's last entry (10 s at most), then stops it.
+async fn stop_history(url: &str, following: Following) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let status = Arc::clone(&following.status);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status.lag_entries() > 0 && !following.is_finished() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let written = (status.written_index.load(Relaxed), status.rows_written.load(Relaxed));
+    match following.stop().await {
+        Ok(()) => println!("  history: {} rows written this run, through log index {} ({url})", written.1, written.0),
+        Err(error) => println!("  history sink: {error}"),
+    }
 }
 
 /// The gateways, and the key the HTTP server (on gateway 1) reads market data with.
