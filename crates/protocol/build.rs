@@ -17,6 +17,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out_dir.join("bourse_v1_descriptor.bin"), descriptors.encode_to_vec())?;
 
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(descriptors)?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        // Every ack travels the order path: a day-trading result rides in a box so an
+        // order's ack stays as small as before.
+        .boxed(".bourse.v1.Ack.day_trading")
+        .compile_fds(descriptors)?;
     Ok(())
 }

@@ -91,6 +91,8 @@ pub struct RunArgs {
     fix_comp_id: String,
     #[command(flatten)]
     xml: crate::xml::XmlArgs,
+    #[command(flatten)]
+    day_trading: crate::daytrading::DayTradingArgs,
     /// With --http and/or --xml: the history store the history routes read, and the
     /// XML order query for orders the engine no longer remembers (a SQLite file, or
     /// `postgres://…`; written by `bourse serve` or `bourse history run`).
@@ -158,6 +160,11 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     // The XML front end creates accounts, assets and symbols: its key is an admin's.
     let xml_key = (!args.open && args.xml.wanted()).then(|| ApiKey(keys.add_process_key("xml-front-end", true)));
     let xml = args.xml.clone();
+    // The day-trading service vouches for its callers (caller, admin): its key is an
+    // admin's, and it checks callers' keys against the same file.
+    let dt_key = (!args.open && args.day_trading.wanted()).then(|| ApiKey(keys.add_process_key("day-trading", true)));
+    let day_trading = args.day_trading.clone();
+    let keys_path = args.keys.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
@@ -189,7 +196,11 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
         };
         let xml_servers =
             if xml.wanted() { xml.start(gateway.addr(), xml_key, xml_history.as_deref()).await? } else { Vec::new() };
+        let day_trading = day_trading.start(gateway.addr(), dt_key, keys_path.as_deref()).await?;
         bourse_gateway::wait_for_signal().await.map_err(|e| e.to_string())?;
+        if let Some(server) = day_trading {
+            server.shutdown().await;
+        }
         for server in xml_servers {
             server.shutdown().await;
         }

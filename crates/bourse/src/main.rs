@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod cli;
 mod cluster;
+mod daytrading;
 mod demo;
 mod gateway;
 mod history;
@@ -55,6 +56,9 @@ enum TopCommand {
     Replay(serve::ReplayArgs),
     /// Drive a live node with a seeded order flow and report throughput and ack latency.
     Load(load::LoadArgs),
+    /// Replay a day-trading workload file against a running day-trading service and
+    /// report transactions per second and per-command latency.
+    Workload(daytrading::WorkloadArgs),
     /// The history store: follow a cluster into it, rebuild it from log files, query it.
     History {
         #[command(subcommand)]
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::History { command } => history::run(command),
+        TopCommand::Workload(args) => daytrading::workload(args),
         TopCommand::Gateway { command } => gateway::run(command),
         TopCommand::Demo(args) => demo::run(args),
         TopCommand::Verb(verb) => cli::run(cli.target, verb),

@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// in microseconds (0: gateway batches are sequenced as they arrive).
     #[arg(long)]
     sequencer_window_us: Option<u64>,
+    /// Tests only: stamp log index i at T0_MS + i × STEP_MS instead of the wall clock
+    /// (deterministic day-trading golden runs), e.g. 1732270000000,1000.
+    #[arg(long, value_name = "T0_MS,STEP_MS")]
+    virtual_clock: Option<bourse_node::VirtualClock>,
 }
 
 impl ServeArgs {
@@ -63,6 +67,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.sequencer_window_us {
             config.sequencer_window_us = n;
+        }
+        if self.virtual_clock.is_some() {
+            config.virtual_clock = self.virtual_clock;
         }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)

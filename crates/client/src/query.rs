@@ -121,6 +121,11 @@ impl QueryClient {
         query!(self, get_account, proto::GetAccountRequest { external_id })
     }
 
+    /// The day-trading ledger's symbols with armed triggers and their cached quotes.
+    pub async fn day_trading_armed(&mut self) -> Result<proto::GetDayTradingArmedReply> {
+        query!(self, get_day_trading_armed, proto::GetDayTradingArmedRequest {})
+    }
+
     /// The asset with this name, if any.
     pub async fn asset_by_name(&mut self, name: &str) -> Result<Option<proto::AssetInfo>> {
         Ok(self.assets().await?.assets.into_iter().find(|asset| asset.name == name))

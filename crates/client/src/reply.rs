@@ -1,10 +1,11 @@
 //! The answer to one command.
 
 use bourse_engine::Outcome;
+use bourse_protocol::proto;
 
 /// The node's answer to one command: the engine's outcome (the new id, or a rejection
 /// that changed nothing) and where in the log it was decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Reply {
     /// The command's seq.
     pub seq: u64,
@@ -17,6 +18,8 @@ pub struct Reply {
     /// Through a gateway: when it received the command, on its clock (ns since the
     /// epoch); 0 from a node.
     pub gateway_ts: u64,
+    /// A day-trading command's result (boxed: rare next to orders).
+    pub day_trading: Option<Box<proto::DayTradingResult>>,
 }
 
 impl Reply {

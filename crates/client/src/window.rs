@@ -301,7 +301,14 @@ impl<T> Window<T> {
 pub fn reply_from_ack(ack: &proto::Ack) -> Result<Reply, Error> {
     let outcome: Outcome = convert::outcome_from_ack(ack)
         .map_err(|error| Error::Protocol(format!("unreadable ack for seq {}: {error}", ack.seq)))?;
-    Ok(Reply { seq: ack.seq, outcome, log_index: ack.log_index, duplicate: ack.duplicate, gateway_ts: ack.gateway_ts })
+    Ok(Reply {
+        seq: ack.seq,
+        outcome,
+        log_index: ack.log_index,
+        duplicate: ack.duplicate,
+        gateway_ts: ack.gateway_ts,
+        day_trading: ack.day_trading.clone(),
+    })
 }
 
 #[cfg(test)]
@@ -320,6 +327,7 @@ mod tests {
 
     fn ack_ok(seq: u64, id: u64) -> proto::Ack {
         proto::Ack {
+            day_trading: None,
             seq,
             log_index: 10 + seq,
             duplicate: false,
@@ -330,6 +338,7 @@ mod tests {
 
     fn ack_reject(seq: u64, reject: Reject) -> proto::Ack {
         proto::Ack {
+            day_trading: None,
             seq,
             log_index: 10 + seq,
             duplicate: false,
@@ -537,7 +546,8 @@ mod tests {
     fn an_ack_without_outcome_is_a_protocol_error_answer() {
         let mut window = window_with(1, 8);
         window.take_sendable(10);
-        let ack = proto::Ack { seq: 1, log_index: 3, duplicate: false, outcome: None, gateway_ts: 0 };
+        let ack =
+            proto::Ack { seq: 1, log_index: 3, duplicate: false, outcome: None, gateway_ts: 0, day_trading: None };
         let (_, result) = completed(window.on_ack(&ack).0);
         assert!(matches!(result, Err(Error::Protocol(_))));
     }
@@ -609,7 +619,14 @@ mod tests {
                 } else {
                     (self.outcomes[(command.seq - 1) as usize], true)
                 };
-                proto::Ack { seq: command.seq, log_index: 1, duplicate, outcome: Some(outcome.into()), gateway_ts: 0 }
+                proto::Ack {
+                    seq: command.seq,
+                    log_index: 1,
+                    duplicate,
+                    outcome: Some(outcome.into()),
+                    gateway_ts: 0,
+                    day_trading: None,
+                }
             }
         }
 

@@ -58,6 +58,10 @@ pub enum CommandBody {
     /// number of orders that expired. The operator sends it at the session's close; the
     /// engine reads no clock.
     CloseDay,
+    /// A day-trading entry: one of the retail service's commands with its arguments
+    /// verbatim, or a poller's quote (`crate::daytrading`). Boxed: rare next to orders,
+    /// and the order path's commands stay small.
+    DayTrading(Box<crate::daytrading::DtRequest>),
 }
 
 /// How a symbol matches at a price level.

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::account::Account;
 use crate::book::{Book, FastBook};
 use crate::command::{Command, CommandBody, OrderKind, OrderRequest, SymbolSpec, Tif};
+use crate::daytrading::DayTrading;
 use crate::event::{Applied, CancelReason, Event, Outcome};
 use crate::reject::Reject;
 use crate::session::{Session, SessionCheck};
@@ -32,6 +33,8 @@ pub struct EngineConfig {
     pub orders_per_account_max: u32,
     pub outcomes_per_client_max: u32,
     pub orders_closed_max: u32,
+    /// The day-trading ledger's rules and bounds.
+    pub day_trading: crate::daytrading::DtConfig,
 }
 
 impl Default for EngineConfig {
@@ -43,6 +46,7 @@ impl Default for EngineConfig {
             orders_per_account_max: 100_000,
             outcomes_per_client_max: 128,
             orders_closed_max: 10_000,
+            day_trading: crate::daytrading::DtConfig::default(),
         }
     }
 }
@@ -184,6 +188,8 @@ pub struct Engine<B: Book = FastBook> {
     pub(crate) orders_closed: VecDeque<OrderRecord>,
     /// Scratch buffer for pro-rata levels, kept to avoid allocating per match.
     pub(crate) scratch: Vec<crate::book::RestingOrder>,
+    /// The day-trading ledger: its own users, cash and shares (no exchange accounts).
+    pub(crate) day_trading: DayTrading,
 }
 
 impl<B: Book> Default for Engine<B> {
@@ -212,11 +218,17 @@ impl<B: Book> Engine<B> {
             // Sized up front: growing a ring of records copies it, a latency spike.
             orders_closed: VecDeque::with_capacity(config.orders_closed_max as usize),
             scratch: Vec::new(),
+            day_trading: DayTrading::new(config.day_trading),
         }
     }
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// The day-trading ledger, to read.
+    pub fn day_trading(&self) -> &DayTrading {
+        &self.day_trading
     }
 
     /// Applies one command, appending what happened to `events`.
@@ -281,6 +293,7 @@ impl<B: Book> Engine<B> {
                 self.create_account_with_id(*external_id, *asset, *deposit, events)
             }
             CommandBody::CloseDay => Ok(self.close_day(events)),
+            CommandBody::DayTrading(request) => self.day_trading.apply(request, ts, events),
         }
     }
 

@@ -134,4 +134,19 @@ pub enum Event {
         order: OrderId,
         last_px: Px,
     },
+    /// A day-trading audit record or a day-trading command's result
+    /// (`crate::daytrading::DtEvent`): users by ledger index, the rest from the command.
+    DayTrading(crate::daytrading::DtEvent),
+}
+
+#[cfg(test)]
+mod tests {
+    /// Events are copied around the matching path: the day-trading variant must not
+    /// make them any bigger than the largest order event (a trade) already does.
+    #[test]
+    fn events_stay_the_size_of_a_trade() {
+        assert_eq!(std::mem::size_of::<super::Event>(), 64);
+        assert!(std::mem::size_of::<crate::daytrading::DtEvent>() <= 56);
+        assert_eq!(std::mem::size_of::<crate::command::CommandBody>(), 64);
+    }
 }

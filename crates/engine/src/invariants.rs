@@ -23,6 +23,7 @@ use crate::types::{AccountId, AssetId, Side};
 
 impl<B: Book> Engine<B> {
     pub fn check_invariants(&self) {
+        self.day_trading.check_invariants();
         let mut holds: BTreeMap<(AccountId, AssetId), i128> = BTreeMap::new();
         let mut open: BTreeMap<AccountId, u32> = BTreeMap::new();
         for symbol in &self.symbols {

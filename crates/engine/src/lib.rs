@@ -14,6 +14,7 @@ pub mod account;
 pub mod book;
 pub mod codec;
 pub mod command;
+pub mod daytrading;
 mod engine;
 pub mod event;
 pub mod fuzzing;

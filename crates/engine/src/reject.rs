@@ -76,6 +76,9 @@ rejects! {
     LimitReached = 31, "limit_reached";
     AccountAlreadyInState = 32, "account_already_in_state";
     AccountIdTaken = 33, "account_id_taken";
+    // A day-trading entry no front end sends: too many or too long arguments, a quote
+    // with a bad symbol, price or text (the checks users can fail are logged outcomes).
+    DayTradingInvalid = 40, "day_trading_invalid";
 }
 
 impl std::fmt::Display for Reject {

@@ -19,7 +19,8 @@ use crate::types::{AccountId, AssetId, ClientId, Px, Side};
 
 /// Format version of [`Engine::snapshot`]; bumped on any change to the encoding.
 /// 2: accounts carry their external id, order records their closing stamp.
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// 3: the day-trading ledger.
+pub const SNAPSHOT_VERSION: u32 = 3;
 
 #[derive(Serialize, Deserialize)]
 struct SymbolImage {
@@ -48,6 +49,7 @@ struct Image {
     sessions: Vec<(ClientId, Session)>,
     orders: Vec<OrderRecord>,
     orders_closed: Vec<OrderRecord>,
+    day_trading: crate::daytrading::DtImage,
 }
 
 /// Why a snapshot could not be restored.
@@ -113,6 +115,7 @@ impl<B: Book> Engine<B> {
             sessions,
             orders,
             orders_closed: self.orders_closed.iter().cloned().collect(),
+            day_trading: self.day_trading.image(),
         }
     }
 
@@ -193,6 +196,7 @@ impl<B: Book> Engine<B> {
         engine.sessions = image.sessions;
         engine.orders = image.orders.into_iter().map(|r| (r.id, r)).collect();
         engine.orders_closed = image.orders_closed.into_iter().collect();
+        engine.day_trading = crate::daytrading::DayTrading::restore(image.config.day_trading, image.day_trading)?;
         Ok(engine)
     }
 }

@@ -153,6 +153,19 @@ impl proto::query_server::Query for QueryProxy {
         }
         Ok(reply)
     }
+
+    /// The day-trading ledger's armed symbols name its users: administrative keys only
+    /// (the day-trading front end's).
+    async fn get_day_trading_armed(
+        &self,
+        request: Request<proto::GetDayTradingArmedRequest>,
+    ) -> Result<Response<proto::GetDayTradingArmedReply>, Status> {
+        let principal = authenticate(&self.state, &request)?;
+        if !principal.admin {
+            return Err(Status::permission_denied("the day-trading ledger's triggers need an administrative key"));
+        }
+        self.call(linearizable(&request), |c| Box::pin(c.day_trading_armed())).await
+    }
 }
 
 /// Admin.Submit through a gateway: the key must be allowed the command; the call goes

@@ -208,6 +208,7 @@ impl Reader<'_> {
 fn refuse(seq: u64, code: u32, name: &str, detail: &str) -> proto::Ack {
     let info = proto::RejectInfo { code, name: name.to_owned(), detail: detail.to_owned() };
     proto::Ack {
+        day_trading: None,
         seq,
         log_index: 0,
         duplicate: false,

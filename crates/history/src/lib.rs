@@ -15,6 +15,7 @@
 //! - [`testing`]: a throwaway PostgreSQL server (initdb into a temporary directory, a
 //!   free port) for tests and benchmarks.
 
+pub mod audit;
 pub mod files;
 pub mod follow;
 pub mod query;

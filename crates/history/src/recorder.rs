@@ -13,9 +13,10 @@
 //! a skip); the rows of an entry depend only on the log, so they and their keys are the
 //! same on every run.
 //!
-//! Day-trading audit events do not exist in the engine yet. When they do, they get a
-//! table of their own (`schema.rs`), a `Vec` in [`Rows`] and one arm in
-//! [`Recorder::record_event`], whose `match` is exhaustive so the compiler points there.
+//! Day-trading audit records (`Event::DayTrading`) become rows of `dt_audit` (one arm in
+//! [`Recorder::record_event`]; the row itself is built in `audit.rs`), numbered in the
+//! ledger's audit sequence: the recorder learns the number of a command's first record
+//! from the ledger after applying it.
 
 use bourse_engine::codec;
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, Tif};
@@ -61,6 +62,8 @@ pub struct Recorder {
     events: Vec<Event>,
     touched: Vec<OrderId>,
     cancelled: Vec<OrderId>,
+    /// The audit sequence number the next day-trading record of the command gets.
+    audit_next: u64,
 }
 
 impl Recorder {
@@ -81,7 +84,15 @@ impl Recorder {
                 balances.insert((account, asset.0), (balance.available.0, balance.reserved.0));
             }
         }
-        Recorder { engine, last, balances, events: Vec::new(), touched: Vec::new(), cancelled: Vec::new() }
+        Recorder {
+            engine,
+            last,
+            balances,
+            events: Vec::new(),
+            touched: Vec::new(),
+            cancelled: Vec::new(),
+            audit_next: 0,
+        }
     }
 
     /// The last entry applied.
@@ -145,6 +156,8 @@ impl Recorder {
         self.cancelled.clear();
         let mut keys = Keys { log_index: index as i64, pos: *pos, ts: command.ts as i64 };
         let events = std::mem::take(&mut self.events);
+        let records = events.iter().filter(|e| matches!(e, Event::DayTrading(d) if d.is_record())).count() as u64;
+        self.audit_next = self.engine.day_trading().audit_records() - records + 1;
         for event in &events {
             self.record_event(&mut keys, event, command, &mut cause, rows);
         }
@@ -157,6 +170,15 @@ impl Recorder {
     fn record_event(&mut self, keys: &mut Keys, event: &Event, command: &Command, cause: &mut Cause, rows: &mut Rows) {
         if let Event::Rejected { .. } = event {
             // A rejected command changes nothing; its outcome is the client's answer.
+            return;
+        }
+        if let Event::DayTrading(record) = *event {
+            // An audit record is a row of `dt_audit`; a command's result is not.
+            if record.is_record() {
+                let key = keys.next();
+                rows.audit.push(crate::audit::audit_row(&self.engine, command, record, key, self.audit_next));
+                self.audit_next += 1;
+            }
             return;
         }
         let key = keys.next();
@@ -335,6 +357,7 @@ impl Recorder {
                 *cause = Cause::Order("triggered", order);
                 rows.order_events.push(OrderEventRow { px: Some(last_px.0), ..order_event(order, "triggered") });
             }
+            Event::DayTrading(_) => unreachable!("handled above"),
         }
     }
 
@@ -448,6 +471,7 @@ fn command_cause(body: &CommandBody) -> &'static str {
         CommandBody::Cancel { .. } => "cancel",
         CommandBody::Reduce { .. } => "reduce",
         CommandBody::Move { .. } => "move",
+        CommandBody::DayTrading(_) => "day_trading",
     }
 }
 

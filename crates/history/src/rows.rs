@@ -132,6 +132,29 @@ pub struct SymbolRow {
     pub policy: &'static str,
 }
 
+/// One day-trading audit record (spec 9.2): `userCommand`, `quoteServer`,
+/// `accountTransaction`, `systemEvent` or `errorEvent`, with the columns its kind has.
+/// Money is in cents, times in ms; `stamp` is the entry's log stamp.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditRow {
+    pub key: RowKey,
+    /// The record's number in the ledger's audit sequence (from 1, no gaps).
+    pub audit_seq: i64,
+    pub record: &'static str,
+    pub stamp: i64,
+    pub transaction_num: i64,
+    pub command: Option<&'static str>,
+    pub username: Option<String>,
+    pub symbol: Option<String>,
+    pub filename: Option<String>,
+    pub funds: Option<i64>,
+    pub price: Option<i64>,
+    pub quote_server_time: Option<i64>,
+    pub cryptokey: Option<String>,
+    pub action: Option<&'static str>,
+    pub error_message: Option<&'static str>,
+}
+
 /// The rows of a run of log entries, per table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rows {
@@ -142,6 +165,7 @@ pub struct Rows {
     pub accounts: Vec<AccountRow>,
     pub assets: Vec<AssetRow>,
     pub symbols: Vec<SymbolRow>,
+    pub audit: Vec<AuditRow>,
 }
 
 impl Rows {
@@ -154,6 +178,7 @@ impl Rows {
             + self.accounts.len()
             + self.assets.len()
             + self.symbols.len()
+            + self.audit.len()
     }
 
     /// Each table's name and row count, in `schema::TABLES` order.
@@ -166,6 +191,7 @@ impl Rows {
             ("account_events", self.accounts.len()),
             ("assets", self.assets.len()),
             ("symbols", self.symbols.len()),
+            ("dt_audit", self.audit.len()),
         ]
     }
 
@@ -186,5 +212,6 @@ impl Rows {
         self.accounts.extend(other.accounts);
         self.assets.extend(other.assets);
         self.symbols.extend(other.symbols);
+        self.audit.extend(other.audit);
     }
 }

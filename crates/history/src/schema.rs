@@ -16,8 +16,10 @@
 //! `snapshot`/`snapshot_index` is the sink's engine at some index at or below the
 //! progress, to restart without replaying the whole log.
 //!
-//! Day-trading audit events (a later engine feature) get a table of their own here,
-//! keyed the same way, beside one match arm in `recorder.rs`.
+//! Day-trading audit records (`dt_audit`) are keyed the same way, with their position in
+//! the ledger's audit sequence (`audit_seq`, which `DUMPLOG` bounds its output by) and
+//! every column any of the five record kinds has (null where a kind has none). Rows of
+//! `dt_audit` in key order are the audit log in log order.
 
 /// Which SQL dialect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +31,8 @@ pub enum Dialect {
 /// Version of this schema, kept in `history_progress`; a database of another version is
 /// refused rather than misread.
 /// Version 2: tables keyed by their access paths, `account_events.external_id`.
-pub const SCHEMA_VERSION: i64 = 2;
+/// Version 3: `dt_audit`, the day-trading audit records.
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The row tables and their columns after the key, in insert order.
 pub const TABLES: &[(&str, &str)] = &[
@@ -63,6 +66,12 @@ pub const TABLES: &[(&str, &str)] = &[
          lot BIGINT NOT NULL, px_min BIGINT NOT NULL, px_max BIGINT NOT NULL, fee_maker BIGINT NOT NULL, \
          fee_taker BIGINT NOT NULL, policy TEXT NOT NULL",
     ),
+    (
+        "dt_audit",
+        "audit_seq BIGINT NOT NULL, record TEXT NOT NULL, stamp BIGINT NOT NULL, transaction_num BIGINT NOT NULL, \
+         command TEXT, username TEXT, symbol TEXT, filename TEXT, funds BIGINT, price BIGINT, \
+         quote_server_time BIGINT, cryptokey TEXT, action TEXT, error_message TEXT",
+    ),
 ];
 
 /// Each table's primary key: the path its queries read it by, ending in the row key
@@ -86,6 +95,8 @@ const INDEXES: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS executions_by_maker ON executions (maker_order)",
     "CREATE INDEX IF NOT EXISTS executions_by_taker ON executions (taker_order)",
     "CREATE UNIQUE INDEX IF NOT EXISTS symbols_by_name ON symbols (name)",
+    // One user's DUMPLOG: their records in log order.
+    "CREATE INDEX IF NOT EXISTS dt_audit_by_user ON dt_audit (username, log_index, pos)",
 ];
 
 /// The statements that create the schema (each idempotent).

@@ -47,6 +47,10 @@ pub struct NodeConfig {
     pub link_outbox_max: usize,
     /// Replication: absent for a single node.
     pub raft: Option<RaftConfig>,
+    /// Tests only: stamp the command at log index i with `T0 + i × STEP` (ms) instead of
+    /// the wall clock, so runs of the same input stamp alike (day-trading golden runs).
+    /// Single node only; stamps still never go backwards.
+    pub virtual_clock: Option<VirtualClock>,
     /// Bounds of the engine (part of the replicated state).
     #[serde(skip)]
     pub engine: EngineConfig,
@@ -71,8 +75,28 @@ impl Default for NodeConfig {
             sequencer_capacity: 65_536,
             link_outbox_max: 16_384,
             raft: None,
+            virtual_clock: None,
             engine: EngineConfig::default(),
         }
+    }
+}
+
+/// A deterministic clock for tests: log index i is stamped `t0_ms + i × step_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VirtualClock {
+    pub t0_ms: u64,
+    pub step_ms: u64,
+}
+
+impl std::str::FromStr for VirtualClock {
+    type Err = String;
+
+    /// `T0_MS,STEP_MS`.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (t0, step) = text.split_once(',').ok_or("expected T0_MS,STEP_MS")?;
+        let number = |s: &str| s.trim().parse::<u64>().map_err(|e| format!("{s:?}: {e}"));
+        Ok(VirtualClock { t0_ms: number(t0)?, step_ms: number(step)? })
     }
 }
 
@@ -196,6 +220,9 @@ impl NodeConfig {
             if !(min..=max).contains(&value) {
                 return Err(ConfigError(format!("{field} = {value} is outside {min}..={max}")));
             }
+        }
+        if self.virtual_clock.is_some() && self.raft.is_some() {
+            return Err(ConfigError("virtual_clock is for a single node only".into()));
         }
         if let Some(raft) = &self.raft {
             if raft.id == 0 {

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bourse_cluster::state_machine::{Committed, MachineRequest};
 use bourse_cluster::Batch;
 use bourse_engine::command::{Command, CommandBody};
+use bourse_engine::daytrading::DtRequest;
 use bourse_engine::{codec, AccountId, ClientId, Engine, Event, OrderId, OrderStatus, Side, SymbolId};
 use bourse_journal::{GroupCommitHandle, Proposal};
 use bourse_protocol::convert::{self, ConvertError, LogPosition};
@@ -532,6 +533,13 @@ impl Core {
     /// per client batch: the commands of a batch arrive together): `now`, but never at
     /// or before the last one.
     fn stamp(&mut self, now: u64) -> u64 {
+        let now = match self.config.virtual_clock {
+            // The command about to be stamped gets log index `next_index` (single node).
+            Some(clock) => {
+                clock.t0_ms.saturating_add(self.next_index.saturating_mul(clock.step_ms)).saturating_mul(1_000_000)
+            }
+            None => now,
+        };
         self.ts_last = now.max(self.ts_last + 1);
         self.ts_last
     }
@@ -569,7 +577,25 @@ impl Core {
             let mut trade_seq = first_trade;
             builder.command(&self.engine, &self.events, &mut trade_seq, &mut self.feed_events);
         }
-        convert::ack(command.seq, index, &applied)
+        let mut ack = convert::ack(command.seq, index, &applied);
+        if let CommandBody::DayTrading(request) = &command.body {
+            ack.day_trading = self.day_trading_result(command, request, &applied).map(Box::new);
+        }
+        ack
+    }
+
+    /// A day-trading command's result, read at its log point (right after it applied).
+    fn day_trading_result(
+        &self,
+        command: &Command,
+        request: &DtRequest,
+        applied: &bourse_engine::Applied,
+    ) -> Option<proto::DayTradingResult> {
+        let DtRequest::Command(dt) = request else { return None };
+        if applied.duplicate {
+            return Some(bourse_protocol::daytrading::duplicate(&self.engine, dt, applied.outcome, command.ts));
+        }
+        bourse_protocol::daytrading::result(&self.engine, dt, &self.events, command.ts)
     }
 
     /// Fill and cancel reports to the orders' owners, trades to market data, and the

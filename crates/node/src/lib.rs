@@ -21,5 +21,5 @@ mod query;
 mod replica;
 mod service;
 
-pub use config::NodeConfig;
+pub use config::{NodeConfig, VirtualClock};
 pub use node::{journal_dir, recover, recover_member, run_until_signal, Node, NodeError, Recovered};

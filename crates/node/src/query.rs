@@ -20,6 +20,7 @@ pub enum QueryRequest {
     Symbols,
     Assets,
     Account(proto::GetAccountRequest),
+    DayTradingArmed,
 }
 
 pub enum QueryReply {
@@ -30,6 +31,7 @@ pub enum QueryReply {
     Symbols(proto::GetSymbolsReply),
     Assets(proto::GetAssetsReply),
     Account(proto::GetAccountReply),
+    DayTradingArmed(proto::GetDayTradingArmedReply),
 }
 
 pub type QueryAnswer = Result<QueryReply, tonic::Status>;
@@ -82,6 +84,9 @@ pub fn answer(engine: &Engine, index: u64, query: QueryRequest) -> QueryAnswer {
                 .account_by_external_id(request.external_id)
                 .ok_or_else(|| not_found(format!("account with external id {}", request.external_id)))?;
             QueryReply::Account(convert::account_reply(index, account, request.external_id))
+        }
+        QueryRequest::DayTradingArmed => {
+            QueryReply::DayTradingArmed(bourse_protocol::daytrading::armed_reply(engine, index))
         }
     })
 }

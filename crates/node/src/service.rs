@@ -368,6 +368,22 @@ impl proto::query_server::Query for QueryService {
         })
         .await
     }
+
+    async fn get_day_trading_armed(
+        &self,
+        request: GrpcRequest<proto::GetDayTradingArmedRequest>,
+    ) -> Result<Response<proto::GetDayTradingArmedReply>, Status> {
+        query_as(
+            &self.0,
+            request,
+            |_| QueryRequest::DayTradingArmed,
+            |r| match r {
+                QueryReply::DayTradingArmed(reply) => Some(reply),
+                _ => None,
+            },
+        )
+        .await
+    }
 }
 
 pub struct MarketDataService(pub Shared);

@@ -423,6 +423,7 @@ impl From<&CommandBody> for Body {
                 })
             }
             CommandBody::CloseDay => Body::CloseDay(proto::CloseDay {}),
+            CommandBody::DayTrading(request) => crate::daytrading::body_wire(request),
         }
     }
 }
@@ -482,6 +483,12 @@ impl TryFrom<&Body> for CommandBody {
                 deposit: Amount(create.deposit),
             },
             Body::CloseDay(_) => CommandBody::CloseDay,
+            Body::DayTrading(command) => {
+                CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Command(command.try_into()?)))
+            }
+            Body::DayTradingQuote(quote) => {
+                CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Quote(quote.try_into()?)))
+            }
         })
     }
 }
@@ -531,7 +538,14 @@ impl From<Outcome> for proto::ack::Outcome {
 
 /// The answer to the command with `seq`, applied (or found a duplicate) at `log_index`.
 pub fn ack(seq: u64, log_index: u64, applied: &Applied) -> proto::Ack {
-    proto::Ack { seq, log_index, duplicate: applied.duplicate, outcome: Some(applied.outcome.into()), gateway_ts: 0 }
+    proto::Ack {
+        seq,
+        log_index,
+        duplicate: applied.duplicate,
+        outcome: Some(applied.outcome.into()),
+        gateway_ts: 0,
+        day_trading: None,
+    }
 }
 
 /// The answer to a command the node refused before the log because its shape was wrong.
@@ -543,6 +557,7 @@ pub fn ack_refused(seq: u64, error: &ConvertError) -> proto::Ack {
         duplicate: false,
         outcome: Some(proto::ack::Outcome::Rejected(error.into())),
         gateway_ts: 0,
+        day_trading: None,
     }
 }
 

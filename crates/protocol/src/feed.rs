@@ -235,6 +235,7 @@ impl FeedBuilder {
                     }
                 }
                 Event::AssetCreated { .. }
+                | Event::DayTrading(_)
                 | Event::AccountCreated { .. }
                 | Event::AccountSuspended { .. }
                 | Event::AccountResumed { .. }

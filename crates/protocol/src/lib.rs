@@ -22,6 +22,7 @@
 //!   they were read at.
 
 pub mod convert;
+pub mod daytrading;
 pub mod feed;
 
 /// The generated messages, enums, clients (`*_client`) and servers (`*_server`) of

@@ -27,10 +27,41 @@ fn variant_name(body: &CommandBody) -> &'static str {
         CommandBody::Move { .. } => "move",
         CommandBody::CreateAccountWithId { .. } => "create_account_with_id",
         CommandBody::CloseDay => "close_day",
+        CommandBody::DayTrading(_) => "day_trading",
     }
 }
 
-const VARIANTS_LEN: usize = 14;
+const VARIANTS_LEN: usize = 15;
+
+/// Day-trading entries: every command kind, with and without a quote of every source,
+/// unnumbered and numbered, and a poller's quote.
+fn day_trading_all() -> Vec<CommandBody> {
+    use bourse_engine::daytrading::{DtCommand, DtKind, DtQuote, DtRequest, QuoteSource, Sym};
+    let quote = |source| DtQuote {
+        symbol: Sym::parse("ABC").unwrap(),
+        price: i64::MAX,
+        userid: "oY01WVirLr".into(),
+        quote_server_time: u64::MAX,
+        cryptokey: "k/+=".into(),
+        source,
+        transaction_num: 9,
+    };
+    let mut bodies = Vec::new();
+    for (i, kind) in DtKind::ALL.into_iter().enumerate() {
+        let sources = [QuoteSource::Market, QuoteSource::Emulator, QuoteSource::LegacyTcp];
+        let command = DtCommand {
+            kind,
+            args: vec!["oY01WVirLr".into(), String::new(), "-1.5".into()][..i % 4].to_vec(),
+            transaction_num: i as u64 * 1_000,
+            caller: if i % 2 == 0 { String::new() } else { "u".into() },
+            admin: i % 3 == 0,
+            quote: (i % 4 > 0).then(|| quote(sources[i % 3])),
+        };
+        bodies.push(CommandBody::DayTrading(Box::new(DtRequest::Command(command))));
+    }
+    bodies.push(CommandBody::DayTrading(Box::new(DtRequest::Quote(quote(QuoteSource::Emulator)))));
+    bodies
+}
 
 fn spec(name: &str, policy: MatchPolicy, fee_maker: i64) -> SymbolSpec {
     SymbolSpec {
@@ -108,6 +139,7 @@ fn commands_all() -> Vec<CommandBody> {
     flagged.display_qty = Some(Qty(0));
     flagged.qty = Qty(i64::MIN);
     bodies.push(CommandBody::Place(flagged));
+    bodies.extend(day_trading_all());
     bodies
 }
 

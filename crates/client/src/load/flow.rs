@@ -325,7 +325,14 @@ mod tests {
                 }
                 _ => 0,
             };
-            flow.on_reply(&Reply { seq, outcome: Outcome::Ok { id }, log_index: seq, duplicate: false, gateway_ts: 0 });
+            flow.on_reply(&Reply {
+                seq,
+                outcome: Outcome::Ok { id },
+                log_index: seq,
+                duplicate: false,
+                gateway_ts: 0,
+                day_trading: None,
+            });
             bodies.push(body);
         }
         bodies
@@ -388,6 +395,7 @@ mod tests {
         let CommandBody::Place(request) = body else { panic!("a place") };
         flow.on_sent(1, intent);
         flow.on_reply(&Reply {
+            day_trading: None,
             seq: 1,
             outcome: Outcome::Ok { id: 42 },
             log_index: 1,
@@ -404,6 +412,7 @@ mod tests {
         let (_, intent) = flow.gtc();
         flow.on_sent(2, intent);
         flow.on_reply(&Reply {
+            day_trading: None,
             seq: 2,
             outcome: Outcome::Ok { id: 43 },
             log_index: 2,
@@ -416,6 +425,7 @@ mod tests {
         let (_, intent) = flow.gtc();
         flow.on_sent(3, intent);
         flow.on_reply(&Reply {
+            day_trading: None,
             seq: 3,
             outcome: Outcome::Ok { id: 44 },
             log_index: 3,
@@ -426,7 +436,14 @@ mod tests {
         assert_eq!(intent, Intent::Modify { order: OrderId(44) });
         flow.on_sent(4, intent);
         let unknown = Outcome::Rejected(Reject::OrderUnknown);
-        flow.on_reply(&Reply { seq: 4, outcome: unknown, log_index: 4, duplicate: false, gateway_ts: 0 });
+        flow.on_reply(&Reply {
+            seq: 4,
+            outcome: unknown,
+            log_index: 4,
+            duplicate: false,
+            gateway_ts: 0,
+            day_trading: None,
+        });
         assert_eq!(flow.open_orders(), 0, "an order the exchange does not know is forgotten");
     }
 
@@ -436,7 +453,14 @@ mod tests {
         let (_, intent) = flow.gtc();
         flow.on_sent(1, intent);
         let rejected = Outcome::Rejected(Reject::BalanceInsufficient);
-        flow.on_reply(&Reply { seq: 1, outcome: rejected, log_index: 1, duplicate: false, gateway_ts: 0 });
+        flow.on_reply(&Reply {
+            seq: 1,
+            outcome: rejected,
+            log_index: 1,
+            duplicate: false,
+            gateway_ts: 0,
+            day_trading: None,
+        });
         assert_eq!((flow.open_orders(), flow.pending()), (0, 0));
     }
 }

@@ -284,4 +284,11 @@ impl Query for MockNode {
     ) -> Result<Response<proto::GetAccountReply>, Status> {
         Err(Status::unimplemented("mock"))
     }
+
+    async fn get_day_trading_armed(
+        &self,
+        _: Request<proto::GetDayTradingArmedRequest>,
+    ) -> Result<Response<proto::GetDayTradingArmedReply>, Status> {
+        Err(Status::unimplemented("mock"))
+    }
 }

@@ -93,6 +93,14 @@ pub trait Backend: Send {
     fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()>;
     /// Runs a query written with `?` placeholders; integer, text and null results.
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>>;
+    /// Runs a query and hands each result row to `each` as it is read, without holding
+    /// the result (an audit dump streams millions of rows); an error from `each` stops it.
+    fn query_each(
+        &mut self,
+        sql: &str,
+        params: &[Cell<'_>],
+        each: &mut dyn FnMut(&[Value]) -> Result<()>,
+    ) -> Result<()>;
 }
 
 /// A history database.
@@ -142,6 +150,16 @@ impl Store {
 
     pub fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
         self.backend.query(sql, params)
+    }
+
+    /// Streams a query's rows to `each` (see [`Backend::query_each`]).
+    pub fn query_each(
+        &mut self,
+        sql: &str,
+        params: &[Cell<'_>],
+        each: &mut dyn FnMut(&[Value]) -> Result<()>,
+    ) -> Result<()> {
+        self.backend.query_each(sql, params, each)
     }
 }
 
@@ -275,6 +293,32 @@ pub(crate) fn each_row<'a>(
                         Cell::Int(r.fee_maker),
                         Cell::Int(r.fee_taker),
                         Cell::Text(r.policy),
+                    ],
+                )?;
+            }
+        }
+        "dt_audit" => {
+            fn text(v: &Option<String>) -> Cell<'_> {
+                v.as_deref().map_or(Cell::Null, Cell::Text)
+            }
+            for r in rows.audit.iter().filter(|r| new(&r.key)) {
+                row(
+                    &r.key,
+                    &[
+                        Cell::Int(r.audit_seq),
+                        Cell::Text(r.record),
+                        Cell::Int(r.stamp),
+                        Cell::Int(r.transaction_num),
+                        r.command.map_or(Cell::Null, Cell::Text),
+                        text(&r.username),
+                        text(&r.symbol),
+                        text(&r.filename),
+                        opt(r.funds),
+                        opt(r.price),
+                        opt(r.quote_server_time),
+                        text(&r.cryptokey),
+                        r.action.map_or(Cell::Null, Cell::Text),
+                        r.error_message.map_or(Cell::Null, Cell::Text),
                     ],
                 )?;
             }

@@ -186,13 +186,29 @@ impl Backend for Postgres {
     }
 
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
+        let mut out = Vec::new();
+        self.query_each(sql, params, &mut |row| {
+            out.push(row.to_vec());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Reads the rows through a portal as they arrive (`query_raw`), not all at once.
+    fn query_each(
+        &mut self,
+        sql: &str,
+        params: &[Cell<'_>],
+        each: &mut dyn FnMut(&[Value]) -> Result<()>,
+    ) -> Result<()> {
+        use ::postgres::fallible_iterator::FallibleIterator;
         let boxed: Vec<Box<dyn ToSql + Sync + '_>> = params.iter().map(param).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
         let statement = self.client.prepare(&numbered(sql))?;
-        let rows = self.client.query(&statement, &refs)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let mut values = Vec::with_capacity(row.len());
+        let mut rows = self.client.query_raw(&statement, refs)?;
+        let mut values = Vec::new();
+        while let Some(row) = rows.next()? {
+            values.clear();
             for (i, column) in row.columns().iter().enumerate() {
                 let value = match *column.type_() {
                     Type::INT8 => row.get::<_, Option<i64>>(i).map_or(Value::Null, Value::Int),
@@ -202,8 +218,8 @@ impl Backend for Postgres {
                 };
                 values.push(value);
             }
-            out.push(values);
+            each(&values)?;
         }
-        Ok(out)
+        Ok(())
     }
 }

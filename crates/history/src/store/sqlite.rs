@@ -200,12 +200,26 @@ impl Backend for Sqlite {
     }
 
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
+        let mut out = Vec::new();
+        self.query_each(sql, params, &mut |row| {
+            out.push(row.to_vec());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn query_each(
+        &mut self,
+        sql: &str,
+        params: &[Cell<'_>],
+        each: &mut dyn FnMut(&[Value]) -> Result<()>,
+    ) -> Result<()> {
         let mut statement = self.connection.prepare_cached(sql)?;
         let width = statement.column_count();
         let mut rows = statement.query(rusqlite::params_from_iter(params.iter()))?;
-        let mut out = Vec::new();
+        let mut values = Vec::with_capacity(width);
         while let Some(row) = rows.next()? {
-            let mut values = Vec::with_capacity(width);
+            values.clear();
             for i in 0..width {
                 values.push(match row.get_ref(i)? {
                     ValueRef::Integer(v) => Value::Int(v),
@@ -215,9 +229,9 @@ impl Backend for Sqlite {
                     ValueRef::Blob(_) => Value::Null,
                 });
             }
-            out.push(values);
+            each(&values)?;
         }
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -1,0 +1,231 @@
+//! `bourse gateway run … --day-trading ADDR`: the day-trading service in the gateway's
+//! process (`bourse-daytrading`), with the spec's settings (section 12) as `--dt-*`
+//! flags; and `bourse workload FILE|DIR`, the workload driver.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bourse_client::ApiKey;
+use bourse_daytrading::quote::emulator::{EmulatorConfig, Latency};
+use bourse_daytrading::quote::market::MarketPrice;
+use bourse_daytrading::workload::{self, Mode, RunConfig};
+use bourse_daytrading::{Auth, Clock, DayTradingServer, ServerConfig, ServiceConfig, SourceConfig};
+use bourse_gateway::KeyStore;
+use clap::{Args, ValueEnum};
+
+#[derive(Args, Debug, Clone)]
+pub struct DayTradingArgs {
+    /// Serve the day-trading service (gRPC `DayTrading`) here.
+    #[arg(long)]
+    day_trading: Option<SocketAddr>,
+    /// Where quotes come from (quote.source).
+    #[arg(long, value_enum, default_value_t = QuoteSourceArg::Emulator)]
+    dt_quote_source: QuoteSourceArg,
+    /// market: `last` (fallback mid) or `mid` (fallback last).
+    #[arg(long, default_value = "last")]
+    dt_market_price: MarketPrice,
+    /// emulator: the seed of its prices.
+    #[arg(long, default_value_t = 0)]
+    dt_seed: u64,
+    /// emulator: the lowest and highest price, in cents.
+    #[arg(long, default_value_t = 100)]
+    dt_price_min: i64,
+    #[arg(long, default_value_t = 50_000)]
+    dt_price_max: i64,
+    /// emulator: none, fixed:MS or legacy (mostly 7–26 ms, a third 1–4 s).
+    #[arg(long, default_value = "none")]
+    dt_latency: Latency,
+    /// emulator: also answer the legacy wire format (SYM,userid LF) on this address.
+    #[arg(long)]
+    dt_emulator_listen: Option<SocketAddr>,
+    /// legacy-tcp: the quote server's host:port.
+    #[arg(long)]
+    dt_legacy_address: Option<String>,
+    /// legacy-tcp: the first attempt's timeout (doubled per retry), and the attempts.
+    #[arg(long, default_value_t = 20)]
+    dt_quote_timeout_ms: u64,
+    #[arg(long, default_value_t = 6)]
+    dt_quote_attempts: u32,
+    /// The engine's quote validity (must equal the node's, 60,000 by default).
+    #[arg(long, default_value_t = 60_000)]
+    dt_quote_ttl_ms: u64,
+    /// Fetch a fresh quote when the cached one has less than this left.
+    #[arg(long, default_value_t = 2_000)]
+    dt_refresh_margin_ms: u64,
+    /// How often the trigger poller looks (0: no poller; golden runs).
+    #[arg(long, default_value_t = 1_000)]
+    dt_trigger_poll_ms: u64,
+    /// Where the global DUMPLOG writes its file.
+    #[arg(long, default_value = "dumps")]
+    dt_dump_dir: PathBuf,
+    /// The audit log's `server` (log_server_name).
+    #[arg(long, default_value = "bourse-dt")]
+    dt_server_name: String,
+    /// The history store DUMPLOG reads (the sink's: DATA/history.sqlite of `bourse serve`,
+    /// or postgres://…).
+    #[arg(long)]
+    dt_history: Option<String>,
+    /// Upstream order-entry sessions (128 commands in flight each).
+    #[arg(long, default_value_t = 8)]
+    dt_sessions: usize,
+    /// Tests only: the service's clock reads T0_MS + n × STEP_MS for a request numbered n
+    /// (with `bourse serve --virtual-clock` and the same values: golden runs).
+    #[arg(long, value_name = "T0_MS,STEP_MS")]
+    dt_virtual_clock: Option<bourse_node::VirtualClock>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum QuoteSourceArg {
+    Emulator,
+    Market,
+    LegacyTcp,
+}
+
+impl DayTradingArgs {
+    pub fn wanted(&self) -> bool {
+        self.day_trading.is_some()
+    }
+
+    /// Starts the service, submitting through the gateway at `upstream` with `key`; the
+    /// key file at `keys` (none: an `--open` gateway) authenticates its callers.
+    pub async fn start(
+        &self,
+        upstream: SocketAddr,
+        key: Option<ApiKey>,
+        keys: Option<&std::path::Path>,
+    ) -> Result<Option<DayTradingServer>, String> {
+        let Some(listen) = self.day_trading else { return Ok(None) };
+        let mut service = ServiceConfig::new(vec![upstream.to_string()]);
+        service.key = key;
+        service.clock = match self.dt_virtual_clock {
+            Some(clock) => Clock::Virtual { t0_ms: clock.t0_ms, step_ms: clock.step_ms },
+            None => Clock::Wall,
+        };
+        service.quote_ttl_ms = self.dt_quote_ttl_ms;
+        service.refresh_margin_ms = self.dt_refresh_margin_ms;
+        service.trigger_poll_ms = self.dt_trigger_poll_ms;
+        service.dump_dir = self.dt_dump_dir.clone();
+        service.log_server_name = self.dt_server_name.clone();
+        service.history = self.dt_history.clone();
+        service.sessions = self.dt_sessions;
+        let source = match self.dt_quote_source {
+            QuoteSourceArg::Emulator => SourceConfig::Emulator(EmulatorConfig {
+                seed: self.dt_seed,
+                price_min: self.dt_price_min,
+                price_max: self.dt_price_max,
+                latency: self.dt_latency.clone(),
+            }),
+            QuoteSourceArg::Market => SourceConfig::Market(self.dt_market_price),
+            QuoteSourceArg::LegacyTcp => SourceConfig::LegacyTcp {
+                address: self
+                    .dt_legacy_address
+                    .clone()
+                    .ok_or("--dt-quote-source legacy-tcp needs --dt-legacy-address")?,
+                timeout: Duration::from_millis(self.dt_quote_timeout_ms),
+                attempts: self.dt_quote_attempts,
+            },
+        };
+        let auth = match keys {
+            None => Auth::Open,
+            Some(path) => {
+                let store = Arc::new(KeyStore::load(path).map_err(|e| e.to_string())?);
+                Auth::Keys(Arc::new(move |key: &str| store.verify(key).map(|p| p.admin)))
+            }
+        };
+        let config = ServerConfig { listen, service, source, emulator_listen: self.dt_emulator_listen, auth };
+        let server = DayTradingServer::start(config).await.map_err(|e| format!("--day-trading {listen}: {e}"))?;
+        println!("day-trading service on {}", server.addr());
+        if let Some(at) = server.emulator_addr() {
+            println!("legacy quote server emulation on {at}");
+        }
+        Ok(Some(server))
+    }
+}
+
+/// `bourse workload FILE|DIR`.
+#[derive(Args, Debug)]
+pub struct WorkloadArgs {
+    /// A workload file (`[n] COMMAND,…`), a directory of per-user files, or their .tar.gz.
+    path: PathBuf,
+    /// The day-trading service (`gateway run --day-trading ADDR`).
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    target: String,
+    /// per-user (users concurrent, one command outstanding each) or sequential.
+    #[arg(long, default_value = "per-user")]
+    mode: Mode,
+    /// Users with a command outstanding at once, at most (0: all of them).
+    #[arg(long = "users", alias = "concurrency", default_value_t = 0)]
+    users: usize,
+    /// Session streams to the service (per-user mode).
+    #[arg(long, default_value_t = 4)]
+    streams: usize,
+    /// Commands of one user in flight at once (per-user mode): 1 is the spec's mode;
+    /// more pipelines them (the service still applies each user's in order).
+    #[arg(long, default_value_t = 1)]
+    window: usize,
+    /// An administrator's API key (the driver runs as one).
+    #[arg(long, env = "BOURSE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// One JSON object on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+    /// Report lines that are not commands (or name an unknown command) and skip them,
+    /// instead of refusing to run.
+    #[arg(long)]
+    skip_invalid: bool,
+}
+
+/// Bad lines listed in an error, at most.
+const BAD_LINES_SHOWN: usize = 20;
+
+pub fn workload(args: WorkloadArgs) -> Result<(), String> {
+    let loaded = std::time::Instant::now();
+    let workload = workload::load(&args.path)?;
+    eprintln!(
+        "{}: {} commands of {} users ({} numbering warnings, {} lines skipped) read in {:.2} s",
+        args.path.display(),
+        workload.lines.len(),
+        workload.users().len(),
+        workload.warnings.len(),
+        workload.skipped.len(),
+        loaded.elapsed().as_secs_f64()
+    );
+    if !workload.skipped.is_empty() && !args.skip_invalid {
+        let mut message = format!(
+            "{}: {} lines are not workload commands (--skip-invalid skips them):",
+            args.path.display(),
+            workload.skipped.len()
+        );
+        for line in workload.skipped.iter().take(BAD_LINES_SHOWN) {
+            message.push_str("\n  ");
+            message.push_str(line);
+        }
+        if workload.skipped.len() > BAD_LINES_SHOWN {
+            message.push_str(&format!("\n  … and {} more", workload.skipped.len() - BAD_LINES_SHOWN));
+        }
+        return Err(message);
+    }
+    for line in workload.warnings.iter().chain(&workload.skipped).take(BAD_LINES_SHOWN) {
+        eprintln!("  {line}");
+    }
+    let mut config = RunConfig::new(args.target.clone());
+    config.key = args.api_key.clone().map(ApiKey);
+    config.mode = args.mode;
+    config.concurrency = args.users;
+    config.streams = args.streams;
+    config.window = args.window;
+    config.progress = !args.quiet;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let report = runtime.block_on(workload::run(&workload, &config))?;
+    if args.json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(())
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Day-trading workload throughput, as recorded in docs/BENCHMARKS.md: for each workload
+# given (default: every file of the course folder, the 2019 final included), a fresh
+# `bourse serve` (its history sink on: the audit log, SQLite in the data directory), a
+# gateway with the day-trading service (trigger poller on, emulator quotes), then
+# `bourse workload` replays the file and prints its report (JSON last line).
+# Usage: scripts/bench-daytrading.sh [WORKLOAD…]
+# Environment: BOURSE_DT_LATENCY (emulator latency: none, fixed:MS or legacy; default
+# none), BOURSE_DT_WINDOW (commands in flight per user; default 1, the spec's per-user
+# mode), BOURSE_DT_STREAMS (driver streams; default 4), BOURSE_DT_SESSIONS (the service's
+# upstream sessions; default 8), BOURSE_DT_DATA (where the node's data goes; default a
+# temporary directory under /tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bourse=./target/release/bourse
+folder=/work/shared/workloads/seng462
+if [ $# -eq 0 ]; then
+  set -- "$folder/1userWorkLoad" "$folder/2userWorkLoad" "$folder/10User_testWorkLoad" \
+    "$folder/45User_testWorkLoad" "$folder/100User_testWorkLoad" "$folder/_final_workload_2019.tar.gz"
+fi
+latency=${BOURSE_DT_LATENCY:-none}
+window=${BOURSE_DT_WINDOW:-1}
+streams=${BOURSE_DT_STREAMS:-4}
+sessions=${BOURSE_DT_SESSIONS:-8}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks (1/100 s) of a process's threads, summed by thread name: "name ticks" lines.
+thread_ticks() {
+  for t in /proc/"$1"/task/*; do
+    printf '%s %s\n' "$(tr ' ' '_' <"$t/comm")" "$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null || echo 0)"
+  done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}' | sort
+}
+# What changed between two thread_ticks listings, largest first, in seconds.
+thread_delta() {
+  join -a 2 -e 0 -o 0,1.2,2.2 "$1" "$2" | awk '$3 - $2 > 0 {printf "%s %.2f\n", $1, ($3 - $2) / 100}' | sort -k2 -rn | head -8 | tr '\n' ' '
+}
+for workload in "$@"; do
+  data=$(mktemp -d "${BOURSE_DT_DATA:-/tmp}/bourse-bench-dt-XXXXXX")
+  "$bourse" serve --data "$data/node" --listen 127.0.0.1:7420 2>"$data/node.log" &
+  node=$!
+  for _ in $(seq 1 100); do "$bourse" markets --node 127.0.0.1:7420 >/dev/null 2>&1 && break; sleep 0.1; done
+  "$bourse" gateway run --id 1 --open --listen 127.0.0.1:7421 --cluster 127.0.0.1:7420 --hold-us 0 \
+    --rate-per-sec 10000000 --burst 1000000 --day-trading 127.0.0.1:7422 --dt-latency "$latency" \
+    --dt-sessions "$sessions" --dt-history "$data/node/history.sqlite" --dt-dump-dir "$data/dumps" \
+    >"$data/gateway.out" 2>"$data/gateway.log" &
+  gateway=$!
+  for _ in $(seq 1 100); do grep -q "day-trading service on" "$data/gateway.out" 2>/dev/null && break; sleep 0.1; done
+  echo "== $(basename "$workload") (latency $latency, window $window, $(nproc) cores; uptime:$(uptime | sed 's/.*load average//'))"
+  node_before=$(cpu_ticks $node)
+  gateway_before=$(cpu_ticks $gateway)
+  thread_ticks $node >"$data/node.threads.0"
+  thread_ticks $gateway >"$data/gateway.threads.0"
+  /usr/bin/time -f '%U %S' -o "$data/driver.cpu" "$bourse" workload "$workload" --target 127.0.0.1:7422 \
+    --streams "$streams" --window "$window" --json 2> >(grep -v '^[0-9]*/[0-9]* commands' >&2) \
+    | tee "$data/report.json" | tail -1
+  thread_ticks $node >"$data/node.threads.1"
+  thread_ticks $gateway >"$data/gateway.threads.1"
+  echo "node threads: $(thread_delta "$data/node.threads.0" "$data/node.threads.1")"
+  echo "gateway threads: $(thread_delta "$data/gateway.threads.0" "$data/gateway.threads.1")"
+  # CPU seconds each process spent during the run (the node's includes its history sink).
+  echo "cpu seconds: node+sink $(( ($(cpu_ticks $node) - node_before) ))e-2, gateway+service $(( ($(cpu_ticks $gateway) - gateway_before) ))e-2, driver $(awk '{print $1 + $2}' "$data/driver.cpu")"
+  kill -TERM $gateway $node 2>/dev/null || true
+  wait $gateway $node 2>/dev/null || true
+  rm -rf "$data"
+done
