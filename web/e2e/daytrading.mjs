@@ -95,7 +95,7 @@ try {
   step('quote');
   await page.fill('#quote-symbol', 'ABC');
   await act('#quote', 'ok');
-  report.price = await page.$eval('#quote-result', (e) => e.dataset.price);
+  report.price = await until('the price shown', 10, () => page.$eval('#quote-result', (e) => e.dataset.price));
   const cents = Math.round(Number(report.price) * 100);
 
   step('buy, watch the countdown, commit');

@@ -108,7 +108,8 @@ function render(s: DtSummary | undefined): void {
   for (const t of s?.sellTriggers ?? []) triggerRow('sell', t.symbol, t.amount, t.triggerPrice, String(t.reservedShares));
   const history = $('history');
   history.replaceChildren(row(['#', 'Time', 'Command', 'Outcome'], {}, true));
-  for (const h of s?.history.recent ?? []) {
+  // The page's own polling makes every other command a DISPLAY_SUMMARY: those are not shown.
+  for (const h of (s?.history.recent ?? []).filter((item) => item.command !== 'DISPLAY_SUMMARY')) {
     const outcome = el('span', { class: h.outcome === 'ok' ? 'up' : 'down' }, h.outcome);
     history.append(row([String(h.transactionNum), new Date(h.stamp).toLocaleTimeString(), h.command, outcome]));
   }
