@@ -189,6 +189,10 @@ pub struct WorkloadArgs {
     /// Session streams to the service (per-user mode).
     #[arg(long, default_value_t = 4)]
     streams: usize,
+    /// Commands of one user in flight at once (per-user mode): 1 is the spec's mode;
+    /// more pipelines them (the service still applies each user's in order).
+    #[arg(long, default_value_t = 1)]
+    window: usize,
     /// An administrator's API key (the driver runs as one).
     #[arg(long, env = "BOURSE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -242,6 +246,7 @@ pub fn workload(args: WorkloadArgs) -> Result<(), String> {
     config.mode = args.mode;
     config.concurrency = args.users;
     config.streams = args.streams;
+    config.window = args.window;
     config.progress = !args.quiet;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let report = runtime.block_on(workload::run(&workload, &config))?;

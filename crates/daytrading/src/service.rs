@@ -41,6 +41,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::quote::{Clock, Quoter};
 
+/// Users known to be missing that the view remembers, at most.
+const MISSING_USERS_MAX: usize = 65_536;
+
 /// Unanswered calls one caller's stream may have.
 pub const CALLS_IN_FLIGHT_MAX: usize = 65_536;
 
@@ -415,6 +418,10 @@ impl Service {
         let user = pending.call.user();
         match DtError::from_code(u64::from(result.error_code)) {
             Some(DtError::UnknownUser) => {
+                if view.missing.len() >= MISSING_USERS_MAX {
+                    // Forgetting costs at most a quote fetched for a command that fails.
+                    view.missing.clear();
+                }
                 view.missing.insert(user.to_owned());
             }
             None if pending.call.kind == DtKind::Add => {

@@ -166,7 +166,8 @@ pub enum DumpError {
 pub fn dump(store: &mut Store, scope: DumpScope<'_>, server: &str, out: impl Write) -> Result<DumpStats, DumpError> {
     let mut out = Counting { inner: std::io::BufWriter::with_capacity(1 << 16, out), bytes: 0 };
     out.write_all(HEADER.as_bytes())?;
-    let through = scope.through_seq as i64;
+    // Every number above i64::MAX means "everything" (the column is a BIGINT).
+    let through = i64::try_from(scope.through_seq).unwrap_or(i64::MAX);
     let mut records = 0u64;
     let mut io_error = None;
     let mut each = |row: &[Value]| -> Result<(), StoreError> {

@@ -47,13 +47,23 @@ pub struct RunConfig {
     pub concurrency: usize,
     /// Session streams (per-user mode).
     pub streams: usize,
+    /// Commands of one user in flight at once (per-user mode; the spec's mode is 1).
+    pub window: usize,
     /// Print progress to stderr every second.
     pub progress: bool,
 }
 
 impl RunConfig {
     pub fn new(target: impl Into<String>) -> RunConfig {
-        RunConfig { target: target.into(), key: None, mode: Mode::PerUser, concurrency: 0, streams: 4, progress: true }
+        RunConfig {
+            target: target.into(),
+            key: None,
+            mode: Mode::PerUser,
+            concurrency: 0,
+            streams: 4,
+            window: 1,
+            progress: true,
+        }
     }
 }
 
@@ -403,65 +413,89 @@ async fn run_per_user(
     Ok(())
 }
 
-/// One stream's users: the first `active_max` start, each next user when one finishes.
+/// One stream's users: the first `active_max` start, each next user when one finishes;
+/// each user has up to `window` commands in flight (the service keeps a user's commands
+/// in order: one lane and one upstream session per user).
 async fn run_stream(
     mut client: DayTradingClient<Channel>,
     config: RunConfig,
     meter: Arc<Meter>,
     lines: Arc<Vec<Line>>,
-    mut users: Vec<VecDeque<usize>>,
+    users: Vec<VecDeque<usize>>,
     active_max: usize,
 ) -> Result<(), String> {
     let (sender, receiver) = mpsc::unbounded_channel::<proto::DayTradingRequests>();
     let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(receiver);
     let mut inbound = client.session(with_key(&config, outbound)).await.map_err(|e| e.to_string())?.into_inner();
-    // Line index → (user slot, sent at).
-    let mut outstanding: FxHashMap<u64, (usize, Instant)> = FxHashMap::default();
-    let mut waiting: VecDeque<usize> = (0..users.len()).collect();
-    let mut batch = Vec::new();
-    let start_user = |slot: usize,
-                      users: &mut Vec<VecDeque<usize>>,
-                      batch: &mut Vec<proto::DayTradingRequest>,
-                      outstanding: &mut FxHashMap<u64, (usize, Instant)>|
-     -> bool {
-        match users[slot].pop_front() {
-            Some(i) => {
-                batch.push(request(i, &lines[i]));
-                outstanding.insert(i as u64, (slot, Instant::now()));
-                true
-            }
-            None => false,
-        }
+    let window = config.window.max(1);
+    let mut stream = StreamState {
+        users,
+        in_flight: Vec::new(),
+        outstanding: FxHashMap::default(),
+        batch: Vec::new(),
+        lines: &lines,
+        window,
     };
+    stream.in_flight = vec![0; stream.users.len()];
+    let mut waiting: VecDeque<usize> = (0..stream.users.len()).collect();
     let mut active = 0;
     while active < active_max {
         let Some(slot) = waiting.pop_front() else { break };
-        if start_user(slot, &mut users, &mut batch, &mut outstanding) {
+        if stream.fill(slot) {
             active += 1;
         }
     }
-    if !batch.is_empty() {
-        let _ = sender.send(proto::DayTradingRequests { requests: std::mem::take(&mut batch) });
+    if !stream.batch.is_empty() {
+        let _ = sender.send(proto::DayTradingRequests { requests: std::mem::take(&mut stream.batch) });
     }
     while active > 0 {
         let message = inbound.message().await.map_err(|e| e.to_string())?;
         let Some(responses) = message else { return Err("the service ended the stream".into()) };
         for response in responses.responses {
-            let Some((slot, sent)) = outstanding.remove(&response.id) else { continue };
+            let Some((slot, sent)) = stream.outstanding.remove(&response.id) else { continue };
             meter.record(lines[response.id as usize].kind, sent, &response);
-            if !start_user(slot, &mut users, &mut batch, &mut outstanding) {
+            stream.in_flight[slot] -= 1;
+            stream.fill(slot);
+            if stream.in_flight[slot] == 0 {
+                // The user is done: the next one starts.
                 active -= 1;
                 while let Some(next) = waiting.pop_front() {
-                    if start_user(next, &mut users, &mut batch, &mut outstanding) {
+                    if stream.fill(next) {
                         active += 1;
                         break;
                     }
                 }
             }
         }
-        if !batch.is_empty() {
-            let _ = sender.send(proto::DayTradingRequests { requests: std::mem::take(&mut batch) });
+        if !stream.batch.is_empty() {
+            let _ = sender.send(proto::DayTradingRequests { requests: std::mem::take(&mut stream.batch) });
         }
     }
     Ok(())
+}
+
+/// What one stream has sent and not had answered.
+struct StreamState<'a> {
+    /// Each user's commands not yet sent, in number order.
+    users: Vec<VecDeque<usize>>,
+    /// Each user's commands sent and not answered.
+    in_flight: Vec<usize>,
+    /// Line index → (user slot, sent at).
+    outstanding: FxHashMap<u64, (usize, Instant)>,
+    batch: Vec<proto::DayTradingRequest>,
+    lines: &'a [Line],
+    window: usize,
+}
+
+impl StreamState<'_> {
+    /// Sends the user's next commands up to the window; whether any is in flight.
+    fn fill(&mut self, slot: usize) -> bool {
+        while self.in_flight[slot] < self.window {
+            let Some(i) = self.users[slot].pop_front() else { break };
+            self.batch.push(request(i, &self.lines[i]));
+            self.outstanding.insert(i as u64, (slot, Instant::now()));
+            self.in_flight[slot] += 1;
+        }
+        self.in_flight[slot] > 0
+    }
 }
