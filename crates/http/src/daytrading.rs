@@ -46,8 +46,9 @@ pub fn client(address: &str) -> Result<DayTradingClient, String> {
 #[derive(IntoResponses)]
 #[allow(dead_code)] // documents the responses; the handlers answer with ApiError
 pub enum DtErrors {
-    /// Malformed request (invalid_body, invalid_parameter), or a command the exchange logged as failed for a bad
-    /// argument: invalid arguments, invalid user, invalid symbol, invalid amount, invalid filename
+    /// Malformed request (invalid_body, invalid_parameter: also arguments the exchange refuses to log, such as
+    /// ones longer than 512 bytes), or a command the exchange logged as failed for a bad argument: invalid
+    /// arguments, invalid user, invalid symbol, invalid amount, invalid filename
     #[response(status = 400)]
     BadRequest(#[to_schema] ErrorBody),
     /// The API key is missing or unknown to the day-trading service
@@ -319,7 +320,9 @@ async fn execute(
         let why = response.failure;
         return Err(if why.starts_with("not authorized") {
             ApiError::Forbidden(why)
-        } else if why.starts_with("invalid request") {
+        } else if why.starts_with("invalid request") || why.starts_with("rejected") {
+            // The exchange refused it before the log: arguments past its bounds (e.g.
+            // longer than 512 bytes) are `day_trading_invalid`.
             ApiError::invalid_parameter(why)
         } else if why.starts_with("unavailable") || why.contains("stopped") {
             ApiError::Unavailable(why)

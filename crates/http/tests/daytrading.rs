@@ -143,6 +143,10 @@ async fn every_command_through_rest_with_its_errors_and_a_trigger_firing() {
     assert_eq!(theirs["user"], DT_USER);
     admin.expect(200, "POST", "/v1/daytrading/users/alice/add", Some(json!({"amount": "1.00"}))).await;
     failed(&admin, 400, "GET", "/v1/daytrading/users/bad%20user/summary", None, "invalid user").await;
+    // Arguments past the exchange's bounds are refused before the log: a plain 400.
+    let long = format!("/v1/daytrading/users/{}/summary", "u".repeat(600));
+    let refused = admin.expect(400, "GET", &long, None).await;
+    assert_eq!(refused["error"]["name"], "invalid_parameter", "{refused}");
     let written = admin.expect(200, "POST", "/v1/daytrading/dumplog", Some(json!({"filename": "./all.xml"}))).await;
     assert_eq!(written["filename"], "all.xml", "{written}");
     assert!(written["records"].as_u64().unwrap() > 40 && written["bytes"].as_u64().unwrap() > 1_000);
