@@ -50,27 +50,27 @@ pub enum DtErrors {
     /// ones longer than 512 bytes), or a command the exchange logged as failed for a bad argument: invalid
     /// arguments, invalid user, invalid symbol, invalid amount, invalid filename
     #[response(status = 400)]
-    BadRequest(#[to_schema] ErrorBody),
+    BadRequest(ErrorBody),
     /// The API key is missing or unknown to the day-trading service
     #[response(status = 401)]
-    Unauthenticated(#[to_schema] ErrorBody),
+    Unauthenticated(ErrorBody),
     /// The key may not act for this user (not_authorized): a user's key acts only as the user its key entry is
     /// named after
     #[response(status = 403)]
-    Forbidden(#[to_schema] ErrorBody),
+    Forbidden(ErrorBody),
     /// unknown_user (no successful add yet), or this server has no day-trading service (not_found)
     #[response(status = 404)]
-    NotFound(#[to_schema] ErrorBody),
+    NotFound(ErrorBody),
     /// The exchange logged the command as failed (insufficient funds, insufficient shares, amount below price,
     /// no pending buy/sell, no buy/sell trigger, quote unavailable); nothing changed
     #[response(status = 422)]
-    Failed(#[to_schema] ErrorBody),
+    Failed(ErrorBody),
     /// The service answered something unexpected, or its dump could not be written (dump failed)
     #[response(status = 502)]
-    Upstream(#[to_schema] ErrorBody),
+    Upstream(ErrorBody),
     /// The day-trading service or the exchange cannot be reached
     #[response(status = 503)]
-    Unavailable(#[to_schema] ErrorBody),
+    Unavailable(ErrorBody),
 }
 
 /// `{amount}`: ADD, BUY/SELL (with a symbol), SET_*_AMOUNT.
