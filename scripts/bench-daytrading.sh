@@ -22,6 +22,17 @@ latency=${BOURSE_DT_LATENCY:-none}
 window=${BOURSE_DT_WINDOW:-1}
 streams=${BOURSE_DT_STREAMS:-4}
 sessions=${BOURSE_DT_SESSIONS:-8}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks (1/100 s) of a process's threads, summed by thread name: "name ticks" lines.
+thread_ticks() {
+  for t in /proc/"$1"/task/*; do
+    printf '%s %s\n' "$(tr ' ' '_' <"$t/comm")" "$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null || echo 0)"
+  done | awk '{s[$1] += $2} END {for (k in s) print k, s[k]}' | sort
+}
+# What changed between two thread_ticks listings, largest first, in seconds.
+thread_delta() {
+  join -a 2 -e 0 -o 0,1.2,2.2 "$1" "$2" | awk '$3 - $2 > 0 {printf "%s %.2f\n", $1, ($3 - $2) / 100}' | sort -k2 -rn | head -8 | tr '\n' ' '
+}
 for workload in "$@"; do
   data=$(mktemp -d "${BOURSE_DT_DATA:-/tmp}/bourse-bench-dt-XXXXXX")
   "$bourse" serve --data "$data/node" --listen 127.0.0.1:7420 2>"$data/node.log" &
@@ -34,8 +45,19 @@ for workload in "$@"; do
   gateway=$!
   for _ in $(seq 1 100); do grep -q "day-trading service on" "$data/gateway.out" 2>/dev/null && break; sleep 0.1; done
   echo "== $(basename "$workload") (latency $latency, window $window, $(nproc) cores; uptime:$(uptime | sed 's/.*load average//'))"
-  "$bourse" workload "$workload" --target 127.0.0.1:7422 --streams "$streams" --window "$window" --json \
-    2> >(grep -v '^[0-9]*/[0-9]* commands' >&2) | tee "$data/report.json" | tail -1
+  node_before=$(cpu_ticks $node)
+  gateway_before=$(cpu_ticks $gateway)
+  thread_ticks $node >"$data/node.threads.0"
+  thread_ticks $gateway >"$data/gateway.threads.0"
+  /usr/bin/time -f '%U %S' -o "$data/driver.cpu" "$bourse" workload "$workload" --target 127.0.0.1:7422 \
+    --streams "$streams" --window "$window" --json 2> >(grep -v '^[0-9]*/[0-9]* commands' >&2) \
+    | tee "$data/report.json" | tail -1
+  thread_ticks $node >"$data/node.threads.1"
+  thread_ticks $gateway >"$data/gateway.threads.1"
+  echo "node threads: $(thread_delta "$data/node.threads.0" "$data/node.threads.1")"
+  echo "gateway threads: $(thread_delta "$data/gateway.threads.0" "$data/gateway.threads.1")"
+  # CPU seconds each process spent during the run (the node's includes its history sink).
+  echo "cpu seconds: node+sink $(( ($(cpu_ticks $node) - node_before) ))e-2, gateway+service $(( ($(cpu_ticks $gateway) - gateway_before) ))e-2, driver $(awk '{print $1 + $2}' "$data/driver.cpu")"
   kill -TERM $gateway $node 2>/dev/null || true
   wait $gateway $node 2>/dev/null || true
   rm -rf "$data"

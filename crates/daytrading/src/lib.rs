@@ -105,7 +105,8 @@ impl DayTradingServer {
             .max_encoding_message_size(MESSAGE_BYTES_MAX);
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            // No Nagle: small response batches must not wait for the peer's delayed ack.
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let result = tonic::transport::Server::builder()
                 .add_service(server)
                 .serve_with_incoming_shutdown(incoming, async move {
