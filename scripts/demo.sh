@@ -8,7 +8,8 @@
 #    mean-reversion traders over 10 stocks), the REST + WebSocket API and the dashboard
 #    at http://127.0.0.1:8080/ (a kill button per node: watch the failover), and a
 #    trading page at /trade.html (with the account's statement from a history sink that
-#    follows the cluster into DATA/history.sqlite). From a terminal it runs until Ctrl-C; otherwise for
+#    follows the cluster into DATA/history.sqlite) and a day-trading page at
+#    /daytrading.html. From a terminal it runs until Ctrl-C; otherwise for
 #    DEMO_SECONDS (60). On the way out it replays every replica: same index, same hash.
 # 2. The matching engine alone on exchange-core's 2020 mix, and the fairness benchmark.
 #

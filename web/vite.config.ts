@@ -1,8 +1,9 @@
 import { resolve } from 'node:path';
 import { defineConfig } from 'vite';
 
-// Two pages: the dashboard (index.html) and the trading page (trade.html). `npm run dev`
-// proxies the API to a running `bourse demo` on 127.0.0.1:8080.
+// Pages: the dashboard (index.html), the trading page (trade.html) and the day-trading
+// page (daytrading.html). `npm run dev` proxies the API to a running `bourse demo` on
+// 127.0.0.1:8080.
 export default defineConfig({
   build: {
     outDir: 'dist',
@@ -11,6 +12,7 @@ export default defineConfig({
       input: {
         dashboard: resolve(__dirname, 'index.html'),
         trade: resolve(__dirname, 'trade.html'),
+        daytrading: resolve(__dirname, 'daytrading.html'),
       },
     },
   },

@@ -9,7 +9,7 @@ command -v npm >/dev/null || { echo "web.sh: npm (Node.js 20.19 or later) is nee
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund
 fi
-newest_source=$(find index.html trade.html vite.config.ts tsconfig.json openapi.json package-lock.json src -newer dist/index.html \
+newest_source=$(find index.html trade.html daytrading.html vite.config.ts tsconfig.json openapi.json package-lock.json src -newer dist/index.html \
   -not -name schema.d.ts 2>/dev/null | head -1 || true)
 if [ ! -f dist/index.html ] || [ -n "$newest_source" ]; then
   npm run build

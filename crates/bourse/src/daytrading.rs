@@ -4,20 +4,22 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bourse_client::ApiKey;
+use bourse_daytrading::grpc::KeyCheck;
 use bourse_daytrading::quote::emulator::{EmulatorConfig, Latency};
 use bourse_daytrading::quote::market::MarketPrice;
 use bourse_daytrading::workload::{self, Mode, RunConfig};
-use bourse_daytrading::{Auth, Clock, DayTradingServer, ServerConfig, ServiceConfig, SourceConfig};
+use bourse_daytrading::{Auth, Clock, DayTradingServer, KeyHolder, ServerConfig, ServiceConfig, SourceConfig};
 use bourse_gateway::KeyStore;
 use clap::{Args, ValueEnum};
 
 #[derive(Args, Debug, Clone)]
 pub struct DayTradingArgs {
-    /// Serve the day-trading service (gRPC `DayTrading`) here.
+    /// Serve the day-trading service (gRPC `DayTrading`) here (with --http, also its REST
+    /// routes under /v1/daytrading and the page /daytrading.html).
     #[arg(long)]
     day_trading: Option<SocketAddr>,
     /// Where quotes come from (quote.source).
@@ -129,10 +131,7 @@ impl DayTradingArgs {
         };
         let auth = match keys {
             None => Auth::Open,
-            Some(path) => {
-                let store = Arc::new(KeyStore::load(path).map_err(|e| e.to_string())?);
-                Auth::Keys(Arc::new(move |key: &str| store.verify(key).map(|p| p.admin)))
-            }
+            Some(path) => Auth::Keys(key_check(path)?),
         };
         let config = ServerConfig { listen, service, source, emulator_listen: self.dt_emulator_listen, auth };
         let server = DayTradingServer::start(config).await.map_err(|e| format!("--day-trading {listen}: {e}"))?;
@@ -142,6 +141,35 @@ impl DayTradingArgs {
         }
         Ok(Some(server))
     }
+}
+
+/// How often, at most, an unknown key makes the service read the key file again.
+const KEYS_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Callers' keys from the key file: an administrator's acts for anyone, another acts
+/// as the user its entry is named after. A key not in the file makes the service read
+/// the file again (at most once a second), so a user's key made with `bourse gateway
+/// key-add --name USERID` logs in without a restart.
+fn key_check(path: &std::path::Path) -> Result<KeyCheck, String> {
+    let store = KeyStore::load(path).map_err(|e| e.to_string())?;
+    let state = Mutex::new((store, Instant::now()));
+    let path = path.to_path_buf();
+    Ok(Arc::new(move |key: &str| {
+        let holder = |store: &KeyStore| store.verify(key).map(|p| KeyHolder { name: p.name.clone(), admin: p.admin });
+        let mut state = state.lock().expect("key store lock");
+        if let Some(found) = holder(&state.0) {
+            return Some(found);
+        }
+        if state.1.elapsed() < KEYS_RELOAD_INTERVAL {
+            return None;
+        }
+        state.1 = Instant::now();
+        match KeyStore::load(&path) {
+            Ok(store) => state.0 = store,
+            Err(error) => tracing::warn!(%error, "day trading: the key file could not be read again"),
+        }
+        holder(&state.0)
+    }))
 }
 
 /// `bourse workload FILE|DIR`.

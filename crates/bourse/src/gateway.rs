@@ -172,12 +172,15 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
         if let Some(metrics) = gateway.metrics_addr() {
             println!("metrics on http://{metrics}/metrics");
         }
+        // The day-trading service starts first: the HTTP server's day-trading routes call it.
+        let day_trading = day_trading.start(gateway.addr(), dt_key, keys_path.as_deref()).await?;
         let http = match http {
             Some(listen) => {
                 let mut config = HttpConfig::new(listen, vec![gateway.addr().to_string()]);
                 config.service_key = service_key;
                 config.web_dir = web;
                 config.history = history;
+                config.day_trading = day_trading.as_ref().map(|server| server.addr().to_string());
                 let server = HttpServer::start(config).await.map_err(|e| format!("--http {listen}: {e}"))?;
                 println!("REST + WebSocket API on http://{}/ (OpenAPI: /openapi.json)", server.addr());
                 Some(server)
@@ -196,7 +199,6 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
         };
         let xml_servers =
             if xml.wanted() { xml.start(gateway.addr(), xml_key, xml_history.as_deref()).await? } else { Vec::new() };
-        let day_trading = day_trading.start(gateway.addr(), dt_key, keys_path.as_deref()).await?;
         bourse_gateway::wait_for_signal().await.map_err(|e| e.to_string())?;
         if let Some(server) = day_trading {
             server.shutdown().await;

@@ -3,9 +3,10 @@
 //! routes and tools).
 //!
 //! Callers authenticate with the gateway's API keys (`authorization: Bearer <key>`):
-//! an administrator's key acts as an administrator (the workload driver), any other
-//! key as the userid it names in `caller`, which may then send only that user's
-//! commands (the web page logs in by userid). A refusal here is a response with
+//! an administrator's key acts as an administrator (the workload driver, or an operator
+//! acting for any user), any other key as the user its key entry is named after
+//! (`bourse gateway key-add --name USERID`): `caller` must be empty or that name, and
+//! the key may then send only that user's commands. A refusal here is a response with
 //! `failure` set: the command never reached the log.
 
 use std::sync::Arc;
@@ -20,21 +21,35 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::service::{failure, Call, Replier, Service, CALLS_IN_FLIGHT_MAX};
 
 /// Who may call: every caller an administrator (a gateway run `--open`), or keys
-/// checked by `verify` (`Some(admin)` for a known key).
+/// checked by `verify`.
 #[derive(Clone)]
 pub enum Auth {
     Open,
     Keys(KeyCheck),
 }
 
-/// A key → `Some(admin)` for a known key, `None` for an unknown one.
-pub type KeyCheck = Arc<dyn Fn(&str) -> Option<bool> + Send + Sync>;
+/// The holder of a known key: its key entry's name and whether it is an administrator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyHolder {
+    pub name: String,
+    pub admin: bool,
+}
+
+impl KeyHolder {
+    /// Every caller of an `--open` service.
+    pub fn open() -> KeyHolder {
+        KeyHolder { name: String::new(), admin: true }
+    }
+}
+
+/// A key → its holder, `None` for an unknown key.
+pub type KeyCheck = Arc<dyn Fn(&str) -> Option<KeyHolder> + Send + Sync>;
 
 impl Auth {
-    /// Whether the request's key is an administrator's; unknown keys are refused.
-    fn admin<T>(&self, request: &Request<T>) -> Result<bool, Status> {
+    /// Who holds the request's key; unknown keys are refused.
+    fn holder<T>(&self, request: &Request<T>) -> Result<KeyHolder, Status> {
         let verify = match self {
-            Auth::Open => return Ok(true),
+            Auth::Open => return Ok(KeyHolder::open()),
             Auth::Keys(verify) => verify,
         };
         let key = request
@@ -52,16 +67,27 @@ pub struct DayTradingGrpc {
     pub auth: Auth,
 }
 
-/// The call a request makes, or why the caller may not make it.
-fn call_of(request: proto::DayTradingRequest, admin: bool) -> Result<Call, Box<proto::DayTradingResponse>> {
+/// The call a request makes, or why the caller may not make it. A key that is not an
+/// administrator's acts as the user named like its key entry, and only as that user.
+fn call_of(request: proto::DayTradingRequest, holder: &KeyHolder) -> Result<Call, Box<proto::DayTradingResponse>> {
     let id = request.id;
+    let admin = holder.admin;
     let kind = bourse_protocol::daytrading::kind_from_wire(request.command, "DayTradingRequest.command")
         .map_err(|e| Box::new(failure(id, format!("invalid request: {}", e.field()))))?;
-    let call =
-        Call { id, kind, args: request.args, transaction_num: request.transaction_num, caller: request.caller, admin };
+    let mut caller = request.caller;
+    if !admin {
+        if caller.is_empty() {
+            caller.clone_from(&holder.name);
+        } else if caller != holder.name {
+            let why = format!("not authorized: the key of {:?} may act only as {:?}", holder.name, holder.name);
+            return Err(Box::new(failure(id, why)));
+        }
+    }
+    let call = Call { id, kind, args: request.args, transaction_num: request.transaction_num, caller, admin };
     if !admin {
         if !userid_valid(&call.caller) {
-            return Err(Box::new(failure(id, "a key that is not an administrator's must name its user in caller")));
+            let why = format!("not authorized: the key's name {:?} is not a userid", holder.name);
+            return Err(Box::new(failure(id, why)));
         }
         let own = call.kind == DtKind::DumpLog && call.args.len() == 1 || call.args.first() == Some(&call.caller);
         if !own {
@@ -83,7 +109,7 @@ impl proto::day_trading_server::DayTrading for DayTradingGrpc {
         &self,
         request: Request<Streaming<proto::DayTradingRequests>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let admin = self.auth.admin(&request)?;
+        let holder = self.auth.holder(&request)?;
         let mut inbound = request.into_inner();
         let (responses, answered) = mpsc::unbounded_channel::<proto::DayTradingResponse>();
         let (batches, outgoing) = mpsc::channel::<Result<proto::DayTradingResponses, Status>>(64);
@@ -112,7 +138,7 @@ impl proto::day_trading_server::DayTrading for DayTradingGrpc {
                 for request in batch.requests {
                     let Ok(permit) = limit.acquire().await else { return };
                     permit.forget();
-                    match call_of(request, admin) {
+                    match call_of(request, &holder) {
                         Ok(call) => service.dispatch(call, Replier::Stream(responses.clone())).await,
                         Err(refused) => {
                             let _ = responses.send(*refused);
@@ -128,8 +154,8 @@ impl proto::day_trading_server::DayTrading for DayTradingGrpc {
         &self,
         request: Request<proto::DayTradingRequest>,
     ) -> Result<Response<proto::DayTradingResponse>, Status> {
-        let admin = self.auth.admin(&request)?;
-        let call = match call_of(request.into_inner(), admin) {
+        let holder = self.auth.holder(&request)?;
+        let call = match call_of(request.into_inner(), &holder) {
             Ok(call) => call,
             Err(refused) => return Ok(Response::new(*refused)),
         };
@@ -138,5 +164,52 @@ impl proto::day_trading_server::DayTrading for DayTradingGrpc {
         self.service.dispatch(call, Replier::Once(reply)).await;
         let response = answer.await.unwrap_or_else(|_| failure(id, "the service stopped"));
         Ok(Response::new(response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(caller: &str, kind: DtKind, args: &[&str]) -> proto::DayTradingRequest {
+        proto::DayTradingRequest {
+            id: 1,
+            command: bourse_protocol::daytrading::kind_wire(kind),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            transaction_num: 0,
+            caller: caller.to_owned(),
+        }
+    }
+
+    fn holder(name: &str, admin: bool) -> KeyHolder {
+        KeyHolder { name: name.to_owned(), admin }
+    }
+
+    #[test]
+    fn a_users_key_acts_only_as_the_user_it_is_named_after() {
+        let alice = holder("alice", false);
+        // Named or implied, alice acts for alice.
+        let call = call_of(request("alice", DtKind::Add, &["alice", "1.00"]), &alice).unwrap();
+        assert_eq!((call.caller.as_str(), call.admin), ("alice", false));
+        let call = call_of(request("", DtKind::DisplaySummary, &["alice"]), &alice).unwrap();
+        assert_eq!(call.caller, "alice");
+        // Not for bob: neither by naming bob as the caller nor by sending bob's command.
+        let refused = call_of(request("bob", DtKind::Add, &["bob", "1.00"]), &alice).unwrap_err();
+        assert!(refused.failure.starts_with("not authorized"), "{}", refused.failure);
+        let refused = call_of(request("alice", DtKind::Buy, &["bob", "ABC", "1.00"]), &alice).unwrap_err();
+        assert!(refused.failure.starts_with("not authorized"), "{}", refused.failure);
+        let refused = call_of(request("", DtKind::CommitBuy, &["bob"]), &alice).unwrap_err();
+        assert!(refused.failure.starts_with("not authorized"), "{}", refused.failure);
+        // A key whose name is no userid acts as nobody.
+        let refused = call_of(request("", DtKind::DisplaySummary, &["x"]), &holder("web front", false)).unwrap_err();
+        assert!(refused.failure.starts_with("not authorized"), "{}", refused.failure);
+        // The global DUMPLOG goes to the engine, which logs its refusal.
+        let call = call_of(request("", DtKind::DumpLog, &["all.xml"]), &alice).unwrap();
+        assert!(!call.admin);
+        // An administrator acts for anyone, with or without a caller.
+        let ops = holder("ops", true);
+        let call = call_of(request("bob", DtKind::Add, &["bob", "1.00"]), &ops).unwrap();
+        assert_eq!((call.caller.as_str(), call.admin), ("bob", true));
+        assert!(call_of(request("", DtKind::Add, &["carol", "1.00"]), &ops).unwrap().admin);
     }
 }

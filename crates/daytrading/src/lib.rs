@@ -35,7 +35,7 @@ use std::sync::Arc;
 use bourse_protocol::proto;
 use tokio::sync::watch;
 
-pub use grpc::Auth;
+pub use grpc::{Auth, KeyHolder};
 pub use quote::{Clock, SourceConfig};
 pub use service::{Service, ServiceConfig};
 

@@ -13,7 +13,7 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use bourse_engine::command::{CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
 use bourse_engine::{AccountId, Amount, AssetId, OrderId, Px, Qty, SymbolId};
@@ -56,6 +56,23 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/orders/{order}/query", get(crate::history::order_query))
         .route("/v1/history/trades/{symbol}", get(crate::history::trades))
         .route("/v1/admin/close-day", post(close_day))
+        .route("/v1/daytrading/users/{userid}/add", post(crate::daytrading::add))
+        .route("/v1/daytrading/users/{userid}/quote", post(crate::daytrading::quote))
+        .route("/v1/daytrading/users/{userid}/buy", post(crate::daytrading::buy))
+        .route("/v1/daytrading/users/{userid}/buy/commit", post(crate::daytrading::commit_buy))
+        .route("/v1/daytrading/users/{userid}/buy/cancel", post(crate::daytrading::cancel_buy))
+        .route("/v1/daytrading/users/{userid}/sell", post(crate::daytrading::sell))
+        .route("/v1/daytrading/users/{userid}/sell/commit", post(crate::daytrading::commit_sell))
+        .route("/v1/daytrading/users/{userid}/sell/cancel", post(crate::daytrading::cancel_sell))
+        .route("/v1/daytrading/users/{userid}/buy-triggers/{symbol}/amount", put(crate::daytrading::set_buy_amount))
+        .route("/v1/daytrading/users/{userid}/buy-triggers/{symbol}/price", put(crate::daytrading::set_buy_trigger))
+        .route("/v1/daytrading/users/{userid}/buy-triggers/{symbol}", delete(crate::daytrading::cancel_set_buy))
+        .route("/v1/daytrading/users/{userid}/sell-triggers/{symbol}/amount", put(crate::daytrading::set_sell_amount))
+        .route("/v1/daytrading/users/{userid}/sell-triggers/{symbol}/price", put(crate::daytrading::set_sell_trigger))
+        .route("/v1/daytrading/users/{userid}/sell-triggers/{symbol}", delete(crate::daytrading::cancel_set_sell))
+        .route("/v1/daytrading/users/{userid}/summary", get(crate::daytrading::summary))
+        .route("/v1/daytrading/users/{userid}/dumplog", get(crate::daytrading::user_dumplog))
+        .route("/v1/daytrading/dumplog", post(crate::daytrading::dumplog))
         .route("/v1/ws", get(crate::ws::upgrade))
         .route("/v1/cluster", get(crate::control::cluster))
         .route("/v1/cluster/nodes/{id}/kill", post(crate::control::kill))
@@ -85,7 +102,13 @@ pub fn router(state: Shared) -> Router {
         account_orders, deposit, withdraw, credit, place_order, get_order, cancel_order, order_fills,
         move_order, reduce_order, get_book, get_trades, crate::control::cluster, crate::control::kill,
         crate::control::stats, crate::control::guest, close_day, crate::history::statement, crate::history::order_history,
-        crate::history::order_query, crate::history::trades
+        crate::history::order_query, crate::history::trades,
+        crate::daytrading::add, crate::daytrading::quote, crate::daytrading::buy, crate::daytrading::commit_buy,
+        crate::daytrading::cancel_buy, crate::daytrading::sell, crate::daytrading::commit_sell,
+        crate::daytrading::cancel_sell, crate::daytrading::set_buy_amount, crate::daytrading::set_buy_trigger,
+        crate::daytrading::cancel_set_buy, crate::daytrading::set_sell_amount, crate::daytrading::set_sell_trigger,
+        crate::daytrading::cancel_set_sell, crate::daytrading::summary, crate::daytrading::user_dumplog,
+        crate::daytrading::dumplog
     ),
     components(schemas(
         crate::ws::WsRequest, crate::ws::WsMessage, crate::ws::Channel, crate::ws::WsOrderEvent
@@ -100,6 +123,8 @@ pub fn router(state: Shared) -> Router {
         (name = "history", description = "Statements, order histories and trades from the history store \
             (servers started with --history only)"),
         (name = "admin", description = "Operator commands: the close of the trading day"),
+        (name = "daytrading", description = "The day-trading service's sixteen commands (servers started with \
+            --day-trading only): a user's key acts as the user it is named after, an administrator's for anyone"),
     )
 )]
 pub struct ApiDoc;

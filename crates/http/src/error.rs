@@ -24,6 +24,9 @@ pub mod code {
     pub const FORBIDDEN: u32 = 2004;
     pub const UPSTREAM_UNAVAILABLE: u32 = 2005;
     pub const UPSTREAM_ERROR: u32 = 2006;
+    /// A day-trading command the exchange logged as failed: 3000 + the spec's error
+    /// number (3001 invalid arguments … 3016 dump failed).
+    pub const DAY_TRADING: u32 = 3000;
 }
 
 /// Why a request failed.
@@ -50,6 +53,10 @@ pub enum ApiError {
     /// The upstream answered something unexpected.
     #[error("{0}")]
     Upstream(String),
+    /// A day-trading command the exchange logged as failed; the message is the spec's
+    /// errorMessage text.
+    #[error("{}", .0.message())]
+    DayTrading(bourse_engine::daytrading::DtError),
 }
 
 impl ApiError {
@@ -73,6 +80,11 @@ impl ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, code::UPSTREAM_UNAVAILABLE, "upstream_unavailable".into())
             }
             ApiError::Upstream(_) => (StatusCode::BAD_GATEWAY, code::UPSTREAM_ERROR, "upstream_error".into()),
+            ApiError::DayTrading(error) => (
+                crate::daytrading::failed_status(*error),
+                code::DAY_TRADING + u32::from(error.code()),
+                error.message().replace(' ', "_"),
+            ),
         }
     }
 

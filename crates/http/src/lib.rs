@@ -27,6 +27,7 @@
 
 pub mod api;
 pub mod control;
+pub mod daytrading;
 pub mod error;
 pub mod history;
 pub mod market;
@@ -59,6 +60,9 @@ pub struct HttpConfig {
     pub web_dir: Option<std::path::PathBuf>,
     /// The history store the history routes read (a SQLite file or `postgres://…`).
     pub history: Option<String>,
+    /// The day-trading service (`host:port` of its gRPC `DayTrading`) the
+    /// `/v1/daytrading` routes call; without one they answer 404.
+    pub day_trading: Option<String>,
 }
 
 impl HttpConfig {
@@ -71,6 +75,7 @@ impl HttpConfig {
             ws_buffer: 4_096,
             web_dir: None,
             history: None,
+            day_trading: None,
         }
     }
 
@@ -98,6 +103,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// The history store, when configured.
     pub history: Option<Arc<history::HistoryDb>>,
+    /// The day-trading service, when configured.
+    pub day_trading: Option<daytrading::DayTradingClient>,
 }
 
 /// A running HTTP front end.
@@ -123,6 +130,10 @@ impl HttpServer {
             Some(url) => Some(history::HistoryDb::open(url).await.map_err(std::io::Error::other)?),
             None => None,
         };
+        let day_trading = match &config.day_trading {
+            Some(address) => Some(daytrading::client(address).map_err(std::io::Error::other)?),
+            None => None,
+        };
         let (shutdown, shutdown_seen) = watch::channel(false);
         let market = market::Market::start(&config, shutdown_seen.clone());
         let state = Arc::new(AppState {
@@ -131,6 +142,7 @@ impl HttpServer {
             control,
             shutdown: shutdown_seen.clone(),
             history,
+            day_trading,
             config,
         });
         let listener = tokio::net::TcpListener::bind(state.config.listen).await?;

@@ -38,8 +38,12 @@ fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
     let st = schemathesis();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let exchange = runtime.block_on(async {
-        let exchange = Exchange::start_with_history().await;
+        let exchange = Exchange::start_with_day_trading().await;
         exchange.market().await;
+        // A day trader with cash and a share, so the day-trading routes get past "unknown user".
+        let trader = format!("/v1/daytrading/users/{}", support::DT_USER);
+        let admin = exchange.client(&exchange.admin);
+        admin.expect(200, "POST", &format!("{trader}/add"), Some(serde_json::json!({"amount": "1000.00"}))).await;
         // Resting orders, so stateful runs find orders to read, move and cancel.
         let alice = exchange.client(&exchange.alice);
         alice.expect(201, "POST", "/v1/orders", Some(support::limit(0, "sell", 5, 150))).await;

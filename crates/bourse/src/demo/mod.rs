@@ -3,7 +3,8 @@
 //! It starts a replicated exchange of three `bourse node` processes on loopback (data
 //! in a temporary directory), several gateways in this process, each with its own
 //! injected network delays and clock error (`--profile`, CloudEx's by default), the
-//! REST + WebSocket API with the dashboard (`web/dist`) on the first gateway, and a
+//! REST + WebSocket API with the dashboard (`web/dist`) on the first gateway (with the
+//! day-trading service behind its `/v1/daytrading` routes and page), and a
 //! population of simulated traders (`bourse_sim::agents`, CloudEx's by default), each on
 //! its own session with its own key, spread round-robin over the gateways. It prints the
 //! address to open and runs until Ctrl-C (or `--seconds`). On the way out it stops the
@@ -188,9 +189,12 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
         stats: Arc::clone(&stats),
         guest: DemoGuest { api_key: keys.guest.clone(), accounts: vec![guest_account] },
     };
+    let history_url = history.as_ref().map(|(url, _)| url.clone());
+    let day_trading = start_day_trading(&addresses[0], &keys.admin, &data, history_url).await?;
     let mut http_config = HttpConfig::new(args.http, vec![addresses[0].clone()]);
     http_config.service_key = Some(ApiKey(http_key));
     http_config.history = history.as_ref().map(|(url, _)| url.clone());
+    http_config.day_trading = Some(day_trading.addr().to_string());
     if args.web.join("index.html").is_file() {
         http_config.web_dir = Some(args.web.clone());
     } else {
@@ -229,6 +233,7 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
     println!();
     println!("dashboard: http://{}/", http.addr());
     println!("trading page: http://{}/trade.html", http.addr());
+    println!("day trading: http://{}/daytrading.html (any user id, no key)", http.addr());
     println!("REST API: http://{}/openapi.json", http.addr());
     if history.is_some() {
         println!("history: http://{}/v1/accounts/{guest_account}/statement (the guest's statement)", http.addr());
@@ -248,6 +253,7 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
         aborts.iter().for_each(tokio::task::AbortHandle::abort);
     }
     http.shutdown().await;
+    day_trading.shutdown().await;
     for gateway in gateways {
         gateway.shutdown().await;
     }
@@ -321,6 +327,40 @@ async fn start_gateways(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok((gateways, http_key))
+}
+
+/// The day-trading service on the first gateway, for the day-trading page: emulated
+/// quotes (the demo's symbols have four letters, the day-trading ledger's at most three),
+/// every caller acting as the user it names (the demo is on loopback), submitting with
+/// the admin's key.
+async fn start_day_trading(
+    gateway: &str,
+    admin_key: &str,
+    data: &std::path::Path,
+    history: Option<String>,
+) -> Result<bourse_daytrading::DayTradingServer, String> {
+    use bourse_daytrading::quote::emulator::{EmulatorConfig, Latency};
+    let mut service = bourse_daytrading::ServiceConfig::new(vec![gateway.to_owned()]);
+    service.key = Some(ApiKey(admin_key.to_owned()));
+    service.dump_dir = data.join("dumps");
+    // DUMPLOG reads the audit log from the history store the demo's sink writes.
+    service.history = history;
+    service.sessions = 2;
+    let config = bourse_daytrading::ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        service,
+        source: bourse_daytrading::SourceConfig::Emulator(EmulatorConfig {
+            seed: 1,
+            price_min: 100,
+            price_max: 50_000,
+            latency: Latency::None,
+        }),
+        emulator_listen: None,
+        auth: bourse_daytrading::Auth::Open,
+    };
+    let server = bourse_daytrading::DayTradingServer::start(config).await.map_err(|e| format!("day trading: {e}"))?;
+    println!("  day-trading service on {} (emulated quotes)", server.addr());
+    Ok(server)
 }
 
 /// Creates the scenario's assets, symbols and funded accounts, then the guest's account

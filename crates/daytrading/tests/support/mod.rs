@@ -23,6 +23,9 @@ use tonic::transport::Channel;
 pub const T0_MS: u64 = 1_767_225_600_000;
 pub const STEP_MS: u64 = 10;
 
+/// The user `Exchange::user_key` is named after.
+pub const USER: &str = "oY01WVirLr";
+
 pub struct Options {
     pub virtual_clock: bool,
     pub source: SourceConfig,
@@ -56,7 +59,7 @@ pub struct Exchange {
     pub service: DayTradingServer,
     /// An administrator's key (the workload driver's).
     pub admin: String,
-    /// A key that is not an administrator's: it acts as the user it names in `caller`.
+    /// A key that is not an administrator's, named after the user `USER` it acts as.
     pub user_key: String,
     pub dump_dir: PathBuf,
     pub data: PathBuf,
@@ -77,7 +80,7 @@ impl Exchange {
         let node = Node::start(config).await.unwrap();
         let (admin, user_key) = (generate_key(), generate_key());
         let entries =
-            || vec![entry_for(&admin, "ops", Vec::new(), true), entry_for(&user_key, "web", Vec::new(), false)];
+            || vec![entry_for(&admin, "ops", Vec::new(), true), entry_for(&user_key, USER, Vec::new(), false)];
         let mut keys = KeyStore::from_entries(entries()).unwrap();
         let service_key = keys.add_process_key("day-trading", true);
         let mut gateway_config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
@@ -108,7 +111,9 @@ impl Exchange {
         service.dump_wait = Duration::from_secs(60);
         service.sessions = options.sessions;
         let verify = KeyStore::from_entries(entries()).unwrap();
-        let auth = Auth::Keys(Arc::new(move |key: &str| verify.verify(key).map(|p| p.admin)));
+        let auth = Auth::Keys(Arc::new(move |key: &str| {
+            verify.verify(key).map(|p| bourse_daytrading::KeyHolder { name: p.name.clone(), admin: p.admin })
+        }));
         let server = ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             service,

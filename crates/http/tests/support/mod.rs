@@ -24,22 +24,37 @@ pub struct Exchange {
     pub alice: String,
     /// The history sink following the node (`start_with_history`).
     pub history: Option<bourse_history::Following>,
+    /// The day-trading service the HTTP API's day-trading routes call
+    /// (`start_with_day_trading`).
+    pub day_trading: Option<bourse_daytrading::DayTradingServer>,
+    /// Day trading: a key named after the user `DT_USER` (it acts only as that user).
+    pub dt_user_key: String,
     _dir: tempfile::TempDir,
 }
+
+/// The user `Exchange::dt_user_key` is named after.
+pub const DT_USER: &str = "daytrader1";
 
 impl Exchange {
     /// A node, a gateway (hold 0) with an admin key and alice's key, and the HTTP API.
     pub async fn start() -> Exchange {
-        Exchange::start_with(false).await
+        Exchange::start_with(false, false).await
     }
 
     /// As `start`, with a history sink following the node into a SQLite file that the
     /// HTTP API's history routes read.
     pub async fn start_with_history() -> Exchange {
-        Exchange::start_with(true).await
+        Exchange::start_with(true, false).await
     }
 
-    async fn start_with(with_history: bool) -> Exchange {
+    /// As `start_with_history`, with the day-trading service (emulated quotes: seed 7,
+    /// 1.00 to 500.00; the trigger poller every 100 ms) that the HTTP API's day-trading
+    /// routes call.
+    pub async fn start_with_day_trading() -> Exchange {
+        Exchange::start_with(true, true).await
+    }
+
+    async fn start_with(with_history: bool, with_day_trading: bool) -> Exchange {
         let dir = tempfile::tempdir().unwrap();
         let config = NodeConfig {
             data: dir.path().to_path_buf(),
@@ -48,13 +63,17 @@ impl Exchange {
             ..NodeConfig::default()
         };
         let node = Node::start(config).await.unwrap();
-        let (admin, alice) = (generate_key(), generate_key());
-        let mut keys = KeyStore::from_entries(vec![
-            entry_for(&admin, "ops", Vec::new(), true),
-            entry_for(&alice, "alice", vec![0, 1], false),
-        ])
-        .unwrap();
+        let (admin, alice, dt_user_key) = (generate_key(), generate_key(), generate_key());
+        let entries = || {
+            vec![
+                entry_for(&admin, "ops", Vec::new(), true),
+                entry_for(&alice, "alice", vec![0, 1], false),
+                entry_for(&dt_user_key, DT_USER, Vec::new(), false),
+            ]
+        };
+        let mut keys = KeyStore::from_entries(entries()).unwrap();
         let service = keys.add_process_key("http-front-end", false);
+        let dt_key = keys.add_process_key("day-trading", true);
         let mut gateway_config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
         gateway_config.hold_us = 0;
         let gateway = Gateway::start(gateway_config, keys).await.unwrap();
@@ -72,8 +91,38 @@ impl Exchange {
             history = Some(bourse_history::Following::start(vec![node.addr.to_string()], &url, sink).await.unwrap());
             http_config.history = Some(url);
         }
+        let mut day_trading = None;
+        if with_day_trading {
+            use bourse_daytrading::quote::emulator::{EmulatorConfig, Latency};
+            let mut service = bourse_daytrading::ServiceConfig::new(vec![gateway.addr().to_string()]);
+            service.key = Some(bourse_client::ApiKey(dt_key));
+            service.trigger_poll_ms = 100;
+            service.dump_dir = dir.path().join("dumps");
+            service.history = http_config.history.clone();
+            service.dump_wait = Duration::from_secs(60);
+            service.sessions = 2;
+            let verify = KeyStore::from_entries(entries()).unwrap();
+            let auth = bourse_daytrading::Auth::Keys(std::sync::Arc::new(move |key: &str| {
+                verify.verify(key).map(|p| bourse_daytrading::KeyHolder { name: p.name.clone(), admin: p.admin })
+            }));
+            let config = bourse_daytrading::ServerConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                service,
+                source: bourse_daytrading::SourceConfig::Emulator(EmulatorConfig {
+                    seed: 7,
+                    price_min: 100,
+                    price_max: 50_000,
+                    latency: Latency::None,
+                }),
+                emulator_listen: None,
+                auth,
+            };
+            let server = bourse_daytrading::DayTradingServer::start(config).await.unwrap();
+            http_config.day_trading = Some(server.addr().to_string());
+            day_trading = Some(server);
+        }
         let http = HttpServer::start(http_config).await.unwrap();
-        Exchange { node, gateway, http, admin, alice, history, _dir: dir }
+        Exchange { node, gateway, http, admin, alice, history, day_trading, dt_user_key, _dir: dir }
     }
 
     pub fn client(&self, key: &str) -> Http {
@@ -110,6 +159,9 @@ impl Exchange {
     }
 
     pub async fn stop(self) {
+        if let Some(service) = self.day_trading {
+            service.shutdown().await;
+        }
         if let Some(history) = self.history {
             history.stop().await.unwrap();
         }
@@ -150,6 +202,25 @@ impl Http {
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
         (status, value)
+    }
+
+    /// A GET whose answer is not JSON: status, content type and content disposition, body.
+    pub async fn get_text(&self, path: &str) -> (u16, String, String, String) {
+        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(connection);
+        let mut request = hyper::Request::builder().method("GET").uri(path).header("host", self.addr.to_string());
+        if let Some(key) = &self.key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        let response = sender.send_request(request.body(Full::new(Bytes::new())).unwrap()).await.unwrap();
+        let status = response.status().as_u16();
+        let header =
+            |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let (content_type, disposition) = (header("content-type"), header("content-disposition"));
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, content_type, disposition, String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// The request's JSON, asserting its status.
