@@ -62,7 +62,7 @@ impl Default for SinkConfig {
             batch_rows_max: 100_000,
             snapshot_every_entries: 1_000_000,
             snapshot_every_secs: 60,
-            commit_every_ms: 20,
+            commit_every_ms: 100,
         }
     }
 }
