@@ -18,7 +18,7 @@ use bourse_engine::command::{Command, CommandBody};
 use bourse_engine::daytrading::{cents_format, DtEvent, DtRequest};
 use bourse_engine::Engine;
 
-use crate::rows::{AuditRow, RowKey};
+use crate::rows::{AuditEntryRow, AuditRow, RowKey};
 use crate::store::{Cell, Store, StoreError, Value};
 
 /// The `dt_audit` row of one audit record of `command`, numbered `audit_seq`.
@@ -111,13 +111,136 @@ pub fn audit_row(engine: &Engine, command: &Command, record: DtEvent, key: RowKe
     row
 }
 
+/// The record kinds, by their code in the encoding.
+const KINDS: [&str; 5] = ["userCommand", "quoteServer", "accountTransaction", "systemEvent", "errorEvent"];
+
+/// The `dt_audit` row of one log entry's audit records (`records` is not empty, in log
+/// order, numbered consecutively).
+///
+/// Encoding, per record: the kind's code (a byte, its index in `KINDS`), a byte of
+/// presence bits for the optional fields, the stamp and transactionNum (zigzag varints),
+/// then each present field in [`COLUMNS`] order: text as a varint length and its UTF-8
+/// bytes, numbers as zigzag varints. One row per entry instead of one per record: the
+/// sink writes half the rows (and half the by-user index entries) it did.
+pub fn audit_entry(records: &[AuditRow]) -> AuditEntryRow {
+    let first = &records[0];
+    let username = first.username.clone().filter(|u| records.iter().all(|r| r.username.as_ref() == Some(u)));
+    let mut out = Vec::with_capacity(64 * records.len());
+    for r in records {
+        let kind = KINDS.iter().position(|k| *k == r.record).unwrap_or(0);
+        out.push(kind as u8);
+        let texts = [r.command, r.username.as_deref(), r.symbol.as_deref(), r.filename.as_deref()];
+        let numbers = [r.funds, r.price, r.quote_server_time];
+        let tail = [r.cryptokey.as_deref(), r.action, r.error_message];
+        let mut present = 0u16;
+        let flags = texts.iter().map(Option::is_some).chain(numbers.iter().map(Option::is_some));
+        for (bit, on) in flags.chain(tail.iter().map(Option::is_some)).enumerate() {
+            present |= u16::from(on) << bit;
+        }
+        out.extend_from_slice(&present.to_le_bytes());
+        varint(&mut out, r.stamp);
+        varint(&mut out, r.transaction_num);
+        for text in texts.into_iter().flatten() {
+            bytes(&mut out, text.as_bytes());
+        }
+        for number in numbers.into_iter().flatten() {
+            varint(&mut out, number);
+        }
+        for text in tail.into_iter().flatten() {
+            bytes(&mut out, text.as_bytes());
+        }
+    }
+    AuditEntryRow { key: first.key, audit_seq: first.audit_seq, username, records: out }
+}
+
+fn varint(out: &mut Vec<u8>, value: i64) {
+    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn bytes(out: &mut Vec<u8>, value: &[u8]) {
+    varint(out, value.len() as i64);
+    out.extend_from_slice(value);
+}
+
+/// Reads an entry's records back, each as the values of [`COLUMNS`] (what [`write_row`]
+/// takes), with its username apart.
+struct Decoder<'a> {
+    input: &'a [u8],
+}
+
+impl Decoder<'_> {
+    fn fail() -> StoreError {
+        StoreError::Invalid("a dt_audit row's records are malformed".into())
+    }
+
+    fn byte(&mut self) -> Result<u8, StoreError> {
+        let (&b, rest) = self.input.split_first().ok_or_else(Self::fail)?;
+        self.input = rest;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<i64, StoreError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Ok((v >> 1) as i64 ^ -((v & 1) as i64));
+            }
+        }
+        Err(Self::fail())
+    }
+
+    fn text(&mut self) -> Result<String, StoreError> {
+        let len = usize::try_from(self.varint()?).map_err(|_| Self::fail())?;
+        if len > self.input.len() {
+            return Err(Self::fail());
+        }
+        let (text, rest) = self.input.split_at(len);
+        self.input = rest;
+        String::from_utf8(text.to_vec()).map_err(|_| Self::fail())
+    }
+
+    /// The next record's values in [`COLUMNS`] order, or `None` at the end.
+    fn record(&mut self) -> Result<Option<Vec<Value>>, StoreError> {
+        if self.input.is_empty() {
+            return Ok(None);
+        }
+        let kind = KINDS.get(usize::from(self.byte()?)).ok_or_else(Self::fail)?;
+        let present = u16::from_le_bytes([self.byte()?, self.byte()?]);
+        let on = |bit: u16| present & (1 << bit) != 0;
+        let mut values = Vec::with_capacity(13);
+        values.push(Value::Text((*kind).to_owned()));
+        values.push(Value::Int(self.varint()?));
+        values.push(Value::Int(self.varint()?));
+        // command, username, symbol, filename; funds, price, quote_server_time;
+        // cryptokey, action, error_message: the encoding's order is the columns'.
+        for bit in 0..4 {
+            values.push(if on(bit) { Value::Text(self.text()?) } else { Value::Null });
+        }
+        for bit in 4..7 {
+            values.push(if on(bit) { Value::Int(self.varint()?) } else { Value::Null });
+        }
+        for bit in 7..10 {
+            values.push(if on(bit) { Value::Text(self.text()?) } else { Value::Null });
+        }
+        Ok(Some(values))
+    }
+}
+
 /// The first line of every audit document, and the root element's.
 const HEADER: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<log>\n";
 const FOOTER: &str = "</log>\n";
 
-/// The columns a dump reads, in [`write_row`]'s order.
-const COLUMNS: &str = "record, stamp, transaction_num, command, username, symbol, filename, funds, price, \
-                       quote_server_time, cryptokey, action, error_message";
+/// The values of a record, in [`write_row`]'s order (an entry's records decode to these):
+/// record, stamp, transaction_num, command, username, symbol, filename, funds, price,
+/// quote_server_time, cryptokey, action, error_message.
+const USERNAME: usize = 4;
 
 /// Which records a dump holds: all of them, or one user's, up to an audit sequence
 /// number (a `DUMPLOG` command's own `userCommand`).
@@ -171,21 +294,37 @@ pub fn dump(store: &mut Store, scope: DumpScope<'_>, server: &str, out: impl Wri
     let mut records = 0u64;
     let mut io_error = None;
     let mut each = |row: &[Value]| -> Result<(), StoreError> {
-        if let Err(error) = write_row(&mut out, server, row) {
-            io_error = Some(error);
-            return Err(StoreError::Invalid("write failed".into()));
+        let first = row.first().and_then(Value::int).ok_or_else(Decoder::fail)?;
+        let Some(Value::Blob(encoded)) = row.get(1) else { return Err(Decoder::fail()) };
+        let mut decoder = Decoder { input: encoded };
+        let mut seq = first;
+        while let Some(values) = decoder.record()? {
+            if seq > through {
+                break;
+            }
+            seq += 1;
+            if scope.user.is_some() && values[USERNAME].text() != scope.user {
+                continue;
+            }
+            if let Err(error) = write_row(&mut out, server, &values) {
+                io_error = Some(error);
+                return Err(StoreError::Invalid("write failed".into()));
+            }
+            records += 1;
         }
-        records += 1;
         Ok(())
     };
+    // An entry whose records name several users (or none) has no username: a user's
+    // dump reads those too and keeps the records that name the user.
     let result = match scope.user {
         None => store.query_each(
-            &format!("SELECT {COLUMNS} FROM dt_audit WHERE audit_seq <= ? ORDER BY log_index, pos"),
+            "SELECT audit_seq, records FROM dt_audit WHERE audit_seq <= ? ORDER BY log_index, pos",
             &[Cell::Int(through)],
             &mut each,
         ),
         Some(user) => store.query_each(
-            &format!("SELECT {COLUMNS} FROM dt_audit WHERE username = ? AND audit_seq <= ? ORDER BY log_index, pos"),
+            "SELECT audit_seq, records FROM dt_audit WHERE (username = ? OR username IS NULL) AND audit_seq <= ? \
+             ORDER BY log_index, pos",
             &[Cell::Text(user), Cell::Int(through)],
             &mut each,
         ),

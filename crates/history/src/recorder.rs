@@ -64,6 +64,8 @@ pub struct Recorder {
     cancelled: Vec<OrderId>,
     /// The audit sequence number the next day-trading record of the command gets.
     audit_next: u64,
+    /// The audit records of the command being recorded.
+    audit_records: Vec<crate::rows::AuditRow>,
 }
 
 impl Recorder {
@@ -92,6 +94,7 @@ impl Recorder {
             touched: Vec::new(),
             cancelled: Vec::new(),
             audit_next: 0,
+            audit_records: Vec::new(),
         }
     }
 
@@ -162,6 +165,11 @@ impl Recorder {
             self.record_event(&mut keys, event, command, &mut cause, rows);
         }
         self.events = events;
+        if !self.audit_records.is_empty() {
+            // One `dt_audit` row per entry, its records encoded together.
+            rows.audit.push(crate::audit::audit_entry(&self.audit_records));
+            self.audit_records.clear();
+        }
         self.record_done(&mut keys, rows);
         *pos = keys.pos;
     }
@@ -176,7 +184,7 @@ impl Recorder {
             // An audit record is a row of `dt_audit`; a command's result is not.
             if record.is_record() {
                 let key = keys.next();
-                rows.audit.push(crate::audit::audit_row(&self.engine, command, record, key, self.audit_next));
+                self.audit_records.push(crate::audit::audit_row(&self.engine, command, record, key, self.audit_next));
                 self.audit_next += 1;
             }
             return;

@@ -155,6 +155,17 @@ pub struct AuditRow {
     pub error_message: Option<&'static str>,
 }
 
+/// The `dt_audit` row of one log entry: its audit records (one or more [`AuditRow`]s,
+/// numbered from `audit_seq` on) encoded together by `audit::audit_entry`, and the user
+/// they all name (`None` when they name several or none). Keyed by its first record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditEntryRow {
+    pub key: RowKey,
+    pub audit_seq: i64,
+    pub username: Option<String>,
+    pub records: Vec<u8>,
+}
+
 /// The rows of a run of log entries, per table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rows {
@@ -165,7 +176,7 @@ pub struct Rows {
     pub accounts: Vec<AccountRow>,
     pub assets: Vec<AssetRow>,
     pub symbols: Vec<SymbolRow>,
-    pub audit: Vec<AuditRow>,
+    pub audit: Vec<AuditEntryRow>,
 }
 
 impl Rows {

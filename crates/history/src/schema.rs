@@ -16,10 +16,11 @@
 //! `snapshot`/`snapshot_index` is the sink's engine at some index at or below the
 //! progress, to restart without replaying the whole log.
 //!
-//! Day-trading audit records (`dt_audit`) are keyed the same way, with their position in
-//! the ledger's audit sequence (`audit_seq`, which `DUMPLOG` bounds its output by) and
-//! every column any of the five record kinds has (null where a kind has none). Rows of
-//! `dt_audit` in key order are the audit log in log order.
+//! Day-trading audit records (`dt_audit`) are one row per command, keyed by its first
+//! record, with that record's position in the ledger's audit sequence (`audit_seq`;
+//! the others follow it, and `DUMPLOG` bounds its output by them), the user the records
+//! name (null when several or none) and the records encoded (`audit::audit_entry`).
+//! Rows of `dt_audit` in key order are the audit log in log order.
 
 /// Which SQL dialect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +33,8 @@ pub enum Dialect {
 /// refused rather than misread.
 /// Version 2: tables keyed by their access paths, `account_events.external_id`.
 /// Version 3: `dt_audit`, the day-trading audit records.
-pub const SCHEMA_VERSION: i64 = 3;
+/// Version 4: `dt_audit` has one row per log entry, its records encoded in `records`.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The row tables and their columns after the key, in insert order.
 pub const TABLES: &[(&str, &str)] = &[
@@ -68,9 +70,7 @@ pub const TABLES: &[(&str, &str)] = &[
     ),
     (
         "dt_audit",
-        "audit_seq BIGINT NOT NULL, record TEXT NOT NULL, stamp BIGINT NOT NULL, transaction_num BIGINT NOT NULL, \
-         command TEXT, username TEXT, symbol TEXT, filename TEXT, funds BIGINT, price BIGINT, \
-         quote_server_time BIGINT, cryptokey TEXT, action TEXT, error_message TEXT",
+        "audit_seq BIGINT NOT NULL, username TEXT, records BLOB NOT NULL",
     ),
 ];
 
@@ -114,7 +114,8 @@ pub fn create_statements(dialect: Dialect) -> Vec<String> {
         let key = primary_key(table);
         statements.push(format!(
             "CREATE TABLE IF NOT EXISTS {table} (log_index BIGINT NOT NULL, pos BIGINT NOT NULL, ts BIGINT NOT NULL, \
-             {columns}, PRIMARY KEY ({key})){suffix}"
+             {}, PRIMARY KEY ({key})){suffix}",
+            columns.replace(" BLOB", &format!(" {blob}"))
         ));
     }
     statements.extend(INDEXES.iter().map(|s| s.to_string()));

@@ -46,6 +46,12 @@ pub struct SinkConfig {
     pub snapshot_every_entries: u64,
     /// ... or this often (seconds), whichever comes first.
     pub snapshot_every_secs: u64,
+    /// The writer commits at most this often (milliseconds): the batches that arrive
+    /// meanwhile join the next transaction (up to `batch_rows_max` rows). Each commit
+    /// writes every B-tree page it touched to the WAL, so at a modest rate (one small
+    /// batch per log chunk) fewer, larger transactions cost the writer much less; the
+    /// store lags the log by at most this much more. 0: commit whatever is there.
+    pub commit_every_ms: u64,
 }
 
 impl Default for SinkConfig {
@@ -56,6 +62,7 @@ impl Default for SinkConfig {
             batch_rows_max: 100_000,
             snapshot_every_entries: 1_000_000,
             snapshot_every_secs: 60,
+            commit_every_ms: 100,
         }
     }
 }
@@ -259,10 +266,11 @@ impl Sink {
         let (sender, chunks) = mpsc::channel(config.queue_chunks_max.max(1));
         let (batches_sender, batches) = std::sync::mpsc::sync_channel(config.queue_batches_max.max(1));
         let writer_status = Arc::clone(&status);
+        let (commit_every, rows_max) = (Duration::from_millis(config.commit_every_ms), config.batch_rows_max);
         let writer = std::thread::Builder::new()
             .name("history-writer".into())
             .spawn(move || {
-                let result = write_loop(store, batches, &writer_status);
+                let result = write_loop(store, batches, &writer_status, commit_every, rows_max);
                 if let Err(error) = &result {
                     writer_status.fail(error);
                 }
@@ -397,14 +405,32 @@ fn write_loop(
     mut store: Store,
     batches: std::sync::mpsc::Receiver<Batch>,
     status: &SinkStatus,
+    commit_every: Duration,
+    rows_max: usize,
 ) -> Result<(), SinkError> {
-    while let Ok(batch) = batches.recv() {
+    let mut committed_at: Option<Instant> = None;
+    while let Ok(mut batch) = batches.recv() {
+        // Until the interval since the last commit is over, the next batches join this
+        // one (consecutive entries: their rows follow, their progress is the later one,
+        // a snapshot the latest, still at or below the progress).
+        let due = committed_at.map(|at| at + commit_every);
+        while batch.rows.len() < rows_max {
+            let wait = due.map_or(Duration::ZERO, |due| due.saturating_duration_since(Instant::now()));
+            let next = if wait.is_zero() { batches.try_recv().ok() } else { batches.recv_timeout(wait).ok() };
+            let Some(next) = next else { break };
+            batch.rows.extend(next.rows);
+            batch.progress = next.progress;
+            if next.snapshot.is_some() {
+                batch.snapshot = next.snapshot;
+            }
+        }
         let snapshot = batch.snapshot.as_ref().map(|(index, bytes)| (*index, bytes.as_slice()));
         store.write(&batch.rows, &batch.progress, snapshot)?;
         status.rows_written.fetch_add(batch.rows.len() as u64, Ordering::Relaxed);
         status.batches_written.fetch_add(1, Ordering::Relaxed);
         status.written_ts.store(batch.progress.applied_ts, Ordering::Relaxed);
         status.written_index.store(batch.progress.applied_index, Ordering::Release);
+        committed_at = Some(Instant::now());
     }
     Ok(())
 }

@@ -97,6 +97,27 @@ fn document(url: &str, user: Option<&str>) -> (Vec<u8>, u64) {
     (out, stats.records)
 }
 
+/// The document `whole` keeps only the records naming `user`: what that user's dump must be.
+fn records_of(whole: &[u8], user: &str) -> String {
+    let text = std::str::from_utf8(whole).unwrap();
+    let mut out = String::new();
+    let mut record = String::new();
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("  <") || line.starts_with("    <") {
+            record.push_str(line);
+            if line.starts_with("  </") {
+                if record.contains(&format!("<username>{user}</username>")) {
+                    out.push_str(&record);
+                }
+                record.clear();
+            }
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 /// A whole run, a run restarted at three cuts, and two concurrent sinks: the same
 /// audit document; it has every record of the ledger.
 fn one_backend(live: &str, restarted: &str, shared: &str) -> Vec<Vec<u8>> {
@@ -130,6 +151,7 @@ fn one_backend(live: &str, restarted: &str, shared: &str) -> Vec<Vec<u8>> {
         for other in USERS.iter().filter(|u| **u != user) {
             assert!(!text.contains(&format!("<username>{other}</username>")));
         }
+        assert_eq!(text, records_of(&out[0], user), "a user's document is the whole one's records of the user");
         out.push(mine);
     }
     out

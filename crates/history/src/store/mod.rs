@@ -25,6 +25,7 @@ use crate::schema::{Dialect, TABLES};
 pub enum Value {
     Int(i64),
     Text(String),
+    Blob(Vec<u8>),
     Null,
 }
 
@@ -49,6 +50,7 @@ impl Value {
 pub enum Cell<'a> {
     Int(i64),
     Text(&'a str),
+    Blob(&'a [u8]),
     Null,
 }
 
@@ -298,27 +300,13 @@ pub(crate) fn each_row<'a>(
             }
         }
         "dt_audit" => {
-            fn text(v: &Option<String>) -> Cell<'_> {
-                v.as_deref().map_or(Cell::Null, Cell::Text)
-            }
             for r in rows.audit.iter().filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[
                         Cell::Int(r.audit_seq),
-                        Cell::Text(r.record),
-                        Cell::Int(r.stamp),
-                        Cell::Int(r.transaction_num),
-                        r.command.map_or(Cell::Null, Cell::Text),
-                        text(&r.username),
-                        text(&r.symbol),
-                        text(&r.filename),
-                        opt(r.funds),
-                        opt(r.price),
-                        opt(r.quote_server_time),
-                        text(&r.cryptokey),
-                        r.action.map_or(Cell::Null, Cell::Text),
-                        r.error_message.map_or(Cell::Null, Cell::Text),
+                        r.username.as_deref().map_or(Cell::Null, Cell::Text),
+                        Cell::Blob(&r.records),
                     ],
                 )?;
             }

@@ -49,6 +49,10 @@ fn copy_row(buffer: &mut Vec<u8>, key: &RowKey, cells: &[Cell<'_>]) {
                 buffer.extend_from_slice(&(v.len() as i32).to_be_bytes());
                 buffer.extend_from_slice(v.as_bytes());
             }
+            Cell::Blob(v) => {
+                buffer.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                buffer.extend_from_slice(v);
+            }
             Cell::Null => buffer.extend_from_slice(&(-1i32).to_be_bytes()),
         }
     }
@@ -92,6 +96,7 @@ fn param<'a>(cell: &Cell<'a>) -> Box<dyn ToSql + Sync + 'a> {
     match *cell {
         Cell::Int(v) => Box::new(v),
         Cell::Text(v) => Box::new(v),
+        Cell::Blob(v) => Box::new(v),
         Cell::Null => Box::new(Option::<i64>::None),
     }
 }
@@ -214,6 +219,7 @@ impl Backend for Postgres {
                     Type::INT8 => row.get::<_, Option<i64>>(i).map_or(Value::Null, Value::Int),
                     Type::INT4 => row.get::<_, Option<i32>>(i).map_or(Value::Null, |v| Value::Int(i64::from(v))),
                     Type::TEXT | Type::VARCHAR => row.get::<_, Option<String>>(i).map_or(Value::Null, Value::Text),
+                    Type::BYTEA => row.get::<_, Option<Vec<u8>>>(i).map_or(Value::Null, Value::Blob),
                     ref other => return Err(StoreError::Invalid(format!("a query returned a column of type {other}"))),
                 };
                 values.push(value);

@@ -100,6 +100,7 @@ impl ToSql for Cell<'_> {
         Ok(match *self {
             Cell::Int(v) => ToSqlOutput::Borrowed(ValueRef::Integer(v)),
             Cell::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Cell::Blob(v) => ToSqlOutput::Borrowed(ValueRef::Blob(v)),
             Cell::Null => ToSqlOutput::Borrowed(ValueRef::Null),
         })
     }
@@ -226,7 +227,7 @@ impl Backend for Sqlite {
                     ValueRef::Text(v) => Value::Text(String::from_utf8_lossy(v).into_owned()),
                     ValueRef::Null => Value::Null,
                     ValueRef::Real(v) => Value::Int(v as i64),
-                    ValueRef::Blob(_) => Value::Null,
+                    ValueRef::Blob(v) => Value::Blob(v.to_vec()),
                 });
             }
             each(&values)?;

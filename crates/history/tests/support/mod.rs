@@ -141,6 +141,7 @@ pub fn small_config() -> SinkConfig {
         batch_rows_max: 300,
         snapshot_every_entries: 250,
         snapshot_every_secs: 3600,
+        commit_every_ms: 0,
     }
 }
 
