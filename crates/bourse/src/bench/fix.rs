@@ -11,6 +11,7 @@
 //! alternate a buy and a sell of 1 at one price between two accounts of their own, so
 //! every second order trades (its fills follow its New in the same batch).
 
+use super::closed_loop::{self, Names, Round};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -47,37 +48,8 @@ pub struct FixArgs {
     json: bool,
 }
 
-/// One round's figures.
-struct Round {
-    sessions: u32,
-    orders: u64,
-    errors: u64,
-    elapsed: Duration,
-    latency: Histogram<u64>,
-}
-
-impl Round {
-    fn per_sec(&self) -> f64 {
-        self.orders as f64 / self.elapsed.as_secs_f64()
-    }
-
-    fn json(&self) -> String {
-        let q = |p: f64| self.latency.value_at_quantile(p);
-        format!(
-            "{{\"sessions\":{},\"orders\":{},\"errors\":{},\"seconds\":{:.3},\"orders_per_sec\":{:.1},\"latency_us\":{{\"p50\":{},\"p90\":{},\"p99\":{},\"p999\":{},\"max\":{}}}}}",
-            self.sessions,
-            self.orders,
-            self.errors,
-            self.elapsed.as_secs_f64(),
-            self.per_sec(),
-            q(0.5),
-            q(0.9),
-            q(0.99),
-            q(0.999),
-            self.latency.max()
-        )
-    }
-}
+/// FIX sessions place orders.
+const NAMES: Names = Names { clients: "sessions", done: "orders" };
 
 pub fn run(args: &FixArgs) -> Result<(), String> {
     if args.sessions.is_empty() || args.sessions.contains(&0) || args.seconds <= 0.0 || args.window == 0 {
@@ -92,28 +64,10 @@ pub fn run(args: &FixArgs) -> Result<(), String> {
         "window {} per session; round trip = NewOrderSingle written → its first ExecutionReport read; node + gateway + FIX in this process",
         args.window
     );
-    eprintln!(
-        "{:>8} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
-        "sessions", "orders", "orders/s", "p50 µs", "p90 µs", "p99 µs", "p99.9", "max µs", "errors"
-    );
-    for round in &rounds {
-        let q = |p: f64| round.latency.value_at_quantile(p);
-        eprintln!(
-            "{:>8} {:>10} {:>12.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
-            round.sessions,
-            round.orders,
-            round.per_sec(),
-            q(0.5),
-            q(0.9),
-            q(0.99),
-            q(0.999),
-            round.latency.max(),
-            round.errors
-        );
-    }
+    closed_loop::print_table(&NAMES, "", &rounds);
     if args.json {
-        let rounds_json: Vec<String> = rounds.iter().map(Round::json).collect();
-        println!("{{\"bench\":\"fix\",\"window\":{},\"rounds\":[{}]}}", args.window, rounds_json.join(","));
+        let rounds = closed_loop::json_rounds(&NAMES, "", &rounds);
+        println!("{{\"bench\":\"fix\",\"window\":{},\"rounds\":{rounds}}}", args.window);
     }
     if rounds.iter().any(|round| round.errors > 0) {
         return Err("some orders were rejected (see errors)".into());
@@ -122,12 +76,7 @@ pub fn run(args: &FixArgs) -> Result<(), String> {
 }
 
 async fn rounds(args: &FixArgs) -> Result<Vec<Round>, String> {
-    let parent = match &args.data {
-        Some(dir) => dir.clone(),
-        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    };
-    let dir = tempfile::Builder::new().prefix("bourse-bench-fix-").tempdir_in(&parent).map_err(|e| e.to_string())?;
+    let dir = closed_loop::scratch_dir("bourse-bench-fix-", args.data.as_deref())?;
     let config = NodeConfig {
         data: dir.path().join("node"),
         listen: "127.0.0.1:0".parse().expect("an address"),
@@ -174,13 +123,10 @@ async fn rounds(args: &FixArgs) -> Result<Vec<Round>, String> {
             };
             tasks.push(tokio::spawn(session_loop(plan)));
         }
-        let mut round =
-            Round { sessions, orders: 0, errors: 0, elapsed: Duration::ZERO, latency: super::measure::new_histogram() };
+        let mut round = Round::new(None, sessions);
         for task in tasks {
             let (orders, errors, latency) = task.await.map_err(|e| e.to_string())??;
-            round.orders += orders;
-            round.errors += errors;
-            round.latency.add(&latency).map_err(|e| e.to_string())?;
+            round.add(orders, errors, &latency)?;
         }
         round.elapsed = started.elapsed();
         rounds.push(round);

@@ -208,8 +208,7 @@ fn quantile<T: Copy + PartialOrd>(sorted: &[T], q: f64) -> Option<T> {
 }
 
 async fn lag(backend: &'static str, url: &str, args: &HistoryArgs) -> Result<Lag, String> {
-    let parent = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
-    let dir = tempfile::Builder::new().prefix("bourse-bench-history-").tempdir_in(parent).map_err(|e| e.to_string())?;
+    let dir = super::closed_loop::scratch_dir("bourse-bench-history-", None)?;
     let config = NodeConfig {
         data: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("an address"),

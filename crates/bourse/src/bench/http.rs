@@ -8,6 +8,7 @@
 //! the same price between two accounts of their own, so every second order trades.
 //! Every answer must be 201: anything else is counted and reported as an error.
 
+use super::closed_loop::{self, Names, Round};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -37,37 +38,8 @@ pub struct HttpArgs {
     json: bool,
 }
 
-/// One round's figures.
-struct Round {
-    clients: u32,
-    orders: u64,
-    errors: u64,
-    elapsed: Duration,
-    latency: Histogram<u64>,
-}
-
-impl Round {
-    fn per_sec(&self) -> f64 {
-        self.orders as f64 / self.elapsed.as_secs_f64()
-    }
-
-    fn json(&self) -> String {
-        let q = |p: f64| self.latency.value_at_quantile(p);
-        format!(
-            "{{\"clients\":{},\"orders\":{},\"errors\":{},\"seconds\":{:.3},\"orders_per_sec\":{:.1},\"latency_us\":{{\"p50\":{},\"p90\":{},\"p99\":{},\"p999\":{},\"max\":{}}}}}",
-            self.clients,
-            self.orders,
-            self.errors,
-            self.elapsed.as_secs_f64(),
-            self.per_sec(),
-            q(0.5),
-            q(0.9),
-            q(0.99),
-            q(0.999),
-            self.latency.max()
-        )
-    }
-}
+/// Each client places orders.
+const NAMES: Names = Names { clients: "clients", done: "orders" };
 
 pub fn run(args: &HttpArgs) -> Result<(), String> {
     if args.clients.is_empty() || args.clients.contains(&0) || args.seconds <= 0.0 {
@@ -79,28 +51,9 @@ pub fn run(args: &HttpArgs) -> Result<(), String> {
         "workload: POST /v1/orders, limit GTC qty 1, buy then sell at one price per client (every second order trades)"
     );
     eprintln!("closed loop, one keep-alive HTTP/1.1 connection per client; node + gateway + HTTP in this process");
-    eprintln!(
-        "{:>8} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
-        "clients", "orders", "orders/s", "p50 µs", "p90 µs", "p99 µs", "p99.9", "max µs", "errors"
-    );
-    for round in &rounds {
-        let q = |p: f64| round.latency.value_at_quantile(p);
-        eprintln!(
-            "{:>8} {:>10} {:>12.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
-            round.clients,
-            round.orders,
-            round.per_sec(),
-            q(0.5),
-            q(0.9),
-            q(0.99),
-            q(0.999),
-            round.latency.max(),
-            round.errors
-        );
-    }
-    let rounds_json: Vec<String> = rounds.iter().map(Round::json).collect();
+    closed_loop::print_table(&NAMES, "", &rounds);
     if args.json {
-        println!("{{\"bench\":\"http\",\"rounds\":[{}]}}", rounds_json.join(","));
+        println!("{{\"bench\":\"http\",\"rounds\":{}}}", closed_loop::json_rounds(&NAMES, "", &rounds));
     }
     if rounds.iter().any(|round| round.errors > 0) {
         return Err("some requests were not answered 201 (see errors)".into());
@@ -109,12 +62,7 @@ pub fn run(args: &HttpArgs) -> Result<(), String> {
 }
 
 async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
-    let parent = match &args.data {
-        Some(dir) => dir.clone(),
-        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    };
-    let dir = tempfile::Builder::new().prefix("bourse-bench-http-").tempdir_in(&parent).map_err(|e| e.to_string())?;
+    let dir = closed_loop::scratch_dir("bourse-bench-http-", args.data.as_deref())?;
     let config = NodeConfig {
         data: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("an address"),
@@ -155,13 +103,10 @@ async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
             let pair = (accounts[2 * client].0, accounts[2 * client + 1].0);
             tasks.push(tokio::spawn(client_loop(http.addr(), symbol, px, pair, end)));
         }
-        let mut round =
-            Round { clients, orders: 0, errors: 0, elapsed: Duration::ZERO, latency: super::measure::new_histogram() };
+        let mut round = Round::new(None, clients);
         for task in tasks {
             let (orders, errors, latency) = task.await.map_err(|e| e.to_string())??;
-            round.orders += orders;
-            round.errors += errors;
-            round.latency.add(&latency).map_err(|e| e.to_string())?;
+            round.add(orders, errors, &latency)?;
         }
         round.elapsed = started.elapsed();
         rounds.push(round);

@@ -6,6 +6,7 @@
 
 use clap::Subcommand;
 
+mod closed_loop;
 mod ec;
 mod engine;
 mod failover;

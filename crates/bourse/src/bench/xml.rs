@@ -12,6 +12,7 @@
 //! With `--queries` every order is followed by a `<query>` of it (which must answer a
 //! `<status>`), so half the requests are reads.
 
+use super::closed_loop::{self, Names, Round};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,44 +57,13 @@ enum FramingArg {
     Prefixed,
 }
 
-/// One round's figures.
-struct Round {
-    framing: FramingArg,
-    clients: u32,
-    requests: u64,
-    errors: u64,
-    elapsed: Duration,
-    latency: Histogram<u64>,
-}
+/// Each client sends requests.
+const NAMES: Names = Names { clients: "clients", done: "requests" };
 
-impl Round {
-    fn per_sec(&self) -> f64 {
-        self.requests as f64 / self.elapsed.as_secs_f64()
-    }
-
-    fn framing_name(&self) -> &'static str {
-        match self.framing {
-            FramingArg::Bare => "bare",
-            FramingArg::Prefixed => "prefixed",
-        }
-    }
-
-    fn json(&self) -> String {
-        let q = |p: f64| self.latency.value_at_quantile(p);
-        format!(
-            "{{\"framing\":\"{}\",\"clients\":{},\"requests\":{},\"errors\":{},\"seconds\":{:.3},\"requests_per_sec\":{:.1},\"latency_us\":{{\"p50\":{},\"p90\":{},\"p99\":{},\"p999\":{},\"max\":{}}}}}",
-            self.framing_name(),
-            self.clients,
-            self.requests,
-            self.errors,
-            self.elapsed.as_secs_f64(),
-            self.per_sec(),
-            q(0.5),
-            q(0.9),
-            q(0.99),
-            q(0.999),
-            self.latency.max()
-        )
+fn framing_name(framing: FramingArg) -> &'static str {
+    match framing {
+        FramingArg::Bare => "bare",
+        FramingArg::Prefixed => "prefixed",
     }
 }
 
@@ -105,29 +75,9 @@ pub fn run(args: &XmlArgs) -> Result<(), String> {
     let rounds = runtime.block_on(rounds(args))?;
     eprintln!("workload: <transactions> with one <order> of 1 share, buy then sell at one price per client (every second order trades)");
     eprintln!("closed loop; prefixed: one kept-open connection per client; bare: a connection per request; node + gateway + XML front end in this process");
-    eprintln!(
-        "{:>9} {:>8} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
-        "framing", "clients", "requests", "requests/s", "p50 µs", "p90 µs", "p99 µs", "p99.9", "max µs", "errors"
-    );
-    for round in &rounds {
-        let q = |p: f64| round.latency.value_at_quantile(p);
-        eprintln!(
-            "{:>9} {:>8} {:>10} {:>12.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
-            round.framing_name(),
-            round.clients,
-            round.requests,
-            round.per_sec(),
-            q(0.5),
-            q(0.9),
-            q(0.99),
-            q(0.999),
-            round.latency.max(),
-            round.errors
-        );
-    }
+    closed_loop::print_table(&NAMES, "framing", &rounds);
     if args.json {
-        let rounds_json: Vec<String> = rounds.iter().map(Round::json).collect();
-        println!("{{\"bench\":\"xml\",\"rounds\":[{}]}}", rounds_json.join(","));
+        println!("{{\"bench\":\"xml\",\"rounds\":{}}}", closed_loop::json_rounds(&NAMES, "framing", &rounds));
     }
     if rounds.iter().any(|round| round.errors > 0) {
         return Err("some requests were not answered <opened> (see errors)".into());
@@ -136,12 +86,7 @@ pub fn run(args: &XmlArgs) -> Result<(), String> {
 }
 
 async fn rounds(args: &XmlArgs) -> Result<Vec<Round>, String> {
-    let parent = match &args.data {
-        Some(dir) => dir.clone(),
-        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    };
-    let dir = tempfile::Builder::new().prefix("bourse-bench-xml-").tempdir_in(&parent).map_err(|e| e.to_string())?;
+    let dir = closed_loop::scratch_dir("bourse-bench-xml-", args.data.as_deref())?;
     let config = NodeConfig {
         data: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("an address"),
@@ -183,19 +128,10 @@ async fn rounds(args: &XmlArgs) -> Result<Vec<Round>, String> {
             let queries = args.queries;
             let tasks: Vec<_> =
                 (0..clients).map(|client| tokio::spawn(client_loop(addr, framing, client, queries, end))).collect();
-            let mut round = Round {
-                framing,
-                clients,
-                requests: 0,
-                errors: 0,
-                elapsed: Duration::ZERO,
-                latency: super::measure::new_histogram(),
-            };
+            let mut round = Round::new(Some(framing_name(framing)), clients);
             for task in tasks {
                 let (requests, errors, latency) = task.await.map_err(|e| e.to_string())??;
-                round.requests += requests;
-                round.errors += errors;
-                round.latency.add(&latency).map_err(|e| e.to_string())?;
+                round.add(requests, errors, &latency)?;
             }
             round.elapsed = started.elapsed();
             rounds.push(round);
