@@ -2,7 +2,7 @@
 // driven by playwright-core: `node e2e/dashboard.mjs URL SCREENSHOT_DIR`. The Rust test
 // crates/bourse/tests/demo.rs starts `bourse demo` and runs this against it. Prints one
 // JSON object with what it saw as its last line; exits non-zero when a check fails.
-import { chromium } from 'playwright-core';
+import { launchChromium, step, until } from './lib.mjs';
 import { join } from 'node:path';
 
 const [url, shots] = process.argv.slice(2);
@@ -11,33 +11,7 @@ if (!url || !shots) {
   process.exit(2);
 }
 const report = { url };
-const step = (text) => console.error(`e2e: ${text}`);
-
-/** Polls `probe` until it returns a truthy value, or fails after `seconds`. */
-async function until(what, seconds, probe) {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${seconds} s waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.BOURSE_CHROMIUM ?? '/usr/bin/chromium',
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-  ],
-  // Playwright gives every launch a new, empty profile directory of its own.
-});
+const browser = await launchChromium();
 let failed;
 try {
   const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });

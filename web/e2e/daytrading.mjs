@@ -5,7 +5,7 @@
 // quote, buys and commits (watching the 60-second countdown), sets a buy trigger that
 // fires and sees the summary change, and saves a screenshot. Prints one JSON object
 // with what it saw as its last line; exits non-zero when a check fails.
-import { chromium } from 'playwright-core';
+import { launchChromium, step, until } from './lib.mjs';
 
 const [url, screenshot, userid, key = ''] = process.argv.slice(2);
 if (!url || !screenshot || !userid) {
@@ -13,32 +13,7 @@ if (!url || !screenshot || !userid) {
   process.exit(2);
 }
 const report = { url, userid };
-const step = (text) => console.error(`e2e: ${text}`);
-
-/** Polls `probe` until it returns a truthy value, or fails after `seconds`. */
-async function until(what, seconds, probe) {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${seconds} s waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.BOURSE_CHROMIUM ?? '/usr/bin/chromium',
-  args: [
-    '--headless',
-    '--no-sandbox',
-    '--disable-gpu',
-    '--disable-quic',
-    '--no-first-run',
-    '--disable-background-networking',
-    '--disable-component-update',
-    '--disable-sync',
-  ],
-});
+const browser = await launchChromium();
 let failed;
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
