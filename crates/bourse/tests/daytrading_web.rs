@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{bourse_run, NodeProcess};
 
@@ -99,34 +99,9 @@ fn a_day_trader_logs_in_trades_and_sees_a_trigger_fire_in_the_browser() {
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("daytrading-e2e");
     std::fs::create_dir_all(&shots).expect("the screenshot directory");
     let shot = shots.join("daytrading.png");
-    let mut browser = Command::new("node")
-        .arg("e2e/daytrading.mjs")
-        .arg(&gateway.http)
-        .arg(&shot)
-        .arg(user)
-        .arg(&key)
-        .current_dir(root.join("web"))
-        .env("BOURSE_CHROMIUM", &chromium)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("running node e2e/daytrading.mjs");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = browser.try_wait().expect("waiting for the browser script") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = browser.kill();
-            panic!("the browser script ran for more than 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut output = String::new();
-    std::io::Read::read_to_string(&mut browser.stdout.take().expect("its stdout"), &mut output).expect("its output");
-    let report: serde_json::Value = serde_json::from_str(output.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("the browser script's last line is not JSON ({e}): {output}"));
-    println!("browser: {report}");
+    let args = [gateway.http.as_ref(), shot.as_os_str(), user.as_ref(), key.as_ref()];
+    let (status, report) =
+        support::run_browser_script("daytrading.mjs", &args, Path::new(&chromium), Duration::from_secs(120), || {});
     assert!(status.success(), "the browser checks failed: {report}");
     assert!(report["wrong_key"].as_str().is_some_and(|t| t.contains("unknown API key")), "{report}");
     assert!(report["invalid"].as_str().is_some_and(|t| t.contains("invalid amount")), "{report}");

@@ -11,6 +11,8 @@
 //! test also runs: it is quick when the build is current) and Chromium
 //! (scripts/deps/chromium.sh).
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -118,32 +120,11 @@ fn the_dashboard_shows_a_living_market_that_survives_a_leader_kill() {
 
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo-e2e");
     std::fs::create_dir_all(&shots).expect("the screenshot directory");
-    let mut browser = Command::new("node")
-        .arg("e2e/dashboard.mjs")
-        .arg(&url)
-        .arg(&shots)
-        .current_dir(root.join("web"))
-        .env("BOURSE_CHROMIUM", &chromium)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("running node e2e/dashboard.mjs");
-    let browser_deadline = Instant::now() + Duration::from_secs(240);
-    let status = loop {
-        if let Some(status) = browser.try_wait().expect("waiting for the browser script") {
-            break status;
-        }
-        if Instant::now() > browser_deadline {
-            let _ = browser.kill();
-            panic!("the browser script ran for more than 240 s");
-        }
-        while demo.line(Duration::from_millis(50)).is_some() {}
-    };
-    let mut output = String::new();
-    std::io::Read::read_to_string(&mut browser.stdout.take().expect("its stdout"), &mut output).expect("its output");
-    let report: serde_json::Value = serde_json::from_str(output.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("the browser script's last line is not JSON ({e}): {output}"));
-    println!("browser: {report}");
+    let args = [url.as_ref(), shots.as_os_str()];
+    let (status, report) =
+        support::run_browser_script("dashboard.mjs", &args, Path::new(&chromium), Duration::from_secs(240), || {
+            while demo.line(Duration::from_millis(50)).is_some() {}
+        });
     assert!(status.success(), "the browser checks failed: {report}");
     assert_eq!(report["symbols"], 10, "every symbol on the ticker");
     assert!(report["trades_first"].as_u64().unwrap_or(0) > 0);

@@ -463,3 +463,44 @@ pub fn data_copy(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Runs `node web/e2e/SCRIPT ARGS…` against Debian's Chromium at `chromium`, calling
+/// `tick` about every 100 ms while it runs (a test drains a child's output there), and
+/// fails the test past `limit`. Returns its exit status and its report: the JSON object
+/// on the last line of its stdout (progress goes to stderr, shown as it comes).
+pub fn run_browser_script(
+    script: &str,
+    args: &[&std::ffi::OsStr],
+    chromium: &Path,
+    limit: Duration,
+    mut tick: impl FnMut(),
+) -> (ExitStatus, serde_json::Value) {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web");
+    let mut browser = Process::new("node")
+        .arg(format!("e2e/{script}"))
+        .args(args)
+        .current_dir(web)
+        .env("BOURSE_CHROMIUM", chromium)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running node e2e/{script}: {e}"));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = browser.try_wait().expect("waiting for the browser script") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = browser.kill();
+            panic!("the browser script {script} ran for more than {} s", limit.as_secs());
+        }
+        tick();
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut output = String::new();
+    browser.stdout.take().expect("its stdout").read_to_string(&mut output).expect("its output");
+    let report: serde_json::Value = serde_json::from_str(output.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the browser script's last line is not JSON ({e}): {output}"));
+    println!("browser: {report}");
+    (status, report)
+}
