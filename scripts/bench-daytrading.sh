@@ -9,10 +9,10 @@
 # none), BOURSE_DT_WINDOW (commands in flight per user; default 1, the spec's per-user
 # mode), BOURSE_DT_STREAMS (driver streams; default 4), BOURSE_DT_SESSIONS (the service's
 # upstream sessions; default 8), BOURSE_DT_DATA (where the node's data goes; default a
-# temporary directory under /tmp).
+# temporary directory under /tmp), BOURSE_BIN (the binary; default ./target/release/bourse).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bourse=./target/release/bourse
+bourse=${BOURSE_BIN:-./target/release/bourse}
 folder=/work/shared/workloads/seng462
 if [ $# -eq 0 ]; then
   set -- "$folder/1userWorkLoad" "$folder/2userWorkLoad" "$folder/10User_testWorkLoad" \

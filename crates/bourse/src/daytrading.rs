@@ -90,16 +90,19 @@ impl DayTradingArgs {
         self.day_trading.is_some()
     }
 
-    /// Starts the service, submitting through the gateway at `upstream` with `key`; the
-    /// key file at `keys` (none: an `--open` gateway) authenticates its callers.
+    /// Starts the service, submitting through the gateway at `upstream` (in this
+    /// process: `local`) with `key`; the key file at `keys` (none: an `--open` gateway)
+    /// authenticates its callers.
     pub async fn start(
         &self,
         upstream: SocketAddr,
+        local: Option<bourse_client::LocalGateway>,
         key: Option<ApiKey>,
         keys: Option<&std::path::Path>,
     ) -> Result<Option<DayTradingServer>, String> {
         let Some(listen) = self.day_trading else { return Ok(None) };
         let mut service = ServiceConfig::new(vec![upstream.to_string()]);
+        service.local = local;
         service.key = key;
         service.clock = match self.dt_virtual_clock {
             Some(clock) => Clock::Virtual { t0_ms: clock.t0_ms, step_ms: clock.step_ms },

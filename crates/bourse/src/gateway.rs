@@ -173,7 +173,8 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
             println!("metrics on http://{metrics}/metrics");
         }
         // The day-trading service starts first: the HTTP server's day-trading routes call it.
-        let day_trading = day_trading.start(gateway.addr(), dt_key, keys_path.as_deref()).await?;
+        let day_trading =
+            day_trading.start(gateway.addr(), Some(gateway.local()), dt_key, keys_path.as_deref()).await?;
         let http = match http {
             Some(listen) => {
                 let mut config = HttpConfig::new(listen, vec![gateway.addr().to_string()]);

@@ -32,9 +32,11 @@ use bourse_protocol::proto::order_entry_client::OrderEntryClient;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
 
-use crate::endpoints::{AttemptError, Endpoints};
+use crate::endpoints::{backoff_next, AttemptError, Endpoints};
 use crate::error::{Error, Result};
+use crate::local::{LocalGateway, MessageStream};
 use crate::options::ClientOptions;
 use crate::reply::Reply;
 use crate::window::{AckEffect, Window};
@@ -205,9 +207,21 @@ impl Client {
     /// in turn, with backoff, for at most `options.unavailable_max`). The id must be new
     /// (see [`crate::random_client_id`]): this client numbers its commands from 1.
     pub async fn connect(endpoints: Vec<String>, client_id: ClientId, options: ClientOptions) -> Result<Client> {
-        let mut endpoints = Endpoints::new(endpoints, &options)?;
-        let stream = open_stream(&mut endpoints).await?;
-        tracing::info!(endpoint = endpoints.current_name(), client = client_id.0, "order entry session open");
+        let endpoints = Endpoints::new(endpoints, &options)?;
+        Client::open(Source::Remote(endpoints), client_id, options).await
+    }
+
+    /// Opens a session as `client_id` on a gateway in this process (see
+    /// [`crate::local`]): the same session, checks and exactly-once behaviour as over
+    /// the network, without the network.
+    pub async fn connect_local(gateway: LocalGateway, client_id: ClientId, options: ClientOptions) -> Result<Client> {
+        options.validate()?;
+        Client::open(Source::Local { gateway, options: options.clone() }, client_id, options).await
+    }
+
+    async fn open(mut source: Source, client_id: ClientId, options: ClientOptions) -> Result<Client> {
+        let stream = source.open().await?;
+        tracing::info!(endpoint = %source.name(), client = client_id.0, "order entry session open");
         let (events, receiver) = mpsc::channel(options.events_capacity);
         let shared = Arc::new(Shared {
             client_id,
@@ -224,7 +238,7 @@ impl Client {
             events_taken: AtomicBool::new(false),
             options,
         });
-        tokio::spawn(drive(Arc::clone(&shared), endpoints, stream));
+        tokio::spawn(drive(Arc::clone(&shared), source, stream));
         Ok(Client { handle: Arc::new(Handle { shared, events: Mutex::new(Some(receiver)) }) })
     }
 
@@ -337,7 +351,69 @@ impl Client {
 /// An open `Session` stream.
 struct Stream {
     outbound: mpsc::UnboundedSender<proto::ClientBatch>,
-    inbound: tonic::Streaming<proto::ServerBatch>,
+    inbound: MessageStream<proto::ServerBatch>,
+}
+
+/// Where sessions are opened: nodes or gateways over the network, or a gateway in
+/// this process.
+enum Source {
+    Remote(Endpoints),
+    Local { gateway: LocalGateway, options: ClientOptions },
+}
+
+impl Source {
+    async fn open(&mut self) -> Result<Stream> {
+        match self {
+            Source::Remote(endpoints) => open_stream(endpoints).await,
+            Source::Local { gateway, options } => open_local(gateway, options).await,
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Source::Remote(endpoints) => endpoints.current_name().to_owned(),
+            Source::Local { gateway, .. } => format!("{} (in process)", gateway.0.name()),
+        }
+    }
+
+    /// The stream broke: connect again, to the same endpoint first.
+    fn reset(&mut self) {
+        if let Source::Remote(endpoints) = self {
+            endpoints.reset();
+        }
+    }
+
+    /// The endpoint took commands and went silent: try the next one first.
+    fn advance(&mut self) {
+        if let Source::Remote(endpoints) = self {
+            endpoints.advance();
+        }
+    }
+}
+
+/// Opens a session on a gateway in this process; a refusal the network would retry
+/// (the gateway shutting down, say) is retried with the same backoff and bound.
+async fn open_local(gateway: &LocalGateway, options: &ClientOptions) -> Result<Stream> {
+    let started = Instant::now();
+    let mut backoff = options.backoff_min;
+    loop {
+        let (outbound, receiver) = mpsc::unbounded_channel();
+        let requests: MessageStream<proto::ClientBatch> = Box::pin(UnboundedReceiverStream::new(receiver).map(Ok));
+        let status = match gateway.0.session(options.request(requests)) {
+            Ok(inbound) => return Ok(Stream { outbound, inbound }),
+            Err(status) => status,
+        };
+        let reason = match AttemptError::from_status(status) {
+            AttemptError::Fatal(error) => return Err(error),
+            AttemptError::Retry(reason) | AttemptError::Redirect { reason, .. } => reason,
+        };
+        let waited = started.elapsed();
+        if waited >= options.unavailable_max {
+            return Err(Error::Unavailable { waited, last: format!("{} (in process): {reason}", gateway.0.name()) });
+        }
+        tokio::time::sleep(backoff.min(options.unavailable_max - waited)).await;
+        backoff = backoff_next(backoff, options.backoff_max);
+    }
 }
 
 /// How one stream ended.
@@ -366,7 +442,7 @@ async fn open_stream(endpoints: &mut Endpoints) -> Result<Stream> {
                     .session(options.request(UnboundedReceiverStream::new(receiver)))
                     .await
                     .map_err(AttemptError::from_status)?;
-                Ok(Stream { outbound, inbound: response.into_inner() })
+                Ok(Stream { outbound, inbound: Box::pin(response.into_inner()) })
             }
         })
         .await
@@ -374,7 +450,7 @@ async fn open_stream(endpoints: &mut Endpoints) -> Result<Stream> {
 
 /// The driver: runs streams one after another until the client is closed and answered,
 /// or no endpoint can be reached.
-async fn drive(shared: Arc<Shared>, mut endpoints: Endpoints, first: Stream) {
+async fn drive(shared: Arc<Shared>, mut source: Source, first: Stream) {
     let mut next = Some(first);
     loop {
         let mut stream = match next.take() {
@@ -383,12 +459,12 @@ async fn drive(shared: Arc<Shared>, mut endpoints: Endpoints, first: Stream) {
                 if closing_and_idle(&shared) {
                     return;
                 }
-                match open_stream(&mut endpoints).await {
+                match source.open().await {
                     Ok(stream) => {
                         let mut state = shared.lock();
                         state.reconnects += 1;
                         tracing::info!(
-                            endpoint = endpoints.current_name(),
+                            endpoint = %source.name(),
                             client = shared.client_id.0,
                             resending = state.window.len(),
                             "order entry session open again"
@@ -404,12 +480,12 @@ async fn drive(shared: Arc<Shared>, mut endpoints: Endpoints, first: Stream) {
             StreamEnd::Done => return,
             StreamEnd::Fatal(error) => return end_session(&shared, error).await,
             StreamEnd::Broken(reason) => {
-                tracing::warn!(endpoint = endpoints.current_name(), client = shared.client_id.0, %reason, "stream broken");
-                endpoints.reset();
+                tracing::warn!(endpoint = %source.name(), client = shared.client_id.0, %reason, "stream broken");
+                source.reset();
             }
             StreamEnd::Silent(reason) => {
-                tracing::warn!(endpoint = endpoints.current_name(), client = shared.client_id.0, %reason, "node silent; trying the next");
-                endpoints.advance();
+                tracing::warn!(endpoint = %source.name(), client = shared.client_id.0, %reason, "node silent; trying the next");
+                source.advance();
             }
         }
     }
@@ -442,7 +518,7 @@ async fn run_stream(shared: &Shared, stream: &mut Stream) -> StreamEnd {
         let give_up_at = waiting_since.map(|since| since + answer_timeout);
         tokio::select! {
             biased;
-            message = stream.inbound.message() => match message {
+            message = stream.inbound.next() => match message.transpose() {
                 Ok(Some(batch)) => {
                     if !batch.acks.is_empty() {
                         waiting_since = None;

@@ -174,7 +174,7 @@ fn endpoint(name: &str, options: &ClientOptions) -> Result<Endpoint> {
 }
 
 /// How long to wait before the next round, from the current pause.
-fn backoff_next(backoff: Duration, max: Duration) -> Duration {
+pub(crate) fn backoff_next(backoff: Duration, max: Duration) -> Duration {
     (backoff * 2).min(max)
 }
 

@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bourse_client::{ApiKey, Client, ClientOptions, SessionEvent};
+use bourse_client::{ApiKey, Client, ClientOptions, LocalGateway, SessionEvent};
 use bourse_engine::command::CommandBody;
 use bourse_engine::daytrading::{amount_parse, userid_valid, DtCommand, DtError, DtKind, DtQuote, DtRequest, Sym};
 use bourse_protocol::proto;
@@ -52,6 +52,9 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 65_536;
 pub struct ServiceConfig {
     /// The gateway's listen address (and others to fail over to).
     pub upstream: Vec<String>,
+    /// The gateway when it runs in this process: sessions are opened on it directly
+    /// (`bourse_client::local`) instead of at `upstream`.
+    pub local: Option<LocalGateway>,
     /// The service's own key: an administrator's (it vouches for callers).
     pub key: Option<ApiKey>,
     pub clock: Clock,
@@ -74,6 +77,7 @@ impl ServiceConfig {
     pub fn new(upstream: Vec<String>) -> ServiceConfig {
         ServiceConfig {
             upstream,
+            local: None,
             key: None,
             clock: Clock::Wall,
             quote_ttl_ms: 60_000,
@@ -435,9 +439,11 @@ impl Service {
 impl Upstream {
     async fn connect(config: &ServiceConfig) -> Result<Arc<Upstream>, String> {
         let id = bourse_client::random_client_id();
-        let client = Client::connect(config.upstream.clone(), id, config.client_options())
-            .await
-            .map_err(|e| format!("day trading: the gateway at {:?}: {e}", config.upstream))?;
+        let client = match &config.local {
+            Some(gateway) => Client::connect_local(gateway.clone(), id, config.client_options()).await,
+            None => Client::connect(config.upstream.clone(), id, config.client_options()).await,
+        }
+        .map_err(|e| format!("day trading: the gateway at {:?}: {e}", config.upstream))?;
         let events = client.events();
         Ok(Arc::new(Upstream { client, waiting: Mutex::default(), events: Mutex::new(events) }))
     }

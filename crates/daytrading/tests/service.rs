@@ -18,7 +18,8 @@ fn emulated_price(symbol: &str, user: &str, n: u64, k: u64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sixteen_commands_through_the_service_and_both_dumps_validate() {
-    let exchange = Exchange::start(Options { emulator_listen: true, ..Options::default() }).await;
+    // Over the gateway's listen address (the other tests open their sessions in process).
+    let exchange = Exchange::start(Options { emulator_listen: true, local: false, ..Options::default() }).await;
     let mut admin = exchange.client(&exchange.admin).await;
     use DtKind::*;
     let u = "oY01WVirLr";

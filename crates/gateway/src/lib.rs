@@ -179,6 +179,7 @@ pub struct Gateway {
     metrics: Arc<metrics::Metrics>,
     shutdown: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
+    state: Arc<State>,
 }
 
 /// Why a gateway could not start.
@@ -231,9 +232,9 @@ impl Gateway {
         let addr = listener.local_addr()?;
         let market = Arc::clone(&state.market);
         let metrics = Arc::clone(&state.metrics);
-        let server = tokio::spawn(serve(listener, state));
+        let server = tokio::spawn(serve(listener, Arc::clone(&state)));
         tracing::info!(%addr, "gateway serving");
-        Ok(Gateway { addr, metrics_addr, probe, market, metrics, shutdown, server })
+        Ok(Gateway { addr, metrics_addr, probe, market, metrics, shutdown, server, state })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -243,6 +244,12 @@ impl Gateway {
     /// Where `/metrics` is served, if it is.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Order entry for front ends in this process: sessions like those of the listen
+    /// address (keys, checks, limits, stamps), without the network in between.
+    pub fn local(&self) -> bourse_client::LocalGateway {
+        bourse_client::LocalGateway(Arc::new(session::LocalEntry(Arc::clone(&self.state))))
     }
 
     /// Whether the gateway has its market state (its feed delivered an image).

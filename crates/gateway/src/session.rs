@@ -48,46 +48,74 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         request: Request<Streaming<proto::ClientBatch>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let principal = authenticate(&self.0, &request)?;
-        let mut inbound = request.into_inner();
-        let state = Arc::clone(&self.0);
-        let capacity = state.config.in_flight_max.max(64);
-        let (outbox, outgoing) = mpsc::channel(capacity);
-        let session = state.session_ids.fetch_add(1, Ordering::Relaxed);
-        let entry = Arc::new(SessionEntry { session, outbox: outbox.clone(), in_flight: Default::default() });
-        tokio::spawn(async move {
-            state.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
-            let mut reader = Reader {
-                state: &state,
-                principal,
-                entry,
-                client: None,
-                bucket: Bucket::new(state.config.rate_per_sec, state.config.burst),
-            };
-            let mut stop = state.shutdown.clone();
-            let end = tokio::select! {
-                end = reader.read(&mut inbound) => end,
-                _ = outbox.closed() => Ok(()),
-                _ = stop.wait_for(|stopping| *stopping) => Ok(()),
-            };
-            if let Err(status) = end {
-                let _ = outbox.try_send(Err(status));
-            } else {
-                // The client closed its side: its stream ends once what it sent is answered.
-                let deadline = Instant::now() + std::time::Duration::from_secs(5);
-                while !reader.entry.in_flight.lock().expect("in-flight lock").is_empty() && Instant::now() < deadline {
-                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                }
-            }
-            if let Some(client) = reader.client {
-                let mut sessions = state.sessions.lock().expect("sessions lock");
-                if sessions.get(&client).is_some_and(|e| e.session == session) {
-                    sessions.remove(&client);
-                }
-            }
-            state.metrics.sessions_open.fetch_sub(1, Ordering::Relaxed);
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(outgoing))))
+        Ok(Response::new(open(Arc::clone(&self.0), principal, request.into_inner())))
     }
+}
+
+/// The order-entry service offered to front ends in the gateway's process: the same
+/// session as over gRPC, its batches passed as values (`bourse_client::local`).
+pub(crate) struct LocalEntry(pub Arc<State>);
+
+impl bourse_client::LocalOrderEntry for LocalEntry {
+    fn name(&self) -> String {
+        self.0.config.listen.to_string()
+    }
+
+    fn session(
+        &self,
+        request: Request<bourse_client::local::MessageStream<proto::ClientBatch>>,
+    ) -> Result<bourse_client::local::MessageStream<proto::ServerBatch>, Status> {
+        if *self.0.shutdown.borrow() {
+            return Err(Status::unavailable("the gateway is shutting down"));
+        }
+        let principal = authenticate(&self.0, &request)?;
+        Ok(open(Arc::clone(&self.0), principal, request.into_inner()))
+    }
+}
+
+/// Runs a session of `principal` reading `inbound` until it ends; what it answers is the
+/// returned stream.
+fn open<S>(state: Arc<State>, principal: Arc<Principal>, mut inbound: S) -> BoxStream<proto::ServerBatch>
+where
+    S: tokio_stream::Stream<Item = Result<proto::ClientBatch, Status>> + Send + Unpin + 'static,
+{
+    let capacity = state.config.in_flight_max.max(64);
+    let (outbox, outgoing) = mpsc::channel(capacity);
+    let session = state.session_ids.fetch_add(1, Ordering::Relaxed);
+    let entry = Arc::new(SessionEntry { session, outbox: outbox.clone(), in_flight: Default::default() });
+    tokio::spawn(async move {
+        state.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
+        let mut reader = Reader {
+            state: &state,
+            principal,
+            entry,
+            client: None,
+            bucket: Bucket::new(state.config.rate_per_sec, state.config.burst),
+        };
+        let mut stop = state.shutdown.clone();
+        let end = tokio::select! {
+            end = reader.read(&mut inbound) => end,
+            _ = outbox.closed() => Ok(()),
+            _ = stop.wait_for(|stopping| *stopping) => Ok(()),
+        };
+        if let Err(status) = end {
+            let _ = outbox.try_send(Err(status));
+        } else {
+            // The client closed its side: its stream ends once what it sent is answered.
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            while !reader.entry.in_flight.lock().expect("in-flight lock").is_empty() && Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+        if let Some(client) = reader.client {
+            let mut sessions = state.sessions.lock().expect("sessions lock");
+            if sessions.get(&client).is_some_and(|e| e.session == session) {
+                sessions.remove(&client);
+            }
+        }
+        state.metrics.sessions_open.fetch_sub(1, Ordering::Relaxed);
+    });
+    Box::pin(ReceiverStream::new(outgoing))
 }
 
 /// Reads one session's batches.
@@ -101,7 +129,10 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    async fn read(&mut self, inbound: &mut Streaming<proto::ClientBatch>) -> Result<(), Status> {
+    async fn read<S>(&mut self, inbound: &mut S) -> Result<(), Status>
+    where
+        S: tokio_stream::Stream<Item = Result<proto::ClientBatch, Status>> + Unpin,
+    {
         let mut chosen = None;
         while let Some(batch) = inbound.next().await {
             let batch = batch?;

@@ -352,6 +352,45 @@ async fn a_key_acts_only_for_its_own_accounts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_session_is_the_session_of_the_listen_address() {
+    let exchange = exchange(0, 1024, 2).await;
+    let (mine, theirs) = (exchange.accounts[0], exchange.accounts[1]);
+    let key = generate_key();
+    let keys = KeyStore::from_entries(vec![entry_for(&key, "alice", vec![mine.0], false)]).unwrap();
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.open = false;
+    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let gateway = Gateway::start(config, keys).await.unwrap();
+    let options = ClientOptions { api_key: Some(ApiKey(key)), ..ClientOptions::default() };
+    let alice = Client::connect_local(gateway.local(), random_client_id(), options.clone()).await.unwrap();
+    let reply = alice.submit(place(mine, exchange.symbol, Side::Buy, 99_000)).await.unwrap();
+    assert!(reply.ok_id().is_some(), "her own account: {reply:?}");
+    assert!(reply.gateway_ts > 0, "the gateway stamped it");
+    let refused = alice.submit(place(theirs, exchange.symbol, Side::Buy, 99_000)).await;
+    assert!(matches!(refused, Err(Error::Refused { code: 1004, .. })), "the key's checks: {refused:?}");
+    // Pipelined: every answer comes back, each applied once.
+    let bodies = (0..50).map(|i| place(mine, exchange.symbol, Side::Buy, 90_000 + i * 10)).collect();
+    let replies = alice.submit_batch(bodies).await.unwrap();
+    assert!(replies.iter().all(|r| r.ok_id().is_some() && !r.duplicate), "{replies:?}");
+    // A key the gateway does not know opens no session, in process either.
+    let short = ClientOptions { unavailable_max: Duration::from_millis(300), ..ClientOptions::default() };
+    let wrong = ClientOptions { api_key: Some(ApiKey(generate_key())), ..short.clone() };
+    let unknown = Client::connect_local(gateway.local(), random_client_id(), wrong).await;
+    assert!(
+        matches!(&unknown, Err(Error::Status { code: tonic::Code::Unauthenticated, .. })),
+        "refused as over the network: {:?}",
+        unknown.err()
+    );
+    let metrics = scrape(gateway.metrics_addr().unwrap()).await;
+    assert!(metrics.contains("bourse_gateway_commands_refused_total{reason=\"not_authorized\"} 1\n"), "{metrics}");
+    alice.close().await.unwrap();
+    let local = gateway.local();
+    gateway.shutdown().await;
+    let after = Client::connect_local(local, random_client_id(), short).await;
+    assert!(after.is_err(), "no session on a gateway that shut down");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_resolves_only_its_own_external_account_ids() {
     let exchange = exchange(0, 1024, 0).await;
     let admin = Client::connect(vec![exchange.node.addr.to_string()], random_client_id(), ClientOptions::default())

@@ -32,6 +32,9 @@ pub struct Options {
     pub trigger_poll_ms: u64,
     pub emulator_listen: bool,
     pub sessions: usize,
+    /// The service opens its sessions on the gateway in process (as `bourse gateway
+    /// run` wires it), not at its listen address.
+    pub local: bool,
 }
 
 impl Default for Options {
@@ -42,6 +45,7 @@ impl Default for Options {
             trigger_poll_ms: 0,
             emulator_listen: false,
             sessions: 4,
+            local: true,
         }
     }
 }
@@ -102,6 +106,7 @@ impl Exchange {
         let dump_dir = dir.path().join("dumps");
         let mut service = ServiceConfig::new(vec![gateway.addr().to_string()]);
         service.key = Some(bourse_client::ApiKey(service_key));
+        service.local = options.local.then(|| gateway.local());
         if options.virtual_clock {
             service.clock = Clock::Virtual { t0_ms: T0_MS, step_ms: STEP_MS };
         }
