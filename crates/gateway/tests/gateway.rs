@@ -391,6 +391,49 @@ async fn an_in_process_session_is_the_session_of_the_listen_address() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_covers_entries_without_order_events_in_the_next_message() {
+    let exchange = exchange(0, 1024, 1).await;
+    let addr = exchange.node.addr.to_string();
+    let mut feed = GatewayLinkClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .feed(proto::FeedRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(proto::feed_message::Body::Image(image)) = feed.message().await.unwrap().unwrap().body else {
+        panic!("the feed starts with an image")
+    };
+    let client = Client::connect(vec![addr], random_client_id(), ClientOptions::default()).await.unwrap();
+    let account = exchange.accounts[0];
+    let deposit = CommandBody::Deposit { account, asset: bourse_engine::AssetId(0), amount: bourse_engine::Amount(1) };
+    let mut indexes = Vec::new();
+    for _ in 0..3 {
+        indexes.push(client.submit(deposit.clone()).await.unwrap().log_index);
+    }
+    let order = client.submit(place(account, exchange.symbol, Side::Buy, 99_000)).await.unwrap().log_index;
+    let last = client.submit(deposit).await.unwrap().log_index;
+    // Read until the feed has accounted for the last entry: every message starts where
+    // the one before ended, only the order's entry carries events.
+    let mut next = image.log_index + 1;
+    let mut with_events = Vec::new();
+    while next <= last {
+        let message = tokio::time::timeout(Duration::from_secs(5), feed.message()).await.unwrap().unwrap().unwrap();
+        let Some(proto::feed_message::Body::Entry(entry)) = message.body else { panic!("an entry") };
+        let first = if entry.from_index == 0 { entry.log_index } else { entry.from_index };
+        assert_eq!(first, next, "no gap and no overlap: {entry:?}");
+        if !entry.events.is_empty() {
+            with_events.push(entry.log_index);
+        }
+        next = entry.log_index + 1;
+    }
+    assert_eq!(next, last + 1, "the feed reached the last applied entry");
+    assert_eq!(with_events, vec![order], "only the order's entry had order events");
+    assert!(indexes.iter().all(|&i| i < order) && order < last);
+    client.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_resolves_only_its_own_external_account_ids() {
     let exchange = exchange(0, 1024, 0).await;
     let admin = Client::connect(vec![exchange.node.addr.to_string()], random_client_id(), ClientOptions::default())

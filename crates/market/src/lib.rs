@@ -1,7 +1,8 @@
 //! Market data derived from the order-level feed.
 //!
 //! A gateway follows a replica's `GatewayLink.Feed`: a [`proto::BookImage`], then one
-//! [`proto::FeedEntry`] per log entry. [`MarketState`] keeps the L3 books it describes
+//! [`proto::FeedEntry`] per log entry with order events (one message also accounts for
+//! the entries without any before it: `from_index`). [`MarketState`] keeps the L3 books it describes
 //! and turns every entry into the updates of each `MarketData` channel:
 //! - `CHANNEL_ORDERS`: the entry's [`proto::OrderEvent`]s, stamped with a per-symbol
 //!   `symbol_seq` (1, 2, 3, ...);

@@ -307,10 +307,12 @@ impl MarketState {
         if self.poisoned {
             return Err(FeedError::Poisoned);
         }
+        // A message may account for entries without order events before its own.
         let expected = self.log_index + 1;
-        if entry.log_index != expected {
-            self.poisoned = entry.log_index > expected;
-            return Err(FeedError::LogIndex { expected, got: entry.log_index });
+        let first = if entry.from_index == 0 { entry.log_index } else { entry.from_index };
+        if first != expected || entry.log_index < first {
+            self.poisoned = first > expected;
+            return Err(FeedError::LogIndex { expected, got: first });
         }
         let mut result = Ok(());
         for event in &entry.events {

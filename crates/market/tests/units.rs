@@ -58,7 +58,7 @@ fn replaced(order: u64, px: i64, qty: i64) -> proto::OrderEvent {
 }
 
 fn entry(log_index: u64, events: Vec<proto::OrderEvent>) -> proto::FeedEntry {
-    proto::FeedEntry { log_index, ts: log_index * 1000, events }
+    proto::FeedEntry { log_index, ts: log_index * 1000, events, from_index: 0 }
 }
 
 fn apply(state: &mut MarketState, entry: &proto::FeedEntry) -> Vec<proto::MarketDataUpdate> {
@@ -261,6 +261,27 @@ fn entries_must_follow_on() {
 }
 
 #[test]
+fn a_message_may_account_for_quiet_entries_before_it() {
+    let mut state = MarketState::from_image(&image()).expect("image");
+    let mut out = Vec::new();
+    // Entries 11 to 14 had no order events; 15 adds an order.
+    let covering = proto::FeedEntry { from_index: 11, ..entry(15, vec![added(0, 30, BUY, 95, 1)]) };
+    state.apply_entry(&covering, &mut out).expect("it starts where the state stands");
+    assert_eq!(state.log_index(), 15);
+    assert_eq!(l2s(&out), vec![(0, 1, BUY, 95, 1)]);
+    // A quiet run alone moves the state on.
+    state.apply_entry(&proto::FeedEntry { from_index: 16, ..entry(20, vec![]) }, &mut out).expect("quiet run");
+    assert_eq!(state.log_index(), 20);
+    // One that starts past the next index is a gap; one that starts before it overlaps.
+    let overlap = proto::FeedEntry { from_index: 20, ..entry(22, vec![]) };
+    assert_eq!(state.apply_entry(&overlap, &mut out), Err(FeedError::LogIndex { expected: 21, got: 20 }));
+    assert!(!state.is_poisoned());
+    let gap = proto::FeedEntry { from_index: 22, ..entry(25, vec![]) };
+    assert_eq!(state.apply_entry(&gap, &mut out), Err(FeedError::LogIndex { expected: 21, got: 22 }));
+    assert!(state.is_poisoned());
+}
+
+#[test]
 fn malformed_images_are_refused() {
     let mut bad = image();
     bad.orders.push(resting(1, 0, SELL, 100, 1));
@@ -294,7 +315,8 @@ fn rebase_continues_every_subscriber() {
             }
         }
         if !events.is_empty() {
-            l3.apply_entry(&proto::FeedEntry { log_index, ts: 0, events }, &mut Vec::new()).expect("orders follow");
+            l3.apply_entry(&proto::FeedEntry { log_index, ts: 0, events, from_index: 0 }, &mut Vec::new())
+                .expect("orders follow");
         }
     };
     let out = apply(&mut state, &entry(11, vec![cancelled(0, 1, 5, 0)]));

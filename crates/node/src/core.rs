@@ -159,6 +159,9 @@ pub struct Core {
     feed_builder: Option<FeedBuilder>,
     /// The current entry's public events (scratch).
     feed_events: Vec<proto::OrderEvent>,
+    /// The first of the entries since the last feed message that had no order events:
+    /// they go out together with the next one (or at the end of the applied batch).
+    feed_quiet_from: Option<u64>,
     /// Trades so far in the current log entry: (log_index, trade_seq) names a trade.
     entry_trades: u32,
     config: NodeConfig,
@@ -207,6 +210,7 @@ impl Core {
             feed,
             feed_builder: None,
             feed_events: Vec::new(),
+            feed_quiet_from: None,
             entry_trades: 0,
             config,
             next_index: applied_index + 1,
@@ -287,6 +291,7 @@ impl Core {
             }
         }
         self.publish_bbo(&mut outputs);
+        self.flush_feed_quiet(&mut outputs);
         let last_index = self.next_index - 1;
         self.metrics.applied_ts.store(self.ts_last, std::sync::atomic::Ordering::Relaxed);
         self.metrics.applied_index.store(last_index, std::sync::atomic::Ordering::Relaxed);
@@ -437,6 +442,7 @@ impl Core {
                     self.apply_entry(entry, &mut outputs);
                 }
                 self.publish_bbo(&mut outputs);
+                self.flush_feed_quiet(&mut outputs);
                 let applied = self.next_index - 1;
                 self.metrics.applied_ts.store(self.ts_last, Ordering::Relaxed);
                 self.metrics.applied_index.store(applied, Ordering::Relaxed);
@@ -456,6 +462,7 @@ impl Core {
                 Ok(engine) => {
                     self.engine = engine;
                     self.owners = owners_of(&self.engine);
+                    self.feed_quiet_from = None;
                     if self.feed_builder.take().is_some() {
                         self.pending.push(self.next_index - 1, vec![Output::Feed(Arc::new(FeedItem::Reset))]);
                     }
@@ -515,18 +522,39 @@ impl Core {
     /// image's index that are still on their way are skipped by the reader). Released
     /// with the outputs, so a follower never sees state that is not yet durable.
     fn feed_start(&mut self, reply: oneshot::Sender<FeedStart>, outputs: &mut Vec<Output>) {
+        // (Batches end flushed; should one not, its quiet entries precede the image.)
+        self.flush_feed_quiet(outputs);
         let builder = self.feed_builder.get_or_insert_with(|| FeedBuilder::from_engine(&self.engine));
         let image = builder.image(&self.engine, self.next_index - 1, self.ts_last);
         outputs.push(Output::FeedImage { reply, start: (image, self.feed.subscribe()) });
     }
 
     /// Publishes the public events of the entry at `index`, while the feed is followed.
+    /// An entry without any waits to go out with the next message (its `from_index`),
+    /// so a run of day-trading commands or deposits costs the feed one message per
+    /// applied batch, not one per entry.
     fn flush_feed(&mut self, index: u64, ts: u64, outputs: &mut Vec<Output>) {
         if self.feed_builder.is_none() {
             return;
         }
+        if self.feed_events.is_empty() {
+            self.feed_quiet_from.get_or_insert(index);
+            return;
+        }
         let events = std::mem::take(&mut self.feed_events);
-        outputs.push(Output::Feed(Arc::new(FeedItem::Entry(proto::FeedEntry { log_index: index, ts, events }))));
+        let from_index = self.feed_quiet_from.take().unwrap_or(0);
+        let entry = proto::FeedEntry { log_index: index, ts, events, from_index };
+        outputs.push(Output::Feed(Arc::new(FeedItem::Entry(entry))));
+    }
+
+    /// Sends the entries without order events that wait, up to the last applied: a
+    /// follower's view of the log never lags behind the applied batch.
+    fn flush_feed_quiet(&mut self, outputs: &mut Vec<Output>) {
+        if let Some(from_index) = self.feed_quiet_from.take() {
+            let entry =
+                proto::FeedEntry { log_index: self.next_index - 1, ts: self.ts_last, events: Vec::new(), from_index };
+            outputs.push(Output::Feed(Arc::new(FeedItem::Entry(entry))));
+        }
     }
 
     /// The leader timestamp of a command taken in at wall-clock time `now` (read once
