@@ -9,7 +9,8 @@
 # none), BOURSE_DT_WINDOW (commands in flight per user; default 1, the spec's per-user
 # mode), BOURSE_DT_STREAMS (driver streams; default 4), BOURSE_DT_SESSIONS (the service's
 # upstream sessions; default 8), BOURSE_DT_DATA (where the node's data goes; default a
-# temporary directory under /tmp), BOURSE_BIN (the binary; default ./target/release/bourse).
+# temporary directory under /tmp), BOURSE_BIN (the binary; default ./target/release/bourse), BOURSE_DT_PORT (the first of the
+# three loopback ports the node, gateway and service listen on; default 7420).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bourse=${BOURSE_BIN:-./target/release/bourse}
@@ -22,6 +23,8 @@ latency=${BOURSE_DT_LATENCY:-none}
 window=${BOURSE_DT_WINDOW:-1}
 streams=${BOURSE_DT_STREAMS:-4}
 sessions=${BOURSE_DT_SESSIONS:-8}
+port=${BOURSE_DT_PORT:-7420}
+node_at=127.0.0.1:$port gateway_at=127.0.0.1:$((port + 1)) service_at=127.0.0.1:$((port + 2))
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # CPU ticks (1/100 s) of a process's threads, summed by thread name: "name ticks" lines.
 thread_ticks() {
@@ -35,11 +38,11 @@ thread_delta() {
 }
 for workload in "$@"; do
   data=$(mktemp -d "${BOURSE_DT_DATA:-/tmp}/bourse-bench-dt-XXXXXX")
-  "$bourse" serve --data "$data/node" --listen 127.0.0.1:7420 2>"$data/node.log" &
+  "$bourse" serve --data "$data/node" --listen "$node_at" 2>"$data/node.log" &
   node=$!
-  for _ in $(seq 1 100); do "$bourse" markets --node 127.0.0.1:7420 >/dev/null 2>&1 && break; sleep 0.1; done
-  "$bourse" gateway run --id 1 --open --listen 127.0.0.1:7421 --cluster 127.0.0.1:7420 --hold-us 0 \
-    --rate-per-sec 10000000 --burst 1000000 --day-trading 127.0.0.1:7422 --dt-latency "$latency" \
+  for _ in $(seq 1 100); do "$bourse" markets --node "$node_at" >/dev/null 2>&1 && break; sleep 0.1; done
+  "$bourse" gateway run --id 1 --open --listen "$gateway_at" --cluster "$node_at" --hold-us 0 \
+    --rate-per-sec 10000000 --burst 1000000 --day-trading "$service_at" --dt-latency "$latency" \
     --dt-sessions "$sessions" --dt-history "$data/node/history.sqlite" --dt-dump-dir "$data/dumps" \
     >"$data/gateway.out" 2>"$data/gateway.log" &
   gateway=$!
@@ -49,7 +52,7 @@ for workload in "$@"; do
   gateway_before=$(cpu_ticks $gateway)
   thread_ticks $node >"$data/node.threads.0"
   thread_ticks $gateway >"$data/gateway.threads.0"
-  /usr/bin/time -f '%U %S' -o "$data/driver.cpu" "$bourse" workload "$workload" --target 127.0.0.1:7422 \
+  /usr/bin/time -f '%U %S' -o "$data/driver.cpu" "$bourse" workload "$workload" --target "$service_at" \
     --streams "$streams" --window "$window" --json 2> >(grep -v '^[0-9]*/[0-9]* commands' >&2) \
     | tee "$data/report.json" | tail -1
   thread_ticks $node >"$data/node.threads.1"
