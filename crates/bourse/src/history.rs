@@ -135,14 +135,8 @@ pub fn serve_history_url(flag: Option<&str>, data: &Path) -> Option<String> {
     }
 }
 
-/// The address to reach a listener bound to `addr` from this host.
-fn local(addr: SocketAddr) -> String {
-    let ip = if addr.ip().is_unspecified() { "127.0.0.1".parse().expect("an address") } else { addr.ip() };
-    SocketAddr::new(ip, addr.port()).to_string()
-}
-
-/// `bourse serve` with its history sink: the node, then a sink following it over
-/// loopback; on SIGINT/SIGTERM the sink writes what it received, then the node stops.
+/// `bourse serve` with its history sink: the node, then a sink following its log in
+/// process; on SIGINT/SIGTERM the sink writes what it received, then the node stops.
 /// A sink that fails, or cannot start, logs why and shows `bourse_history_failed 1` on
 /// /metrics; the
 /// exchange keeps running (history catches up from the log when restarted).
@@ -155,7 +149,13 @@ pub async fn serve_with_history(config: NodeConfig, url: String) -> Result<(), S
     if let Some(metrics) = node.metrics_addr {
         println!("metrics on http://{metrics}/metrics");
     }
-    let following = match Following::start(vec![local(node.addr)], &url, SinkConfig::default()).await {
+    // The sink reads the node's Log.Follow stream in process (no socket, no protobuf).
+    let log = node.local_log();
+    let local_log: bourse_history::LocalLog = Arc::new(move |request| {
+        let log = log.clone();
+        Box::pin(async move { log.follow(request).await })
+    });
+    let following = match Following::start_local(local_log, &url, SinkConfig::default()).await {
         Ok(following) => {
             println!("history in {url}");
             let status = Arc::clone(&following.status);

@@ -298,13 +298,21 @@ impl Service {
         (i, Arc::clone(&self.upstreams[i].lock().expect("upstream lock")))
     }
 
-    async fn send(self: &Arc<Self>, call: Call, quote: Option<DtQuote>, replier: Replier) {
+    async fn send(self: &Arc<Self>, mut call: Call, quote: Option<DtQuote>, replier: Replier) {
         let attached = quote.as_ref().map(|q| (q.symbol, q.price));
+        // The command takes the call's strings; the call keeps what its answer needs:
+        // its user (a DUMPLOG: every argument).
+        let args = if call.kind == DtKind::DumpLog {
+            call.args.clone()
+        } else {
+            let user = call.args.first().cloned();
+            std::mem::replace(&mut call.args, user.into_iter().collect())
+        };
         let command = DtCommand {
             kind: call.kind,
-            args: call.args.clone(),
+            args,
             transaction_num: call.transaction_num,
-            caller: call.caller.clone(),
+            caller: std::mem::take(&mut call.caller),
             admin: call.admin,
             quote,
         };

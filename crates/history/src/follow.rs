@@ -1,5 +1,6 @@
 //! Following the committed log of a cluster over gRPC (`Log.Follow`), from any member,
-//! failing over to another when the one followed goes away.
+//! failing over to another when the one followed goes away; or, for the sink of a node
+//! in the same process, the node's own `Log.Follow` stream without the network.
 //!
 //! The follower asks for the entries after the last one it handed the sink, so a
 //! reconnect repeats nothing and skips nothing (the sink also ignores an entry it
@@ -14,7 +15,8 @@ use std::time::Duration;
 use bourse_engine::EngineConfig;
 use bourse_protocol::proto;
 use tokio::sync::{mpsc, watch};
-use tonic::{Code, Streaming};
+use tokio_stream::StreamExt;
+use tonic::Code;
 
 use crate::recorder::LogEntry;
 use crate::sink::{Feed, Opened, Sink, SinkConfig, SinkError, SinkStatus};
@@ -24,12 +26,28 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// Connection attempt bound per member.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A `Log.Follow` stream of chunks, or the status that ended it.
+pub type ChunkStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::LogChunk, tonic::Status>> + Send + 'static>>;
+
+/// `Log.Follow` of a member in this process (`bourse serve`'s own sink), called without
+/// the network: the node's stream of chunks, handed over as values.
+pub type LocalLog = Arc<
+    dyn Fn(
+            proto::FollowLogRequest,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ChunkStream, tonic::Status>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// A log stream from one member of `nodes`, reopened on another after a failure.
 pub struct Follower {
     nodes: Vec<String>,
+    /// Set when the one member followed is in this process.
+    local: Option<LocalLog>,
     current: usize,
     next_index: u64,
-    stream: Option<Streaming<proto::LogChunk>>,
+    stream: Option<ChunkStream>,
     /// The first chunk, read by `connect`, not yet handed on.
     first: Option<proto::LogChunk>,
     /// Ask for a snapshot when the log asked for is pruned (a new, empty history only).
@@ -57,11 +75,36 @@ impl Follower {
         from_index: u64,
         snapshot_if_pruned: bool,
     ) -> Result<(Follower, EngineConfig, StartSnapshot), SinkError> {
+        Follower::start(nodes, None, from_index, snapshot_if_pruned).await
+    }
+
+    /// [`Follower::connect`] to the member in this process.
+    pub async fn connect_local(
+        local: LocalLog,
+        from_index: u64,
+        snapshot_if_pruned: bool,
+    ) -> Result<(Follower, EngineConfig, StartSnapshot), SinkError> {
+        Follower::start(vec!["the node in this process".into()], Some(local), from_index, snapshot_if_pruned).await
+    }
+
+    async fn start(
+        nodes: Vec<String>,
+        local: Option<LocalLog>,
+        from_index: u64,
+        snapshot_if_pruned: bool,
+    ) -> Result<(Follower, EngineConfig, StartSnapshot), SinkError> {
         if nodes.is_empty() {
             return Err(SinkError::Source("no node address to follow".into()));
         }
-        let mut follower =
-            Follower { nodes, current: 0, next_index: from_index, stream: None, first: None, snapshot_if_pruned };
+        let mut follower = Follower {
+            nodes,
+            local,
+            current: 0,
+            next_index: from_index,
+            stream: None,
+            first: None,
+            snapshot_if_pruned,
+        };
         let (mut rounds, mut pruned) = (0, 0);
         loop {
             match follower.open().await {
@@ -100,21 +143,17 @@ impl Follower {
 
     /// Opens a stream on the current member and reads its first chunk.
     async fn open(&mut self) -> Result<proto::LogChunk, Failure> {
-        let node = endpoint(&self.nodes[self.current]);
-        let channel = tonic::transport::Endpoint::from_shared(node.clone())
-            .map_err(|e| Failure::Fatal(SinkError::Source(format!("{node}: {e}"))))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .connect()
-            .await
-            .map_err(|e| Failure::Retry(format!("{node}: {e}")))?;
-        let mut client = proto::log_client::LogClient::new(channel).max_decoding_message_size(256 << 20);
         let request =
             proto::FollowLogRequest { from_index: self.next_index, snapshot_if_pruned: self.snapshot_if_pruned };
-        let mut stream = match client.follow(request).await {
-            Ok(response) => response.into_inner(),
-            Err(status) => return Err(classify(&node, status)),
+        let node = match &self.local {
+            Some(_) => self.nodes[0].clone(),
+            None => endpoint(&self.nodes[self.current]),
         };
-        let first = match stream.message().await {
+        let mut stream = match &self.local {
+            Some(local) => local(request).await.map_err(|status| classify(&node, status))?,
+            None => open_remote(&node, request).await?,
+        };
+        let first = match stream.next().await.transpose() {
             Ok(Some(chunk)) => chunk,
             Ok(None) => return Err(Failure::Retry(format!("{node}: the stream ended at once"))),
             Err(status) => return Err(classify(&node, status)),
@@ -168,7 +207,7 @@ impl Follower {
                 continue;
             };
             let message = tokio::select! {
-                message = stream.message() => message,
+                message = stream.next() => message.transpose(),
                 _ = stop.wait_for(|s| *s) => return Ok(()),
             };
             match message {
@@ -198,6 +237,21 @@ impl Follower {
             Feed::Entries { entries, head_index, head_ts }
         };
         sink.send(feed).await.is_ok()
+    }
+}
+
+/// Opens `Log.Follow` on `node` over the network.
+async fn open_remote(node: &str, request: proto::FollowLogRequest) -> Result<ChunkStream, Failure> {
+    let channel = tonic::transport::Endpoint::from_shared(node.to_owned())
+        .map_err(|e| Failure::Fatal(SinkError::Source(format!("{node}: {e}"))))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .connect()
+        .await
+        .map_err(|e| Failure::Retry(format!("{node}: {e}")))?;
+    let mut client = proto::log_client::LogClient::new(channel).max_decoding_message_size(256 << 20);
+    match client.follow(request).await {
+        Ok(response) => Ok(Box::pin(response.into_inner())),
+        Err(status) => Err(classify(node, status)),
     }
 }
 
@@ -233,6 +287,20 @@ impl Following {
     /// Opens the store at `url`, connects to a member of `nodes` from where the store
     /// stands, and starts the sink. Must run inside a tokio runtime.
     pub async fn start(nodes: Vec<String>, url: &str, config: SinkConfig) -> Result<Following, SinkError> {
+        Following::begin(nodes, None, url, config).await
+    }
+
+    /// [`Following::start`] on the node in this process, without the network.
+    pub async fn start_local(local: LocalLog, url: &str, config: SinkConfig) -> Result<Following, SinkError> {
+        Following::begin(Vec::new(), Some(local), url, config).await
+    }
+
+    async fn begin(
+        nodes: Vec<String>,
+        local: Option<LocalLog>,
+        url: &str,
+        config: SinkConfig,
+    ) -> Result<Following, SinkError> {
         let url = url.to_string();
         // The PostgreSQL client blocks; it must not run on an async task.
         let opened = tokio::task::spawn_blocking(move || Opened::open(&url))
@@ -240,7 +308,10 @@ impl Following {
             .map_err(|e| SinkError::Source(e.to_string()))??;
         let mut opened = opened;
         let from = opened.from_index();
-        let (follower, engine, snapshot) = Follower::connect(nodes, from, true).await?;
+        let (follower, engine, snapshot) = match local {
+            Some(local) => Follower::connect_local(local, from, true).await?,
+            None => Follower::connect(nodes, from, true).await?,
+        };
         if let Some((index, bytes)) = snapshot {
             opened.start_at_member_snapshot(index, bytes)?;
         }

@@ -26,7 +26,7 @@ pub mod sink;
 pub mod store;
 pub mod testing;
 
-pub use follow::Following;
+pub use follow::{Following, LocalLog};
 pub use recorder::{LogEntry, Recorder};
 pub use sink::{Feed, Opened, Sink, SinkConfig, SinkError, SinkStatus};
 pub use store::{Progress, Store};

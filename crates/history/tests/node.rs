@@ -213,7 +213,14 @@ async fn single_node_restart_and_rebuild() {
     wait_written(&following, applied_index(&node).await / 2).await;
     following.stop().await.unwrap();
     flow(&client, 8, 30).await;
-    let following = Following::start(endpoints.clone(), &live, sink_config()).await.unwrap();
+    // It resumes on the node's log in process (as `bourse serve` runs it), where the
+    // first left off.
+    let log = node.local_log();
+    let local: bourse_history::LocalLog = std::sync::Arc::new(move |request| {
+        let log = log.clone();
+        Box::pin(async move { log.follow(request).await })
+    });
+    let following = Following::start_local(local, &live, sink_config()).await.unwrap();
     flow(&client, 9, 30).await;
     wait_written(&following, applied_index(&node).await).await;
     assert_eq!(following.status.lag_entries(), 0);

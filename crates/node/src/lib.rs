@@ -22,4 +22,5 @@ mod replica;
 mod service;
 
 pub use config::{NodeConfig, VirtualClock};
+pub use log::LocalLog;
 pub use node::{journal_dir, recover, recover_member, run_until_signal, Node, NodeError, Recovered};

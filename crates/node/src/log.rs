@@ -121,7 +121,20 @@ impl Cursor {
     }
 }
 
+#[derive(Clone)]
 pub struct LogService(pub Shared);
+
+/// `Log.Follow` for a follower in the node's own process (`bourse serve`'s history
+/// sink): the same stream of chunks, handed over as values instead of over a socket.
+#[derive(Clone)]
+pub struct LocalLog(pub(crate) LogService);
+
+impl LocalLog {
+    pub async fn follow(&self, request: proto::FollowLogRequest) -> Result<BoxStream<proto::LogChunk>, Status> {
+        use proto::log_server::Log;
+        Ok(self.0.follow(GrpcRequest::new(request)).await?.into_inner())
+    }
+}
 
 impl LogService {
     /// The committed index and the log time of the last command applied.

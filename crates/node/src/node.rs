@@ -26,7 +26,7 @@ use crate::config::{NodeConfig, RaftConfig};
 use crate::core::{Core, Replica, Request, Sequencer};
 use crate::fair::{FairConfig, FairSequencer};
 use crate::link::GatewayLinkService;
-use crate::log::{LogService, LogSource};
+use crate::log::{LocalLog, LogService, LogSource};
 use crate::metrics::Metrics;
 use crate::outbox::{Broadcasts, FeedItem, Pending, Sessions};
 use crate::replica::{CoreMachine, Replication};
@@ -182,12 +182,18 @@ pub struct Node {
     shutdown: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     server_stop: tokio::sync::oneshot::Sender<()>,
+    log: LocalLog,
 }
 
 /// How long a stopping node waits for its connections to take their last replies.
 const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(3);
 
 impl Node {
+    /// `Log.Follow` without the network, for a history sink in this process.
+    pub fn local_log(&self) -> LocalLog {
+        self.log.clone()
+    }
+
     /// Recovers from `config.data` and starts serving. Must run inside a tokio runtime.
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         config.validate().map_err(|e| NodeError::Config(e.0))?;
@@ -235,7 +241,7 @@ impl Node {
         let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let Serving { shutdown, server, server_stop, metrics_addr } = Serving::start(
+        let Serving { shutdown, server, server_stop, metrics_addr, log } = Serving::start(
             listener,
             &config,
             Shared::new(
@@ -265,6 +271,7 @@ impl Node {
             shutdown,
             server,
             server_stop,
+            log,
         })
     }
 
@@ -367,7 +374,7 @@ impl Node {
             advertise.api.clone(),
             log,
         )?;
-        let Serving { shutdown, server, server_stop, metrics_addr } =
+        let Serving { shutdown, server, server_stop, metrics_addr, log } =
             Serving::start(listener, &config, shared, None).await?;
         tracing::info!(%addr, raft = %raft.listen, id = raft.id, data = %config.data.display(), "serving");
         Ok(Node {
@@ -383,6 +390,7 @@ impl Node {
             shutdown,
             server,
             server_stop,
+            log,
         })
     }
 
@@ -420,6 +428,7 @@ struct Serving {
     server: tokio::task::JoinHandle<()>,
     server_stop: tokio::sync::oneshot::Sender<()>,
     metrics_addr: Option<SocketAddr>,
+    log: LocalLog,
 }
 
 impl Serving {
@@ -433,13 +442,14 @@ impl Serving {
     ) -> std::io::Result<Serving> {
         let (shared, shutdown) = shared;
         let metrics = Arc::clone(&shared.metrics);
+        let log = LocalLog(LogService(shared.clone()));
         let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
         let metrics_addr = match config.metrics_listen {
             Some(listen) => Some(crate::metrics::serve(listen, metrics, journal).await?),
             None => None,
         };
-        Ok(Serving { shutdown, server, server_stop, metrics_addr })
+        Ok(Serving { shutdown, server, server_stop, metrics_addr, log })
     }
 }
 
