@@ -117,15 +117,23 @@ async fn l2_gaps_are_detected_and_a_new_subscription_resynchronizes() {
     alice.expect(201, "POST", "/v1/orders", Some(limit(0, "sell", 5, 150))).await;
     alice.expect(201, "POST", "/v1/orders", Some(limit(1, "buy", 5, 140))).await;
 
-    let mut ws = Ws::connect(&exchange, &exchange.alice).await;
     let subscribe = json!({"op": "subscribe", "channels": ["l2", "trades", "bbo", "orders"], "symbols": ["ACME/USD"]});
-    ws.send(subscribe.clone()).await;
-    let subscribed = ws.next().await;
-    assert_eq!((subscribed["type"].as_str(), &subscribed["symbols"]), (Some("subscribed"), &json!([0])));
-    let snapshot = ws.until("l2_snapshot", |_| {}).await;
-    let mut book = Book::from_snapshot(&snapshot);
-    assert_eq!(book.asks, BTreeMap::from([(150, 5)]));
-    assert_eq!(book.bids, BTreeMap::from([(140, 5)]));
+    // Market data is released by the gateway a hold time after the commit (and passes
+    // the REST server's follower): a socket opened at once may see a book without the
+    // two orders yet, so open one until its snapshot has them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (mut ws, mut book) = loop {
+        let mut ws = Ws::connect(&exchange, &exchange.alice).await;
+        ws.send(subscribe.clone()).await;
+        let subscribed = ws.next().await;
+        assert_eq!((subscribed["type"].as_str(), &subscribed["symbols"]), (Some("subscribed"), &json!([0])));
+        let book = Book::from_snapshot(&ws.until("l2_snapshot", |_| {}).await);
+        if book.asks == BTreeMap::from([(150, 5)]) && book.bids == BTreeMap::from([(140, 5)]) {
+            break (ws, book);
+        }
+        assert!(std::time::Instant::now() < deadline, "the snapshot never showed the two orders: {book:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
 
     // New orders: one rests, one trades against the ask.
     let resting = alice.expect(201, "POST", "/v1/orders", Some(limit(1, "buy", 3, 141))).await;
