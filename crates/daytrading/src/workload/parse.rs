@@ -59,10 +59,22 @@ impl Workload {
 
 /// Splits `COMMAND,arg,arg` into its kind and arguments.
 fn command(text: &str) -> Result<(DtKind, Vec<String>), String> {
-    let mut parts = text.split(',');
-    let name = parts.next().unwrap_or_default();
+    let (kind, args) = command_kind(text)?;
+    Ok((kind, args_of(args)))
+}
+
+/// `COMMAND,arg,arg`'s kind and the text of its arguments (`None`: no comma).
+fn command_kind(text: &str) -> Result<(DtKind, Option<&str>), String> {
+    let (name, args) = match text.split_once(',') {
+        Some((name, args)) => (name, Some(args)),
+        None => (text, None),
+    };
     let kind = DtKind::parse(name).ok_or_else(|| format!("unknown command {name:?}"))?;
-    Ok((kind, parts.map(str::to_owned).collect()))
+    Ok((kind, args))
+}
+
+fn args_of(text: Option<&str>) -> Vec<String> {
+    text.map_or_else(Vec::new, |args| args.split(',').map(str::to_owned).collect())
 }
 
 /// The lines of a text: LF-separated, a CR before the LF dropped, trailing spaces
@@ -106,8 +118,10 @@ pub fn parse_standard(text: &str) -> Workload {
 pub fn parse_split(mut files: Vec<(String, String)>) -> Workload {
     let mut workload = Workload::default();
     files.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    let mut users: Vec<Vec<(DtKind, Vec<String>)>> = Vec::new();
-    let mut last: Vec<(DtKind, Vec<String>)> = Vec::new();
+    // Checked here, their arguments copied out when numbered: the lines' memory then
+    // follows the number order, which the driver walks.
+    let mut users: Vec<Vec<(DtKind, Option<&str>)>> = Vec::new();
+    let mut last: Vec<(DtKind, Option<&str>)> = Vec::new();
     for (name, text) in &files {
         let mut commands = Vec::new();
         for (at, line) in text_lines(text) {
@@ -115,7 +129,7 @@ pub fn parse_split(mut files: Vec<(String, String)>) -> Workload {
                 workload.skipped.push(format!("{name} line {at}: not $ COMMAND: {line:?}"));
                 continue;
             };
-            match command(rest) {
+            match command_kind(rest) {
                 Ok(parsed) => commands.push(parsed),
                 Err(why) => workload.skipped.push(format!("{name} line {at}: {why}")),
             }
@@ -127,19 +141,20 @@ pub fn parse_split(mut files: Vec<(String, String)>) -> Workload {
         }
     }
     let mut number = 0;
+    workload.lines.reserve(users.iter().map(Vec::len).sum::<usize>() + last.len());
     let rounds = users.iter().map(Vec::len).max().unwrap_or(0);
     let mut users: Vec<std::vec::IntoIter<_>> = users.into_iter().map(Vec::into_iter).collect();
     for _ in 0..rounds {
         for user in &mut users {
             if let Some((kind, args)) = user.next() {
                 number += 1;
-                workload.lines.push(Line { number, kind, args });
+                workload.lines.push(Line { number, kind, args: args_of(args) });
             }
         }
     }
     for (kind, args) in last {
         number += 1;
-        workload.lines.push(Line { number, kind, args });
+        workload.lines.push(Line { number, kind, args: args_of(args) });
     }
     workload
 }
