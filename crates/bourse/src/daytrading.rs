@@ -251,7 +251,9 @@ pub fn workload(args: WorkloadArgs) -> Result<(), String> {
     config.streams = args.streams;
     config.window = args.window;
     config.progress = !args.quiet;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    // One thread: the driver needs a fraction of a core, and its streams and connection
+    // then wake each other without crossing threads.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let report = runtime.block_on(workload::run(&workload, &config))?;
     if args.json {
         println!("{}", report.json());

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use bourse_engine::daytrading::{userid_valid, DtKind};
 use bourse_protocol::proto;
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -98,6 +97,9 @@ fn call_of(request: proto::DayTradingRequest, holder: &KeyHolder) -> Result<Call
     Ok(call)
 }
 
+/// Responses per `DayTradingResponses` message, at most.
+const RESPONSES_PER_MESSAGE: usize = 4_096;
+
 type ResponseStream =
     std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::DayTradingResponses, Status>> + Send + 'static>>;
 
@@ -117,11 +119,13 @@ impl proto::day_trading_server::DayTrading for DayTradingGrpc {
         // Writer: whatever answers are there go out as one message.
         let writer_limit = Arc::clone(&limit);
         tokio::spawn(async move {
-            let mut answered = UnboundedReceiverStream::new(answered);
-            while let Some(first) = answered.next().await {
-                let mut batch = vec![first];
-                while batch.len() < 4_096 {
-                    match answered.as_mut().try_recv() {
+            let mut answered = answered;
+            while let Some(first) = answered.recv().await {
+                // Sized once for what is waiting (no regrowing while it fills).
+                let mut batch = Vec::with_capacity(1 + answered.len().min(RESPONSES_PER_MESSAGE - 1));
+                batch.push(first);
+                while batch.len() < RESPONSES_PER_MESSAGE {
+                    match answered.try_recv() {
                         Ok(next) => batch.push(next),
                         Err(_) => break,
                     }
@@ -135,9 +139,20 @@ impl proto::day_trading_server::DayTrading for DayTradingGrpc {
         let service = Arc::clone(&self.service);
         tokio::spawn(async move {
             while let Some(Ok(batch)) = inbound.next().await {
+                // The whole batch's permits at once when they are free (one semaphore
+                // operation), else one by one as answers free them.
+                let one_by_one = match u32::try_from(batch.requests.len()).map(|n| limit.try_acquire_many(n)) {
+                    Ok(Ok(permits)) => {
+                        permits.forget();
+                        false
+                    }
+                    _ => true,
+                };
                 for request in batch.requests {
-                    let Ok(permit) = limit.acquire().await else { return };
-                    permit.forget();
+                    if one_by_one {
+                        let Ok(permit) = limit.acquire().await else { return };
+                        permit.forget();
+                    }
                     match call_of(request, &holder) {
                         Ok(call) => service.dispatch(call, Replier::Stream(responses.clone())).await,
                         Err(refused) => {

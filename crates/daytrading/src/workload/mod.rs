@@ -15,6 +15,7 @@
 
 pub mod parse;
 pub mod run;
+pub mod wire;
 
 pub use parse::{load, parse_split, parse_standard, Line, Workload};
 pub use run::{run, Latency, Mode, Report, RunConfig};

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
 use super::parse::{Line, Workload};
+use super::wire::{self, EncodedRequests};
 
 /// How commands are sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,56 +188,107 @@ impl Report {
     }
 }
 
-/// Measurements shared by the senders.
+/// Measurements shared by the senders: each sender keeps its own [`Tally`] and hands
+/// it in when done; `answered` counts as they go (for the progress line).
 struct Meter {
     started: Instant,
     answered: AtomicU64,
-    per_second: Mutex<Vec<u64>>,
-    latency: Mutex<FxHashMap<DtKind, Histogram<u64>>>,
-    errors: Mutex<BTreeMap<String, u64>>,
-    failures: Mutex<BTreeMap<String, u64>>,
+    tallies: Mutex<Vec<Tally>>,
 }
 
 impl Meter {
     fn new() -> Meter {
-        Meter {
-            started: Instant::now(),
-            answered: AtomicU64::new(0),
-            per_second: Mutex::new(Vec::new()),
-            latency: Mutex::new(FxHashMap::default()),
-            errors: Mutex::new(BTreeMap::new()),
-            failures: Mutex::new(BTreeMap::new()),
-        }
+        Meter { started: Instant::now(), answered: AtomicU64::new(0), tallies: Mutex::new(Vec::new()) }
     }
 
-    fn record(&self, kind: DtKind, sent: Instant, response: &proto::DayTradingResponse) {
-        let now = Instant::now();
-        let micros = now.duration_since(sent).as_micros() as u64;
-        {
-            let mut latency = self.latency.lock().expect("meter lock");
-            let histogram = latency.entry(kind).or_insert_with(|| Histogram::new(3).expect("a histogram"));
-            let _ = histogram.record(micros.max(1));
+    /// Every sender's tally, merged.
+    fn tally(&self) -> Tally {
+        let mut all = Tally::default();
+        for tally in self.tallies.lock().expect("meter lock").iter() {
+            all.merge(tally);
         }
-        let second = now.duration_since(self.started).as_secs() as usize;
-        {
-            let mut per_second = self.per_second.lock().expect("meter lock");
-            if per_second.len() <= second {
-                per_second.resize(second + 1, 0);
-            }
-            per_second[second] += 1;
-        }
-        match &response.result {
-            Some(result) if !result.error.is_empty() => {
-                *self.errors.lock().expect("meter lock").entry(result.error.clone()).or_default() += 1;
-            }
-            Some(_) => {}
-            None => *self.failures.lock().expect("meter lock").entry(response.failure.clone()).or_default() += 1,
-        }
-        self.answered.fetch_add(1, Ordering::Relaxed);
+        all
     }
 }
 
-fn request(index: usize, line: &Line) -> proto::DayTradingRequest {
+/// What one sender measured.
+#[derive(Default)]
+struct Tally {
+    /// By the kind's code.
+    latency: Vec<Option<Histogram<u64>>>,
+    /// Answers by the second of the run they came in.
+    per_second: Vec<u64>,
+    errors: BTreeMap<String, u64>,
+    failures: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// One answer: a result (`Some` error text, empty when it succeeded) or a failure.
+    fn record(
+        &mut self,
+        started: Instant,
+        kind: DtKind,
+        sent: Instant,
+        now: Instant,
+        error: Option<&str>,
+        failure: &str,
+    ) {
+        let micros = now.saturating_duration_since(sent).as_micros() as u64;
+        let code = usize::from(kind.code());
+        if self.latency.len() <= code {
+            self.latency.resize_with(code + 1, || None);
+        }
+        let histogram = self.latency[code].get_or_insert_with(|| Histogram::new(3).expect("a histogram"));
+        let _ = histogram.record(micros.max(1));
+        let second = now.saturating_duration_since(started).as_secs() as usize;
+        if self.per_second.len() <= second {
+            self.per_second.resize(second + 1, 0);
+        }
+        self.per_second[second] += 1;
+        match error {
+            Some("") => {}
+            Some(error) => count(&mut self.errors, error, 1),
+            None => count(&mut self.failures, failure, 1),
+        }
+    }
+
+    fn merge(&mut self, other: &Tally) {
+        if self.latency.len() < other.latency.len() {
+            self.latency.resize_with(other.latency.len(), || None);
+        }
+        for (mine, theirs) in self.latency.iter_mut().zip(&other.latency) {
+            match (mine.as_mut(), theirs) {
+                (Some(mine), Some(theirs)) => mine.add(theirs).expect("histograms of one shape"),
+                (None, Some(theirs)) => *mine = Some(theirs.clone()),
+                (_, None) => {}
+            }
+        }
+        if self.per_second.len() < other.per_second.len() {
+            self.per_second.resize(other.per_second.len(), 0);
+        }
+        for (mine, theirs) in self.per_second.iter_mut().zip(&other.per_second) {
+            *mine += theirs;
+        }
+        for (error, n) in &other.errors {
+            count(&mut self.errors, error, *n);
+        }
+        for (why, n) in &other.failures {
+            count(&mut self.failures, why, *n);
+        }
+    }
+}
+
+/// Adds `n` to `text`'s count (allocating only for a text not seen before).
+fn count(counts: &mut BTreeMap<String, u64>, text: &str, n: u64) {
+    match counts.get_mut(text) {
+        Some(count) => *count += n,
+        None => {
+            counts.insert(text.to_owned(), n);
+        }
+    }
+}
+
+pub(super) fn request(index: usize, line: &Line) -> proto::DayTradingRequest {
     proto::DayTradingRequest {
         id: index as u64,
         command: bourse_protocol::daytrading::kind_wire(line.kind),
@@ -246,18 +298,27 @@ fn request(index: usize, line: &Line) -> proto::DayTradingRequest {
     }
 }
 
-async fn connect(config: &RunConfig) -> Result<DayTradingClient<Channel>, String> {
+/// The largest HTTP/2 frame the driver accepts.
+const FRAME_BYTES_MAX: u32 = 1 << 20;
+
+async fn connect(config: &RunConfig) -> Result<Channel, String> {
     let endpoint =
         if config.target.contains("://") { config.target.clone() } else { format!("http://{}", config.target) };
-    let channel = Channel::from_shared(endpoint)
+    // Frames of up to a megabyte from the service: a message of 4,096 answers (about
+    // 300 KB) then comes as one DATA frame rather than twenty of HTTP/2's default 16 KiB.
+    Channel::from_shared(endpoint)
         .map_err(|e| e.to_string())?
         .tcp_nodelay(true)
+        .max_frame_size(FRAME_BYTES_MAX)
         .connect()
         .await
-        .map_err(|e| format!("{}: {e}", config.target))?;
-    Ok(DayTradingClient::new(channel)
+        .map_err(|e| format!("{}: {e}", config.target))
+}
+
+fn client(channel: Channel) -> DayTradingClient<Channel> {
+    DayTradingClient::new(channel)
         .max_decoding_message_size(crate::MESSAGE_BYTES_MAX)
-        .max_encoding_message_size(crate::MESSAGE_BYTES_MAX))
+        .max_encoding_message_size(crate::MESSAGE_BYTES_MAX)
 }
 
 fn with_key<T>(config: &RunConfig, message: T) -> tonic::Request<T> {
@@ -272,7 +333,8 @@ fn with_key<T>(config: &RunConfig, message: T) -> tonic::Request<T> {
 
 /// Replays `workload` and measures it.
 pub async fn run(workload: &Workload, config: &RunConfig) -> Result<Report, String> {
-    let client = connect(config).await?;
+    let channel = connect(config).await?;
+    let client = client(channel.clone());
     let (dumps, others): (Vec<usize>, Vec<usize>) =
         (0..workload.lines.len()).partition(|&i| workload.lines[i].is_global_dump());
     let meter = Arc::new(Meter::new());
@@ -283,7 +345,7 @@ pub async fn run(workload: &Workload, config: &RunConfig) -> Result<Report, Stri
     });
     match config.mode {
         Mode::Sequential => run_sequential(&client, workload, &others, config, &meter).await?,
-        Mode::PerUser => run_per_user(&client, workload, &others, config, &meter).await?,
+        Mode::PerUser => run_per_user(&channel, workload, &others, config, &meter).await?,
     }
     let seconds = meter.started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
@@ -310,12 +372,11 @@ fn report(
     workload: &Workload,
 ) -> Report {
     let commands = meter.answered.load(Ordering::Relaxed);
-    let latency_us = meter
-        .latency
-        .lock()
-        .expect("meter lock")
+    let tally = meter.tally();
+    let latency_us = DtKind::ALL
         .iter()
-        .map(|(kind, h)| {
+        .filter_map(|kind| {
+            let h = tally.latency.get(usize::from(kind.code()))?.as_ref()?;
             let latency = Latency {
                 count: h.len(),
                 p50: h.value_at_quantile(0.5),
@@ -324,18 +385,17 @@ fn report(
                 p999: h.value_at_quantile(0.999),
                 max: h.max(),
             };
-            (kind.name(), latency)
+            Some((kind.name(), latency))
         })
         .collect();
-    let per_second = meter.per_second.lock().expect("meter lock");
     Report {
         commands,
         seconds,
         tps_avg: if seconds > 0.0 { commands as f64 / seconds } else { 0.0 },
-        tps_peak: per_second.iter().copied().max().unwrap_or(0),
+        tps_peak: tally.per_second.iter().copied().max().unwrap_or(0),
         latency_us,
-        errors: meter.errors.lock().expect("meter lock").clone(),
-        failures: meter.failures.lock().expect("meter lock").clone(),
+        errors: tally.errors,
+        failures: tally.failures,
         dumps,
         dump_seconds,
         warnings: workload.warnings.clone(),
@@ -365,47 +425,60 @@ async fn run_sequential(
     config: &RunConfig,
     meter: &Meter,
 ) -> Result<(), String> {
+    let mut tally = Tally::default();
+    let mut outcome = Ok(());
     for &i in order {
         let line = &workload.lines[i];
         let sent = Instant::now();
         let mut client = client.clone();
-        let response = client.execute(with_key(config, request(i, line))).await.map_err(|e| e.to_string())?;
-        meter.record(line.kind, sent, &response.into_inner());
+        let response = match client.execute(with_key(config, request(i, line))).await {
+            Ok(response) => response.into_inner(),
+            Err(e) => {
+                outcome = Err(e.to_string());
+                break;
+            }
+        };
+        let error = response.result.as_ref().map(|r| r.error.as_str());
+        tally.record(meter.started, line.kind, sent, Instant::now(), error, &response.failure);
+        meter.answered.fetch_add(1, Ordering::Relaxed);
     }
-    Ok(())
+    meter.tallies.lock().expect("meter lock").push(tally);
+    outcome
 }
 
 /// Users concurrently, each with one command outstanding, over a few streams.
 async fn run_per_user(
-    client: &DayTradingClient<Channel>,
+    channel: &Channel,
     workload: &Workload,
     order: &[usize],
     config: &RunConfig,
     meter: &Arc<Meter>,
 ) -> Result<(), String> {
-    // Each user's commands in number order.
-    let mut users: Vec<VecDeque<usize>> = Vec::new();
+    // Each user's commands in number order, encoded (in one walk of the lines, in the
+    // order they lie in memory). A command's id is its user's index (high half) and
+    // its place among the user's commands (low half).
+    let mut users: Vec<User> = Vec::new();
     let mut by_user: FxHashMap<&str, usize> = FxHashMap::default();
     for &i in order {
-        let user = workload.lines[i].user();
-        let slot = *by_user.entry(user).or_insert_with(|| {
-            users.push(VecDeque::new());
+        let line = &workload.lines[i];
+        let user = *by_user.entry(line.user()).or_insert_with(|| {
+            users.push(User::default());
             users.len() - 1
         });
-        users[slot].push_back(i);
+        users[user].push(user, line)?;
     }
     let streams = config.streams.max(1).min(users.len().max(1));
     let concurrency = if config.concurrency == 0 { users.len() } else { config.concurrency };
     let per_stream = concurrency.div_ceil(streams).max(1);
-    let mut shares: Vec<Vec<VecDeque<usize>>> = vec![Vec::new(); streams];
+    let mut shares: Vec<Vec<User>> = (0..streams).map(|_| Vec::new()).collect();
     for (i, user) in users.into_iter().enumerate() {
         shares[i % streams].push(user);
     }
     let mut tasks = Vec::new();
-    let lines: Arc<Vec<Line>> = Arc::new(workload.lines.clone());
-    for share in shares {
-        let (client, config, meter, lines) = (client.clone(), config.clone(), Arc::clone(meter), Arc::clone(&lines));
-        tasks.push(tokio::spawn(async move { run_stream(client, config, meter, lines, share, per_stream).await }));
+    for (at, share) in shares.into_iter().enumerate() {
+        let (channel, config, meter) = (channel.clone(), config.clone(), Arc::clone(meter));
+        let place = (at, streams);
+        tasks.push(tokio::spawn(async move { run_stream(channel, config, meter, share, place, per_stream).await }));
     }
     for task in tasks {
         task.await.map_err(|e| e.to_string())??;
@@ -415,28 +488,23 @@ async fn run_per_user(
 
 /// One stream's users: the first `active_max` start, each next user when one finishes;
 /// each user has up to `window` commands in flight (the service keeps a user's commands
-/// in order: one lane and one upstream session per user).
+/// in order: one lane and one upstream session per user). A command's latency runs
+/// from just before its batch is handed to the stream to the arrival of the message
+/// with its answer.
 async fn run_stream(
-    mut client: DayTradingClient<Channel>,
+    channel: Channel,
     config: RunConfig,
     meter: Arc<Meter>,
-    lines: Arc<Vec<Line>>,
-    users: Vec<VecDeque<usize>>,
+    users: Vec<User>,
+    (at, streams): (usize, usize),
     active_max: usize,
 ) -> Result<(), String> {
-    let (sender, receiver) = mpsc::unbounded_channel::<proto::DayTradingRequests>();
+    let (sender, receiver) = mpsc::unbounded_channel::<EncodedRequests>();
     let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(receiver);
-    let mut inbound = client.session(with_key(&config, outbound)).await.map_err(|e| e.to_string())?.into_inner();
-    let window = config.window.max(1);
-    let mut stream = StreamState {
-        users,
-        in_flight: Vec::new(),
-        outstanding: FxHashMap::default(),
-        batch: Vec::new(),
-        lines: &lines,
-        window,
-    };
-    stream.in_flight = vec![0; stream.users.len()];
+    let mut inbound = wire::session(channel, with_key(&config, outbound)).await.map_err(|e| e.to_string())?;
+    let mut stream =
+        StreamState { users, at, streams, batch: Vec::new(), batched: Vec::new(), window: config.window.max(1) };
+    let mut tally = Tally::default();
     let mut waiting: VecDeque<usize> = (0..stream.users.len()).collect();
     let mut active = 0;
     while active < active_max {
@@ -445,20 +513,23 @@ async fn run_stream(
             active += 1;
         }
     }
-    if !stream.batch.is_empty() {
-        let _ = sender.send(proto::DayTradingRequests { requests: std::mem::take(&mut stream.batch) });
-    }
+    stream.flush(&sender);
     while active > 0 {
         let message = inbound.message().await.map_err(|e| e.to_string())?;
-        let Some(responses) = message else { return Err("the service ended the stream".into()) };
-        for response in responses.responses {
-            let Some((slot, sent)) = stream.outstanding.remove(&response.id) else { continue };
-            meter.record(lines[response.id as usize].kind, sent, &response);
-            stream.in_flight[slot] -= 1;
+        let Some(answers) = message else { return Err("the service ended the stream".into()) };
+        let now = Instant::now();
+        let mut answered = 0;
+        for answer in answers.responses {
+            let Some((slot, kind, sent)) = stream.answered(answer.id) else { continue };
+            let error = answer.result.as_ref().map(|r| r.error.as_str());
+            tally.record(meter.started, kind, sent, now, error, &answer.failure);
+            answered += 1;
+            stream.users[slot].in_flight -= 1;
             stream.fill(slot);
-            if stream.in_flight[slot] == 0 {
+            if stream.users[slot].in_flight == 0 {
                 // The user is done: the next one starts.
                 active -= 1;
+                stream.users[slot].done();
                 while let Some(next) = waiting.pop_front() {
                     if stream.fill(next) {
                         active += 1;
@@ -467,35 +538,159 @@ async fn run_stream(
                 }
             }
         }
-        if !stream.batch.is_empty() {
-            let _ = sender.send(proto::DayTradingRequests { requests: std::mem::take(&mut stream.batch) });
-        }
+        meter.answered.fetch_add(answered, Ordering::Relaxed);
+        stream.flush(&sender);
     }
+    meter.tallies.lock().expect("meter lock").push(tally);
     Ok(())
 }
 
-/// What one stream has sent and not had answered.
-struct StreamState<'a> {
-    /// Each user's commands not yet sent, in number order.
-    users: Vec<VecDeque<usize>>,
-    /// Each user's commands sent and not answered.
-    in_flight: Vec<usize>,
-    /// Line index → (user slot, sent at).
-    outstanding: FxHashMap<u64, (usize, Instant)>,
-    batch: Vec<proto::DayTradingRequest>,
-    lines: &'a [Line],
+/// One user's commands, in number order, already encoded.
+#[derive(Default)]
+struct User {
+    /// The encoded requests, back to back.
+    encoded: Vec<u8>,
+    commands: Vec<Command>,
+    /// Commands sent so far.
+    sent: usize,
+    /// Sent and not answered.
+    in_flight: usize,
+}
+
+struct Command {
+    kind: DtKind,
+    /// Where its encoding ends in `User::encoded` (it starts where the previous ends).
+    end: u32,
+    /// When it was sent, until it is answered.
+    sent: Option<Instant>,
+}
+
+impl User {
+    /// Appends the line as the command of user number `user` it is.
+    fn push(&mut self, user: usize, line: &Line) -> Result<(), String> {
+        let too_many = || format!("user {}: too many commands", line.user());
+        let index = u32::try_from(self.commands.len()).map_err(|_| too_many())?;
+        let user = u32::try_from(user).map_err(|_| "too many users".to_owned())?;
+        wire::encode_request(u64::from(user) << 32 | u64::from(index), line, &mut self.encoded);
+        let end = u32::try_from(self.encoded.len()).map_err(|_| too_many())?;
+        self.commands.push(Command { kind: line.kind, end, sent: None });
+        Ok(())
+    }
+
+    /// Frees what is no longer needed once every command was answered.
+    fn done(&mut self) {
+        self.encoded = Vec::new();
+        self.commands = Vec::new();
+    }
+}
+
+/// One stream's users (those whose number is `at` modulo `streams`, user `at + k *
+/// streams` in slot `k`) and what it has sent and not had answered.
+struct StreamState {
+    users: Vec<User>,
+    at: usize,
+    streams: usize,
+    /// The next `DayTradingRequests` message.
+    batch: Vec<u8>,
+    /// Its commands: (user slot, command index).
+    batched: Vec<(u32, u32)>,
     window: usize,
 }
 
-impl StreamState<'_> {
-    /// Sends the user's next commands up to the window; whether any is in flight.
+impl StreamState {
+    /// Batches the user's next commands up to the window; whether any is in flight.
     fn fill(&mut self, slot: usize) -> bool {
-        while self.in_flight[slot] < self.window {
-            let Some(i) = self.users[slot].pop_front() else { break };
-            self.batch.push(request(i, &self.lines[i]));
-            self.outstanding.insert(i as u64, (slot, Instant::now()));
-            self.in_flight[slot] += 1;
+        let user = &mut self.users[slot];
+        while user.in_flight < self.window && user.sent < user.commands.len() {
+            let start = if user.sent == 0 { 0 } else { user.commands[user.sent - 1].end as usize };
+            let end = user.commands[user.sent].end as usize;
+            self.batch.extend_from_slice(&user.encoded[start..end]);
+            self.batched.push((slot as u32, user.sent as u32));
+            user.sent += 1;
+            user.in_flight += 1;
         }
-        self.in_flight[slot] > 0
+        user.in_flight > 0
+    }
+
+    /// Sends the batch, if any, stamping its commands' send time.
+    fn flush(&mut self, sender: &mpsc::UnboundedSender<EncodedRequests>) {
+        if self.batched.is_empty() {
+            return;
+        }
+        let sent = Instant::now();
+        for (slot, index) in self.batched.drain(..) {
+            self.users[slot as usize].commands[index as usize].sent = Some(sent);
+        }
+        let next = Vec::with_capacity(self.batch.len());
+        let batch = std::mem::replace(&mut self.batch, next);
+        let _ = sender.send(EncodedRequests(batch));
+    }
+
+    /// The command an answer is for, if it is one of this stream's in flight: its user
+    /// slot, kind and send time.
+    fn answered(&mut self, id: u64) -> Option<(usize, DtKind, Instant)> {
+        let user = usize::try_from(id >> 32).ok()?;
+        if user % self.streams != self.at {
+            return None;
+        }
+        let slot = user / self.streams;
+        let command = self.users.get_mut(slot)?.commands.get_mut((id & 0xffff_ffff) as usize)?;
+        let sent = command.sent.take()?;
+        Some((slot, command.kind, sent))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers spread over several tallies and merged report what one tally of them all
+    /// reports: the same percentiles, per-second counts, errors and failures.
+    #[test]
+    fn prop_merged_tallies_are_one_tally() {
+        let started = Instant::now();
+        for seed in 1..=20u64 {
+            let mut state = seed;
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            let parts = 1 + (next() % 5) as usize;
+            let mut one = Tally::default();
+            let mut many: Vec<Tally> = (0..parts).map(|_| Tally::default()).collect();
+            for _ in 0..2_000 {
+                let kind = DtKind::ALL[(next() % 16) as usize];
+                let sent = started + Duration::from_micros(next() % 5_000_000);
+                let now = sent + Duration::from_micros(next() % 3_000_000);
+                let (error, failure) = match next() % 4 {
+                    0 => (Some(""), ""),
+                    1 => (Some("insufficient shares"), ""),
+                    2 => (Some(["no pending buy", "invalid amount"][(next() % 2) as usize]), ""),
+                    _ => (None, "the exchange is unreachable"),
+                };
+                one.record(started, kind, sent, now, error, failure);
+                many[(next() % parts as u64) as usize].record(started, kind, sent, now, error, failure);
+            }
+            let mut merged = Tally::default();
+            for tally in &many {
+                merged.merge(tally);
+            }
+            // count, p50, p99, min, max of each kind's histogram.
+            let figures = |t: &Tally| -> Vec<Option<[u64; 5]>> {
+                (0..=16)
+                    .map(|code| {
+                        let h = t.latency.get(code)?.as_ref()?;
+                        Some([h.len(), h.value_at_quantile(0.5), h.value_at_quantile(0.99), h.min(), h.max()])
+                    })
+                    .collect()
+            };
+            assert_eq!(figures(&merged), figures(&one), "seed {seed}");
+            assert_eq!(merged.per_second, one.per_second, "seed {seed}");
+            assert_eq!(merged.errors, one.errors, "seed {seed}");
+            assert_eq!(merged.failures, one.failures, "seed {seed}");
+            assert_eq!(one.per_second.iter().sum::<u64>(), 2_000);
+        }
     }
 }
