@@ -331,6 +331,48 @@ fn queries_answer(url: &str) {
     let _ = OrderId(0);
 }
 
+/// A row whose key is in the store already (which only a bug could send: rows above the
+/// progress are new) fails its whole batch, also in the middle of a many-row INSERT: no
+/// row of the batch is kept and the progress does not move.
+fn a_duplicate_key_fails_the_batch(url: &str) {
+    use bourse_history::rows::{OrderEventRow, RowKey, Rows};
+    use bourse_history::Progress;
+    let event = |log_index: i64, pos: i64| OrderEventRow {
+        key: RowKey { log_index, pos, ts: log_index * 1_000 },
+        order_id: 7 + pos % 3,
+        event: "moved",
+        px: Some(100 + pos),
+        qty: None,
+        qty_remaining: None,
+        reason: None,
+    };
+    let progress = |applied_index: u64| Progress { applied_index, applied_ts: applied_index * 1_000, begins_at: 0 };
+    let count = |store: &mut Store| int(&store.query("SELECT COUNT(*) FROM order_events", &[]).unwrap()[0][0]);
+    let mut store = Store::open(url).unwrap();
+    // A bug: rows of entry 20 written with a progress of 10.
+    let first = Rows { order_events: (0..100).map(|pos| event(20, pos)).collect(), ..Rows::default() };
+    store.write(&first, &progress(10), None).unwrap();
+    assert_eq!(count(&mut store), 100);
+    // The next batch holds 300 new rows and, among them, one of those again.
+    let mut again = Rows { order_events: (0..150).map(|pos| event(21, pos)).collect(), ..Rows::default() };
+    again.order_events.push(event(20, 42));
+    again.order_events.extend((0..150).map(|pos| event(22, pos)));
+    assert!(store.write(&again, &progress(22), None).is_err());
+    assert_eq!(count(&mut store), 100);
+    assert_eq!(store.saved().unwrap().unwrap().progress, progress(10));
+    // Without the duplicate the batch is written, every row once.
+    again.order_events.retain(|r| r.key.log_index != 20);
+    store.write(&again, &progress(22), None).unwrap();
+    assert_eq!(count(&mut store), 400);
+    assert_eq!(store.saved().unwrap().unwrap().progress, progress(22));
+}
+
+#[test]
+fn sqlite_a_duplicate_key_fails_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    a_duplicate_key_fails_the_batch(&sqlite_url(dir.path(), "h.sqlite"));
+}
+
 #[test]
 fn sqlite_rows_equal_events() {
     let dir = tempfile::tempdir().unwrap();
@@ -378,6 +420,7 @@ fn postgres_all() {
     let dir = tempfile::tempdir().unwrap();
     rebuild_equals_live(&server.database().unwrap(), &server.database().unwrap(), &dir.path().join("journal"));
     queries_answer(&server.database().unwrap());
+    a_duplicate_key_fails_the_batch(&server.database().unwrap());
 }
 
 #[test]

@@ -139,6 +139,7 @@ pub fn small_config() -> SinkConfig {
         queue_chunks_max: 4,
         queue_batches_max: 2,
         batch_rows_max: 300,
+        transaction_rows_max: 600,
         snapshot_every_entries: 250,
         snapshot_every_secs: 3600,
         commit_every_ms: 0,
