@@ -189,6 +189,23 @@ impl Recorder {
             }
             return;
         }
+        if let Event::Rested { order, px, qty_visible, .. } = *event {
+            // A move that rests at once at its new price (nothing traded, no other row of
+            // the order in between) is one `moved` row carrying the quantity it shows,
+            // not a `moved` and a `rested` row: a third of all order events.
+            if let Some(moved) = rows.order_events.last_mut().filter(|last| {
+                last.key.log_index == keys.log_index
+                    && last.order_id == order.0 as i64
+                    && last.event == "moved"
+                    && last.px == Some(px.0)
+                    && last.qty.is_none()
+            }) {
+                moved.qty = Some(qty_visible.0);
+                // What any later balance row of this command names, as before.
+                *cause = Cause::Order("rested", order);
+                return;
+            }
+        }
         let key = keys.next();
         let order_event = |order: OrderId, event: &'static str| OrderEventRow {
             key,

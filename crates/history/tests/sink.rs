@@ -32,8 +32,39 @@ fn check_rows_equal_events(url: &str, w: &Workload) {
     let (mut assets, mut symbols) = (0, 0);
     let mut before: BTreeMap<(u32, u32), (i64, i64)> = BTreeMap::new();
     let mut orders = Vec::new();
+    // `moved` and `rested` rows: a move followed by its order's rest at the same price,
+    // with no event that writes an order row in between, is one `moved` row carrying
+    // the displayed quantity.
+    let mut placed: Vec<(i64, i64, &str, i64, Option<i64>)> = Vec::new();
     for a in &w.applied {
+        let mut moved_last = None;
         for event in &a.events {
+            match *event {
+                Event::Moved { order, px } => {
+                    placed.push((a.index as i64, order.0 as i64, "moved", px.0, None));
+                    moved_last = Some(placed.len() - 1);
+                    continue;
+                }
+                Event::Rested { order, px, qty_visible, .. } => {
+                    match moved_last.take() {
+                        Some(i) if placed[i].1 == order.0 as i64 && placed[i].3 == px.0 => {
+                            placed[i].4 = Some(qty_visible.0)
+                        }
+                        _ => placed.push((a.index as i64, order.0 as i64, "rested", px.0, Some(qty_visible.0))),
+                    }
+                    continue;
+                }
+                Event::Balance { .. }
+                | Event::Rejected { .. }
+                | Event::DayTrading(_)
+                | Event::AssetCreated { .. }
+                | Event::SymbolCreated { .. }
+                | Event::AccountCreated { .. }
+                | Event::AccountSuspended { .. }
+                | Event::AccountResumed { .. } => {}
+                // Any other event writes an order row.
+                _ => moved_last = None,
+            }
             match *event {
                 Event::Trade { px, qty, maker_order, taker_order, fee_maker, fee_taker, .. } => trades.push((
                     a.index as i64,
@@ -107,6 +138,14 @@ fn check_rows_equal_events(url: &str, w: &Workload) {
         .collect();
     assert_eq!(got, accepted, "orders");
     let events = &tables["order_events"];
+    let got: Vec<_> = events
+        .iter()
+        .filter(|r| matches!(text(&r[4]), "moved" | "rested"))
+        .map(|r| (int(&r[0]), int(&r[3]), text(&r[4]), int(&r[5]), r[6].int()))
+        .collect();
+    assert_eq!(got, placed, "moves and rests");
+    let merged = placed.iter().filter(|p| p.2 == "moved" && p.4.is_some()).count();
+    assert!(merged > 20, "the workload moves orders that rest at once: {merged}");
     assert_eq!(events.iter().filter(|r| text(&r[4]) == "cancelled").count(), cancelled, "cancellations");
     assert_eq!(events.iter().filter(|r| text(&r[4]) == "fill").count(), 2 * trades.len(), "a fill per leg");
     assert!(accounts.iter().filter(|a| a.3.is_some()).count() >= 2, "the workload opens accounts with ids");
