@@ -13,7 +13,7 @@ use bourse_engine::{Event, OrderId, OrderStatus};
 use bourse_history::store::Value;
 use bourse_history::testing::TempPostgres;
 use bourse_history::{query, LogEntry, Store};
-use support::{dump, run_sink, sink_all, small_config, sqlite_url, workload, Workload};
+use support::{dump, run_sink, scripted_workload, sink_all, small_config, sqlite_url, workload, Workload};
 
 const SEED: u64 = 0x5EED_0014;
 
@@ -370,6 +370,69 @@ fn queries_answer(url: &str) {
     let _ = OrderId(0);
 }
 
+/// A move that rests at once is one `moved` row with the quantity it shows, and the
+/// order views read it: an iceberg partly filled, then moved, shows a whole slice again
+/// (the row's quantity, not what was left of the old slice); a plain order moved; a move
+/// that crosses keeps `moved`, its fills and then `rested`.
+fn moves_that_rest_at_once(url: &str) {
+    use bourse_engine::command::{OrderRequest, Tif};
+    use bourse_engine::{AccountId, Px, Qty, Side, SymbolId};
+    let (acme, iceberg) = (SymbolId(0), OrderId(1));
+    let limit = |account: u32, side: Side, px: i64, qty: i64| {
+        OrderRequest::limit(AccountId(account), acme, side, Px(px), Qty(qty), Tif::Gtc)
+    };
+    // Order ids follow from the accepted events below; the script is written for them.
+    let script = vec![
+        CommandBody::Place(OrderRequest { display_qty: Some(Qty(10)), ..limit(0, Side::Sell, 1_000, 100) }),
+        CommandBody::Place(limit(1, Side::Buy, 1_000, 4)),
+        CommandBody::Move { account: AccountId(0), symbol: acme, order: iceberg, px: Px(1_010) },
+        CommandBody::Place(limit(1, Side::Sell, 960, 5)),
+        CommandBody::Place(limit(2, Side::Buy, 900, 5)),
+        CommandBody::Move { account: AccountId(2), symbol: acme, order: OrderId(4), px: Px(905) },
+        CommandBody::Place(limit(3, Side::Buy, 950, 25)),
+        CommandBody::Move { account: AccountId(3), symbol: acme, order: OrderId(5), px: Px(960) },
+    ];
+    let w = scripted_workload(SEED, 0, 1, 1, script);
+    let accepted: Vec<OrderId> = w
+        .applied
+        .iter()
+        .flat_map(|a| &a.events)
+        .filter_map(|e| if let Event::Accepted { order, .. } = *e { Some(order) } else { None })
+        .collect();
+    assert_eq!(accepted, [OrderId(1), OrderId(2), OrderId(3), OrderId(4), OrderId(5)], "the script's order ids");
+    sink_all(url, &w.entries);
+    let mut store = Store::open(url).unwrap();
+    let changes = |store: &mut Store, order: u64| -> Vec<(String, Option<i64>, Option<i64>)> {
+        let history = query::order_history(store, order as i64).unwrap().unwrap();
+        history.changes.into_iter().map(|c| (c.event, c.px, c.qty)).collect()
+    };
+    let step = |e: &str, px: i64, qty: Option<i64>| (e.to_string(), Some(px), qty);
+    let iceberg_changes = changes(&mut store, 1);
+    assert_eq!(
+        iceberg_changes[..4],
+        [
+            step("accepted", 1_000, Some(100)),
+            step("rested", 1_000, Some(10)),
+            step("fill", 1_000, Some(4)),
+            step("moved", 1_010, Some(10))
+        ]
+    );
+    assert_eq!(
+        changes(&mut store, 4),
+        [step("accepted", 900, Some(5)), step("rested", 900, Some(5)), step("moved", 905, Some(5))]
+    );
+    // The crossing move: moved without a quantity, the fills, then the rest of it rested.
+    let crossing = changes(&mut store, 5);
+    let kinds: Vec<&str> = crossing.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(kinds[..3], ["accepted", "rested", "moved"]);
+    assert_eq!(crossing[2..], [step("moved", 960, None), step("fill", 960, Some(5)), step("rested", 960, Some(20))]);
+    for order in accepted {
+        assert_eq!(query::order_view(&mut store, order.0 as i64).unwrap(), w.engine.order(order), "order {order}");
+    }
+    let view = w.engine.order(iceberg).unwrap();
+    assert_eq!((view.px_resting, view.qty_visible), (Some(Px(1_010)), Qty(10)), "the iceberg shows a whole slice");
+}
+
 /// A row whose key is in the store already (which only a bug could send: rows above the
 /// progress are new) fails its whole batch, also in the middle of a many-row INSERT: no
 /// row of the batch is kept and the progress does not move.
@@ -444,6 +507,12 @@ fn sqlite_rebuild_equals_live() {
 }
 
 #[test]
+fn sqlite_moves_that_rest_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    moves_that_rest_at_once(&sqlite_url(dir.path(), "h.sqlite"));
+}
+
+#[test]
 fn sqlite_queries() {
     let dir = tempfile::tempdir().unwrap();
     queries_answer(&sqlite_url(dir.path(), "h.sqlite"));
@@ -454,6 +523,7 @@ fn sqlite_queries() {
 fn postgres_all() {
     let server = TempPostgres::start().expect("start a temporary PostgreSQL");
     rows_equal_events(&server.database().unwrap());
+    moves_that_rest_at_once(&server.database().unwrap());
     restart_mid_stream(&server.database().unwrap(), &server.database().unwrap());
     concurrent_writers_duplicate_nothing(&server.database().unwrap(), &server.database().unwrap());
     let dir = tempfile::tempdir().unwrap();
