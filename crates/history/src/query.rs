@@ -92,7 +92,8 @@ pub struct OrderChange {
     pub pos: i64,
     pub ts: i64,
     /// `accepted`, `rested`, `triggered`, `refreshed`, `moved`, `reduced`, `fill`,
-    /// `cancelled`, `done`.
+    /// `cancelled`, `done`. A `moved` change with a quantity is a move that rested at
+    /// once at its new price, showing that quantity (no `rested` change follows it).
     pub event: String,
     pub px: Option<i64>,
     pub qty: Option<i64>,
@@ -428,7 +429,13 @@ pub fn order_view(store: &mut Store, order_id: i64) -> Result<Option<OrderView>>
         match change.event.as_str() {
             "triggered" => status = OrderStatus::Open,
             "rested" => (px_resting, qty_visible) = (change.px, qty),
-            "moved" => px_resting = change.px,
+            // A move that rested at once carries the quantity it shows.
+            "moved" => {
+                px_resting = change.px;
+                if let Some(shown) = change.qty {
+                    qty_visible = shown;
+                }
+            }
             "refreshed" => qty_visible = qty,
             "fill" => {
                 qty_filled += qty;

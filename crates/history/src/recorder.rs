@@ -157,7 +157,7 @@ impl Recorder {
         let mut cause = Cause::Command(command_cause(&command.body));
         self.touched.clear();
         self.cancelled.clear();
-        let mut keys = Keys { log_index: index as i64, pos: *pos, ts: command.ts as i64 };
+        let mut keys = Keys { log_index: index as i64, pos: *pos, ts: command.ts as i64, command_pos: *pos };
         let events = std::mem::take(&mut self.events);
         let records = events.iter().filter(|e| matches!(e, Event::DayTrading(d) if d.is_record())).count() as u64;
         self.audit_next = self.engine.day_trading().audit_records() - records + 1;
@@ -188,6 +188,24 @@ impl Recorder {
                 self.audit_next += 1;
             }
             return;
+        }
+        if let Event::Rested { order, px, qty_visible, .. } = *event {
+            // A move that rests at once at its new price (nothing traded, no other row of
+            // the order in between, the same command) is one `moved` row carrying the
+            // quantity it shows, not a `moved` and a `rested` row: a third of all order
+            // events.
+            if let Some(moved) = rows.order_events.last_mut().filter(|last| {
+                (last.key.log_index, last.key.pos) >= (keys.log_index, keys.command_pos)
+                    && last.order_id == order.0 as i64
+                    && last.event == "moved"
+                    && last.px == Some(px.0)
+                    && last.qty.is_none()
+            }) {
+                moved.qty = Some(qty_visible.0);
+                // What any later balance row of this command names, as before.
+                *cause = Cause::Order("rested", order);
+                return;
+            }
         }
         let key = keys.next();
         let order_event = |order: OrderId, event: &'static str| OrderEventRow {
@@ -401,6 +419,8 @@ struct Keys {
     log_index: i64,
     pos: i64,
     ts: i64,
+    /// The first position of the command's rows.
+    command_pos: i64,
 }
 
 impl Keys {

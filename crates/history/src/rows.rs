@@ -42,7 +42,9 @@ pub struct OrderRow {
 }
 
 /// One state change of an order: `accepted`, `rested`, `triggered`, `refreshed`,
-/// `moved`, `reduced`, `fill`, `cancelled`, `done`.
+/// `moved`, `reduced`, `fill`, `cancelled`, `done`. A move that rests at once at its
+/// new price (nothing traded) is one `moved` row with the quantity it shows, not a
+/// `moved` and a `rested` row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrderEventRow {
     pub key: RowKey,
@@ -50,8 +52,9 @@ pub struct OrderEventRow {
     pub event: &'static str,
     /// The price of a fill, a rest or a move, the last trade price of a trigger.
     pub px: Option<i64>,
-    /// The quantity of a fill, the quantity shown by a rest or refresh, the quantity
-    /// taken by a reduce or a cancel, the quantity of an acceptance.
+    /// The quantity of a fill, the quantity shown by a rest, a refresh or a move that
+    /// rested at once, the quantity taken by a reduce or a cancel, the quantity of an
+    /// acceptance.
     pub qty: Option<i64>,
     /// After a reduce: what is left.
     pub qty_remaining: Option<i64>,

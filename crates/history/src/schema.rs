@@ -34,7 +34,9 @@ pub enum Dialect {
 /// Version 2: tables keyed by their access paths, `account_events.external_id`.
 /// Version 3: `dt_audit`, the day-trading audit records.
 /// Version 4: `dt_audit` has one row per log entry, its records encoded in `records`.
-pub const SCHEMA_VERSION: i64 = 4;
+/// Version 5: a move that rests at once at its new price is one `order_events` row,
+/// `moved` with the displayed quantity in `qty`, instead of `moved` and `rested`.
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The row tables and their columns after the key, in insert order.
 pub const TABLES: &[(&str, &str)] = &[

@@ -40,14 +40,22 @@ pub struct SinkConfig {
     pub queue_chunks_max: usize,
     /// Batches waiting for the writer.
     pub queue_batches_max: usize,
-    /// Rows in one transaction, at most (a batch is cut after the entry that passes it).
+    /// Rows in one batch of the recorder, at most (a batch is cut after the entry that
+    /// passes it).
     pub batch_rows_max: usize,
+    /// Rows in one transaction, at most: a writer behind the recorder joins the batches
+    /// waiting for it up to this many rows. Each commit writes every B-tree page it
+    /// touched to the WAL (most of them the same pages, a leaf per live order, account
+    /// and asset, batch after batch), so a larger transaction writes fewer pages per
+    /// row: from 100,000 to 400,000 rows, the SQLite writer spends about a sixth less
+    /// CPU per row (docs/BENCHMARKS.md). Memory stays bounded by the batch queue.
+    pub transaction_rows_max: usize,
     /// Save the engine snapshot with the progress at least this often (entries) ...
     pub snapshot_every_entries: u64,
     /// ... or this often (seconds), whichever comes first.
     pub snapshot_every_secs: u64,
     /// The writer commits at most this often (milliseconds): the batches that arrive
-    /// meanwhile join the next transaction (up to `batch_rows_max` rows). Each commit
+    /// meanwhile join the next transaction (up to `transaction_rows_max` rows). Each commit
     /// writes every B-tree page it touched to the WAL, so at a modest rate (one small
     /// batch per log chunk) fewer, larger transactions cost the writer much less; the
     /// store lags the log by at most this much more. 0: commit whatever is there.
@@ -60,6 +68,7 @@ impl Default for SinkConfig {
             queue_chunks_max: 8,
             queue_batches_max: 4,
             batch_rows_max: 100_000,
+            transaction_rows_max: 400_000,
             snapshot_every_entries: 1_000_000,
             snapshot_every_secs: 60,
             commit_every_ms: 100,
@@ -266,7 +275,8 @@ impl Sink {
         let (sender, chunks) = mpsc::channel(config.queue_chunks_max.max(1));
         let (batches_sender, batches) = std::sync::mpsc::sync_channel(config.queue_batches_max.max(1));
         let writer_status = Arc::clone(&status);
-        let (commit_every, rows_max) = (Duration::from_millis(config.commit_every_ms), config.batch_rows_max);
+        let (commit_every, rows_max) =
+            (Duration::from_millis(config.commit_every_ms), config.transaction_rows_max.max(config.batch_rows_max));
         let writer = std::thread::Builder::new()
             .name("history-writer".into())
             .spawn(move || {

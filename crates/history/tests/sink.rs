@@ -13,7 +13,7 @@ use bourse_engine::{Event, OrderId, OrderStatus};
 use bourse_history::store::Value;
 use bourse_history::testing::TempPostgres;
 use bourse_history::{query, LogEntry, Store};
-use support::{dump, run_sink, sink_all, small_config, sqlite_url, workload, Workload};
+use support::{dump, run_sink, scripted_workload, sink_all, small_config, sqlite_url, workload, Workload};
 
 const SEED: u64 = 0x5EED_0014;
 
@@ -32,8 +32,39 @@ fn check_rows_equal_events(url: &str, w: &Workload) {
     let (mut assets, mut symbols) = (0, 0);
     let mut before: BTreeMap<(u32, u32), (i64, i64)> = BTreeMap::new();
     let mut orders = Vec::new();
+    // `moved` and `rested` rows: a move followed by its order's rest at the same price,
+    // with no event that writes an order row in between, is one `moved` row carrying
+    // the displayed quantity.
+    let mut placed: Vec<(i64, i64, &str, i64, Option<i64>)> = Vec::new();
     for a in &w.applied {
+        let mut moved_last = None;
         for event in &a.events {
+            match *event {
+                Event::Moved { order, px } => {
+                    placed.push((a.index as i64, order.0 as i64, "moved", px.0, None));
+                    moved_last = Some(placed.len() - 1);
+                    continue;
+                }
+                Event::Rested { order, px, qty_visible, .. } => {
+                    match moved_last.take() {
+                        Some(i) if placed[i].1 == order.0 as i64 && placed[i].3 == px.0 => {
+                            placed[i].4 = Some(qty_visible.0)
+                        }
+                        _ => placed.push((a.index as i64, order.0 as i64, "rested", px.0, Some(qty_visible.0))),
+                    }
+                    continue;
+                }
+                Event::Balance { .. }
+                | Event::Rejected { .. }
+                | Event::DayTrading(_)
+                | Event::AssetCreated { .. }
+                | Event::SymbolCreated { .. }
+                | Event::AccountCreated { .. }
+                | Event::AccountSuspended { .. }
+                | Event::AccountResumed { .. } => {}
+                // Any other event writes an order row.
+                _ => moved_last = None,
+            }
             match *event {
                 Event::Trade { px, qty, maker_order, taker_order, fee_maker, fee_taker, .. } => trades.push((
                     a.index as i64,
@@ -107,6 +138,14 @@ fn check_rows_equal_events(url: &str, w: &Workload) {
         .collect();
     assert_eq!(got, accepted, "orders");
     let events = &tables["order_events"];
+    let got: Vec<_> = events
+        .iter()
+        .filter(|r| matches!(text(&r[4]), "moved" | "rested"))
+        .map(|r| (int(&r[0]), int(&r[3]), text(&r[4]), int(&r[5]), r[6].int()))
+        .collect();
+    assert_eq!(got, placed, "moves and rests");
+    let merged = placed.iter().filter(|p| p.2 == "moved" && p.4.is_some()).count();
+    assert!(merged > 20, "the workload moves orders that rest at once: {merged}");
     assert_eq!(events.iter().filter(|r| text(&r[4]) == "cancelled").count(), cancelled, "cancellations");
     assert_eq!(events.iter().filter(|r| text(&r[4]) == "fill").count(), 2 * trades.len(), "a fill per leg");
     assert!(accounts.iter().filter(|a| a.3.is_some()).count() >= 2, "the workload opens accounts with ids");
@@ -331,6 +370,111 @@ fn queries_answer(url: &str) {
     let _ = OrderId(0);
 }
 
+/// A move that rests at once is one `moved` row with the quantity it shows, and the
+/// order views read it: an iceberg partly filled, then moved, shows a whole slice again
+/// (the row's quantity, not what was left of the old slice); a plain order moved; a move
+/// that crosses keeps `moved`, its fills and then `rested`.
+fn moves_that_rest_at_once(url: &str) {
+    use bourse_engine::command::{OrderRequest, Tif};
+    use bourse_engine::{AccountId, Px, Qty, Side, SymbolId};
+    let (acme, iceberg) = (SymbolId(0), OrderId(1));
+    let limit = |account: u32, side: Side, px: i64, qty: i64| {
+        OrderRequest::limit(AccountId(account), acme, side, Px(px), Qty(qty), Tif::Gtc)
+    };
+    // Order ids follow from the accepted events below; the script is written for them.
+    let script = vec![
+        CommandBody::Place(OrderRequest { display_qty: Some(Qty(10)), ..limit(0, Side::Sell, 1_000, 100) }),
+        CommandBody::Place(limit(1, Side::Buy, 1_000, 4)),
+        CommandBody::Move { account: AccountId(0), symbol: acme, order: iceberg, px: Px(1_010) },
+        CommandBody::Place(limit(1, Side::Sell, 960, 5)),
+        CommandBody::Place(limit(2, Side::Buy, 900, 5)),
+        CommandBody::Move { account: AccountId(2), symbol: acme, order: OrderId(4), px: Px(905) },
+        CommandBody::Place(limit(3, Side::Buy, 950, 25)),
+        CommandBody::Move { account: AccountId(3), symbol: acme, order: OrderId(5), px: Px(960) },
+    ];
+    let w = scripted_workload(SEED, 0, 1, 1, script);
+    let accepted: Vec<OrderId> = w
+        .applied
+        .iter()
+        .flat_map(|a| &a.events)
+        .filter_map(|e| if let Event::Accepted { order, .. } = *e { Some(order) } else { None })
+        .collect();
+    assert_eq!(accepted, [OrderId(1), OrderId(2), OrderId(3), OrderId(4), OrderId(5)], "the script's order ids");
+    sink_all(url, &w.entries);
+    let mut store = Store::open(url).unwrap();
+    let changes = |store: &mut Store, order: u64| -> Vec<(String, Option<i64>, Option<i64>)> {
+        let history = query::order_history(store, order as i64).unwrap().unwrap();
+        history.changes.into_iter().map(|c| (c.event, c.px, c.qty)).collect()
+    };
+    let step = |e: &str, px: i64, qty: Option<i64>| (e.to_string(), Some(px), qty);
+    let iceberg_changes = changes(&mut store, 1);
+    assert_eq!(
+        iceberg_changes[..4],
+        [
+            step("accepted", 1_000, Some(100)),
+            step("rested", 1_000, Some(10)),
+            step("fill", 1_000, Some(4)),
+            step("moved", 1_010, Some(10))
+        ]
+    );
+    assert_eq!(
+        changes(&mut store, 4),
+        [step("accepted", 900, Some(5)), step("rested", 900, Some(5)), step("moved", 905, Some(5))]
+    );
+    // The crossing move: moved without a quantity, the fills, then the rest of it rested.
+    let crossing = changes(&mut store, 5);
+    let kinds: Vec<&str> = crossing.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(kinds[..3], ["accepted", "rested", "moved"]);
+    assert_eq!(crossing[2..], [step("moved", 960, None), step("fill", 960, Some(5)), step("rested", 960, Some(20))]);
+    for order in accepted {
+        assert_eq!(query::order_view(&mut store, order.0 as i64).unwrap(), w.engine.order(order), "order {order}");
+    }
+    let view = w.engine.order(iceberg).unwrap();
+    assert_eq!((view.px_resting, view.qty_visible), (Some(Px(1_010)), Qty(10)), "the iceberg shows a whole slice");
+}
+
+/// A row whose key is in the store already (which only a bug could send: rows above the
+/// progress are new) fails its whole batch, also in the middle of a many-row INSERT: no
+/// row of the batch is kept and the progress does not move.
+fn a_duplicate_key_fails_the_batch(url: &str) {
+    use bourse_history::rows::{OrderEventRow, RowKey, Rows};
+    use bourse_history::Progress;
+    let event = |log_index: i64, pos: i64| OrderEventRow {
+        key: RowKey { log_index, pos, ts: log_index * 1_000 },
+        order_id: 7 + pos % 3,
+        event: "moved",
+        px: Some(100 + pos),
+        qty: None,
+        qty_remaining: None,
+        reason: None,
+    };
+    let progress = |applied_index: u64| Progress { applied_index, applied_ts: applied_index * 1_000, begins_at: 0 };
+    let count = |store: &mut Store| int(&store.query("SELECT COUNT(*) FROM order_events", &[]).unwrap()[0][0]);
+    let mut store = Store::open(url).unwrap();
+    // A bug: rows of entry 20 written with a progress of 10.
+    let first = Rows { order_events: (0..100).map(|pos| event(20, pos)).collect(), ..Rows::default() };
+    store.write(&first, &progress(10), None).unwrap();
+    assert_eq!(count(&mut store), 100);
+    // The next batch holds 300 new rows and, among them, one of those again.
+    let mut again = Rows { order_events: (0..150).map(|pos| event(21, pos)).collect(), ..Rows::default() };
+    again.order_events.push(event(20, 42));
+    again.order_events.extend((0..150).map(|pos| event(22, pos)));
+    assert!(store.write(&again, &progress(22), None).is_err());
+    assert_eq!(count(&mut store), 100);
+    assert_eq!(store.saved().unwrap().unwrap().progress, progress(10));
+    // Without the duplicate the batch is written, every row once.
+    again.order_events.retain(|r| r.key.log_index != 20);
+    store.write(&again, &progress(22), None).unwrap();
+    assert_eq!(count(&mut store), 400);
+    assert_eq!(store.saved().unwrap().unwrap().progress, progress(22));
+}
+
+#[test]
+fn sqlite_a_duplicate_key_fails_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    a_duplicate_key_fails_the_batch(&sqlite_url(dir.path(), "h.sqlite"));
+}
+
 #[test]
 fn sqlite_rows_equal_events() {
     let dir = tempfile::tempdir().unwrap();
@@ -363,6 +507,12 @@ fn sqlite_rebuild_equals_live() {
 }
 
 #[test]
+fn sqlite_moves_that_rest_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    moves_that_rest_at_once(&sqlite_url(dir.path(), "h.sqlite"));
+}
+
+#[test]
 fn sqlite_queries() {
     let dir = tempfile::tempdir().unwrap();
     queries_answer(&sqlite_url(dir.path(), "h.sqlite"));
@@ -373,11 +523,13 @@ fn sqlite_queries() {
 fn postgres_all() {
     let server = TempPostgres::start().expect("start a temporary PostgreSQL");
     rows_equal_events(&server.database().unwrap());
+    moves_that_rest_at_once(&server.database().unwrap());
     restart_mid_stream(&server.database().unwrap(), &server.database().unwrap());
     concurrent_writers_duplicate_nothing(&server.database().unwrap(), &server.database().unwrap());
     let dir = tempfile::tempdir().unwrap();
     rebuild_equals_live(&server.database().unwrap(), &server.database().unwrap(), &dir.path().join("journal"));
     queries_answer(&server.database().unwrap());
+    a_duplicate_key_fails_the_batch(&server.database().unwrap());
 }
 
 #[test]

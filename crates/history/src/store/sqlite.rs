@@ -39,6 +39,14 @@ const CACHE_KIB: i64 = 65_536;
 /// checkpoint thread that falls behind (1 GiB of 16 KiB pages).
 const WAL_PAGES_BACKSTOP: i64 = 65_536;
 
+/// Rows one INSERT statement writes (`INSERT … VALUES (…), (…), …`); a table's last
+/// rows of a batch, fewer than this, go through a one-row statement. Each statement run
+/// costs a step, a reset and a cursor opened, closed and sent down from the B-tree's
+/// root (one left on the last page inserts the next row at the end of a table there);
+/// run per 64 rows rather than per row, the writer spends about a tenth less CPU per
+/// row (docs/BENCHMARKS.md). 64 rows of the widest table are 1,152 parameters.
+const ROWS_PER_INSERT: usize = 64;
+
 /// How often the checkpoint thread checkpoints while the sink writes.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
@@ -185,15 +193,31 @@ impl Backend for Sqlite {
                 continue;
             }
             let columns = table_columns(table);
-            let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
-            let marks = vec!["?"; names.len()].join(", ");
-            let sql = format!("INSERT INTO {table} ({}) VALUES ({marks})", names.join(", "));
-            let mut statement = transaction.prepare_cached(&sql)?;
+            let width = columns.len();
+            // Cells of the rows not inserted yet (up to one statement's worth), in order.
+            let mut pending: Vec<Cell<'_>> = Vec::with_capacity(width * ROWS_PER_INSERT);
+            let mut chunk = None;
             each_row(rows, table, after, |key, cells| {
-                let key = [Cell::Int(key.log_index), Cell::Int(key.pos), Cell::Int(key.ts)];
-                statement.execute(rusqlite::params_from_iter(key.iter().chain(cells)))?;
+                pending.extend_from_slice(&[Cell::Int(key.log_index), Cell::Int(key.pos), Cell::Int(key.ts)]);
+                pending.extend_from_slice(cells);
+                if pending.len() == width * ROWS_PER_INSERT {
+                    let statement = match &mut chunk {
+                        Some(statement) => statement,
+                        None => {
+                            chunk.insert(transaction.prepare_cached(&insert_sql(table, &columns, ROWS_PER_INSERT))?)
+                        }
+                    };
+                    insert(statement, &pending)?;
+                    pending.clear();
+                }
                 Ok(())
             })?;
+            if !pending.is_empty() {
+                let mut statement = transaction.prepare_cached(&insert_sql(table, &columns, 1))?;
+                for row in pending.chunks(width) {
+                    insert(&mut statement, row)?;
+                }
+            }
         }
         progress_write(&transaction, progress, snapshot)?;
         transaction.commit()?;
@@ -234,6 +258,29 @@ impl Backend for Sqlite {
         }
         Ok(())
     }
+}
+
+/// `INSERT OR FAIL INTO table (columns) VALUES (?, …), …` with `rows` rows of
+/// placeholders.
+///
+/// `OR FAIL` rather than the default `OR ABORT`: a statement that inserts several rows
+/// and may abort half-way must be undoable on its own, so SQLite keeps a statement
+/// journal for it, a copy of every page the statement touches (that doubled the CPU a
+/// row costs). `FAIL` stops at the offending row without undoing the statement, which
+/// is all the sink needs: an error drops the whole transaction, progress row included.
+fn insert_sql(table: &str, columns: &[(&str, bool)], rows: usize) -> String {
+    let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+    let marks = format!("({})", vec!["?"; names.len()].join(", "));
+    format!("INSERT OR FAIL INTO {table} ({}) VALUES {}", names.join(", "), vec![marks; rows].join(", "))
+}
+
+/// Binds `cells` (whole rows, key first) to a statement's parameters in order and runs it.
+fn insert(statement: &mut rusqlite::CachedStatement<'_>, cells: &[Cell<'_>]) -> Result<()> {
+    for (i, cell) in cells.iter().enumerate() {
+        statement.raw_bind_parameter(i + 1, cell)?;
+    }
+    statement.raw_execute()?;
+    Ok(())
 }
 
 fn progress_write(

@@ -33,6 +33,18 @@ pub struct Workload {
 /// into entries of 1 to `entry_commands_max` commands (a cluster's batches), indexes
 /// from `first_index`.
 pub fn workload(seed: u64, commands: usize, entry_commands_max: usize, first_index: u64) -> Workload {
+    scripted_workload(seed, commands, entry_commands_max, first_index, Vec::new())
+}
+
+/// [`workload`] with `script` (commands of client 1) after the market's setup and before
+/// the seeded commands.
+pub fn scripted_workload(
+    seed: u64,
+    commands: usize,
+    entry_commands_max: usize,
+    first_index: u64,
+    script: Vec<CommandBody>,
+) -> Workload {
     let mut engine = Engine::new(EngineConfig::default());
     let mut seqs = [0u64; 3];
     let mut ts = 1_700_000_000_000_000_000u64;
@@ -69,6 +81,7 @@ pub fn workload(seed: u64, commands: usize, entry_commands_max: usize, first_ind
             bodies.push((0, CommandBody::Credit { account, asset: AssetId(asset), amount: Amount(20_000) }));
         }
     }
+    bodies.extend(script.into_iter().map(|body| (0, body)));
     let bytes = seeded_bytes(seed, commands * 24);
     let mut bytes = Bytes::new(&bytes);
     let mut applied = Vec::new();
@@ -139,6 +152,7 @@ pub fn small_config() -> SinkConfig {
         queue_chunks_max: 4,
         queue_batches_max: 2,
         batch_rows_max: 300,
+        transaction_rows_max: 600,
         snapshot_every_entries: 250,
         snapshot_every_secs: 3600,
         commit_every_ms: 0,
