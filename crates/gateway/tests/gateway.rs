@@ -308,16 +308,21 @@ async fn l2_from_a_gateway_rebuilds_the_depth_and_recovers_from_a_gap() {
     gateway.shutdown().await;
 }
 
+/// A gateway with keys and metrics whose one key, alice's, acts for `account` only.
+async fn alice_gateway(exchange: &Exchange, account: AccountId) -> (Gateway, String) {
+    let key = generate_key();
+    let keys = KeyStore::from_entries(vec![entry_for(&key, "alice", vec![account.0], false)]).unwrap();
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.open = false;
+    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    (Gateway::start(config, keys).await.unwrap(), key)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_acts_only_for_its_own_accounts() {
     let exchange = exchange(0, 1024, 2).await;
     let (mine, theirs) = (exchange.accounts[0], exchange.accounts[1]);
-    let key = generate_key();
-    let keys = KeyStore::from_entries(vec![entry_for(&key, "alice", vec![mine.0], false)]).unwrap();
-    let mut config = open_gateway(1, &exchange.node, 0);
-    config.open = false;
-    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
-    let gateway = Gateway::start(config, keys).await.unwrap();
+    let (gateway, key) = alice_gateway(&exchange, mine).await;
     let endpoints = vec![gateway.addr().to_string()];
     let options = ClientOptions { api_key: Some(ApiKey(key)), ..ClientOptions::default() };
     let alice = Client::connect(endpoints.clone(), random_client_id(), options.clone()).await.unwrap();
@@ -355,12 +360,7 @@ async fn a_key_acts_only_for_its_own_accounts() {
 async fn an_in_process_session_is_the_session_of_the_listen_address() {
     let exchange = exchange(0, 1024, 2).await;
     let (mine, theirs) = (exchange.accounts[0], exchange.accounts[1]);
-    let key = generate_key();
-    let keys = KeyStore::from_entries(vec![entry_for(&key, "alice", vec![mine.0], false)]).unwrap();
-    let mut config = open_gateway(1, &exchange.node, 0);
-    config.open = false;
-    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
-    let gateway = Gateway::start(config, keys).await.unwrap();
+    let (gateway, key) = alice_gateway(&exchange, mine).await;
     let options = ClientOptions { api_key: Some(ApiKey(key)), ..ClientOptions::default() };
     let alice = Client::connect_local(gateway.local(), random_client_id(), options.clone()).await.unwrap();
     let reply = alice.submit(place(mine, exchange.symbol, Side::Buy, 99_000)).await.unwrap();
