@@ -230,7 +230,7 @@ impl Service {
                 lane.queue.push_back((call, replier));
                 return;
             }
-            if self.needs_fetch(&call).is_some() && !self.quoter.is_immediate() {
+            if !self.quoter.is_immediate() && self.needs_fetch(&call).is_some() {
                 // Hold the user's later calls until this one is sent.
                 lanes.insert(call.user().to_owned(), Lane::default());
                 let service = Arc::clone(self);
