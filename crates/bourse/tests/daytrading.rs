@@ -6,54 +6,26 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command as Process, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Command as Process;
 
-use support::{bourse_run, NodeProcess};
+use support::{bourse_run, GatewayProcess, NodeProcess};
 
-/// A `bourse gateway run` child, killed on drop.
-struct GatewayProcess {
-    child: Child,
-    day_trading: String,
-}
-
-impl GatewayProcess {
-    fn start(node: &NodeProcess, history: &Path, dumps: &Path) -> GatewayProcess {
-        let mut child = Process::new(support::bourse_bin())
-            .args(["gateway", "run", "--id", "1", "--open", "--listen", "127.0.0.1:0", "--hold-us", "0", "--cluster"])
-            .arg(node.addr.to_string())
-            .args(["--day-trading", "127.0.0.1:0", "--dt-trigger-poll-ms", "100", "--dt-history"])
-            .arg(history)
-            .arg("--dt-dump-dir")
-            .arg(dumps)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn bourse gateway run");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (lines, addresses) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(addr) = line.strip_prefix("day-trading service on ") {
-                    let _ = lines.send(addr.trim().to_owned());
-                }
-            }
-        });
-        let day_trading = addresses.recv_timeout(Duration::from_secs(60)).expect("the day-trading service listens");
-        GatewayProcess { child, day_trading }
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `bourse gateway run --open` with the day-trading service reading `history`.
+fn gateway(node: &NodeProcess, history: &Path, dumps: &Path) -> GatewayProcess {
+    let (cluster, history, dumps) = (node.addr.to_string(), history.display().to_string(), dumps.display().to_string());
+    let args = ["--id", "1", "--open", "--listen", "127.0.0.1:0", "--hold-us", "0", "--cluster", &cluster];
+    let day_trading = [
+        "--day-trading",
+        "127.0.0.1:0",
+        "--dt-trigger-poll-ms",
+        "100",
+        "--dt-history",
+        &history,
+        "--dt-dump-dir",
+        &dumps,
+    ];
+    GatewayProcess::start(args.iter().chain(&day_trading), "day-trading service on ")
 }
 
 fn workload_file(name: &str) -> String {
@@ -74,10 +46,10 @@ fn bourse_workload_replays_the_one_user_file_through_a_gateways_day_trading_serv
     let data = dir.path().join("data");
     let node = NodeProcess::start(&data, "127.0.0.1:0".parse().unwrap(), &[]);
     let dumps = dir.path().join("dumps");
-    let gateway = GatewayProcess::start(&node, &data.join("history.sqlite"), &dumps);
+    let gateway = gateway(&node, &data.join("history.sqlite"), &dumps);
     for mode in ["sequential", "per-user"] {
         let file = workload_file("1userWorkLoad");
-        let finished = bourse_run(&["workload", &file, "--target", &gateway.day_trading, "--mode", mode, "--json"]);
+        let finished = bourse_run(&["workload", &file, "--target", &gateway.addr, "--mode", mode, "--json"]);
         assert!(finished.status.success(), "bourse workload: {}\n{}", finished.stdout, finished.stderr);
         let report: serde_json::Value = serde_json::from_str(finished.stdout.lines().last().unwrap()).unwrap();
         assert_eq!(report["commands"], 99, "{report}");

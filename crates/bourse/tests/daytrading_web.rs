@@ -13,60 +13,23 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
-use support::{bourse_run, NodeProcess};
+use support::{bourse_run, GatewayProcess, NodeProcess};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository")
 }
 
-/// A `bourse gateway run` child, killed on drop.
-struct GatewayProcess {
-    child: Child,
-    http: String,
-}
-
-impl GatewayProcess {
-    fn start(node: &NodeProcess, keys: &Path, web: &Path) -> GatewayProcess {
-        let mut child = Command::new(support::bourse_bin())
-            .args(["gateway", "run", "--id", "1", "--listen", "127.0.0.1:0", "--hold-us", "0", "--keys"])
-            .arg(keys)
-            .arg("--cluster")
-            .arg(node.addr.to_string())
-            .args(["--http", "127.0.0.1:0", "--day-trading", "127.0.0.1:0", "--dt-trigger-poll-ms", "200", "--web"])
-            .arg(web)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn bourse gateway run");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (lines, addresses) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                println!("gateway | {line}");
-                if let Some(rest) = line.strip_prefix("REST + WebSocket API on ") {
-                    let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
-                    let _ = lines.send(url);
-                }
-            }
-        });
-        let http = addresses.recv_timeout(Duration::from_secs(60)).expect("the HTTP API listens");
-        GatewayProcess { child, http }
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `bourse gateway run` with keys, the REST API serving `web` and the day-trading service.
+fn gateway(node: &NodeProcess, keys: &Path, web: &Path) -> GatewayProcess {
+    let (cluster, keys, web) = (node.addr.to_string(), keys.display().to_string(), web.display().to_string());
+    let args = ["--id", "1", "--listen", "127.0.0.1:0", "--hold-us", "0", "--keys", &keys, "--cluster", &cluster];
+    let fronts =
+        ["--http", "127.0.0.1:0", "--day-trading", "127.0.0.1:0", "--dt-trigger-poll-ms", "200", "--web", &web];
+    GatewayProcess::start(args.iter().chain(&fronts), "REST + WebSocket API on ")
 }
 
 #[test]
@@ -87,7 +50,7 @@ fn a_day_trader_logs_in_trades_and_sees_a_trigger_fire_in_the_browser() {
     let admin = bourse_run(&["gateway", "key-add", "--keys", keys_arg, "--name", "ops", "--admin"]);
     assert!(admin.status.success(), "{}", admin.stderr);
     let node = NodeProcess::start(&dir.path().join("data"), "127.0.0.1:0".parse().unwrap(), &[]);
-    let gateway = GatewayProcess::start(&node, &keys, &root.join("web/dist"));
+    let gateway = gateway(&node, &keys, &root.join("web/dist"));
     // The user's key is made after the gateway started: it works without a restart.
     let user = "daytrader7";
     let made = bourse_run(&["gateway", "key-add", "--keys", keys_arg, "--name", user]);
@@ -99,7 +62,7 @@ fn a_day_trader_logs_in_trades_and_sees_a_trigger_fire_in_the_browser() {
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("daytrading-e2e");
     std::fs::create_dir_all(&shots).expect("the screenshot directory");
     let shot = shots.join("daytrading.png");
-    let args = [gateway.http.as_ref(), shot.as_os_str(), user.as_ref(), key.as_ref()];
+    let args = [gateway.addr.as_ref(), shot.as_os_str(), user.as_ref(), key.as_ref()];
     let (status, report) =
         support::run_browser_script("daytrading.mjs", &args, Path::new(&chromium), Duration::from_secs(120), || {});
     assert!(status.success(), "the browser checks failed: {report}");

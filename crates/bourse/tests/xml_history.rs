@@ -10,62 +10,12 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{bourse_bin, bourse_run, NodeProcess};
+use support::{bourse_run, GatewayProcess, NodeProcess};
 
 const WAIT_MAX: Duration = Duration::from_secs(30);
-
-/// A `bourse gateway run` child, killed when dropped.
-struct GatewayProcess {
-    child: Child,
-    xml: SocketAddr,
-}
-
-impl GatewayProcess {
-    fn start(args: &[&str]) -> GatewayProcess {
-        let mut child = Command::new(bourse_bin())
-            .args(["gateway", "run"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .env("RUST_LOG", "warn")
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn bourse gateway run");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (lines, addresses) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.strip_prefix("XML exchange protocol on ") {
-                    let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
-                    let _ = lines.send(addr);
-                }
-            }
-        });
-        let started = Instant::now();
-        loop {
-            if let Ok(addr) = addresses.recv_timeout(Duration::from_millis(20)) {
-                return GatewayProcess { child, xml: addr.parse().expect("an XML listen address") };
-            }
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                panic!("bourse gateway run exited with {status} before listening");
-            }
-            assert!(started.elapsed() < WAIT_MAX, "the gateway did not listen within {WAIT_MAX:?}");
-        }
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// One request on a length-prefixed connection; the reply document.
 fn request(conn: &mut BufReader<TcpStream>, body: &str) -> String {
@@ -102,22 +52,25 @@ fn xml_order_query_answers_from_the_history_once_the_engine_forgot_the_order() {
     let node = NodeProcess::start(&data, "127.0.0.1:0".parse().unwrap(), &[]);
     let history = data.join("history.sqlite");
     let cluster = node.addr.to_string();
-    let gateway = GatewayProcess::start(&[
-        "--id",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--cluster",
-        &cluster,
-        "--open",
-        "--hold-us",
-        "0",
-        "--xml-framed",
-        "127.0.0.1:0",
-        "--history",
-        history.to_str().unwrap(),
-    ]);
-    let mut conn = BufReader::new(TcpStream::connect(gateway.xml).unwrap());
+    let gateway = GatewayProcess::start(
+        [
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--cluster",
+            &cluster,
+            "--open",
+            "--hold-us",
+            "0",
+            "--xml-framed",
+            "127.0.0.1:0",
+            "--history",
+            history.to_str().unwrap(),
+        ],
+        "XML exchange protocol on ",
+    );
+    let mut conn = BufReader::new(TcpStream::connect(&gateway.addr).unwrap());
 
     let created = request(
         &mut conn,

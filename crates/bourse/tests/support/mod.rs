@@ -57,6 +57,61 @@ pub struct StartFailure {
     pub stderr: String,
 }
 
+/// A `bourse gateway run` child, killed when dropped, and the address it announced.
+pub struct GatewayProcess {
+    child: Child,
+    /// The first word after `announce` on its stdout.
+    pub addr: String,
+}
+
+impl GatewayProcess {
+    /// Starts `bourse gateway run ARGS…` and waits for the stdout line that begins with
+    /// `announce` (say "day-trading service on "); its stdout is echoed with a prefix.
+    pub fn start<I, A>(args: I, announce: &'static str) -> GatewayProcess
+    where
+        I: IntoIterator<Item = A>,
+        A: AsRef<std::ffi::OsStr>,
+    {
+        let mut child = Process::new(bourse_bin())
+            .args(["gateway", "run"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn bourse gateway run");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (lines, addresses) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                println!("gateway | {line}");
+                if let Some(rest) = line.strip_prefix(announce) {
+                    let _ = lines.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
+                }
+            }
+        });
+        let started = Instant::now();
+        loop {
+            if let Ok(addr) = addresses.recv_timeout(Duration::from_millis(20)) {
+                return GatewayProcess { child, addr };
+            }
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                panic!("bourse gateway run exited with {status} before printing {announce:?}");
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "bourse gateway run never printed {announce:?}");
+        }
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl NodeProcess {
     /// Starts `bourse serve --data DATA --listen LISTEN ARGS…` and waits for its address.
     pub fn start(data: &Path, listen: SocketAddr, args: &[&str]) -> NodeProcess {
