@@ -643,6 +643,7 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
 
     /// Answers spread over several tallies and merged report what one tally of them all
     /// reports: the same percentiles, per-second counts, errors and failures.
@@ -650,13 +651,8 @@ mod tests {
     fn prop_merged_tallies_are_one_tally() {
         let started = Instant::now();
         for seed in 1..=20u64 {
-            let mut state = seed;
-            let mut next = move || {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state
-            };
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let mut next = move || rng.next_u64();
             let parts = 1 + (next() % 5) as usize;
             let mut one = Tally::default();
             let mut many: Vec<Tally> = (0..parts).map(|_| Tally::default()).collect();

@@ -135,6 +135,7 @@ mod tests {
     use bourse_engine::daytrading::DtKind;
     use bourse_protocol::proto;
     use prost::Message;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
 
     fn line(number: u64, kind: DtKind, args: &[&str]) -> Line {
         Line { number, kind, args: args.iter().map(|a| (*a).to_owned()).collect() }
@@ -143,13 +144,8 @@ mod tests {
     /// Pseudo-random lines (a fixed seed): every kind, ids and numbers of every varint
     /// width and zero, empty and long arguments.
     fn lines(seed: u64, count: usize) -> Vec<(u64, Line)> {
-        let mut state = seed;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut next = move || rng.next_u64();
         (0..count)
             .map(|_| {
                 let kind = DtKind::ALL[(next() % 16) as usize];
