@@ -90,6 +90,13 @@ impl DayTradingArgs {
         self.day_trading.is_some()
     }
 
+    /// DUMPLOG reads `history` unless `--dt-history` names another store.
+    pub fn history_default(&mut self, history: Option<&str>) {
+        if self.dt_history.is_none() {
+            self.dt_history = history.map(str::to_owned);
+        }
+    }
+
     /// Starts the service, submitting through the gateway at `upstream` (in this
     /// process: `local`) with `key`; the key file at `keys` (none: an `--open` gateway)
     /// authenticates its callers.

@@ -135,27 +135,17 @@ pub fn serve_history_url(flag: Option<&str>, data: &Path) -> Option<String> {
     }
 }
 
-/// `bourse serve` with its history sink: the node, then a sink following its log in
-/// process; on SIGINT/SIGTERM the sink writes what it received, then the node stops.
-/// A sink that fails, or cannot start, logs why and shows `bourse_history_failed 1` on
-/// /metrics; the
-/// exchange keeps running (history catches up from the log when restarted).
-pub async fn serve_with_history(config: NodeConfig, url: String) -> Result<(), String> {
-    let node = Node::start(config).await.map_err(|e| e.to_string())?;
-    // Handlers first: the node serves already, and a SIGTERM must stop it cleanly even
-    // while the sink is still starting.
-    let signals = Signals::install()?;
-    println!("bourse node listening on {}", node.addr);
-    if let Some(metrics) = node.metrics_addr {
-        println!("metrics on http://{metrics}/metrics");
-    }
-    // The sink reads the node's Log.Follow stream in process (no socket, no protobuf).
+/// `bourse serve`'s history sink: it follows the node's log in process (no socket, no
+/// protobuf). A sink that cannot start logs why and shows `bourse_history_failed 1` on
+/// /metrics; the exchange keeps running (history catches up from the log when
+/// restarted). Stop it with [`stop_sink`] before the node, so it writes what it received.
+pub async fn start_sink(node: &Node, url: &str) -> Option<Following> {
     let log = node.local_log();
     let local_log: bourse_history::LocalLog = Arc::new(move |request| {
         let log = log.clone();
         Box::pin(async move { log.follow(request).await })
     });
-    let following = match Following::start_local(local_log, &url, SinkConfig::default()).await {
+    match Following::start_local(local_log, url, SinkConfig::default()).await {
         Ok(following) => {
             println!("history in {url}");
             let status = Arc::clone(&following.status);
@@ -171,25 +161,27 @@ pub async fn serve_with_history(config: NodeConfig, url: String) -> Result<(), S
             node.metrics.extra.add(move || status.render());
             None
         }
-    };
-    signals.wait().await;
+    }
+}
+
+/// Stops a sink started by [`start_sink`] once it has written what it received.
+pub async fn stop_sink(following: Option<Following>) {
     if let Some(Err(error)) = match following {
         Some(following) => Some(following.stop().await),
         None => None,
     } {
         tracing::error!(%error, "history sink stopped with an error");
     }
-    node.shutdown().await.map_err(|e| e.to_string())
 }
 
 /// SIGINT and SIGTERM, caught from the moment they are installed.
-struct Signals {
+pub(crate) struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    fn install() -> Result<Signals, String> {
+    pub(crate) fn install() -> Result<Signals, String> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt()).map_err(|e| e.to_string())?,
@@ -197,7 +189,7 @@ impl Signals {
         })
     }
 
-    async fn wait(mut self) {
+    pub(crate) async fn wait(mut self) {
         tokio::select! {
             _ = self.interrupt.recv() => tracing::info!("SIGINT: shutting down"),
             _ = self.terminate.recv() => tracing::info!("SIGTERM: shutting down"),

@@ -2,9 +2,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use bourse_client::ApiKey;
+use bourse_daytrading::DayTradingServer;
 use bourse_engine::hex;
-use bourse_node::{NodeConfig, NodeError};
+use bourse_gateway::{Gateway, GatewayConfig, KeyStore, LocalNode};
+use bourse_node::{Node, NodeConfig, NodeError};
 use clap::Args;
 
 /// Flags of `bourse serve`; each overrides the TOML file given with `--config`.
@@ -76,7 +80,8 @@ impl ServeArgs {
     }
 }
 
-/// `bourse serve`: a node's flags, and where its history goes.
+/// `bourse serve`: a node's flags, where its history goes, and the front ends it may run
+/// in its own process.
 #[derive(Args, Debug)]
 pub struct ServeCmd {
     #[command(flatten)]
@@ -85,15 +90,127 @@ pub struct ServeCmd {
     /// path), `postgres://…`, or `none`. Default: `DATA/history.sqlite`.
     #[arg(long)]
     history: Option<String>,
+    /// Also run a gateway in this process, serving clients' gRPC here: the whole
+    /// exchange in one process. Its link to this node and its market data feed are
+    /// handed over in memory instead of through a socket.
+    #[arg(long)]
+    gateway: Option<SocketAddr>,
+    /// With --gateway: the API key file (see `bourse gateway key-add`).
+    #[arg(long, requires = "gateway")]
+    keys: Option<PathBuf>,
+    /// With --gateway: accept sessions without a key, each acting for every account
+    /// (loopback tests only).
+    #[arg(long, requires = "gateway", conflicts_with = "keys")]
+    open: bool,
+    /// With --gateway: d_h, hold market data until t_m plus this many µs.
+    #[arg(long, requires = "gateway", default_value_t = 3_000)]
+    hold_us: u64,
+    /// With --gateway --day-trading: the service's flags as for `bourse gateway run`;
+    /// DUMPLOG reads this node's history store unless --dt-history says otherwise.
+    #[command(flatten)]
+    day_trading: crate::daytrading::DayTradingArgs,
 }
 
 pub fn serve(args: ServeCmd) -> Result<(), String> {
     let config = args.node.config()?;
     let history = crate::history::serve_history_url(args.history.as_deref(), &config.data);
+    if args.day_trading.wanted() && args.gateway.is_none() {
+        return Err("--day-trading runs in the gateway: give --gateway ADDR too".into());
+    }
+    let gateway = match args.gateway {
+        Some(listen) => Some(InProcessGateway::new(listen, &args, history.as_deref())?),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    match history {
-        None => runtime.block_on(bourse_node::run_until_signal(config)).map_err(|e: NodeError| e.to_string()),
-        Some(url) => runtime.block_on(crate::history::serve_with_history(config, url)),
+    runtime.block_on(run(config, history, gateway))
+}
+
+/// The node; its history sink, following its log in process; a gateway and its
+/// day-trading service in process. On SIGINT/SIGTERM they stop in the other order: the
+/// front ends, then the sink once it has written what it received, then the node.
+async fn run(config: NodeConfig, history: Option<String>, gateway: Option<InProcessGateway>) -> Result<(), String> {
+    let node = Node::start(config).await.map_err(|e: NodeError| e.to_string())?;
+    // Handlers first: the node serves already, and a SIGTERM must stop it cleanly even
+    // while the rest is still starting.
+    let signals = crate::history::Signals::install()?;
+    println!("bourse node listening on {}", node.addr);
+    if let Some(metrics) = node.metrics_addr {
+        println!("metrics on http://{metrics}/metrics");
+    }
+    let following = match &history {
+        Some(url) => crate::history::start_sink(&node, url).await,
+        None => None,
+    };
+    let front = match gateway {
+        Some(gateway) => Some(gateway.start(&node).await?),
+        None => None,
+    };
+    signals.wait().await;
+    if let Some((gateway, day_trading)) = front {
+        if let Some(server) = day_trading {
+            server.shutdown().await;
+        }
+        gateway.shutdown().await;
+    }
+    crate::history::stop_sink(following).await;
+    node.shutdown().await.map_err(|e| e.to_string())
+}
+
+/// `--gateway` and what runs in it.
+struct InProcessGateway {
+    listen: SocketAddr,
+    keys: KeyStore,
+    keys_path: Option<PathBuf>,
+    open: bool,
+    hold_us: u64,
+    day_trading: crate::daytrading::DayTradingArgs,
+    dt_key: Option<ApiKey>,
+}
+
+impl InProcessGateway {
+    fn new(listen: SocketAddr, args: &ServeCmd, history: Option<&str>) -> Result<InProcessGateway, String> {
+        let mut keys = match (&args.keys, args.open) {
+            (Some(path), _) => KeyStore::load(path).map_err(|e| e.to_string())?,
+            (None, true) => KeyStore::default(),
+            (None, false) => return Err("--gateway needs --keys FILE (or --open, for loopback tests)".into()),
+        };
+        // The day-trading service vouches for its callers: its key is an admin's.
+        let dt_key =
+            (!args.open && args.day_trading.wanted()).then(|| ApiKey(keys.add_process_key("day-trading", true)));
+        let mut day_trading = args.day_trading.clone();
+        day_trading.history_default(history);
+        Ok(InProcessGateway {
+            listen,
+            keys,
+            keys_path: args.keys.clone(),
+            open: args.open,
+            hold_us: args.hold_us,
+            day_trading,
+            dt_key,
+        })
+    }
+
+    async fn start(self, node: &Node) -> Result<(Gateway, Option<DayTradingServer>), String> {
+        let link = node.local_link();
+        let feed = link.clone();
+        let mut config = GatewayConfig::new(1, self.listen, vec![node.addr.to_string()]);
+        config.open = self.open;
+        config.hold_us = self.hold_us;
+        config.local_node = Some(LocalNode {
+            addr: node.addr.to_string(),
+            link: Arc::new(move |up| link.link(up)),
+            feed: Arc::new(move || {
+                let feed = feed.clone();
+                Box::pin(async move { feed.feed().await })
+            }),
+        });
+        let gateway = Gateway::start(config, self.keys).await.map_err(|e| format!("--gateway: {e}"))?;
+        println!("bourse gateway listening on {}", gateway.addr());
+        let day_trading = self
+            .day_trading
+            .start(gateway.addr(), Some(gateway.local()), self.dt_key, self.keys_path.as_deref())
+            .await?;
+        Ok((gateway, day_trading))
     }
 }
 

@@ -65,6 +65,50 @@ fn bourse_workload_replays_the_one_user_file_through_a_gateways_day_trading_serv
 }
 
 #[test]
+fn bourse_serve_runs_a_gateway_and_the_day_trading_service_in_its_own_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let dumps = dir.path().join("dumps");
+    let dumps_flag = dumps.display().to_string();
+    // No --dt-history: DUMPLOG reads the node's own history store.
+    let node = NodeProcess::start(
+        &dir.path().join("data"),
+        "127.0.0.1:0".parse().unwrap(),
+        &[
+            "--gateway",
+            "127.0.0.1:0",
+            "--open",
+            "--hold-us",
+            "0",
+            "--day-trading",
+            "127.0.0.1:0",
+            "--dt-trigger-poll-ms",
+            "100",
+            "--dt-dump-dir",
+            &dumps_flag,
+        ],
+    );
+    let gateway = node.announced("bourse gateway listening on ");
+    assert_ne!(gateway, node.addr.to_string(), "the gateway has an address of its own");
+    let service = node.announced("day-trading service on ");
+    let file = workload_file("1userWorkLoad");
+    let finished = bourse_run(&["workload", &file, "--target", &service, "--mode", "per-user", "--json"]);
+    assert!(finished.status.success(), "bourse workload: {}\n{}", finished.stdout, finished.stderr);
+    let report: serde_json::Value = serde_json::from_str(finished.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(report["commands"], 99, "{report}");
+    assert_eq!(report["failures"], serde_json::json!({}), "{report}");
+    assert_eq!(report["dumps"][0]["file"], "testLOG", "{report}");
+    xmllint(&dumps.join("testLOG"));
+    let text = std::fs::read_to_string(dumps.join("testLOG")).unwrap();
+    assert_eq!(text.matches("<userCommand>").count(), 100);
+    // Its gateway takes orders like any other: the market it trades on is the node's.
+    let markets = bourse_run(&["markets", "--node", &gateway]);
+    assert!(markets.status.success(), "bourse markets through the gateway: {}", markets.stderr);
+    node.term();
+    let (status, stderr) = node.wait();
+    assert!(status.success(), "a clean stop: {stderr}");
+}
+
+#[test]
 fn bourse_workload_refuses_lines_that_are_not_commands_with_their_line_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad");

@@ -1,8 +1,13 @@
 //! Gateway settings, each with its default and bound.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use bourse_fairness::inject::{Profile, ProfileSpec};
+use bourse_protocol::proto;
+use tokio_stream::Stream;
 
 /// Everything a gateway needs to start.
 #[derive(Clone, Debug)]
@@ -46,6 +51,38 @@ pub struct GatewayConfig {
     /// Accept sessions without a key (every session acts for every account). For tests
     /// and benchmarks on loopback only.
     pub open: bool,
+    /// A node in this process: the link to its address and the feed from it skip the
+    /// network (other addresses, after a failover, are reached over gRPC as usual).
+    pub local_node: Option<LocalNode>,
+}
+
+/// What a gateway sends up a link, handed over in process.
+pub type LocalUp = Pin<Box<dyn Stream<Item = proto::GatewayUp> + Send>>;
+/// A stream of a node's replies, as a gRPC stream or handed over in process.
+pub type NodeStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
+/// Opens a link to the node in this process (`GatewayLink.Link` without the network).
+pub type LinkOpener = Arc<dyn Fn(LocalUp) -> Result<NodeStream<proto::GatewayDown>, tonic::Status> + Send + Sync>;
+/// Opens the feed of the node in this process (`GatewayLink.Feed` without the network).
+pub type FeedOpener = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<NodeStream<proto::FeedMessage>, tonic::Status>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A node in the gateway's own process (`bourse serve --gateway`), and how to reach
+/// its `GatewayLink` service without a socket.
+#[derive(Clone)]
+pub struct LocalNode {
+    /// The node's client address, as `cluster` and `feed` name it.
+    pub addr: String,
+    pub link: LinkOpener,
+    pub feed: FeedOpener,
+}
+
+impl std::fmt::Debug for LocalNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalNode").field("addr", &self.addr).finish_non_exhaustive()
+    }
 }
 
 impl GatewayConfig {
@@ -67,6 +104,7 @@ impl GatewayConfig {
             inject: Profile::for_gateway(&"none".parse::<ProfileSpec>().expect("a preset"), id, 0),
             probe: false,
             open: false,
+            local_node: None,
         }
     }
 
@@ -91,6 +129,11 @@ impl GatewayConfig {
             return Err(format!("release_priority = {priority} is outside 1..=99"));
         }
         Ok(())
+    }
+
+    /// The node in this process, if `target` is its address.
+    pub(crate) fn local_node_at(&self, target: &str) -> Option<&LocalNode> {
+        self.local_node.as_ref().filter(|node| bourse_client::same_address(&node.addr, target))
     }
 
     /// Where the feed is read from, in order of preference.

@@ -38,7 +38,7 @@ use bourse_protocol::proto;
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, watch};
 
-pub use config::GatewayConfig;
+pub use config::{GatewayConfig, LocalNode};
 pub use keys::{KeyStore, Principal};
 pub use probe::Probe;
 

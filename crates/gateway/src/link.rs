@@ -17,8 +17,10 @@ use bourse_protocol::proto;
 use bourse_protocol::proto::gateway_link_client::GatewayLinkClient;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::transport::Endpoint;
 
+use crate::config::NodeStream;
 use crate::{State, UpItem};
 
 /// Pause after a failed attempt, doubling up to `BACKOFF_MAX`: short, because an
@@ -104,26 +106,32 @@ pub(crate) async fn channel(target: &str) -> Result<tonic::transport::Channel, S
 }
 
 /// Opens a Link stream and sends the first message: every session attached and every
-/// unanswered command resent.
-async fn connect(state: &State, target: &str) -> Result<(Up, tonic::Streaming<proto::GatewayDown>), Failure> {
-    let channel = channel(target).await.map_err(Failure::Retry)?;
+/// unanswered command resent. The node in this process, when `target` is its address,
+/// is reached without a socket.
+async fn connect(state: &State, target: &str) -> Result<(Up, NodeStream<proto::GatewayDown>), Failure> {
     let (up, receiver) = mpsc::unbounded_channel();
     up.send(first_message(state)).map_err(|_| Failure::Retry("closed".into()))?;
-    let response = tokio::time::timeout(
-        OPEN_TIMEOUT,
-        GatewayLinkClient::new(channel).link(UnboundedReceiverStream::new(receiver)),
-    )
-    .await
-    .map_err(|_| Failure::Retry("no answer".into()))?;
+    if let Some(node) = state.config.local_node_at(target) {
+        let inbound = (node.link)(Box::pin(UnboundedReceiverStream::new(receiver))).map_err(refused)?;
+        return Ok((up, inbound));
+    }
+    let channel = channel(target).await.map_err(Failure::Retry)?;
+    let up_stream = UnboundedReceiverStream::new(receiver);
+    let response = tokio::time::timeout(OPEN_TIMEOUT, GatewayLinkClient::new(channel).link(up_stream))
+        .await
+        .map_err(|_| Failure::Retry("no answer".into()))?;
     match response {
-        Ok(response) => Ok((up, response.into_inner())),
-        Err(status) => {
-            let hint = status.metadata().get("bourse-leader").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            match hint {
-                Some(leader) if status.code() == tonic::Code::Unavailable => Err(Failure::Redirect(leader)),
-                _ => Err(Failure::Retry(format!("{:?}: {}", status.code(), status.message()))),
-            }
-        }
+        Ok(response) => Ok((up, Box::pin(response.into_inner()))),
+        Err(status) => Err(refused(status)),
+    }
+}
+
+/// A node's refusal of a link: a redirect when it names the leader.
+fn refused(status: tonic::Status) -> Failure {
+    let hint = status.metadata().get("bourse-leader").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    match hint {
+        Some(leader) if status.code() == tonic::Code::Unavailable => Failure::Redirect(leader),
+        _ => Failure::Retry(format!("{:?}: {}", status.code(), status.message())),
     }
 }
 
@@ -160,7 +168,7 @@ async fn pump(
     state: &State,
     pipe: &mut mpsc::UnboundedReceiver<UpItem>,
     up: Up,
-    mut inbound: tonic::Streaming<proto::GatewayDown>,
+    mut inbound: NodeStream<proto::GatewayDown>,
 ) -> String {
     let mut heard = tokio::time::Instant::now();
     let mut check = tokio::time::interval(SILENT_MAX / 4);
@@ -185,15 +193,15 @@ async fn pump(
                     return "the link's stream closed".into();
                 }
             }
-            down = inbound.message() => match down {
-                Ok(Some(down)) => {
+            down = inbound.next() => match down {
+                Some(Ok(down)) => {
                     heard = tokio::time::Instant::now();
                     for reply in down.replies {
                         state.deliver(reply);
                     }
                 }
-                Ok(None) => return "the leader ended the link".into(),
-                Err(status) => return format!("{:?}: {}", status.code(), status.message()),
+                None => return "the leader ended the link".into(),
+                Some(Err(status)) => return format!("{:?}: {}", status.code(), status.message()),
             },
         }
     }

@@ -35,9 +35,10 @@ use bourse_protocol::proto::market_data_update::Update;
 use rand::SeedableRng;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use crate::config::GatewayConfig;
+use crate::config::{GatewayConfig, LocalNode};
 use crate::metrics::Metrics;
 use crate::probe::{Probe, Release};
 use crate::BoxStream;
@@ -103,7 +104,7 @@ impl Market {
             })?
         };
         let sink = Sink { handoff, wake: releaser.thread().clone(), link, clock, hold_ns };
-        tokio::spawn(read_feed(config.feed_sources(), sink, shutdown, config.id));
+        tokio::spawn(read_feed(config.feed_sources(), config.local_node.clone(), sink, shutdown, config.id));
         Ok(market)
     }
 
@@ -189,14 +190,27 @@ impl Link {
 /// Reads the feed from the sources in turn, forever: a broken feed is reopened (the
 /// new image restarts the market state). A source that says it leads is passed over
 /// while another is left to try, so market data does not load the leader.
-async fn read_feed(sources: Vec<String>, mut line: Sink, mut stop: watch::Receiver<bool>, id: u32) {
+async fn read_feed(
+    sources: Vec<String>,
+    local: Option<LocalNode>,
+    mut line: Sink,
+    mut stop: watch::Receiver<bool>,
+    id: u32,
+) {
     let mut current = 0usize;
     let mut passed_over = 0usize;
     let mut backoff = Duration::from_millis(10);
     loop {
         let source = &sources[current % sources.len()];
         let avoid_leader = passed_over + 1 < sources.len();
+        let local = local.as_ref().filter(|node| bourse_client::same_address(&node.addr, source));
         let attempt = async {
+            if let Some(node) = local {
+                // The node in this process: no socket to spare it, so no leader check.
+                let mut stream = (node.feed)().await.map_err(|s| s.message().to_string())?;
+                tracing::info!(gateway = id, %source, "feed open (in process)");
+                return forward(&mut stream, &mut line).await;
+            }
             let channel = crate::link::channel(source).await?;
             if avoid_leader {
                 let status = proto::cluster_client::ClusterClient::new(channel.clone())
@@ -214,13 +228,7 @@ async fn read_feed(sources: Vec<String>, mut line: Sink, mut stop: watch::Receiv
                 .map_err(|s| s.message().to_string())?
                 .into_inner();
             tracing::info!(gateway = id, %source, "feed open");
-            loop {
-                match stream.message().await {
-                    Ok(Some(message)) => line.send(message),
-                    Ok(None) => return Err("the node ended the feed".to_string()),
-                    Err(status) => return Err(format!("{:?}: {}", status.code(), status.message())),
-                }
-            }
+            forward(&mut stream, &mut line).await
         };
         let reason: Result<(), String> = tokio::select! {
             result = attempt => result,
@@ -242,6 +250,20 @@ async fn read_feed(sources: Vec<String>, mut line: Sink, mut stop: watch::Receiv
             _ = stop.wait_for(|stopping| *stopping) => return,
         }
         backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Hands every feed message to the release thread until the stream ends or breaks.
+async fn forward<S>(stream: &mut S, line: &mut Sink) -> Result<(), String>
+where
+    S: Stream<Item = Result<proto::FeedMessage, Status>> + Unpin,
+{
+    loop {
+        match stream.next().await {
+            Some(Ok(message)) => line.send(message),
+            None => return Err("the node ended the feed".to_string()),
+            Some(Err(status)) => return Err(format!("{:?}: {}", status.code(), status.message())),
+        }
     }
 }
 

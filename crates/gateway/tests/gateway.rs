@@ -542,3 +542,53 @@ async fn a_subscriber_that_does_not_read_is_dropped_with_a_reason() {
     trader.close().await.unwrap();
     gateway.shutdown().await;
 }
+
+/// The node in this process, as `bourse serve --gateway` hands it to its gateway, under
+/// the address `addr`.
+fn local_node(node: &Node, addr: &str) -> bourse_gateway::LocalNode {
+    let (link, feed) = (node.local_link(), node.local_link());
+    bourse_gateway::LocalNode {
+        addr: addr.to_owned(),
+        link: std::sync::Arc::new(move |up| link.link(up)),
+        feed: std::sync::Arc::new(move || {
+            let feed = feed.clone();
+            Box::pin(async move { feed.feed().await })
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_in_the_nodes_process_links_and_reads_the_feed_without_a_socket() {
+    let exchange = exchange(0, 1024, 2).await;
+    // Nothing listens at the address the gateway is given for its node: orders and
+    // market data can only go through the node in this process.
+    let nowhere = "127.0.0.1:9";
+    let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![nowhere.to_owned()]);
+    config.open = true;
+    config.hold_us = 0;
+    config.local_node = Some(local_node(&exchange.node, nowhere));
+    let gateway = Gateway::start(config, KeyStore::default()).await.unwrap();
+    wait_ready(&gateway).await;
+    let endpoints = vec![gateway.addr().to_string()];
+    let mut query = QueryClient::connect(endpoints.clone(), ClientOptions::default()).await.unwrap();
+    let mut trades = query.subscribe_channels(&[exchange.symbol], &[proto::Channel::Trades]).await.unwrap();
+    let trader = Client::connect(endpoints, random_client_id(), ClientOptions::default()).await.unwrap();
+    let (maker, taker) = (exchange.accounts[0], exchange.accounts[1]);
+    let resting = trader.submit(place(maker, exchange.symbol, Side::Sell, 100_000)).await.unwrap();
+    assert!(resting.ok_id().is_some(), "{resting:?}");
+    assert!(resting.gateway_ts > 0, "stamped by the gateway and sequenced: {resting:?}");
+    let taking = trader.submit(place(taker, exchange.symbol, Side::Buy, 100_000)).await.unwrap();
+    assert!(taking.ok_id().is_some(), "{taking:?}");
+    let trade = loop {
+        let update =
+            tokio::time::timeout(Duration::from_secs(10), trades.next_update()).await.unwrap().unwrap().unwrap();
+        if let Some(Update::Trade(trade)) = update.update {
+            break trade;
+        }
+    };
+    assert_eq!((trade.px, trade.qty), (100_000, 1), "{trade:?}");
+    assert_eq!(exchange.node.metrics.links_open.load(std::sync::atomic::Ordering::Relaxed), 1, "one link, in process");
+    trader.close().await.unwrap();
+    drop((trades, query));
+    gateway.shutdown().await;
+}

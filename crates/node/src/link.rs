@@ -17,7 +17,7 @@ use bourse_protocol::proto;
 use rustc_hash::FxHashSet;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status, Streaming};
 
 use crate::core::Request;
@@ -36,8 +36,22 @@ impl proto::gateway_link_server::GatewayLink for GatewayLinkService {
         &self,
         request: GrpcRequest<Streaming<proto::GatewayUp>>,
     ) -> Result<Response<Self::LinkStream>, Status> {
+        self.open_link(request.into_inner()).map(Response::new)
+    }
+
+    async fn feed(&self, _request: GrpcRequest<proto::FeedRequest>) -> Result<Response<Self::FeedStream>, Status> {
+        self.open_feed().await.map(Response::new)
+    }
+}
+
+impl GatewayLinkService {
+    /// A gateway's link: `inbound` is what it sends (a gRPC stream, or values handed
+    /// over in process); the returned stream is what the node sends back.
+    pub(crate) fn open_link<S>(&self, mut inbound: S) -> Result<BoxStream<proto::GatewayDown>, Status>
+    where
+        S: Stream<Item = Result<proto::GatewayUp, Status>> + Send + Unpin + 'static,
+    {
         self.0.require_leader()?;
-        let mut inbound = request.into_inner();
         let shared = self.0.clone();
         let (down, outgoing) = mpsc::channel(shared.link_outbox_max);
         let (kill, killed) = mpsc::channel(1);
@@ -56,15 +70,15 @@ impl proto::gateway_link_server::GatewayLink for GatewayLinkService {
             shared.metrics.links_open.fetch_sub(1, Ordering::Relaxed);
             // As for sessions: keep taking what the gateway sends until it closes, so the
             // replies already queued are not reset with the stream.
-            let _ =
-                tokio::time::timeout(INBOUND_DRAIN_MAX, async { while let Ok(Some(_)) = inbound.message().await {} })
-                    .await;
+            let _ = tokio::time::timeout(INBOUND_DRAIN_MAX, async { while let Some(Ok(_)) = inbound.next().await {} })
+                .await;
         });
         let replies = ReceiverStream::new(outgoing).merge(ReceiverStream::new(killed));
-        Ok(Response::new(Box::pin(replies)))
+        Ok(Box::pin(replies))
     }
 
-    async fn feed(&self, _request: GrpcRequest<proto::FeedRequest>) -> Result<Response<Self::FeedStream>, Status> {
+    /// The order-level feed: the current image, then every entry after it.
+    pub(crate) async fn open_feed(&self) -> Result<BoxStream<proto::FeedMessage>, Status> {
         let (reply, start) = oneshot::channel();
         self.0.send(Request::Feed { reply }).await?;
         let (image, mut entries) = start.await.map_err(|_| Status::unavailable("the node stopped"))?;
@@ -104,7 +118,7 @@ impl proto::gateway_link_server::GatewayLink for GatewayLinkService {
             }
             metrics.feeds_open.fetch_sub(1, Ordering::Relaxed);
         });
-        Ok(Response::new(stream))
+        Ok(stream)
     }
 }
 
@@ -119,7 +133,10 @@ struct LinkReader<'a> {
 }
 
 impl LinkReader<'_> {
-    async fn read(&mut self, inbound: &mut Streaming<proto::GatewayUp>) -> Result<(), Status> {
+    async fn read<S>(&mut self, inbound: &mut S) -> Result<(), Status>
+    where
+        S: Stream<Item = Result<proto::GatewayUp, Status>> + Unpin,
+    {
         while let Some(up) = inbound.next().await {
             let up = up?;
             match self.gateway {
@@ -193,5 +210,28 @@ impl LinkReader<'_> {
         if let Some(gateway) = self.gateway {
             let _ = self.shared.fair.send(Inbound::Disconnect { gateway }).await;
         }
+    }
+}
+
+/// The gateway side of this node for a gateway in its own process (`bourse serve
+/// --gateway`): `GatewayLink.Link` and `GatewayLink.Feed` with the messages handed over
+/// as values instead of encoded onto a socket. Everything else is as over gRPC: the
+/// same reader, sequencer, checks and replies.
+#[derive(Clone)]
+pub struct LocalLink(pub(crate) Shared);
+
+impl LocalLink {
+    /// Opens a link that reads `up` (refused, with the leader's address, when this node
+    /// does not lead).
+    pub fn link<S>(&self, up: S) -> Result<BoxStream<proto::GatewayDown>, Status>
+    where
+        S: Stream<Item = proto::GatewayUp> + Send + Unpin + 'static,
+    {
+        GatewayLinkService(self.0.clone()).open_link(up.map(Ok))
+    }
+
+    /// The order-level feed: the current image, then every entry after it.
+    pub async fn feed(&self) -> Result<BoxStream<proto::FeedMessage>, Status> {
+        GatewayLinkService(self.0.clone()).open_feed().await
     }
 }

@@ -25,7 +25,7 @@ use bourse_cluster::Peer;
 use crate::config::{NodeConfig, RaftConfig};
 use crate::core::{Core, Replica, Request, Sequencer};
 use crate::fair::{FairConfig, FairSequencer};
-use crate::link::GatewayLinkService;
+use crate::link::{GatewayLinkService, LocalLink};
 use crate::log::{LocalLog, LogService, LogSource};
 use crate::metrics::Metrics;
 use crate::outbox::{Broadcasts, FeedItem, Pending, Sessions};
@@ -183,6 +183,7 @@ pub struct Node {
     server: tokio::task::JoinHandle<()>,
     server_stop: tokio::sync::oneshot::Sender<()>,
     log: LocalLog,
+    link: LocalLink,
 }
 
 /// How long a stopping node waits for its connections to take their last replies.
@@ -192,6 +193,11 @@ impl Node {
     /// `Log.Follow` without the network, for a history sink in this process.
     pub fn local_log(&self) -> LocalLog {
         self.log.clone()
+    }
+
+    /// `GatewayLink` without the network, for a gateway in this process.
+    pub fn local_link(&self) -> LocalLink {
+        self.link.clone()
     }
 
     /// Recovers from `config.data` and starts serving. Must run inside a tokio runtime.
@@ -241,7 +247,7 @@ impl Node {
         let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let Serving { shutdown, server, server_stop, metrics_addr, log } = Serving::start(
+        let Serving { shutdown, server, server_stop, metrics_addr, log, link } = Serving::start(
             listener,
             &config,
             Shared::new(
@@ -272,6 +278,7 @@ impl Node {
             server,
             server_stop,
             log,
+            link,
         })
     }
 
@@ -374,7 +381,7 @@ impl Node {
             advertise.api.clone(),
             log,
         )?;
-        let Serving { shutdown, server, server_stop, metrics_addr, log } =
+        let Serving { shutdown, server, server_stop, metrics_addr, log, link } =
             Serving::start(listener, &config, shared, None).await?;
         tracing::info!(%addr, raft = %raft.listen, id = raft.id, data = %config.data.display(), "serving");
         Ok(Node {
@@ -391,6 +398,7 @@ impl Node {
             server,
             server_stop,
             log,
+            link,
         })
     }
 
@@ -429,6 +437,7 @@ struct Serving {
     server_stop: tokio::sync::oneshot::Sender<()>,
     metrics_addr: Option<SocketAddr>,
     log: LocalLog,
+    link: LocalLink,
 }
 
 impl Serving {
@@ -443,13 +452,14 @@ impl Serving {
         let (shared, shutdown) = shared;
         let metrics = Arc::clone(&shared.metrics);
         let log = LocalLog(LogService(shared.clone()));
+        let link = LocalLink(shared.clone());
         let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
         let metrics_addr = match config.metrics_listen {
             Some(listen) => Some(crate::metrics::serve(listen, metrics, journal).await?),
             None => None,
         };
-        Ok(Serving { shutdown, server, server_stop, metrics_addr, log })
+        Ok(Serving { shutdown, server, server_stop, metrics_addr, log, link })
     }
 }
 

@@ -48,6 +48,8 @@ pub struct NodeProcess {
     stderr: Arc<Mutex<String>>,
     /// Copies the child's stderr into `stderr`; done once the child has exited.
     stderr_reader: Option<std::thread::JoinHandle<()>>,
+    /// Every line the child printed on stdout so far.
+    stdout: Arc<Mutex<Vec<String>>>,
 }
 
 /// A `bourse serve` that exited before it listened.
@@ -142,15 +144,19 @@ impl NodeProcess {
         let stderr_reader = std::thread::spawn(move || drain(stderr_pipe, &stderr_sink));
         let (lines, addresses) = mpsc::channel();
         let stdout_pipe = child.stdout.take().expect("piped stdout");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stdout_sink = Arc::clone(&stdout);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout_pipe).lines() {
                 let Ok(line) = line else { break };
                 if let Some(addr) = line.strip_prefix(LISTENING_PREFIX) {
                     let _ = lines.send(addr.trim().to_string());
                 }
+                stdout_sink.lock().expect("stdout lock").push(line);
             }
         });
-        let mut node = NodeProcess { child: Some(child), addr: listen, stderr, stderr_reader: Some(stderr_reader) };
+        let mut node =
+            NodeProcess { child: Some(child), addr: listen, stderr, stderr_reader: Some(stderr_reader), stdout };
         let started = Instant::now();
         loop {
             if let Ok(addr) = addresses.recv_timeout(Duration::from_millis(20)) {
@@ -165,6 +171,22 @@ impl NodeProcess {
             if started.elapsed() > PROCESS_WAIT_MAX {
                 panic!("bourse serve did not listen within {PROCESS_WAIT_MAX:?}:\n{}", node.stderr());
             }
+        }
+    }
+
+    /// The first word after `prefix` on a line the node printed (the address of a front
+    /// end that starts after the node listens, say), waiting for the line.
+    pub fn announced(&self, prefix: &str) -> String {
+        let started = Instant::now();
+        loop {
+            let found = self.stdout.lock().expect("stdout lock").iter().find_map(|line| {
+                line.strip_prefix(prefix).map(|rest| rest.split_whitespace().next().unwrap_or_default().to_owned())
+            });
+            if let Some(found) = found {
+                return found;
+            }
+            assert!(started.elapsed() < PROCESS_WAIT_MAX, "bourse serve never printed {prefix:?}:\n{}", self.stderr());
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
