@@ -177,29 +177,22 @@ impl Reader<'_> {
         let mut forward = Vec::with_capacity(commands.len());
         let in_flight = self.entry.in_flight.lock().expect("in-flight lock").len();
         for command in commands {
-            let refusal = match command.body.as_ref().map(CommandBody::try_from) {
-                None => {
-                    Some(convert::ack_refused(command.seq, &ConvertError::FieldMissing { field: "ClientCommand.body" }))
-                }
-                Some(Err(error)) => Some(convert::ack_refused(command.seq, &error)),
-                Some(Ok(body)) if crate::keys::is_filler(&body) => None,
-                Some(Ok(body)) if !self.principal.may(&body) => {
-                    let why = self.principal.refusal(&body).unwrap_or_default();
-                    Some(refuse(command.seq, refusal::NOT_AUTHORIZED, "not_authorized", &why))
-                }
-                Some(Ok(_)) if in_flight + forward.len() >= self.state.config.in_flight_max => Some(refuse(
+            let refusal = match self.check(&command) {
+                Check::Refused(ack) => Some(ack),
+                Check::Filler => None,
+                Check::Allowed if in_flight + forward.len() >= self.state.config.in_flight_max => Some(refuse(
                     command.seq,
                     refusal::IN_FLIGHT_LIMIT,
                     "in_flight_limit",
                     "too many commands unanswered: wait for acks and resend",
                 )),
-                Some(Ok(_)) if !self.bucket.take() => Some(refuse(
+                Check::Allowed if !self.bucket.take() => Some(refuse(
                     command.seq,
                     refusal::RATE_LIMITED,
                     "rate_limited",
                     "the session's command rate is spent: wait and resend",
                 )),
-                Some(Ok(_)) => None,
+                Check::Allowed => None,
             };
             match refusal {
                 Some(ack) => {
@@ -220,7 +213,42 @@ impl Reader<'_> {
     }
 }
 
+/// What the key check says of one command.
+enum Check {
+    /// Refused before the log, with this ack.
+    Refused(proto::Ack),
+    /// The library's seq filler: passes every check and limit.
+    Filler,
+    /// Within the key's rights; the session's limits decide.
+    Allowed,
+}
+
 impl Reader<'_> {
+    /// The key's verdict on `command`. An administrative key may send anything, so its
+    /// commands are not converted here just to be looked at: one that does not convert
+    /// is refused by the node with the same ack (`convert::ack_refused`), also before
+    /// the log.
+    fn check(&self, command: &proto::ClientCommand) -> Check {
+        let Some(body) = command.body.as_ref() else {
+            return Check::Refused(convert::ack_refused(
+                command.seq,
+                &ConvertError::FieldMissing { field: "ClientCommand.body" },
+            ));
+        };
+        if self.principal.admin {
+            let filler = matches!(body, proto::client_command::Body::Cancel(cancel) if cancel.order == 0);
+            return if filler { Check::Filler } else { Check::Allowed };
+        }
+        match CommandBody::try_from(body) {
+            Err(error) => Check::Refused(convert::ack_refused(command.seq, &error)),
+            Ok(body) if crate::keys::is_filler(&body) => Check::Filler,
+            Ok(body) => match self.principal.refusal(&body) {
+                Some(why) => Check::Refused(refuse(command.seq, refusal::NOT_AUTHORIZED, "not_authorized", &why)),
+                None => Check::Allowed,
+            },
+        }
+    }
+
     fn count_refusal(&self, ack: &proto::Ack) {
         let metrics = &self.state.metrics;
         let counter = match &ack.outcome {

@@ -592,3 +592,42 @@ async fn a_gateway_in_the_nodes_process_links_and_reads_the_feed_without_a_socke
     drop((trades, query));
     gateway.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_command_of_an_administrative_key_is_refused_before_the_log_like_anyone_elses() {
+    let exchange = exchange(0, 1024, 1).await;
+    // An open gateway: every session acts with an administrative key's rights.
+    let gateway = Gateway::start(open_gateway(1, &exchange.node, 0), KeyStore::default()).await.unwrap();
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", gateway.addr())).unwrap().connect().await.unwrap();
+    let (up, batches) = mpsc::unbounded_channel();
+    let mut down = proto::order_entry_client::OrderEntryClient::new(channel)
+        .session(UnboundedReceiverStream::new(batches))
+        .await
+        .unwrap()
+        .into_inner();
+    let client = random_client_id().0;
+    let good = place(exchange.accounts[0], exchange.symbol, Side::Buy, 99_000);
+    let mut unknown_side = wire(1, &good);
+    if let Some(Body::Place(order)) = &mut unknown_side.body {
+        order.side = 99;
+    }
+    let mut no_body = wire(1, &good);
+    no_body.body = None;
+    for (what, command, code) in [("unknown side", unknown_side, 1002), ("no body", no_body, 1000)] {
+        up.send(proto::ClientBatch { client_id: client, commands: vec![command] }).unwrap();
+        let batch = tokio::time::timeout(Duration::from_secs(10), down.message()).await.unwrap().unwrap().unwrap();
+        let ack = &batch.acks[0];
+        assert_eq!((ack.seq, ack.log_index), (1, 0), "{what}: refused before the log: {ack:?}");
+        match &ack.outcome {
+            Some(proto::ack::Outcome::Rejected(info)) => assert_eq!(info.code, code, "{what}: {info:?}"),
+            other => panic!("{what}: expected a refusal, got {other:?}"),
+        }
+    }
+    // Seq 1 was not used up: the well-formed command with it applies.
+    up.send(proto::ClientBatch { client_id: client, commands: vec![wire(1, &good)] }).unwrap();
+    let batch = tokio::time::timeout(Duration::from_secs(10), down.message()).await.unwrap().unwrap().unwrap();
+    assert!(batch.acks[0].log_index > 0 && !batch.acks[0].duplicate, "{:?}", batch.acks[0]);
+    drop(up);
+    gateway.shutdown().await;
+}
