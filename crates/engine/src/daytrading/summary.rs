@@ -3,30 +3,50 @@
 //! empty holdings left out. Every string in it is a userid, a symbol, a command name or
 //! an error text, none of which needs escaping beyond what [`json_string`] does.
 
-use std::fmt::Write;
-
-use super::grammar::{cents_format, Sym};
+use super::grammar::Sym;
 use super::ledger::{DtUser, Pending};
 use super::DayTrading;
 
-/// A JSON string literal.
+/// A JSON string literal. Most texts need no escape and are copied whole.
 fn json_string(out: &mut String, text: &str) {
     out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push_str(text);
+    } else {
+        for c in text.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if (c as u32) < 0x20 => {
+                    out.push_str("\\u00");
+                    out.push(char::from(b"0123456789abcdef"[(c as usize) >> 4]));
+                    out.push(char::from(b"0123456789abcdef"[(c as usize) & 15]));
+                }
+                c => out.push(c),
             }
-            c => out.push(c),
         }
     }
     out.push('"');
 }
 
+/// An integer, written in place.
+fn int(out: &mut String, value: impl itoa::Integer) {
+    out.push_str(itoa::Buffer::new().format(value));
+}
+
+/// Money as a `"d.dd"` string (what `cents_format` gives), written in place.
 fn money(out: &mut String, cents: i64) {
-    json_string(out, &cents_format(cents));
+    let abs = cents.unsigned_abs();
+    out.push('"');
+    if cents < 0 {
+        out.push('-');
+    }
+    int(out, abs / 100);
+    out.push('.');
+    let rest = (abs % 100) as u8;
+    out.push(char::from(b'0' + rest / 10));
+    out.push(char::from(b'0' + rest % 10));
+    out.push('"');
 }
 
 impl DayTrading {
@@ -38,7 +58,11 @@ impl DayTrading {
         let mut out = String::with_capacity(512);
         out.push_str("{\"user\":");
         json_string(&mut out, name);
-        let _ = write!(out, ",\"transactionNum\":{txn},\"asOf\":{as_of_ms},\"cash\":{{\"available\":");
+        out.push_str(",\"transactionNum\":");
+        int(&mut out, txn);
+        out.push_str(",\"asOf\":");
+        int(&mut out, as_of_ms);
+        out.push_str(",\"cash\":{\"available\":");
         money(&mut out, user.cash.available);
         out.push_str(",\"reserved\":");
         money(&mut out, user.cash.reserved);
@@ -47,7 +71,11 @@ impl DayTrading {
             comma(&mut out, i);
             out.push_str("{\"symbol\":");
             json_string(&mut out, symbol.as_str());
-            let _ = write!(out, ",\"available\":{},\"reserved\":{}}}", held.available, held.reserved);
+            out.push_str(",\"available\":");
+            int(&mut out, held.available);
+            out.push_str(",\"reserved\":");
+            int(&mut out, held.reserved);
+            out.push('}');
         }
         out.push_str("],\"pendingBuy\":");
         self.pending_json(&mut out, user.pending_buy, "cost");
@@ -63,7 +91,9 @@ impl DayTrading {
         for (i, (symbol, trigger)) in user.sell_triggers.iter().enumerate() {
             comma(&mut out, i);
             trigger_json(&mut out, *symbol, trigger.amount, trigger.price);
-            let _ = write!(out, ",\"reservedShares\":{}}}", trigger.shares_reserved);
+            out.push_str(",\"reservedShares\":");
+            int(&mut out, trigger.shares_reserved);
+            out.push('}');
         }
         out.push_str("],");
         history_json(&mut out, user, txn, self.config.summary_history as usize);
@@ -80,9 +110,15 @@ impl DayTrading {
         json_string(out, p.symbol.as_str());
         out.push_str(",\"price\":");
         money(out, p.price);
-        let _ = write!(out, ",\"shares\":{},\"{money_name}\":", p.shares);
+        out.push_str(",\"shares\":");
+        int(out, p.shares);
+        out.push_str(",\"");
+        out.push_str(money_name);
+        out.push_str("\":");
         money(out, p.money);
-        let _ = write!(out, ",\"expiresAt\":{}}}", p.stamp_ms + u64::from(self.config.pending_ttl_ms));
+        out.push_str(",\"expiresAt\":");
+        int(out, p.stamp_ms + u64::from(self.config.pending_ttl_ms));
+        out.push('}');
     }
 }
 
@@ -112,14 +148,51 @@ fn history_json(out: &mut String, user: &DtUser, txn: u64, shown_max: usize) {
     let later = user.history.iter().rposition(|item| item.txn == txn).map_or(0, |at| user.history.len() - at);
     let kept = user.history.len() - later;
     let total = user.commands_total - later as u64;
-    let _ = write!(out, "\"history\":{{\"total\":{total},\"recent\":[");
+    out.push_str("\"history\":{\"total\":");
+    int(out, total);
+    out.push_str(",\"recent\":[");
     for (i, item) in user.history.iter().take(kept).rev().take(shown_max).enumerate() {
         comma(out, i);
-        let _ = write!(out, "{{\"transactionNum\":{},\"stamp\":{},\"command\":", item.txn, item.stamp_ms);
+        out.push_str("{\"transactionNum\":");
+        int(out, item.txn);
+        out.push_str(",\"stamp\":");
+        int(out, item.stamp_ms);
+        out.push_str(",\"command\":");
         json_string(out, item.kind.name());
         out.push_str(",\"outcome\":");
         json_string(out, item.error.map_or("ok", |e| e.message()));
         out.push('}');
     }
     out.push_str("]}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::grammar::cents_format;
+    use super::*;
+
+    #[test]
+    fn money_in_place_is_cents_format_quoted() {
+        for cents in [0, 1, 9, 10, 99, 100, 101, 12_345, 100_000_000, -1, -99, -100, -12_345, i64::MAX, i64::MIN] {
+            let mut out = String::new();
+            money(&mut out, cents);
+            assert_eq!(out, format!("\"{}\"", cents_format(cents)), "{cents}");
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_only_where_json_needs_it() {
+        let cases = [
+            ("oY01WVirLr", "\"oY01WVirLr\""),
+            ("", "\"\""),
+            ("a\"b\\c", "\"a\\\"b\\\\c\""),
+            ("tab\there\u{1}", "\"tab\\u0009here\\u0001\""),
+            ("é", "\"é\""),
+        ];
+        for (text, json) in cases {
+            let mut out = String::new();
+            json_string(&mut out, text);
+            assert_eq!(out, json, "{text:?}");
+        }
+    }
 }
