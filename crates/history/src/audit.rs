@@ -15,7 +15,7 @@
 use std::io::Write;
 
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::daytrading::{cents_format, DtEvent, DtRequest};
+use bourse_engine::daytrading::{cents_format, DtError, DtEvent, DtKind, DtRequest};
 use bourse_engine::Engine;
 
 use crate::rows::{AuditEntryRow, AuditRow, RowKey};
@@ -117,41 +117,103 @@ const KINDS: [&str; 5] = ["userCommand", "quoteServer", "accountTransaction", "s
 /// The `dt_audit` row of one log entry's audit records (`records` is not empty, in log
 /// order, numbered consecutively).
 ///
-/// Encoding, per record: the kind's code (a byte, its index in `KINDS`), a byte of
-/// presence bits for the optional fields, the stamp and transactionNum (zigzag varints),
-/// then each present field in [`COLUMNS`] order: text as a varint length and its UTF-8
-/// bytes, numbers as zigzag varints. One row per entry instead of one per record: the
-/// sink writes half the rows (and half the by-user index entries) it did.
+/// Encoding, per record: the kind's code (a byte, its index in `KINDS`), two bytes of
+/// flags (bits 0–9: which of the optional fields in [`COLUMNS`] order are present; bit
+/// 10: the username is the row's `username`, so it is not repeated; bit 11: the stamp,
+/// bit 12: the transactionNum, are the previous record's), the stamp and
+/// transactionNum unless flagged (zigzag varints), then each present field in
+/// [`COLUMNS`] order: a command name, an action and an error text as a byte (its index
+/// among the day-trading commands, [`ACTIONS`] and the day-trading errors; 255 and the
+/// text for anything else), other text as a varint length and its UTF-8 bytes, numbers
+/// as zigzag varints. One row per entry, and nothing repeated that the row or the
+/// record before says already: the sink writes the fewest bytes it can.
 pub fn audit_entry(records: &[AuditRow]) -> AuditEntryRow {
     let first = &records[0];
     let username = first.username.clone().filter(|u| records.iter().all(|r| r.username.as_ref() == Some(u)));
-    let mut out = Vec::with_capacity(64 * records.len());
+    let mut out = Vec::with_capacity(32 * records.len());
+    let mut previous: Option<&AuditRow> = None;
     for r in records {
         let kind = KINDS.iter().position(|k| *k == r.record).unwrap_or(0);
         out.push(kind as u8);
-        let texts = [r.command, r.username.as_deref(), r.symbol.as_deref(), r.filename.as_deref()];
-        let numbers = [r.funds, r.price, r.quote_server_time];
-        let tail = [r.cryptokey.as_deref(), r.action, r.error_message];
-        let mut present = 0u16;
-        let flags = texts.iter().map(Option::is_some).chain(numbers.iter().map(Option::is_some));
-        for (bit, on) in flags.chain(tail.iter().map(Option::is_some)).enumerate() {
-            present |= u16::from(on) << bit;
+        let present = [
+            r.command.is_some(),
+            r.username.is_some(),
+            r.symbol.is_some(),
+            r.filename.is_some(),
+            r.funds.is_some(),
+            r.price.is_some(),
+            r.quote_server_time.is_some(),
+            r.cryptokey.is_some(),
+            r.action.is_some(),
+            r.error_message.is_some(),
+            username.is_some(),
+            previous.is_some_and(|p| p.stamp == r.stamp),
+            previous.is_some_and(|p| p.transaction_num == r.transaction_num),
+        ];
+        let flags = present.iter().enumerate().fold(0u16, |flags, (bit, on)| flags | (u16::from(*on) << bit));
+        out.extend_from_slice(&flags.to_le_bytes());
+        if flags & STAMP_AS_BEFORE == 0 {
+            varint(&mut out, r.stamp);
         }
-        out.extend_from_slice(&present.to_le_bytes());
-        varint(&mut out, r.stamp);
-        varint(&mut out, r.transaction_num);
-        for text in texts.into_iter().flatten() {
+        if flags & TXN_AS_BEFORE == 0 {
+            varint(&mut out, r.transaction_num);
+        }
+        if let Some(command) = r.command {
+            code(&mut out, &COMMANDS, command);
+        }
+        if username.is_none() {
+            if let Some(user) = &r.username {
+                bytes(&mut out, user.as_bytes());
+            }
+        }
+        for text in [r.symbol.as_deref(), r.filename.as_deref()].into_iter().flatten() {
             bytes(&mut out, text.as_bytes());
         }
-        for number in numbers.into_iter().flatten() {
+        for number in [r.funds, r.price, r.quote_server_time].into_iter().flatten() {
             varint(&mut out, number);
         }
-        for text in tail.into_iter().flatten() {
-            bytes(&mut out, text.as_bytes());
+        if let Some(cryptokey) = &r.cryptokey {
+            bytes(&mut out, cryptokey.as_bytes());
         }
+        if let Some(action) = r.action {
+            code(&mut out, &ACTIONS, action);
+        }
+        if let Some(error) = r.error_message {
+            code(&mut out, &ERRORS, error);
+        }
+        previous = Some(r);
     }
     AuditEntryRow { key: first.key, audit_seq: first.audit_seq, username, records: out }
 }
+
+/// Flag bits of a record besides the fields' presence (see [`audit_entry`]).
+const USERNAME_OF_ROW: u16 = 1 << 10;
+const STAMP_AS_BEFORE: u16 = 1 << 11;
+const TXN_AS_BEFORE: u16 = 1 << 12;
+
+/// The texts written as a byte: the day-trading command names, the account actions
+/// and the day-trading error texts. A text not in its table is written as 255 and the
+/// text.
+const COMMANDS: [&str; 16] = {
+    let mut names = [""; 16];
+    let mut i = 0;
+    while i < 16 {
+        names[i] = DtKind::ALL[i].name();
+        i += 1;
+    }
+    names
+};
+const ACTIONS: [&str; 4] = ["add", "remove", "reserve", "release"];
+const ERRORS: [&str; 16] = {
+    let mut texts = [""; 16];
+    let mut i = 0;
+    while i < 16 {
+        texts[i] = DtError::ALL[i].message();
+        i += 1;
+    }
+    texts
+};
+const CODE_TEXT: u8 = 255;
 
 fn varint(out: &mut Vec<u8>, value: i64) {
     let mut v = ((value << 1) ^ (value >> 63)) as u64;
@@ -167,13 +229,32 @@ fn bytes(out: &mut Vec<u8>, value: &[u8]) {
     out.extend_from_slice(value);
 }
 
-/// Reads an entry's records back, each as the values of [`COLUMNS`] (what [`write_row`]
-/// takes), with its username apart.
-struct Decoder<'a> {
-    input: &'a [u8],
+fn code(out: &mut Vec<u8>, table: &[&str], text: &str) {
+    match table.iter().position(|t| *t == text) {
+        Some(i) => out.push(i as u8),
+        None => {
+            out.push(CODE_TEXT);
+            bytes(out, text.as_bytes());
+        }
+    }
 }
 
-impl Decoder<'_> {
+/// Reads an entry's records back, each as the values of [`COLUMNS`] (what [`write_row`]
+/// takes).
+struct Decoder<'a> {
+    input: &'a [u8],
+    /// The row's `username`, for records flagged [`USERNAME_OF_ROW`].
+    username: Option<&'a str>,
+    /// The previous record's stamp and transactionNum.
+    stamp: i64,
+    transaction_num: i64,
+}
+
+impl<'a> Decoder<'a> {
+    fn new(input: &'a [u8], username: Option<&'a str>) -> Self {
+        Decoder { input, username, stamp: 0, transaction_num: 0 }
+    }
+
     fn fail() -> StoreError {
         StoreError::Invalid("a dt_audit row's records are malformed".into())
     }
@@ -206,29 +287,49 @@ impl Decoder<'_> {
         String::from_utf8(text.to_vec()).map_err(|_| Self::fail())
     }
 
+    /// A text written by [`code`].
+    fn coded(&mut self, table: &[&str]) -> Result<String, StoreError> {
+        match self.byte()? {
+            CODE_TEXT => self.text(),
+            i => table.get(usize::from(i)).map(|t| (*t).to_owned()).ok_or_else(Self::fail),
+        }
+    }
+
     /// The next record's values in [`COLUMNS`] order, or `None` at the end.
     fn record(&mut self) -> Result<Option<Vec<Value>>, StoreError> {
         if self.input.is_empty() {
             return Ok(None);
         }
         let kind = KINDS.get(usize::from(self.byte()?)).ok_or_else(Self::fail)?;
-        let present = u16::from_le_bytes([self.byte()?, self.byte()?]);
-        let on = |bit: u16| present & (1 << bit) != 0;
+        let flags = u16::from_le_bytes([self.byte()?, self.byte()?]);
+        let on = |bit: u16| flags & (1 << bit) != 0;
+        if flags & STAMP_AS_BEFORE == 0 {
+            self.stamp = self.varint()?;
+        }
+        if flags & TXN_AS_BEFORE == 0 {
+            self.transaction_num = self.varint()?;
+        }
         let mut values = Vec::with_capacity(13);
         values.push(Value::Text((*kind).to_owned()));
-        values.push(Value::Int(self.varint()?));
-        values.push(Value::Int(self.varint()?));
-        // command, username, symbol, filename; funds, price, quote_server_time;
-        // cryptokey, action, error_message: the encoding's order is the columns'.
-        for bit in 0..4 {
-            values.push(if on(bit) { Value::Text(self.text()?) } else { Value::Null });
-        }
+        values.push(Value::Int(self.stamp));
+        values.push(Value::Int(self.transaction_num));
+        let text = |decoder: &mut Self, bit: u16| -> Result<Value, StoreError> {
+            Ok(if on(bit) { Value::Text(decoder.text()?) } else { Value::Null })
+        };
+        values.push(if on(0) { Value::Text(self.coded(&COMMANDS)?) } else { Value::Null });
+        values.push(match (on(1), flags & USERNAME_OF_ROW != 0) {
+            (false, _) => Value::Null,
+            (true, true) => Value::Text(self.username.ok_or_else(Self::fail)?.to_owned()),
+            (true, false) => Value::Text(self.text()?),
+        });
+        values.push(text(self, 2)?);
+        values.push(text(self, 3)?);
         for bit in 4..7 {
             values.push(if on(bit) { Value::Int(self.varint()?) } else { Value::Null });
         }
-        for bit in 7..10 {
-            values.push(if on(bit) { Value::Text(self.text()?) } else { Value::Null });
-        }
+        values.push(text(self, 7)?);
+        values.push(if on(8) { Value::Text(self.coded(&ACTIONS)?) } else { Value::Null });
+        values.push(if on(9) { Value::Text(self.coded(&ERRORS)?) } else { Value::Null });
         Ok(Some(values))
     }
 }
@@ -296,7 +397,7 @@ pub fn dump(store: &mut Store, scope: DumpScope<'_>, server: &str, out: impl Wri
     let mut each = |row: &[Value]| -> Result<(), StoreError> {
         let first = row.first().and_then(Value::int).ok_or_else(Decoder::fail)?;
         let Some(Value::Blob(encoded)) = row.get(1) else { return Err(Decoder::fail()) };
-        let mut decoder = Decoder { input: encoded };
+        let mut decoder = Decoder::new(encoded, row.get(2).and_then(Value::text));
         let mut seq = first;
         while let Some(values) = decoder.record()? {
             if seq > through {
@@ -318,12 +419,12 @@ pub fn dump(store: &mut Store, scope: DumpScope<'_>, server: &str, out: impl Wri
     // dump reads those too and keeps the records that name the user.
     let result = match scope.user {
         None => store.query_each(
-            "SELECT audit_seq, records FROM dt_audit WHERE audit_seq <= ? ORDER BY log_index, pos",
+            "SELECT audit_seq, records, username FROM dt_audit WHERE audit_seq <= ? ORDER BY log_index, pos",
             &[Cell::Int(through)],
             &mut each,
         ),
         Some(user) => store.query_each(
-            "SELECT audit_seq, records FROM dt_audit WHERE (username = ? OR username IS NULL) AND audit_seq <= ? \
+            "SELECT audit_seq, records, username FROM dt_audit WHERE (username = ? OR username IS NULL) AND audit_seq <= ? \
              ORDER BY log_index, pos",
             &[Cell::Text(user), Cell::Int(through)],
             &mut each,
@@ -404,6 +505,100 @@ fn escape(out: &mut impl Write, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(kind: &'static str, stamp: i64, txn: i64, username: Option<&str>) -> AuditRow {
+        AuditRow {
+            key: RowKey { log_index: 9, pos: 0, ts: stamp * 1_000_000 },
+            audit_seq: 1,
+            record: kind,
+            stamp,
+            transaction_num: txn,
+            command: None,
+            username: username.map(str::to_owned),
+            symbol: None,
+            filename: None,
+            funds: None,
+            price: None,
+            quote_server_time: None,
+            cryptokey: None,
+            action: None,
+            error_message: None,
+        }
+    }
+
+    /// A record's values as [`write_row`] takes them, straight from the record.
+    fn values(r: &AuditRow) -> Vec<Value> {
+        let text = |t: Option<&str>| t.map_or(Value::Null, |t| Value::Text(t.to_owned()));
+        let int = |n: Option<i64>| n.map_or(Value::Null, Value::Int);
+        vec![
+            Value::Text(r.record.to_owned()),
+            Value::Int(r.stamp),
+            Value::Int(r.transaction_num),
+            text(r.command),
+            text(r.username.as_deref()),
+            text(r.symbol.as_deref()),
+            text(r.filename.as_deref()),
+            int(r.funds),
+            int(r.price),
+            int(r.quote_server_time),
+            text(r.cryptokey.as_deref()),
+            text(r.action),
+            text(r.error_message),
+        ]
+    }
+
+    fn decoded(entry: &AuditEntryRow) -> Vec<Vec<Value>> {
+        let mut decoder = Decoder::new(&entry.records, entry.username.as_deref());
+        let mut out = Vec::new();
+        while let Some(values) = decoder.record().unwrap() {
+            out.push(values);
+        }
+        out
+    }
+
+    #[test]
+    fn an_entrys_records_decode_to_what_was_encoded() {
+        let mut command = record("userCommand", 1_732_270_000_123, 41, Some("oY01WVirLr"));
+        command.command = Some("COMMIT_BUY");
+        let mut quote = record("quoteServer", 1_732_270_000_123, 41, Some("oY01WVirLr"));
+        (quote.symbol, quote.price, quote.quote_server_time) =
+            (Some("ABC".into()), Some(9_211), Some(1_732_269_999_000));
+        quote.cryptokey = Some("Zr4M7/KAEQ3lXnNy+vMr6aR+d8dYuIZ7UFlDC6r7m9U=".into());
+        let mut spent = record("accountTransaction", 1_732_270_000_123, 41, Some("oY01WVirLr"));
+        (spent.action, spent.funds) = (Some("remove"), Some(-27_633));
+        let mut fired = record("systemEvent", 1_732_270_000_124, 42, Some("oY01WVirLr"));
+        (fired.command, fired.symbol, fired.funds) = (Some("SET_BUY_TRIGGER"), Some("ABC".into()), Some(50_000));
+        let mut error = record("errorEvent", 1_732_270_000_124, 42, Some("oY01WVirLr"));
+        (error.command, error.error_message) = (Some("CANCEL_SELL"), Some("no pending sell"));
+        let records = [command, quote, spent, fired, error];
+        let entry = audit_entry(&records);
+        assert_eq!(entry.username.as_deref(), Some("oY01WVirLr"));
+        assert_eq!(decoded(&entry), records.iter().map(values).collect::<Vec<_>>());
+        // The userid is the row's, the stamp and transactionNum said once per change,
+        // the names a byte each: 15 bytes of kinds and flags, 2 stamps and 2 numbers,
+        // 3 codes, the quote's 44-byte cryptokey, symbols and numbers.
+        assert_eq!(entry.records.windows(10).filter(|w| w == b"oY01WVirLr").count(), 0);
+        assert!(entry.records.len() <= 105, "{} bytes", entry.records.len());
+    }
+
+    #[test]
+    fn records_of_several_users_and_unknown_texts_keep_their_own_bytes() {
+        let mut first = record("userCommand", 5, 1, Some("alice"));
+        first.command = Some("NOT_A_COMMAND");
+        let mut second = record("accountTransaction", 6, 2, Some("bob"));
+        (second.action, second.funds) = (Some("refund"), Some(1));
+        let mut third = record("errorEvent", 6, 2, None);
+        third.error_message = Some("an error no table knows");
+        let records = [first, second, third];
+        let entry = audit_entry(&records);
+        assert_eq!(entry.username, None, "the records name several users");
+        assert_eq!(decoded(&entry), records.iter().map(values).collect::<Vec<_>>());
+        let mut truncated = entry.clone();
+        truncated.records.pop();
+        let mut decoder = Decoder::new(&truncated.records, None);
+        let result = std::iter::from_fn(|| decoder.record().transpose()).collect::<Result<Vec<_>, _>>();
+        assert!(result.is_err(), "a cut encoding is an error, not a short record");
+    }
 
     #[test]
     fn records_render_one_element_per_line_escaped() {

@@ -36,7 +36,10 @@ pub enum Dialect {
 /// Version 4: `dt_audit` has one row per log entry, its records encoded in `records`.
 /// Version 5: a move that rests at once at its new price is one `order_events` row,
 /// `moved` with the displayed quantity in `qty`, instead of `moved` and `rested`.
-pub const SCHEMA_VERSION: i64 = 5;
+/// Version 6: `dt_audit.records` says the userid, stamp and transactionNum only where
+/// the row or the record before does not, and command names, actions and errors as a
+/// byte each (`audit::audit_entry`).
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The row tables and their columns after the key, in insert order.
 pub const TABLES: &[(&str, &str)] = &[

@@ -50,7 +50,7 @@ impl DtKind {
     ];
 
     /// The command's name as workload files and the audit log spell it.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             DtKind::Add => "ADD",
             DtKind::Quote => "QUOTE",
@@ -152,7 +152,7 @@ impl DtError {
     ];
 
     /// The `errorMessage` text.
-    pub fn message(self) -> &'static str {
+    pub const fn message(self) -> &'static str {
         match self {
             DtError::InvalidArguments => "invalid arguments",
             DtError::InvalidUser => "invalid user",
