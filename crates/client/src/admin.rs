@@ -85,7 +85,7 @@ impl AdminSession {
                 self.pending = Some(filler.clone());
                 let filled = self.call(&filler).await?;
                 self.pending = None;
-                match reply_from_ack(&filled) {
+                match reply_from_ack(filled.clone()) {
                     Ok(reply) if reply.outcome != bourse_engine::Outcome::Rejected(Reject::SequenceGap) => Err(refused),
                     _ => {
                         Err(Error::Protocol(format!("the filler for seq {} was not recorded: {filled:?}", filler.seq)))
@@ -102,7 +102,7 @@ impl AdminSession {
             }
             _ => {
                 self.pending = None;
-                reply_from_ack(&ack)
+                reply_from_ack(ack)
             }
         }
     }

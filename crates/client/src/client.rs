@@ -568,12 +568,13 @@ async fn on_batch(shared: &Shared, batch: proto::ServerBatch) -> Result<()> {
     let mut fatal = None;
     let idle = {
         let mut state = shared.lock();
-        for ack in &batch.acks {
+        for ack in batch.acks {
+            let seq = ack.seq;
             let (effect, count) = state.window.on_ack(ack);
             freed += count;
             match effect {
-                AckEffect::Completed { token, result } => completions.push((ack.seq, token, result)),
-                AckEffect::Rewound => tracing::debug!(seq = ack.seq, "sequence_gap: resending from the oldest"),
+                AckEffect::Completed { token, result } => completions.push((seq, token, result)),
+                AckEffect::Rewound => tracing::debug!(seq, "sequence_gap: resending from the oldest"),
                 AckEffect::Stale | AckEffect::FillerDone => {}
                 AckEffect::Fatal(error) => {
                     fatal = Some(error);

@@ -210,12 +210,12 @@ impl<T> Window<T> {
 
     /// Applies one ack. Returns its effect and how many slots were freed (answered
     /// commands leave the window only once every command before them is answered).
-    pub fn on_ack(&mut self, ack: &proto::Ack) -> (AckEffect<T>, usize) {
+    pub fn on_ack(&mut self, ack: proto::Ack) -> (AckEffect<T>, usize) {
         let effect = self.on_ack_effect(ack);
         (effect, self.pop_done())
     }
 
-    fn on_ack_effect(&mut self, ack: &proto::Ack) -> AckEffect<T> {
+    fn on_ack_effect(&mut self, ack: proto::Ack) -> AckEffect<T> {
         if ack.seq < self.seq_front || ack.seq >= self.seq_next {
             return AckEffect::Stale;
         }
@@ -298,8 +298,8 @@ impl<T> Window<T> {
 }
 
 /// The engine outcome of a final ack.
-pub fn reply_from_ack(ack: &proto::Ack) -> Result<Reply, Error> {
-    let outcome: Outcome = convert::outcome_from_ack(ack)
+pub fn reply_from_ack(ack: proto::Ack) -> Result<Reply, Error> {
+    let outcome: Outcome = convert::outcome_from_ack(&ack)
         .map_err(|error| Error::Protocol(format!("unreadable ack for seq {}: {error}", ack.seq)))?;
     Ok(Reply {
         seq: ack.seq,
@@ -307,7 +307,7 @@ pub fn reply_from_ack(ack: &proto::Ack) -> Result<Reply, Error> {
         log_index: ack.log_index,
         duplicate: ack.duplicate,
         gateway_ts: ack.gateway_ts,
-        day_trading: ack.day_trading.clone(),
+        day_trading: ack.day_trading,
     })
 }
 
@@ -393,11 +393,11 @@ mod tests {
         assert_eq!(window.push(&body(9), 9), Err(9));
         window.take_sendable(10);
         // Answering the newer one first frees nothing: the window spans from the oldest.
-        let (effect, freed) = window.on_ack(&ack_ok(2, 0));
+        let (effect, freed) = window.on_ack(ack_ok(2, 0));
         assert_eq!(completed(effect).0, 1);
         assert_eq!(freed, 0);
         assert!(window.is_full());
-        let (effect, freed) = window.on_ack(&ack_ok(1, 0));
+        let (effect, freed) = window.on_ack(ack_ok(1, 0));
         assert_eq!(completed(effect).0, 0);
         assert_eq!(freed, 2);
         assert!(window.is_empty());
@@ -408,13 +408,13 @@ mod tests {
     fn answers_carry_the_outcome_and_flags() {
         let mut window = window_with(2, 8);
         window.take_sendable(10);
-        let (token, result) = completed(window.on_ack(&ack_ok(1, 77)).0);
+        let (token, result) = completed(window.on_ack(ack_ok(1, 77)).0);
         let reply = result.expect("ok");
         assert_eq!((token, reply.seq, reply.log_index, reply.duplicate), (0, 1, 11, false));
         assert_eq!(reply.outcome, Outcome::Ok { id: 77 });
         let mut duplicate = ack_reject(2, Reject::BalanceInsufficient);
         duplicate.duplicate = true;
-        let (_, result) = completed(window.on_ack(&duplicate).0);
+        let (_, result) = completed(window.on_ack(duplicate).0);
         let reply = result.expect("a rejection is an answer");
         assert!(reply.duplicate);
         assert_eq!(reply.outcome, Outcome::Rejected(Reject::BalanceInsufficient));
@@ -424,8 +424,8 @@ mod tests {
     fn a_rewind_resends_every_unanswered_command_in_order_with_its_original_seq() {
         let mut window = window_with(5, 8);
         let first = window.take_sendable(10);
-        window.on_ack(&ack_ok(1, 0));
-        window.on_ack(&ack_ok(3, 0)); // out of order: 2 still unanswered
+        window.on_ack(ack_ok(1, 0));
+        window.on_ack(ack_ok(3, 0)); // out of order: 2 still unanswered
         window.rewind();
         let again = window.take_sendable(10);
         assert_eq!(seqs(&again), [2, 4, 5]);
@@ -441,36 +441,36 @@ mod tests {
         window.take_sendable(10);
         window.rewind();
         window.take_sendable(10);
-        assert_eq!(completed(window.on_ack(&ack_ok(1, 5)).0).0, 0);
+        assert_eq!(completed(window.on_ack(ack_ok(1, 5)).0).0, 0);
         let mut repeat = ack_ok(1, 5);
         repeat.duplicate = true;
-        assert!(matches!(window.on_ack(&repeat).0, AckEffect::Stale), "already answered");
-        assert!(matches!(window.on_ack(&ack_ok(9, 0)).0, AckEffect::Stale), "never sent");
+        assert!(matches!(window.on_ack(repeat).0, AckEffect::Stale), "already answered");
+        assert!(matches!(window.on_ack(ack_ok(9, 0)).0, AckEffect::Stale), "never sent");
     }
 
     #[test]
     fn a_gap_rewinds_once_and_later_gaps_of_the_same_round_are_stale() {
         let mut window = window_with(4, 8);
         window.take_sendable(10);
-        assert!(matches!(window.on_ack(&ack_reject(2, Reject::SequenceGap)).0, AckEffect::Rewound));
+        assert!(matches!(window.on_ack(ack_reject(2, Reject::SequenceGap)).0, AckEffect::Rewound));
         assert_eq!(window.rewinds(), 1);
         // 3 and 4 are about to be resent: their gaps are answered by the resend.
-        assert!(matches!(window.on_ack(&ack_reject(3, Reject::SequenceGap)).0, AckEffect::Stale));
-        assert!(matches!(window.on_ack(&ack_reject(4, Reject::SequenceGap)).0, AckEffect::Stale));
+        assert!(matches!(window.on_ack(ack_reject(3, Reject::SequenceGap)).0, AckEffect::Stale));
+        assert!(matches!(window.on_ack(ack_reject(4, Reject::SequenceGap)).0, AckEffect::Stale));
         assert_eq!(window.rewinds(), 1);
         assert_eq!(seqs(&window.take_sendable(10)), [1, 2, 3, 4], "resent from the first unanswered");
         // A gap to the resend rewinds again.
-        assert!(matches!(window.on_ack(&ack_reject(3, Reject::SequenceGap)).0, AckEffect::Rewound));
+        assert!(matches!(window.on_ack(ack_reject(3, Reject::SequenceGap)).0, AckEffect::Rewound));
     }
 
     #[test]
     fn a_gap_answering_a_superseded_send_is_stale() {
         let mut window = window_with(3, 8);
         window.take_sendable(10);
-        assert!(matches!(window.on_ack(&ack_reject(2, Reject::SequenceGap)).0, AckEffect::Rewound));
+        assert!(matches!(window.on_ack(ack_reject(2, Reject::SequenceGap)).0, AckEffect::Rewound));
         assert_eq!(seqs(&window.take_sendable(10)), [1, 2, 3]);
         // The first send of 3 is answered now; its resend is still unanswered.
-        assert!(matches!(window.on_ack(&ack_reject(3, Reject::SequenceGap)).0, AckEffect::Stale));
+        assert!(matches!(window.on_ack(ack_reject(3, Reject::SequenceGap)).0, AckEffect::Stale));
         assert_eq!(window.rewinds(), 1);
     }
 
@@ -482,20 +482,20 @@ mod tests {
         window.new_stream();
         assert_eq!(seqs(&window.take_sendable(2)), [1, 2]);
         // 2 was sent once on this stream: its gap answer is the latest and rewinds.
-        assert!(matches!(window.on_ack(&ack_reject(2, Reject::SequenceGap)).0, AckEffect::Rewound));
+        assert!(matches!(window.on_ack(ack_reject(2, Reject::SequenceGap)).0, AckEffect::Rewound));
         // 3 was not sent on this stream yet: stale.
-        assert!(matches!(window.on_ack(&ack_reject(3, Reject::SequenceGap)).0, AckEffect::Stale));
+        assert!(matches!(window.on_ack(ack_reject(3, Reject::SequenceGap)).0, AckEffect::Stale));
     }
 
     #[test]
     fn a_gap_is_never_delivered_as_an_answer() {
         let mut window = window_with(2, 8);
         window.take_sendable(10);
-        window.on_ack(&ack_reject(2, Reject::SequenceGap));
+        window.on_ack(ack_reject(2, Reject::SequenceGap));
         assert_eq!(window.len(), 2);
         window.take_sendable(10);
-        assert_eq!(completed(window.on_ack(&ack_ok(1, 0)).0).0, 0);
-        assert_eq!(completed(window.on_ack(&ack_ok(2, 0)).0).0, 1);
+        assert_eq!(completed(window.on_ack(ack_ok(1, 0)).0).0, 0);
+        assert_eq!(completed(window.on_ack(ack_ok(2, 0)).0).0, 1);
         assert!(window.is_empty());
     }
 
@@ -503,26 +503,26 @@ mod tests {
     fn a_gap_for_the_oldest_unanswered_is_fatal() {
         let mut window = window_with(2, 8);
         window.take_sendable(10);
-        window.on_ack(&ack_ok(1, 0));
-        assert!(matches!(window.on_ack(&ack_reject(2, Reject::SequenceGap)).0, AckEffect::Fatal(Error::Protocol(_))));
+        window.on_ack(ack_ok(1, 0));
+        assert!(matches!(window.on_ack(ack_reject(2, Reject::SequenceGap)).0, AckEffect::Fatal(Error::Protocol(_))));
     }
 
     #[test]
     fn a_refusal_before_the_log_is_told_and_its_seq_filled() {
         let mut window = window_with(3, 8);
         window.take_sendable(10);
-        let (token, result) = completed(window.on_ack(&ack_refused(2)).0);
+        let (token, result) = completed(window.on_ack(ack_refused(2)).0);
         assert_eq!(token, 1);
         assert!(matches!(result, Err(Error::Refused { seq: 2, code: 1000, .. })), "{result:?}");
         // 3 comes back sequence_gap (2 was a hole): stale, the refusal already rewound.
-        assert!(matches!(window.on_ack(&ack_reject(3, Reject::SequenceGap)).0, AckEffect::Stale));
+        assert!(matches!(window.on_ack(ack_reject(3, Reject::SequenceGap)).0, AckEffect::Stale));
         let resend = window.take_sendable(10);
         assert_eq!(seqs(&resend), [2, 3], "resent from the hole on");
         assert_eq!(resend[0].body, Some(filler_body()));
         assert_eq!(resend[1].body, Some((&body(2)).into()), "the command behind keeps its body and seq");
-        assert!(matches!(window.on_ack(&ack_ok(1, 0)).0, AckEffect::Completed { token: 0, .. }));
-        assert!(matches!(window.on_ack(&ack_reject(2, Reject::AccountUnknown)).0, AckEffect::FillerDone));
-        assert!(matches!(window.on_ack(&ack_ok(3, 0)).0, AckEffect::Completed { token: 2, .. }));
+        assert!(matches!(window.on_ack(ack_ok(1, 0)).0, AckEffect::Completed { token: 0, .. }));
+        assert!(matches!(window.on_ack(ack_reject(2, Reject::AccountUnknown)).0, AckEffect::FillerDone));
+        assert!(matches!(window.on_ack(ack_ok(3, 0)).0, AckEffect::Completed { token: 2, .. }));
         assert!(window.is_empty());
     }
 
@@ -530,15 +530,15 @@ mod tests {
     fn a_refusal_of_an_older_send_after_filling_is_stale() {
         let mut window = window_with(1, 8);
         window.take_sendable(10);
-        window.on_ack(&ack_refused(1));
-        assert!(matches!(window.on_ack(&ack_refused(1)).0, AckEffect::Stale));
+        window.on_ack(ack_refused(1));
+        assert!(matches!(window.on_ack(ack_refused(1)).0, AckEffect::Stale));
     }
 
     #[test]
     fn a_forgotten_outcome_is_an_error_answer() {
         let mut window = window_with(1, 8);
         window.take_sendable(10);
-        let (_, result) = completed(window.on_ack(&ack_reject(1, Reject::SequenceTooOld)).0);
+        let (_, result) = completed(window.on_ack(ack_reject(1, Reject::SequenceTooOld)).0);
         assert!(matches!(result, Err(Error::OutcomeForgotten { seq: 1 })));
     }
 
@@ -548,7 +548,7 @@ mod tests {
         window.take_sendable(10);
         let ack =
             proto::Ack { seq: 1, log_index: 3, duplicate: false, outcome: None, gateway_ts: 0, day_trading: None };
-        let (_, result) = completed(window.on_ack(&ack).0);
+        let (_, result) = completed(window.on_ack(ack).0);
         assert!(matches!(result, Err(Error::Protocol(_))));
     }
 
@@ -556,8 +556,8 @@ mod tests {
     fn drain_hands_back_waiting_tokens_and_keeps_seqs_used() {
         let mut window = window_with(3, 8);
         window.take_sendable(10);
-        window.on_ack(&ack_ok(2, 0));
-        window.on_ack(&ack_refused(3));
+        window.on_ack(ack_ok(2, 0));
+        window.on_ack(ack_refused(3));
         assert_eq!(window.drain_tokens(), [(1, 0)]);
         assert!(window.is_empty());
         assert_eq!(window.seq_next(), 4);
@@ -660,7 +660,7 @@ mod tests {
 
             fn client_receives(&mut self) {
                 let Some(ack) = self.to_client.pop_front() else { return };
-                match self.window.on_ack(&ack).0 {
+                match self.window.on_ack(ack).0 {
                     AckEffect::Completed { token, result } => {
                         let answer = &mut self.answers[token as usize];
                         assert!(answer.is_none(), "command {token} answered twice");
