@@ -44,6 +44,10 @@ pub const SCHEMA_XSD: &str = include_str!("../schema/logfile.xsd");
 
 /// Largest gRPC message, either way: a user's `DUMPLOG` document travels in one.
 pub const MESSAGE_BYTES_MAX: usize = 256 << 20;
+/// The largest HTTP/2 frame the service and the workload driver accept from each other.
+pub const FRAME_BYTES_MAX: u32 = 1 << 20;
+/// HTTP/2 flow-control window of one stream between the service and the driver.
+pub const WINDOW_BYTES: u32 = 4 << 20;
 
 /// Everything a running service needs.
 pub struct ServerConfig {
@@ -107,7 +111,13 @@ impl DayTradingServer {
         let task = tokio::spawn(async move {
             // No Nagle: small response batches must not wait for the peer's delayed ack.
             let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            // Large frames and flow-control windows: a driver's batch of thousands of
+            // requests (a few hundred KB) crosses as a few DATA frames, without waiting
+            // for WINDOW_UPDATEs of HTTP/2's default 64 KiB window on the way.
             let result = tonic::transport::Server::builder()
+                .max_frame_size(FRAME_BYTES_MAX)
+                .initial_stream_window_size(WINDOW_BYTES)
+                .initial_connection_window_size(4 * WINDOW_BYTES)
                 .add_service(server)
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = stopped.wait_for(|s| *s).await;

@@ -298,18 +298,18 @@ pub(super) fn request(index: usize, line: &Line) -> proto::DayTradingRequest {
     }
 }
 
-/// The largest HTTP/2 frame the driver accepts.
-const FRAME_BYTES_MAX: u32 = 1 << 20;
-
 async fn connect(config: &RunConfig) -> Result<Channel, String> {
     let endpoint =
         if config.target.contains("://") { config.target.clone() } else { format!("http://{}", config.target) };
     // Frames of up to a megabyte from the service: a message of 4,096 answers (about
-    // 300 KB) then comes as one DATA frame rather than twenty of HTTP/2's default 16 KiB.
+    // 300 KB) then comes as one DATA frame rather than twenty of HTTP/2's default 16 KiB,
+    // within a window that does not stop it half-way for a WINDOW_UPDATE.
     Channel::from_shared(endpoint)
         .map_err(|e| e.to_string())?
         .tcp_nodelay(true)
-        .max_frame_size(FRAME_BYTES_MAX)
+        .max_frame_size(crate::FRAME_BYTES_MAX)
+        .initial_stream_window_size(crate::WINDOW_BYTES)
+        .initial_connection_window_size(4 * crate::WINDOW_BYTES)
         .connect()
         .await
         .map_err(|e| format!("{}: {e}", config.target))
