@@ -82,9 +82,29 @@ impl FairSequencer {
     /// Hands `message` to the thread, waiting while its buffer is full. Fails when the
     /// node is stopping.
     pub async fn send(&self, message: Inbound) -> Result<(), ()> {
-        self.sender.send(message).await.map_err(|_| ())?;
-        self.thread.unpark();
+        self.send_unwoken(message).await?;
+        self.wake();
         Ok(())
+    }
+
+    /// Like [`FairSequencer::send`], without waking the thread when the message fits:
+    /// a link hands over every batch of one message this way and then wakes it once
+    /// ([`FairSequencer::wake`]), a wake-up (a futex call when it sleeps) per message
+    /// instead of per batch. When the buffer is full the thread is woken to empty it.
+    pub async fn send_unwoken(&self, message: Inbound) -> Result<(), ()> {
+        match self.sender.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(message)) => {
+                self.wake();
+                self.sender.send(message).await.map_err(|_| ())
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+        }
+    }
+
+    /// Wakes the thread to take what was handed to it.
+    pub fn wake(&self) {
+        self.thread.unpark();
     }
 }
 

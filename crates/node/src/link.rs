@@ -171,12 +171,14 @@ impl LinkReader<'_> {
             if up.watermark > 0 {
                 self.send(Inbound::Watermark { gateway: up.gateway, ts: up.watermark }).await?;
             }
+            self.shared.fair.wake();
         }
         Ok(())
     }
 
+    /// Hands one message to the sequencer; the reader wakes it once per `GatewayUp`.
     async fn send(&self, message: Inbound) -> Result<(), Status> {
-        self.shared.fair.send(message).await.map_err(|()| Status::unavailable("the node is shutting down"))
+        self.shared.fair.send_unwoken(message).await.map_err(|()| Status::unavailable("the node is shutting down"))
     }
 
     /// Routes the client's reports to this link from now on.
