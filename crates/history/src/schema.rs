@@ -39,7 +39,9 @@ pub enum Dialect {
 /// Version 6: `dt_audit.records` says the userid, stamp and transactionNum only where
 /// the row or the record before does not, and command names, actions and errors as a
 /// byte each (`audit::audit_entry`).
-pub const SCHEMA_VERSION: i64 = 6;
+/// Version 7: SQLite keeps `balance_movements` in a second file with its own progress
+/// row (`store/sqlite.rs`).
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The row tables and their columns after the key, in insert order.
 pub const TABLES: &[(&str, &str)] = &[
@@ -94,18 +96,25 @@ pub fn primary_key(table: &str) -> &'static str {
     }
 }
 
-/// Secondary indexes: only those a query in `query.rs` reads.
-const INDEXES: &[&str] = &[
-    "CREATE INDEX IF NOT EXISTS executions_by_symbol ON executions (symbol, ts)",
-    "CREATE INDEX IF NOT EXISTS executions_by_maker ON executions (maker_order)",
-    "CREATE INDEX IF NOT EXISTS executions_by_taker ON executions (taker_order)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS symbols_by_name ON symbols (name)",
+/// Secondary indexes: only those a query in `query.rs` reads (table, statement).
+const INDEXES: &[(&str, &str)] = &[
+    ("executions", "CREATE INDEX IF NOT EXISTS executions_by_symbol ON executions (symbol, ts)"),
+    ("executions", "CREATE INDEX IF NOT EXISTS executions_by_maker ON executions (maker_order)"),
+    ("executions", "CREATE INDEX IF NOT EXISTS executions_by_taker ON executions (taker_order)"),
+    ("symbols", "CREATE UNIQUE INDEX IF NOT EXISTS symbols_by_name ON symbols (name)"),
     // One user's DUMPLOG: their records in log order.
-    "CREATE INDEX IF NOT EXISTS dt_audit_by_user ON dt_audit (username, log_index, pos)",
+    ("dt_audit", "CREATE INDEX IF NOT EXISTS dt_audit_by_user ON dt_audit (username, log_index, pos)"),
 ];
 
 /// The statements that create the schema (each idempotent).
 pub fn create_statements(dialect: Dialect) -> Vec<String> {
+    create_statements_of(dialect, |_| true)
+}
+
+/// The statements that create `history_progress` and the row tables `keep` accepts, with
+/// their indexes (a SQLite history is two files, each with its tables and its own
+/// progress row: `store/sqlite.rs`).
+pub fn create_statements_of(dialect: Dialect, keep: impl Fn(&str) -> bool) -> Vec<String> {
     let (blob, suffix) = match dialect {
         Dialect::Sqlite => ("BLOB", " WITHOUT ROWID"),
         Dialect::Postgres => ("BYTEA", ""),
@@ -115,7 +124,7 @@ pub fn create_statements(dialect: Dialect) -> Vec<String> {
          applied_index BIGINT NOT NULL, applied_ts BIGINT NOT NULL, begins_at BIGINT NOT NULL, \
          snapshot_index BIGINT, snapshot {blob})"
     )];
-    for (table, columns) in TABLES {
+    for (table, columns) in TABLES.iter().filter(|(table, _)| keep(table)) {
         let key = primary_key(table);
         statements.push(format!(
             "CREATE TABLE IF NOT EXISTS {table} (log_index BIGINT NOT NULL, pos BIGINT NOT NULL, ts BIGINT NOT NULL, \
@@ -123,7 +132,7 @@ pub fn create_statements(dialect: Dialect) -> Vec<String> {
             columns.replace(" BLOB", &format!(" {blob}"))
         ));
     }
-    statements.extend(INDEXES.iter().map(|s| s.to_string()));
+    statements.extend(INDEXES.iter().filter(|(table, _)| keep(table)).map(|(_, s)| s.to_string()));
     statements
 }
 

@@ -16,7 +16,7 @@ use std::io::Write;
 
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::{RowKey, Rows};
-use crate::schema::{create_statements, Dialect, SCHEMA_VERSION};
+use crate::schema::{create_statements, Dialect, SCHEMA_VERSION, TABLES};
 
 pub struct Postgres {
     client: Client,
@@ -124,7 +124,7 @@ impl Backend for Postgres {
         Ok(Some(Saved { progress, snapshot }))
     }
 
-    fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+    fn write(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
         if !self.writing {
             // Commits of this session return before their WAL is flushed: a server crash
             // may lose the last ones (never part of one), and with them their progress
@@ -148,8 +148,8 @@ impl Backend for Postgres {
         }
         let after = stored.unwrap_or(-1);
         let mut buffer = Vec::with_capacity(COPY_CHUNK_BYTES + 4096);
-        for (table, count) in rows.table_lens() {
-            if count == 0 {
+        for (table, _) in TABLES {
+            if parts.iter().all(|p| p.table_len(table) == 0) {
                 continue;
             }
             let names: Vec<&str> = table_columns(table).iter().map(|(name, _)| *name).collect();
@@ -157,7 +157,7 @@ impl Backend for Postgres {
             let mut writer = transaction.copy_in(&sql)?;
             buffer.clear();
             buffer.extend_from_slice(COPY_HEADER);
-            each_row(rows, table, after, |key, cells| {
+            each_row(parts, table, after, |key, cells| {
                 copy_row(&mut buffer, key, cells);
                 if buffer.len() >= COPY_CHUNK_BYTES {
                     writer.write_all(&buffer).map_err(|e| StoreError::Invalid(format!("COPY {table}: {e}")))?;
