@@ -39,8 +39,8 @@ pub enum Dialect {
 /// Version 6: `dt_audit.records` says the userid, stamp and transactionNum only where
 /// the row or the record before does not, and command names, actions and errors as a
 /// byte each (`audit::audit_entry`).
-/// Version 7: SQLite keeps `balance_movements` in a second file with its own progress
-/// row (`store/sqlite.rs`).
+/// Version 7: `balance_movements` is written by a second writer with its own progress
+/// row (`history_progress_balances`); SQLite keeps them in a second file.
 pub const SCHEMA_VERSION: i64 = 7;
 
 /// The row tables and their columns after the key, in insert order.
@@ -81,6 +81,23 @@ pub const TABLES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The part of the history a second writer writes, in parallel with the first (every
+/// other table), in its own transaction with its own progress row ([`SECOND_PROGRESS`]):
+/// one writer was the sink's bottleneck, and `balance_movements` is about half of the
+/// writing of the ec2020 mix. SQLite keeps this part in a second file; PostgreSQL in the
+/// same database, written over a second connection. The second writer locks and
+/// commits first, so its progress is never behind the first's (`store/mod.rs`).
+pub const SECOND_TABLES: &[&str] = &["balance_movements"];
+
+/// The progress of the second part: `history_progress`'s columns, one row, the
+/// snapshot columns unused.
+pub const SECOND_PROGRESS: &str = "history_progress_balances";
+
+/// Whether a table (or a progress table) is the second part's.
+pub fn in_second(table: &str) -> bool {
+    table == SECOND_PROGRESS || SECOND_TABLES.contains(&table)
+}
+
 /// Each table's primary key: the path its queries read it by, ending in the row key
 /// `(log_index, pos)` (or, for `orders`, the order id, unique per row by itself). The
 /// table is stored in this order (SQLite `WITHOUT ROWID`; PostgreSQL's key index), so a
@@ -111,19 +128,24 @@ pub fn create_statements(dialect: Dialect) -> Vec<String> {
     create_statements_of(dialect, |_| true)
 }
 
-/// The statements that create `history_progress` and the row tables `keep` accepts, with
-/// their indexes (a SQLite history is two files, each with its tables and its own
-/// progress row: `store/sqlite.rs`).
+/// The statements that create the tables `keep` accepts (progress tables included),
+/// with their indexes (a SQLite history is two files, one per part: `store/sqlite.rs`).
 pub fn create_statements_of(dialect: Dialect, keep: impl Fn(&str) -> bool) -> Vec<String> {
     let (blob, suffix) = match dialect {
         Dialect::Sqlite => ("BLOB", " WITHOUT ROWID"),
         Dialect::Postgres => ("BYTEA", ""),
     };
-    let mut statements = vec![format!(
-        "CREATE TABLE IF NOT EXISTS history_progress (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, \
-         applied_index BIGINT NOT NULL, applied_ts BIGINT NOT NULL, begins_at BIGINT NOT NULL, \
-         snapshot_index BIGINT, snapshot {blob})"
-    )];
+    let mut statements: Vec<String> = ["history_progress", SECOND_PROGRESS]
+        .into_iter()
+        .filter(|table| keep(table))
+        .map(|table| {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {table} (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, \
+                 applied_index BIGINT NOT NULL, applied_ts BIGINT NOT NULL, begins_at BIGINT NOT NULL, \
+                 snapshot_index BIGINT, snapshot {blob})"
+            )
+        })
+        .collect();
     for (table, columns) in TABLES.iter().filter(|(table, _)| keep(table)) {
         let key = primary_key(table);
         statements.push(format!(

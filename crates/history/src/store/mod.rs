@@ -6,13 +6,18 @@
 //! progress back; run a query (`?` placeholders, integer and text columns). Everything
 //! else — the rows, the SQL of the queries — is shared, so the two cannot drift.
 //!
-//! Writing: one transaction per batch that first takes the store's write lock and reads
-//! the progress row, then writes only the rows of entries above it, then the progress.
+//! Writing: a batch is written by two writers in parallel, each in one transaction
+//! over its part of the tables (`schema::SECOND_TABLES`: `balance_movements`; the
+//! rest), with its own progress row. Each first takes its part's write lock and reads
+//! its progress row, then writes only the rows of entries above it, then the progress.
 //! So a batch written twice (a restarted sink, two sinks on one store) writes nothing
 //! the second time, and the primary keys, which a row written twice would violate,
-//! turn a bug into a failed batch rather than a duplicate. SQLite inserts 64 rows per
-//! cached `INSERT OR FAIL … VALUES (…), …` (WAL mode, `synchronous=NORMAL`, 16 KiB pages);
-//! PostgreSQL streams each table's rows with `COPY … FROM STDIN (FORMAT binary)`.
+//! turn a bug into a failed batch rather than a duplicate. The second part locks and
+//! commits first, so its progress is never behind the first's, which is where a sink
+//! resumes (with the snapshot): what the second has already, it skips. SQLite keeps
+//! the second part in a second file and inserts 64 rows per cached `INSERT OR FAIL …
+//! VALUES (…), …` (WAL mode, `synchronous=NORMAL`, 16 KiB pages); PostgreSQL streams
+//! each table's rows with `COPY … FROM STDIN (FORMAT binary)` over two connections.
 
 mod postgres;
 mod sqlite;

@@ -18,7 +18,8 @@
 //! the sink's writer was its bottleneck; so `balance_movements` is in a second file
 //! ([`second_path`]: `history-balances.sqlite` beside `history.sqlite`), written by a
 //! thread and a connection of its own in parallel with the first (every other table).
-//! Each file has its own `history_progress` row, in the same transaction as its rows,
+//! Each file has its own progress row (`history_progress`, `history_progress_balances`:
+//! `schema::SECOND_TABLES`), in the same transaction as its rows,
 //! and every write takes the same path in both: lock, read the file's progress, write
 //! only the rows above it, move it. The second file's transaction commits first (its
 //! lock is taken first too, so two writers of one history cannot deadlock), with
@@ -40,7 +41,7 @@ use rusqlite::{Connection, OptionalExtension, ToSql, TransactionBehavior};
 
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::Rows;
-use crate::schema::{create_statements_of, Dialect, SCHEMA_VERSION, TABLES};
+use crate::schema::{create_statements_of, in_second, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES};
 
 /// Page size of a new file: 16 KiB pages keep the B-trees a level shallower and split
 /// a quarter as often as 4 KiB ones; the sink writes about a fifth more rows per CPU
@@ -66,17 +67,6 @@ const ROWS_PER_INSERT: usize = 64;
 
 /// How often the checkpoint thread checkpoints while the sink writes.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
-
-/// The tables of the second file (`history-balances.sqlite` beside `history.sqlite`),
-/// written by a thread and a connection of their own in parallel with the first file's
-/// (every other table). `balance_movements` is about half the writing of the ec2020 mix
-/// (`order_events`, `orders` and `executions` the other half), so the two writers take
-/// about as long; docs/BENCHMARKS.md.
-const SECOND_TABLES: &[&str] = &["balance_movements"];
-
-fn in_second(table: &str) -> bool {
-    SECOND_TABLES.contains(&table)
-}
 
 /// The name the second file is attached under on the reading connection.
 const SECOND_SCHEMA: &str = "second";
@@ -191,7 +181,7 @@ impl ToSql for Cell<'_> {
     }
 }
 
-/// Opens (creating) one file of a history with `tables` and `history_progress`.
+/// Opens (creating) one file of a history with the tables `tables` accepts.
 fn open_file(path: &Path, tables: impl Fn(&str) -> bool) -> Result<Connection> {
     let connection = Connection::open(path)?;
     connection.busy_timeout(Duration::from_secs(10))?;
@@ -207,10 +197,10 @@ fn open_file(path: &Path, tables: impl Fn(&str) -> bool) -> Result<Connection> {
     Ok(connection)
 }
 
-/// The applied index and schema version of a file's progress row.
-fn file_progress(connection: &Connection, schema: &str) -> Result<Option<(i64, i64)>> {
+/// The applied index and schema version of a progress row.
+fn file_progress(connection: &Connection, table: &str) -> Result<Option<(i64, i64)>> {
     Ok(connection
-        .prepare_cached(&format!("SELECT applied_index, schema_version FROM {schema}.history_progress WHERE id = 1"))?
+        .prepare_cached(&format!("SELECT applied_index, schema_version FROM {table} WHERE id = 1"))?
         .query_row([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))
         .optional()?)
 }
@@ -241,7 +231,7 @@ impl Sqlite {
                 file.display()
             ))
         };
-        if let Some((_, version)) = file_progress(&connection, "main")? {
+        if let Some((_, version)) = file_progress(&connection, "history_progress")? {
             if version != SCHEMA_VERSION {
                 return Err(refused(version, path));
             }
@@ -250,7 +240,7 @@ impl Sqlite {
         let second =
             second_path.to_str().ok_or_else(|| StoreError::Invalid(format!("{}: not UTF-8", second_path.display())))?;
         connection.execute(&format!("ATTACH DATABASE ?1 AS {SECOND_SCHEMA}"), [second])?;
-        if let Some((_, version)) = file_progress(&connection, SECOND_SCHEMA)? {
+        if let Some((_, version)) = file_progress(&connection, SECOND_PROGRESS)? {
             if version != SCHEMA_VERSION {
                 return Err(refused(version, &second_path));
             }
@@ -266,7 +256,7 @@ impl Backend for Sqlite {
 
     fn saved(&mut self) -> Result<Option<Saved>> {
         let mut statement = self.connection.prepare_cached(
-            "SELECT applied_index, applied_ts, begins_at, snapshot_index, snapshot FROM main.history_progress WHERE id = 1",
+            "SELECT applied_index, applied_ts, begins_at, snapshot_index, snapshot FROM history_progress WHERE id = 1",
         )?;
         let mut rows = statement.query([])?;
         let Some(row) = rows.next()? else { return Ok(None) };
@@ -283,7 +273,7 @@ impl Backend for Sqlite {
         drop(statement);
         // Read after the first's: the second file commits first, so it is never behind
         // (unless it was lost or replaced, and then its rows are missing: refuse).
-        let second = file_progress(&self.connection, SECOND_SCHEMA)?.map(|(index, _)| index);
+        let second = file_progress(&self.connection, SECOND_PROGRESS)?.map(|(index, _)| index);
         if second.is_none_or(|second| second < progress.applied_index as i64) {
             return Err(StoreError::Invalid(format!(
                 "{}: written through log index {}, but {} only through {} (the second file was lost or replaced; \
@@ -316,8 +306,8 @@ impl Backend for Sqlite {
                 .spawn_scoped(scope, move || -> Result<()> {
                     let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate)?;
                     let _ = locked.send(());
-                    if insert_rows(&transaction, parts, progress, in_second)? {
-                        progress_write(&transaction, progress, None)?;
+                    if insert_rows(&transaction, parts, progress, SECOND_PROGRESS, in_second)? {
+                        progress_write(&transaction, SECOND_PROGRESS, progress, None)?;
                         transaction.commit()?;
                     }
                     Ok(())
@@ -330,10 +320,10 @@ impl Backend for Sqlite {
                 return joined(second); // it failed before it had the lock
             }
             let transaction = first.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let write = insert_rows(&transaction, parts, progress, |table| !in_second(table))?;
+            let write = insert_rows(&transaction, parts, progress, "history_progress", |table| !in_second(table))?;
             joined(second)?;
             if write {
-                progress_write(&transaction, progress, snapshot)?;
+                progress_write(&transaction, "history_progress", progress, snapshot)?;
                 transaction.commit()?;
             }
             Ok(())
@@ -377,16 +367,18 @@ impl Backend for Sqlite {
 }
 
 /// In `transaction` (begun `IMMEDIATE`, so the progress read here is the one it moves
-/// on): reads its file's progress and, unless that is at or past `progress` already,
-/// inserts the rows of the `tables` above it; false when there was nothing to write.
+/// on): reads the progress in `progress_table` and, unless that is at or past `progress`
+/// already, inserts the rows of the `tables` above it; false when there was nothing to
+/// write.
 fn insert_rows(
     transaction: &rusqlite::Transaction<'_>,
     parts: &[Rows],
     progress: &Progress,
+    progress_table: &str,
     tables: impl Fn(&str) -> bool,
 ) -> Result<bool> {
     let stored = transaction
-        .prepare_cached("SELECT applied_index FROM history_progress WHERE id = 1")?
+        .prepare_cached(&format!("SELECT applied_index FROM {progress_table} WHERE id = 1"))?
         .query_row([], |row| row.get::<_, i64>(0))
         .optional()?;
     if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
@@ -450,24 +442,27 @@ fn insert(statement: &mut rusqlite::CachedStatement<'_>, cells: &[Cell<'_>]) -> 
 
 fn progress_write(
     transaction: &rusqlite::Transaction<'_>,
+    table: &str,
     progress: &Progress,
     snapshot: Option<(u64, &[u8])>,
 ) -> Result<()> {
     let (applied, ts, begins) = (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
     match snapshot {
-        Some((index, bytes)) => transaction.prepare_cached(
-            "INSERT INTO history_progress (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
+        Some((index, bytes)) => transaction
+            .prepare_cached(&format!(
+            "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
              VALUES (1, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
              applied_ts = excluded.applied_ts, begins_at = excluded.begins_at, \
-             snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot",
-        )?
-        .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins, index as i64, bytes])?,
-        None => transaction.prepare_cached(
-            "INSERT INTO history_progress (id, schema_version, applied_index, applied_ts, begins_at) \
+             snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot"
+        ))?
+            .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins, index as i64, bytes])?,
+        None => transaction
+            .prepare_cached(&format!(
+                "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at) \
              VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
-             applied_ts = excluded.applied_ts, begins_at = excluded.begins_at",
-        )?
-        .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins])?,
+             applied_ts = excluded.applied_ts, begins_at = excluded.begins_at"
+            ))?
+            .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins])?,
     };
     Ok(())
 }
@@ -532,8 +527,8 @@ mod tests {
         // The second file's half of the next write, alone (the first never commits).
         let mut second = Connection::open(second_path(&path)).unwrap();
         let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
-        assert!(insert_rows(&transaction, &[rows(11, 20)], &progress(20), in_second).unwrap());
-        progress_write(&transaction, &progress(20), None).unwrap();
+        assert!(insert_rows(&transaction, &[rows(11, 20)], &progress(20), SECOND_PROGRESS, in_second).unwrap());
+        progress_write(&transaction, SECOND_PROGRESS, &progress(20), None).unwrap();
         transaction.commit().unwrap();
         drop(sqlite);
 
