@@ -209,6 +209,11 @@ impl Rows {
         ]
     }
 
+    /// One table's row count (0 for an unknown name).
+    pub fn table_len(&self, table: &str) -> usize {
+        self.table_lens().into_iter().find(|(name, _)| *name == table).map_or(0, |(_, len)| len)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -39,7 +39,9 @@ pub enum Dialect {
 /// Version 6: `dt_audit.records` says the userid, stamp and transactionNum only where
 /// the row or the record before does not, and command names, actions and errors as a
 /// byte each (`audit::audit_entry`).
-pub const SCHEMA_VERSION: i64 = 6;
+/// Version 7: `balance_movements` is written by a second writer with its own progress
+/// row (`history_progress_balances`); SQLite keeps them in a second file.
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The row tables and their columns after the key, in insert order.
 pub const TABLES: &[(&str, &str)] = &[
@@ -79,6 +81,23 @@ pub const TABLES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The part of the history a second writer writes, in parallel with the first (every
+/// other table), in its own transaction with its own progress row ([`SECOND_PROGRESS`]):
+/// one writer was the sink's bottleneck, and `balance_movements` is about half of the
+/// writing of the ec2020 mix. SQLite keeps this part in a second file; PostgreSQL in the
+/// same database, written over a second connection. The second writer locks and
+/// commits first, so its progress is never behind the first's (`store/mod.rs`).
+pub const SECOND_TABLES: &[&str] = &["balance_movements"];
+
+/// The progress of the second part: `history_progress`'s columns, one row, the
+/// snapshot columns unused.
+pub const SECOND_PROGRESS: &str = "history_progress_balances";
+
+/// Whether a table (or a progress table) is the second part's.
+pub fn in_second(table: &str) -> bool {
+    table == SECOND_PROGRESS || SECOND_TABLES.contains(&table)
+}
+
 /// Each table's primary key: the path its queries read it by, ending in the row key
 /// `(log_index, pos)` (or, for `orders`, the order id, unique per row by itself). The
 /// table is stored in this order (SQLite `WITHOUT ROWID`; PostgreSQL's key index), so a
@@ -94,28 +113,40 @@ pub fn primary_key(table: &str) -> &'static str {
     }
 }
 
-/// Secondary indexes: only those a query in `query.rs` reads.
-const INDEXES: &[&str] = &[
-    "CREATE INDEX IF NOT EXISTS executions_by_symbol ON executions (symbol, ts)",
-    "CREATE INDEX IF NOT EXISTS executions_by_maker ON executions (maker_order)",
-    "CREATE INDEX IF NOT EXISTS executions_by_taker ON executions (taker_order)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS symbols_by_name ON symbols (name)",
+/// Secondary indexes: only those a query in `query.rs` reads (table, statement).
+const INDEXES: &[(&str, &str)] = &[
+    ("executions", "CREATE INDEX IF NOT EXISTS executions_by_symbol ON executions (symbol, ts)"),
+    ("executions", "CREATE INDEX IF NOT EXISTS executions_by_maker ON executions (maker_order)"),
+    ("executions", "CREATE INDEX IF NOT EXISTS executions_by_taker ON executions (taker_order)"),
+    ("symbols", "CREATE UNIQUE INDEX IF NOT EXISTS symbols_by_name ON symbols (name)"),
     // One user's DUMPLOG: their records in log order.
-    "CREATE INDEX IF NOT EXISTS dt_audit_by_user ON dt_audit (username, log_index, pos)",
+    ("dt_audit", "CREATE INDEX IF NOT EXISTS dt_audit_by_user ON dt_audit (username, log_index, pos)"),
 ];
 
 /// The statements that create the schema (each idempotent).
 pub fn create_statements(dialect: Dialect) -> Vec<String> {
+    create_statements_of(dialect, |_| true)
+}
+
+/// The statements that create the tables `keep` accepts (progress tables included),
+/// with their indexes (a SQLite history is two files, one per part: `store/sqlite.rs`).
+pub fn create_statements_of(dialect: Dialect, keep: impl Fn(&str) -> bool) -> Vec<String> {
     let (blob, suffix) = match dialect {
         Dialect::Sqlite => ("BLOB", " WITHOUT ROWID"),
         Dialect::Postgres => ("BYTEA", ""),
     };
-    let mut statements = vec![format!(
-        "CREATE TABLE IF NOT EXISTS history_progress (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, \
-         applied_index BIGINT NOT NULL, applied_ts BIGINT NOT NULL, begins_at BIGINT NOT NULL, \
-         snapshot_index BIGINT, snapshot {blob})"
-    )];
-    for (table, columns) in TABLES {
+    let mut statements: Vec<String> = ["history_progress", SECOND_PROGRESS]
+        .into_iter()
+        .filter(|table| keep(table))
+        .map(|table| {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {table} (id BIGINT PRIMARY KEY, schema_version BIGINT NOT NULL, \
+                 applied_index BIGINT NOT NULL, applied_ts BIGINT NOT NULL, begins_at BIGINT NOT NULL, \
+                 snapshot_index BIGINT, snapshot {blob})"
+            )
+        })
+        .collect();
+    for (table, columns) in TABLES.iter().filter(|(table, _)| keep(table)) {
         let key = primary_key(table);
         statements.push(format!(
             "CREATE TABLE IF NOT EXISTS {table} (log_index BIGINT NOT NULL, pos BIGINT NOT NULL, ts BIGINT NOT NULL, \
@@ -123,7 +154,7 @@ pub fn create_statements(dialect: Dialect) -> Vec<String> {
             columns.replace(" BLOB", &format!(" {blob}"))
         ));
     }
-    statements.extend(INDEXES.iter().map(|s| s.to_string()));
+    statements.extend(INDEXES.iter().filter(|(table, _)| keep(table)).map(|(_, s)| s.to_string()));
     statements
 }
 

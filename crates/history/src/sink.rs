@@ -419,27 +419,32 @@ fn write_loop(
     rows_max: usize,
 ) -> Result<(), SinkError> {
     let mut committed_at: Option<Instant> = None;
-    while let Ok(mut batch) = batches.recv() {
+    while let Ok(first) = batches.recv() {
         // Until the interval since the last commit is over, the next batches join this
-        // one (consecutive entries: their rows follow, their progress is the later one,
-        // a snapshot the latest, still at or below the progress).
+        // transaction (consecutive entries: their rows follow, their progress is the
+        // later one, a snapshot the latest, still at or below the progress). They are
+        // written as they are, one after the other, not copied into one.
         let due = committed_at.map(|at| at + commit_every);
-        while batch.rows.len() < rows_max {
+        let (mut progress, mut snapshot) = (first.progress, first.snapshot);
+        let mut rows = first.rows.len();
+        let mut parts = vec![first.rows];
+        while rows < rows_max {
             let wait = due.map_or(Duration::ZERO, |due| due.saturating_duration_since(Instant::now()));
             let next = if wait.is_zero() { batches.try_recv().ok() } else { batches.recv_timeout(wait).ok() };
             let Some(next) = next else { break };
-            batch.rows.extend(next.rows);
-            batch.progress = next.progress;
+            rows += next.rows.len();
+            parts.push(next.rows);
+            progress = next.progress;
             if next.snapshot.is_some() {
-                batch.snapshot = next.snapshot;
+                snapshot = next.snapshot;
             }
         }
-        let snapshot = batch.snapshot.as_ref().map(|(index, bytes)| (*index, bytes.as_slice()));
-        store.write(&batch.rows, &batch.progress, snapshot)?;
-        status.rows_written.fetch_add(batch.rows.len() as u64, Ordering::Relaxed);
+        let saved = snapshot.as_ref().map(|(index, bytes)| (*index, bytes.as_slice()));
+        store.write_parts(&parts, &progress, saved)?;
+        status.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
         status.batches_written.fetch_add(1, Ordering::Relaxed);
-        status.written_ts.store(batch.progress.applied_ts, Ordering::Relaxed);
-        status.written_index.store(batch.progress.applied_index, Ordering::Release);
+        status.written_ts.store(progress.applied_ts, Ordering::Relaxed);
+        status.written_index.store(progress.applied_index, Ordering::Release);
         committed_at = Some(Instant::now());
     }
     Ok(())

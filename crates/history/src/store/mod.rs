@@ -6,13 +6,18 @@
 //! progress back; run a query (`?` placeholders, integer and text columns). Everything
 //! else — the rows, the SQL of the queries — is shared, so the two cannot drift.
 //!
-//! Writing: one transaction per batch that first takes the store's write lock and reads
-//! the progress row, then writes only the rows of entries above it, then the progress.
+//! Writing: a batch is written by two writers in parallel, each in one transaction
+//! over its part of the tables (`schema::SECOND_TABLES`: `balance_movements`; the
+//! rest), with its own progress row. Each first takes its part's write lock and reads
+//! its progress row, then writes only the rows of entries above it, then the progress.
 //! So a batch written twice (a restarted sink, two sinks on one store) writes nothing
 //! the second time, and the primary keys, which a row written twice would violate,
-//! turn a bug into a failed batch rather than a duplicate. SQLite inserts 64 rows per
-//! cached `INSERT OR FAIL … VALUES (…), …` (WAL mode, `synchronous=NORMAL`, 16 KiB pages);
-//! PostgreSQL streams each table's rows with `COPY … FROM STDIN (FORMAT binary)`.
+//! turn a bug into a failed batch rather than a duplicate. The second part locks and
+//! commits first, so its progress is never behind the first's, which is where a sink
+//! resumes (with the snapshot): what the second has already, it skips. SQLite keeps
+//! the second part in a second file and inserts 64 rows per cached `INSERT OR FAIL …
+//! VALUES (…), …` (WAL mode, `synchronous=NORMAL`, 16 KiB pages); PostgreSQL streams
+//! each table's rows with `COPY … FROM STDIN (FORMAT binary)` over two connections.
 
 mod postgres;
 mod sqlite;
@@ -91,8 +96,9 @@ pub trait Backend: Send {
     fn dialect(&self) -> Dialect;
     /// The progress row, if any.
     fn saved(&mut self) -> Result<Option<Saved>>;
-    /// Writes `rows` and the progress (and the snapshot, when given) in one transaction.
-    fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()>;
+    /// Writes the rows of `parts` (consecutive runs of entries) and the progress (and the
+    /// snapshot, when given) in one transaction.
+    fn write(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()>;
     /// Runs a query written with `?` placeholders; integer, text and null results.
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>>;
     /// Runs a query and hands each result row to `each` as it is read, without holding
@@ -147,7 +153,13 @@ impl Store {
     }
 
     pub fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
-        self.backend.write(rows, progress, snapshot)
+        self.backend.write(std::slice::from_ref(rows), progress, snapshot)
+    }
+
+    /// Writes consecutive runs of entries' rows in one transaction (as one `Rows`, without
+    /// joining them first).
+    pub fn write_parts(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+        self.backend.write(parts, progress, snapshot)
     }
 
     pub fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
@@ -175,12 +187,30 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// Hands each row of `table` whose log index is above `after` to `row`: its key
-/// (`log_index, pos, ts`) and its cells (the columns of `schema::TABLES` in order), what
-/// both backends write. One row's cells at a time, on the stack: a batch of 100,000 rows
-/// costs no allocation here.
+/// `rows` (in log order) ordered by `key`, ties in log order.
+fn in_key_order<'a, T>(rows: impl Iterator<Item = &'a T>, key: impl Fn(&T) -> u64) -> Vec<&'a T> {
+    let rows: Vec<&T> = rows.collect();
+    let mut order: Vec<(u64, u32)> = rows.iter().map(|r| key(r)).zip(0u32..).collect();
+    order.sort_unstable();
+    order.into_iter().map(|(_, i)| rows[i as usize]).collect()
+}
+
+/// Hands each row of `table` in `parts` (consecutive runs of entries, in log order)
+/// whose log index is above `after` to `row`: its key (`log_index, pos, ts`) and its
+/// cells (the columns of `schema::TABLES` in order), what both backends write. One
+/// row's cells at a time, on the stack; the writer hands the batches it joins into one
+/// transaction as parts rather than copying them into one `Rows`.
+///
+/// The rows of `order_events` and `balance_movements` come in their primary key's
+/// order (`schema::primary_key`), not in log order: one insert after another then goes
+/// to the same or the next leaf of the B-tree, which is in the CPU's caches and where
+/// the cursor already is, instead of a leaf anywhere (by order id, by account). That
+/// took SQLite's B-tree descents from a sixth of the sink's CPU to almost nothing
+/// (docs/BENCHMARKS.md). Rows come in log order, and log time never goes backwards, so ordering them by order id (by account and
+/// asset), ties in log order, is their key's order; sorting positions (16 bytes each)
+/// rather than the rows costs a few milliseconds per 100,000 rows.
 pub(crate) fn each_row<'a>(
-    rows: &'a Rows,
+    parts: &'a [Rows],
     table: &str,
     after: i64,
     mut row: impl FnMut(&RowKey, &[Cell<'a>]) -> Result<()>,
@@ -194,7 +224,7 @@ pub(crate) fn each_row<'a>(
     let new = |k: &RowKey| k.log_index > after;
     match table {
         "orders" => {
-            for r in rows.orders.iter().filter(|r| new(&r.key)) {
+            for r in parts.iter().flat_map(|p| &p.orders).filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[
@@ -218,7 +248,8 @@ pub(crate) fn each_row<'a>(
             }
         }
         "order_events" => {
-            for r in rows.order_events.iter().filter(|r| new(&r.key)) {
+            let new_rows = parts.iter().flat_map(|p| &p.order_events).filter(|r| new(&r.key));
+            for r in in_key_order(new_rows, |r| r.order_id as u64) {
                 row(
                     &r.key,
                     &[
@@ -233,7 +264,7 @@ pub(crate) fn each_row<'a>(
             }
         }
         "executions" => {
-            for r in rows.executions.iter().filter(|r| new(&r.key)) {
+            for r in parts.iter().flat_map(|p| &p.executions).filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[
@@ -253,7 +284,9 @@ pub(crate) fn each_row<'a>(
             }
         }
         "balance_movements" => {
-            for r in rows.balances.iter().filter(|r| new(&r.key)) {
+            // Accounts and assets are 32-bit ids (stored widened).
+            let new_rows = parts.iter().flat_map(|p| &p.balances).filter(|r| new(&r.key));
+            for r in in_key_order(new_rows, |r| ((r.account as u64) << 32) | (r.asset as u64 & 0xffff_ffff)) {
                 row(
                     &r.key,
                     &[
@@ -270,17 +303,17 @@ pub(crate) fn each_row<'a>(
             }
         }
         "account_events" => {
-            for r in rows.accounts.iter().filter(|r| new(&r.key)) {
+            for r in parts.iter().flat_map(|p| &p.accounts).filter(|r| new(&r.key)) {
                 row(&r.key, &[Cell::Int(r.account), Cell::Text(r.event), opt(r.external_id)])?;
             }
         }
         "assets" => {
-            for r in rows.assets.iter().filter(|r| new(&r.key)) {
+            for r in parts.iter().flat_map(|p| &p.assets).filter(|r| new(&r.key)) {
                 row(&r.key, &[Cell::Int(r.asset), Cell::Text(&r.name), Cell::Int(r.decimals)])?;
             }
         }
         "symbols" => {
-            for r in rows.symbols.iter().filter(|r| new(&r.key)) {
+            for r in parts.iter().flat_map(|p| &p.symbols).filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[
@@ -300,7 +333,7 @@ pub(crate) fn each_row<'a>(
             }
         }
         "dt_audit" => {
-            for r in rows.audit.iter().filter(|r| new(&r.key)) {
+            for r in parts.iter().flat_map(|p| &p.audit).filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[

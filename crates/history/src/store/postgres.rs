@@ -2,12 +2,14 @@
 //! callers must not be on an async task: the sink's writer is a thread, the gateway's
 //! queries go through `spawn_blocking`).
 //!
-//! A batch is one transaction: lock out other writers and read the progress, then one
-//! `COPY table FROM STDIN (FORMAT binary)` per table with the rows of entries after it,
-//! then the progress row. COPY has no `ON CONFLICT`, and needs none: no row at or below
-//! the progress read in the same transaction is sent, and every row above it is new
-//! (rows are only ever written with the progress that covers them). A duplicate key
-//! could only come from a bug, and would fail the batch rather than write a row twice.
+//! A batch is two transactions on two connections, in parallel (see [`Postgres`]'s
+//! `write`): each locks out other writers of its part and reads its progress, then one
+//! `COPY table FROM STDIN (FORMAT binary)` per table of its part with the rows of
+//! entries after it, then its progress row. COPY has no `ON CONFLICT`, and needs none:
+//! no row at or below the progress read in the same transaction is sent, and every row
+//! above it is new (rows are only ever written with the progress that covers them). A
+//! duplicate key could only come from a bug, and would fail the batch rather than write
+//! a row twice.
 
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls};
@@ -16,12 +18,13 @@ use std::io::Write;
 
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::{RowKey, Rows};
-use crate::schema::{create_statements, Dialect, SCHEMA_VERSION};
+use crate::schema::{create_statements, in_second, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES};
 
 pub struct Postgres {
     client: Client,
-    /// This session has written (and set itself up for writing).
-    writing: bool,
+    url: String,
+    /// The second writer's connection, opened by the first write (readers never open it).
+    second: Option<Client>,
 }
 
 /// What starts a binary COPY stream: the signature, no flags, no header extension.
@@ -64,7 +67,7 @@ impl Postgres {
         for statement in create_statements(Dialect::Postgres) {
             client.batch_execute(&statement)?;
         }
-        let mut postgres = Postgres { client, writing: false };
+        let mut postgres = Postgres { client, url: url.to_string(), second: None };
         let version = postgres.query("SELECT schema_version FROM history_progress WHERE id = 1", &[])?;
         if let Some(version) = version.first().and_then(|r| r[0].int()) {
             if version != SCHEMA_VERSION {
@@ -75,6 +78,86 @@ impl Postgres {
         }
         Ok(postgres)
     }
+}
+
+/// Takes a progress table's lock (writers of one part take turns; readers are not
+/// blocked) and reads its applied index, the one this transaction moves on.
+fn lock_progress(transaction: &mut postgres::Transaction<'_>, table: &str) -> Result<Option<i64>> {
+    let stored = transaction.simple_query(&format!(
+        "LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE; SELECT applied_index FROM {table} WHERE id = 1"
+    ))?;
+    Ok(stored.iter().find_map(|message| match message {
+        postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i64>().ok()),
+        _ => None,
+    }))
+}
+
+/// Unless `stored` is at or past `progress` already, streams the rows of the `tables`
+/// above it with one `COPY` each; false when there was nothing to write.
+fn copy_rows(
+    transaction: &mut postgres::Transaction<'_>,
+    parts: &[Rows],
+    progress: &Progress,
+    stored: Option<i64>,
+    tables: impl Fn(&str) -> bool,
+) -> Result<bool> {
+    if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
+        return Ok(false); // written already
+    }
+    let after = stored.unwrap_or(-1);
+    let mut buffer = Vec::with_capacity(COPY_CHUNK_BYTES + 4096);
+    for (table, _) in TABLES {
+        if !tables(table) || parts.iter().all(|p| p.table_len(table) == 0) {
+            continue;
+        }
+        let names: Vec<&str> = table_columns(table).iter().map(|(name, _)| *name).collect();
+        let sql = format!("COPY {table} ({}) FROM STDIN (FORMAT binary)", names.join(", "));
+        let mut writer = transaction.copy_in(&sql)?;
+        buffer.clear();
+        buffer.extend_from_slice(COPY_HEADER);
+        each_row(parts, table, after, |key, cells| {
+            copy_row(&mut buffer, key, cells);
+            if buffer.len() >= COPY_CHUNK_BYTES {
+                writer.write_all(&buffer).map_err(|e| StoreError::Invalid(format!("COPY {table}: {e}")))?;
+                buffer.clear();
+            }
+            Ok(())
+        })?;
+        buffer.extend_from_slice(&(-1i16).to_be_bytes());
+        writer.write_all(&buffer).map_err(|e| StoreError::Invalid(format!("COPY {table}: {e}")))?;
+        writer.finish()?;
+    }
+    Ok(true)
+}
+
+/// Moves a progress table's row (with the snapshot, when given).
+fn progress_write(
+    transaction: &mut postgres::Transaction<'_>,
+    table: &str,
+    progress: &Progress,
+    snapshot: Option<(u64, &[u8])>,
+) -> Result<()> {
+    let (applied, ts, begins) = (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
+    match snapshot {
+        Some((index, bytes)) => transaction.execute(
+            &format!(
+                "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
+                 VALUES (1, $1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
+                 applied_ts = excluded.applied_ts, begins_at = excluded.begins_at, \
+                 snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot"
+            ),
+            &[&SCHEMA_VERSION, &applied, &ts, &begins, &(index as i64), &bytes],
+        )?,
+        None => transaction.execute(
+            &format!(
+                "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at) \
+                 VALUES (1, $1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
+                 applied_ts = excluded.applied_ts, begins_at = excluded.begins_at"
+            ),
+            &[&SCHEMA_VERSION, &applied, &ts, &begins],
+        )?,
+    };
+    Ok(())
 }
 
 /// `?` placeholders become `$1, $2, …` (the shared queries have no `?` in literals).
@@ -124,70 +207,56 @@ impl Backend for Postgres {
         Ok(Some(Saved { progress, snapshot }))
     }
 
-    fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
-        if !self.writing {
-            // Commits of this session return before their WAL is flushed: a server crash
+    /// Two transactions on two connections in parallel (the server runs a process per
+    /// connection): `balance_movements` with `history_progress_balances` on the second
+    /// (`schema::SECOND_TABLES`), every other table with `history_progress` and the
+    /// snapshot on the first. The second locks and commits first, so its progress is
+    /// never behind the first's (its commit precedes the first's in the server's WAL,
+    /// which a crash loses only from some point on); a restart resumes after the
+    /// first's and the second skips what it has. Two writers take the locks in the same
+    /// order, so they take turns without deadlock.
+    fn write(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+        if self.second.is_none() {
+            // Commits of these sessions return before their WAL is flushed: a server crash
             // may lose the last ones (never part of one), and with them their progress
             // row, so the sink writes those entries again from the log.
             self.client.batch_execute("SET synchronous_commit = off")?;
-            self.writing = true;
+            let mut second = Client::connect(&self.url, NoTls)?;
+            second.batch_execute("SET synchronous_commit = off")?;
+            self.second = Some(second);
         }
-        let mut transaction = self.client.transaction()?;
-        // Writers of one database take turns (readers are not blocked), so the progress
-        // read next is the one this transaction moves on.
-        let stored = transaction.simple_query(
-            "LOCK TABLE history_progress IN SHARE ROW EXCLUSIVE MODE; \
-             SELECT applied_index FROM history_progress WHERE id = 1",
-        )?;
-        let stored = stored.iter().find_map(|message| match message {
-            postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i64>().ok()),
-            _ => None,
-        });
-        if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
-            return Ok(()); // written already (dropping the transaction rolls it back)
-        }
-        let after = stored.unwrap_or(-1);
-        let mut buffer = Vec::with_capacity(COPY_CHUNK_BYTES + 4096);
-        for (table, count) in rows.table_lens() {
-            if count == 0 {
-                continue;
+        let (first, second) = (&mut self.client, self.second.as_mut().expect("connected above"));
+        std::thread::scope(|scope| {
+            let (locked, is_locked) = std::sync::mpsc::sync_channel::<()>(1);
+            let second = std::thread::Builder::new()
+                .name("history-writer2".into())
+                .spawn_scoped(scope, move || -> Result<()> {
+                    let mut transaction = second.transaction()?;
+                    let stored = lock_progress(&mut transaction, SECOND_PROGRESS)?;
+                    let _ = locked.send(());
+                    if copy_rows(&mut transaction, parts, progress, stored, in_second)? {
+                        progress_write(&mut transaction, SECOND_PROGRESS, progress, None)?;
+                        transaction.commit()?;
+                    }
+                    Ok(())
+                })
+                .map_err(|e| StoreError::Invalid(format!("second writer thread: {e}")))?;
+            let joined = |second: std::thread::ScopedJoinHandle<'_, Result<()>>| {
+                second.join().unwrap_or_else(|_| Err(StoreError::Invalid("the second writer panicked".into())))
+            };
+            if is_locked.recv().is_err() {
+                return joined(second); // it failed before it had the lock
             }
-            let names: Vec<&str> = table_columns(table).iter().map(|(name, _)| *name).collect();
-            let sql = format!("COPY {table} ({}) FROM STDIN (FORMAT binary)", names.join(", "));
-            let mut writer = transaction.copy_in(&sql)?;
-            buffer.clear();
-            buffer.extend_from_slice(COPY_HEADER);
-            each_row(rows, table, after, |key, cells| {
-                copy_row(&mut buffer, key, cells);
-                if buffer.len() >= COPY_CHUNK_BYTES {
-                    writer.write_all(&buffer).map_err(|e| StoreError::Invalid(format!("COPY {table}: {e}")))?;
-                    buffer.clear();
-                }
-                Ok(())
-            })?;
-            buffer.extend_from_slice(&(-1i16).to_be_bytes());
-            writer.write_all(&buffer).map_err(|e| StoreError::Invalid(format!("COPY {table}: {e}")))?;
-            writer.finish()?;
-        }
-        let (applied, ts, begins) =
-            (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
-        match snapshot {
-            Some((index, bytes)) => transaction.execute(
-                "INSERT INTO history_progress (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
-                 VALUES (1, $1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
-                 applied_ts = excluded.applied_ts, begins_at = excluded.begins_at, \
-                 snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot",
-                &[&SCHEMA_VERSION, &applied, &ts, &begins, &(index as i64), &bytes],
-            )?,
-            None => transaction.execute(
-                "INSERT INTO history_progress (id, schema_version, applied_index, applied_ts, begins_at) \
-                 VALUES (1, $1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
-                 applied_ts = excluded.applied_ts, begins_at = excluded.begins_at",
-                &[&SCHEMA_VERSION, &applied, &ts, &begins],
-            )?,
-        };
-        transaction.commit()?;
-        Ok(())
+            let mut transaction = first.transaction()?;
+            let stored = lock_progress(&mut transaction, "history_progress")?;
+            let write = copy_rows(&mut transaction, parts, progress, stored, |table| !in_second(table))?;
+            joined(second)?;
+            if write {
+                progress_write(&mut transaction, "history_progress", progress, snapshot)?;
+                transaction.commit()?;
+            }
+            Ok(())
+        })
     }
 
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {

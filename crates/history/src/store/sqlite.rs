@@ -1,4 +1,4 @@
-//! SQLite: one file, WAL mode (readers in other processes see the last committed batch
+//! SQLite: two files (below), each in WAL mode (readers in other processes see the last committed batch
 //! while the sink writes the next), `synchronous=NORMAL`: a commit appends the batch to
 //! the WAL without waiting for the disk, which is synced at checkpoints. Every commit
 //! is atomic and the file never corrupts; a crash of the process loses nothing
@@ -13,6 +13,24 @@
 //! they stalled it for 50–250 ms every few batches on a busy disk, and the sink's lag
 //! behind a loaded node was those stalls. A checkpoint in WAL mode does not block the
 //! writer; the writer checkpoints by itself only past [`WAL_PAGES_BACKSTOP`].
+//!
+//! Two files, two writers. One connection writing one file is one core at most, and
+//! the sink's writer was its bottleneck; so `balance_movements` is in a second file
+//! ([`second_path`]: `history-balances.sqlite` beside `history.sqlite`), written by a
+//! thread and a connection of its own in parallel with the first (every other table).
+//! Each file has its own progress row (`history_progress`, `history_progress_balances`:
+//! `schema::SECOND_TABLES`), in the same transaction as its rows,
+//! and every write takes the same path in both: lock, read the file's progress, write
+//! only the rows above it, move it. The second file's transaction commits first (its
+//! lock is taken first too, so two writers of one history cannot deadlock), with
+//! `synchronous=FULL` (its WAL synced at each commit), and the first's commits after
+//! it: so the second file's progress is never behind the first's, power cut or not.
+//! The sink resumes after the first file's progress (where its snapshot is); the rows
+//! of entries the second file has already are skipped by its own progress, as in any
+//! write. A second file behind the first (lost, replaced) is refused by [`Sqlite`]'s
+//! `saved`. Readers attach the second file to the first's connection, so queries name
+//! tables as before; a reader may see the second file a transaction ahead of the
+//! first (movements of entries whose orders are not there yet), never behind.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -23,7 +41,7 @@ use rusqlite::{Connection, OptionalExtension, ToSql, TransactionBehavior};
 
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::Rows;
-use crate::schema::{create_statements, Dialect, SCHEMA_VERSION};
+use crate::schema::{create_statements_of, in_second, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES};
 
 /// Page size of a new file: 16 KiB pages keep the B-trees a level shallower and split
 /// a quarter as often as 4 KiB ones; the sink writes about a fifth more rows per CPU
@@ -50,23 +68,70 @@ const ROWS_PER_INSERT: usize = 64;
 /// How often the checkpoint thread checkpoints while the sink writes.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
-pub struct Sqlite {
-    connection: Connection,
-    path: PathBuf,
-    /// Started by the first write (readers never start one).
-    checkpointer: Option<Checkpointer>,
+/// The name the second file is attached under on the reading connection.
+const SECOND_SCHEMA: &str = "second";
+
+/// The second file of the history at `path`: `history.sqlite` → `history-balances.sqlite`.
+pub fn second_path(path: &Path) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    match path.extension() {
+        Some(extension) => path.with_file_name(format!("{stem}-balances.{}", extension.to_string_lossy())),
+        None => path.with_file_name(format!("{stem}-balances")),
+    }
 }
 
-/// A thread running `PRAGMA wal_checkpoint(PASSIVE)` on its own connection.
+pub struct Sqlite {
+    /// Reads: the first file, the second attached (queries name tables unqualified).
+    connection: Connection,
+    path: PathBuf,
+    second_path: PathBuf,
+    /// Opened by the first write (readers never open them).
+    writers: Option<Writers>,
+}
+
+/// The connections that write, one per file, with no file attached (`BEGIN IMMEDIATE`
+/// would take the write lock of every attached file), and the checkpoint thread.
+struct Writers {
+    first: Connection,
+    second: Connection,
+    _checkpointer: Checkpointer,
+}
+
+impl Writers {
+    fn open(first: &Path, second: &Path) -> Result<Writers> {
+        let open = |path: &Path, synchronous: &str| -> Result<Connection> {
+            let connection = Connection::open(path)?;
+            connection.busy_timeout(Duration::from_secs(10))?;
+            connection.pragma_update(None, "synchronous", synchronous)?;
+            connection.pragma_update(None, "cache_size", -CACHE_KIB)?;
+            connection.pragma_update(None, "wal_autocheckpoint", WAL_PAGES_BACKSTOP)?;
+            connection.set_prepared_statement_cache_capacity(64);
+            Ok(connection)
+        };
+        // The second file's commits reach the disk before the first's commit that
+        // follows them: its progress is never behind the first's, power cut or not.
+        Ok(Writers {
+            first: open(first, "NORMAL")?,
+            second: open(second, "FULL")?,
+            _checkpointer: Checkpointer::start(&[first, second])?,
+        })
+    }
+}
+
+/// A thread running `PRAGMA wal_checkpoint(PASSIVE)` on each file, on connections of its own.
 struct Checkpointer {
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Checkpointer {
-    fn start(path: &Path) -> Result<Checkpointer> {
-        let connection = Connection::open(path)?;
-        connection.busy_timeout(Duration::from_secs(10))?;
+    fn start(paths: &[&Path]) -> Result<Checkpointer> {
+        let mut connections = Vec::new();
+        for path in paths {
+            let connection = Connection::open(path)?;
+            connection.busy_timeout(Duration::from_secs(10))?;
+            connections.push(connection);
+        }
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stopping = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -81,8 +146,10 @@ impl Checkpointer {
                     }
                     drop(stopped);
                     // PASSIVE: copies what no reader still needs, waits for nobody.
-                    if let Err(error) = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                        tracing::debug!(%error, "history checkpoint");
+                    for connection in &connections {
+                        if let Err(error) = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                            tracing::debug!(%error, "history checkpoint");
+                        }
                     }
                     stopped = lock.lock().expect("checkpoint lock");
                 }
@@ -114,38 +181,71 @@ impl ToSql for Cell<'_> {
     }
 }
 
+/// Opens (creating) one file of a history with the tables `tables` accepts.
+fn open_file(path: &Path, tables: impl Fn(&str) -> bool) -> Result<Connection> {
+    let connection = Connection::open(path)?;
+    connection.busy_timeout(Duration::from_secs(10))?;
+    // Before the first table: a new file's page size (an existing file keeps its own).
+    connection.pragma_update(None, "page_size", PAGE_BYTES)?;
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    connection.pragma_update(None, "cache_size", -CACHE_KIB)?;
+    connection.set_prepared_statement_cache_capacity(64);
+    for statement in create_statements_of(Dialect::Sqlite, tables) {
+        connection.execute(&statement, [])?;
+    }
+    Ok(connection)
+}
+
+/// The applied index and schema version of a progress row.
+fn file_progress(connection: &Connection, table: &str) -> Result<Option<(i64, i64)>> {
+    Ok(connection
+        .prepare_cached(&format!("SELECT applied_index, schema_version FROM {table} WHERE id = 1"))?
+        .query_row([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)))
+        .optional()?)
+}
+
 impl Sqlite {
     pub fn open(path: &Path) -> Result<Sqlite> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|e| StoreError::Invalid(format!("{}: {e}", parent.display())))?;
         }
-        let connection = Connection::open(path)?;
-        connection.busy_timeout(std::time::Duration::from_secs(10))?;
-        // Before the first table: a new file's page size (an existing file keeps its own).
-        connection.pragma_update(None, "page_size", PAGE_BYTES)?;
-        connection.pragma_update(None, "journal_mode", "WAL")?;
-        connection.pragma_update(None, "synchronous", "NORMAL")?;
-        connection.pragma_update(None, "cache_size", -CACHE_KIB)?;
-        connection.set_prepared_statement_cache_capacity(64);
-        for statement in create_statements(Dialect::Sqlite) {
-            connection.execute(&statement, [])?;
-        }
-        let mut sqlite = Sqlite { connection, path: path.to_path_buf(), checkpointer: None };
-        if let Some(version) = sqlite.schema_version()? {
-            if version != SCHEMA_VERSION {
-                return Err(StoreError::Invalid(format!(
-                    "{}: history schema version {version}, this build reads {SCHEMA_VERSION} \
-                     (rebuild it into a new file: bourse history rebuild)",
-                    path.display()
-                )));
+        let second_path = second_path(path);
+        if !path.exists() {
+            // A second file without its first (the first deleted to start over) belongs to
+            // another history: a new history starts with a new second file.
+            for suffix in ["", "-wal", "-shm"] {
+                let stale = PathBuf::from(format!("{}{suffix}", second_path.display()));
+                if stale.exists() {
+                    tracing::warn!(file = %stale.display(), "removing a history file whose first file is gone");
+                    std::fs::remove_file(&stale)
+                        .map_err(|e| StoreError::Invalid(format!("{}: {e}", stale.display())))?;
+                }
             }
         }
-        Ok(sqlite)
-    }
-
-    fn schema_version(&mut self) -> Result<Option<i64>> {
-        let rows = self.query("SELECT schema_version FROM history_progress WHERE id = 1", &[])?;
-        Ok(rows.first().and_then(|r| r[0].int()))
+        let connection = open_file(path, |table| !in_second(table))?;
+        let refused = |version: i64, file: &Path| {
+            StoreError::Invalid(format!(
+                "{}: history schema version {version}, this build reads {SCHEMA_VERSION} \
+                 (rebuild it into a new file: bourse history rebuild)",
+                file.display()
+            ))
+        };
+        if let Some((_, version)) = file_progress(&connection, "history_progress")? {
+            if version != SCHEMA_VERSION {
+                return Err(refused(version, path));
+            }
+        }
+        drop(open_file(&second_path, in_second)?);
+        let second =
+            second_path.to_str().ok_or_else(|| StoreError::Invalid(format!("{}: not UTF-8", second_path.display())))?;
+        connection.execute(&format!("ATTACH DATABASE ?1 AS {SECOND_SCHEMA}"), [second])?;
+        if let Some((_, version)) = file_progress(&connection, SECOND_PROGRESS)? {
+            if version != SCHEMA_VERSION {
+                return Err(refused(version, &second_path));
+            }
+        }
+        Ok(Sqlite { connection, path: path.to_path_buf(), second_path, writers: None })
     }
 }
 
@@ -169,59 +269,65 @@ impl Backend for Sqlite {
             (Some(index), Some(bytes)) => Some((index as u64, bytes)),
             _ => None,
         };
+        drop(rows);
+        drop(statement);
+        // Read after the first's: the second file commits first, so it is never behind
+        // (unless it was lost or replaced, and then its rows are missing: refuse).
+        let second = file_progress(&self.connection, SECOND_PROGRESS)?.map(|(index, _)| index);
+        if second.is_none_or(|second| second < progress.applied_index as i64) {
+            return Err(StoreError::Invalid(format!(
+                "{}: written through log index {}, but {} only through {} (the second file was lost or replaced; \
+                 rebuild the history into a new file: bourse history rebuild)",
+                self.path.display(),
+                progress.applied_index,
+                self.second_path.display(),
+                second.map_or("none".to_string(), |s| s.to_string())
+            )));
+        }
         Ok(Some(Saved { progress, snapshot }))
     }
 
-    fn write(&mut self, rows: &Rows, progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
-        if self.checkpointer.is_none() {
-            self.connection.pragma_update(None, "wal_autocheckpoint", WAL_PAGES_BACKSTOP)?;
-            self.checkpointer = Some(Checkpointer::start(&self.path)?);
+    /// Two transactions in parallel, one per file, each with its rows and its own
+    /// progress row: the second file's on a thread of its own, committed first, then
+    /// the first's (with the snapshot). The locks are taken in that order too, so two
+    /// writers of one history take turns without deadlock. The second file's progress
+    /// is therefore never behind the first's: a restart resumes after the first's, the
+    /// recorder derives the rows again from there, and the second file skips those
+    /// at or below its own progress, as every write does.
+    fn write(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+        if self.writers.is_none() {
+            self.writers = Some(Writers::open(&self.path, &self.second_path)?);
         }
-        // IMMEDIATE: the write lock from the start, so the progress read here is the one
-        // this transaction moves on (a second writer waits, then skips what this wrote).
-        let transaction = self.connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let stored = transaction
-            .prepare_cached("SELECT applied_index FROM history_progress WHERE id = 1")?
-            .query_row([], |row| row.get::<_, i64>(0))
-            .optional()?;
-        if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
-            return Ok(()); // written already (dropping the transaction rolls it back)
-        }
-        let after = stored.unwrap_or(-1);
-        for (table, count) in rows.table_lens() {
-            if count == 0 {
-                continue;
+        let Writers { first, second, .. } = self.writers.as_mut().expect("opened above");
+        std::thread::scope(|scope| {
+            let (locked, is_locked) = std::sync::mpsc::sync_channel::<()>(1);
+            let second = std::thread::Builder::new()
+                .name("history-writer2".into())
+                .spawn_scoped(scope, move || -> Result<()> {
+                    let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let _ = locked.send(());
+                    if insert_rows(&transaction, parts, progress, SECOND_PROGRESS, in_second)? {
+                        progress_write(&transaction, SECOND_PROGRESS, progress, None)?;
+                        transaction.commit()?;
+                    }
+                    Ok(())
+                })
+                .map_err(|e| StoreError::Invalid(format!("second writer thread: {e}")))?;
+            let joined = |second: std::thread::ScopedJoinHandle<'_, Result<()>>| {
+                second.join().unwrap_or_else(|_| Err(StoreError::Invalid("the second writer panicked".into())))
+            };
+            if is_locked.recv().is_err() {
+                return joined(second); // it failed before it had the lock
             }
-            let columns = table_columns(table);
-            let width = columns.len();
-            // Cells of the rows not inserted yet (up to one statement's worth), in order.
-            let mut pending: Vec<Cell<'_>> = Vec::with_capacity(width * ROWS_PER_INSERT);
-            let mut chunk = None;
-            each_row(rows, table, after, |key, cells| {
-                pending.extend_from_slice(&[Cell::Int(key.log_index), Cell::Int(key.pos), Cell::Int(key.ts)]);
-                pending.extend_from_slice(cells);
-                if pending.len() == width * ROWS_PER_INSERT {
-                    let statement = match &mut chunk {
-                        Some(statement) => statement,
-                        None => {
-                            chunk.insert(transaction.prepare_cached(&insert_sql(table, &columns, ROWS_PER_INSERT))?)
-                        }
-                    };
-                    insert(statement, &pending)?;
-                    pending.clear();
-                }
-                Ok(())
-            })?;
-            if !pending.is_empty() {
-                let mut statement = transaction.prepare_cached(&insert_sql(table, &columns, 1))?;
-                for row in pending.chunks(width) {
-                    insert(&mut statement, row)?;
-                }
+            let transaction = first.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let write = insert_rows(&transaction, parts, progress, "history_progress", |table| !in_second(table))?;
+            joined(second)?;
+            if write {
+                progress_write(&transaction, "history_progress", progress, snapshot)?;
+                transaction.commit()?;
             }
-        }
-        progress_write(&transaction, progress, snapshot)?;
-        transaction.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
@@ -260,6 +366,57 @@ impl Backend for Sqlite {
     }
 }
 
+/// In `transaction` (begun `IMMEDIATE`, so the progress read here is the one it moves
+/// on): reads the progress in `progress_table` and, unless that is at or past `progress`
+/// already, inserts the rows of the `tables` above it; false when there was nothing to
+/// write.
+fn insert_rows(
+    transaction: &rusqlite::Transaction<'_>,
+    parts: &[Rows],
+    progress: &Progress,
+    progress_table: &str,
+    tables: impl Fn(&str) -> bool,
+) -> Result<bool> {
+    let stored = transaction
+        .prepare_cached(&format!("SELECT applied_index FROM {progress_table} WHERE id = 1"))?
+        .query_row([], |row| row.get::<_, i64>(0))
+        .optional()?;
+    if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
+        return Ok(false); // written already
+    }
+    let after = stored.unwrap_or(-1);
+    for (table, _) in TABLES {
+        if !tables(table) || parts.iter().all(|p| p.table_len(table) == 0) {
+            continue;
+        }
+        let columns = table_columns(table);
+        let width = columns.len();
+        // Cells of the rows not inserted yet (up to one statement's worth), in order.
+        let mut pending: Vec<Cell<'_>> = Vec::with_capacity(width * ROWS_PER_INSERT);
+        let mut chunk = None;
+        each_row(parts, table, after, |key, cells| {
+            pending.extend_from_slice(&[Cell::Int(key.log_index), Cell::Int(key.pos), Cell::Int(key.ts)]);
+            pending.extend_from_slice(cells);
+            if pending.len() == width * ROWS_PER_INSERT {
+                let statement = match &mut chunk {
+                    Some(statement) => statement,
+                    None => chunk.insert(transaction.prepare_cached(&insert_sql(table, &columns, ROWS_PER_INSERT))?),
+                };
+                insert(statement, &pending)?;
+                pending.clear();
+            }
+            Ok(())
+        })?;
+        if !pending.is_empty() {
+            let mut statement = transaction.prepare_cached(&insert_sql(table, &columns, 1))?;
+            for row in pending.chunks(width) {
+                insert(&mut statement, row)?;
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// `INSERT OR FAIL INTO table (columns) VALUES (?, …), …` with `rows` rows of
 /// placeholders.
 ///
@@ -285,24 +442,138 @@ fn insert(statement: &mut rusqlite::CachedStatement<'_>, cells: &[Cell<'_>]) -> 
 
 fn progress_write(
     transaction: &rusqlite::Transaction<'_>,
+    table: &str,
     progress: &Progress,
     snapshot: Option<(u64, &[u8])>,
 ) -> Result<()> {
     let (applied, ts, begins) = (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
     match snapshot {
-        Some((index, bytes)) => transaction.prepare_cached(
-            "INSERT INTO history_progress (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
+        Some((index, bytes)) => transaction
+            .prepare_cached(&format!(
+            "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
              VALUES (1, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
              applied_ts = excluded.applied_ts, begins_at = excluded.begins_at, \
-             snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot",
-        )?
-        .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins, index as i64, bytes])?,
-        None => transaction.prepare_cached(
-            "INSERT INTO history_progress (id, schema_version, applied_index, applied_ts, begins_at) \
+             snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot"
+        ))?
+            .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins, index as i64, bytes])?,
+        None => transaction
+            .prepare_cached(&format!(
+                "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at) \
              VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
-             applied_ts = excluded.applied_ts, begins_at = excluded.begins_at",
-        )?
-        .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins])?,
+             applied_ts = excluded.applied_ts, begins_at = excluded.begins_at"
+            ))?
+            .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins])?,
     };
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::{BalanceRow, OrderEventRow, RowKey};
+
+    /// One order event and one balance movement per entry `from..=to`.
+    fn rows(from: i64, to: i64) -> Rows {
+        let mut rows = Rows::default();
+        for log_index in from..=to {
+            let key = |pos| RowKey { log_index, pos, ts: log_index * 1_000 };
+            rows.order_events.push(OrderEventRow {
+                key: key(0),
+                order_id: log_index % 3,
+                event: "rested",
+                px: Some(100),
+                qty: Some(log_index),
+                qty_remaining: None,
+                reason: None,
+            });
+            rows.balances.push(BalanceRow {
+                key: key(1),
+                account: log_index % 2,
+                asset: 1,
+                delta_available: -1,
+                delta_reserved: 1,
+                available: 1_000 - log_index,
+                reserved: log_index,
+                cause: "accepted",
+                order_id: Some(log_index % 3),
+            });
+        }
+        rows
+    }
+
+    fn progress(applied_index: u64) -> Progress {
+        Progress { applied_index, applied_ts: applied_index * 1_000, begins_at: 0 }
+    }
+
+    fn count(sqlite: &mut Sqlite, table: &str) -> i64 {
+        sqlite.query(&format!("SELECT count(*) FROM {table}"), &[]).unwrap()[0][0].int().unwrap()
+    }
+
+    #[test]
+    fn the_second_file_sits_beside_the_first() {
+        assert_eq!(second_path(Path::new("d/history.sqlite")), Path::new("d/history-balances.sqlite"));
+        assert_eq!(second_path(Path::new("d/h")), Path::new("d/h-balances"));
+    }
+
+    /// A crash between the second file's commit and the first's: the second is a batch
+    /// ahead. The sink resumes after the first's progress and writes the batch again;
+    /// the second file skips it, the first writes it, nothing is duplicated or lost.
+    #[test]
+    fn a_second_file_ahead_skips_what_it_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.sqlite");
+        let mut sqlite = Sqlite::open(&path).unwrap();
+        sqlite.write(&[rows(1, 10)], &progress(10), None).unwrap();
+        // The second file's half of the next write, alone (the first never commits).
+        let mut second = Connection::open(second_path(&path)).unwrap();
+        let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
+        assert!(insert_rows(&transaction, &[rows(11, 20)], &progress(20), SECOND_PROGRESS, in_second).unwrap());
+        progress_write(&transaction, SECOND_PROGRESS, &progress(20), None).unwrap();
+        transaction.commit().unwrap();
+        drop(sqlite);
+
+        let mut sqlite = Sqlite::open(&path).unwrap();
+        assert_eq!(sqlite.saved().unwrap().unwrap().progress, progress(10));
+        assert_eq!((count(&mut sqlite, "order_events"), count(&mut sqlite, "balance_movements")), (10, 20));
+        // Resumed after 10, from two batches: both files end at 25, each row once.
+        sqlite.write(&[rows(11, 15), rows(16, 25)], &progress(25), None).unwrap();
+        assert_eq!(sqlite.saved().unwrap().unwrap().progress, progress(25));
+        assert_eq!((count(&mut sqlite, "order_events"), count(&mut sqlite, "balance_movements")), (25, 25));
+        let movements = sqlite.query("SELECT log_index FROM balance_movements ORDER BY log_index", &[]).unwrap();
+        assert_eq!(movements.iter().map(|r| r[0].int().unwrap()).collect::<Vec<_>>(), (1..=25).collect::<Vec<_>>());
+        // Written again: nothing changes.
+        sqlite.write(&[rows(20, 25)], &progress(25), None).unwrap();
+        assert_eq!((count(&mut sqlite, "order_events"), count(&mut sqlite, "balance_movements")), (25, 25));
+    }
+
+    /// A second file behind the first (lost or replaced) would leave a hole: refused.
+    #[test]
+    fn a_lost_second_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.sqlite");
+        let mut sqlite = Sqlite::open(&path).unwrap();
+        sqlite.write(&[rows(1, 10)], &progress(10), None).unwrap();
+        drop(sqlite);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", second_path(&path).display()));
+        }
+        let error = Sqlite::open(&path).unwrap().saved().unwrap_err().to_string();
+        assert!(error.contains("only through none"), "{error}");
+    }
+
+    /// The first file deleted to start over: the second, left behind, goes with it.
+    #[test]
+    fn a_new_history_drops_a_stale_second_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.sqlite");
+        Sqlite::open(&path).unwrap().write(&[rows(1, 10)], &progress(10), None).unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        let mut sqlite = Sqlite::open(&path).unwrap();
+        assert_eq!(sqlite.saved().unwrap(), None);
+        assert_eq!(count(&mut sqlite, "balance_movements"), 0);
+        sqlite.write(&[rows(1, 5)], &progress(5), None).unwrap();
+        assert_eq!((count(&mut sqlite, "order_events"), count(&mut sqlite, "balance_movements")), (5, 5));
+    }
 }
