@@ -8,7 +8,7 @@
 # Environment: BOURSE_DT_LATENCY (emulator latency: none, fixed:MS or legacy; default
 # none), BOURSE_DT_WINDOW (commands in flight per user; default 1, the spec's per-user
 # mode), BOURSE_DT_STREAMS (driver streams; default 4), BOURSE_DT_SESSIONS (the service's
-# upstream sessions; default 8), BOURSE_DT_DATA (where the node's data goes; default a
+# upstream sessions; default 64), BOURSE_DT_DATA (where the node's data goes; default a
 # temporary directory under /tmp), BOURSE_BIN (the binary; default ./target/release/bourse), BOURSE_DT_PORT (the first of the
 # three loopback ports the node, gateway and service listen on; default 7420),
 # BOURSE_DT_LAYOUT (one: the gateway and service in the node's process, the default;
@@ -24,7 +24,7 @@ fi
 latency=${BOURSE_DT_LATENCY:-none}
 window=${BOURSE_DT_WINDOW:-1}
 streams=${BOURSE_DT_STREAMS:-4}
-sessions=${BOURSE_DT_SESSIONS:-8}
+sessions=${BOURSE_DT_SESSIONS:-64}
 port=${BOURSE_DT_PORT:-7420}
 layout=${BOURSE_DT_LAYOUT:-one}
 node_at=127.0.0.1:$port gateway_at=127.0.0.1:$((port + 1)) service_at=127.0.0.1:$((port + 2))

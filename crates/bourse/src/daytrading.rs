@@ -70,7 +70,7 @@ pub struct DayTradingArgs {
     #[arg(long)]
     dt_history: Option<String>,
     /// Upstream order-entry sessions (128 commands in flight each).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 64)]
     dt_sessions: usize,
     /// Tests only: the service's clock reads T0_MS + n × STEP_MS for a request numbered n
     /// (with `bourse serve --virtual-clock` and the same values: golden runs).

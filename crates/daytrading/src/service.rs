@@ -69,7 +69,8 @@ pub struct ServiceConfig {
     pub history: Option<String>,
     /// How long a `DUMPLOG` waits for the history store to reach its entry.
     pub dump_wait: Duration,
-    /// Upstream order-entry sessions.
+    /// Upstream order-entry sessions: together they bound the commands in flight to the
+    /// exchange (128 each), which must cover the journal's group commit at full rate.
     pub sessions: usize,
 }
 
@@ -87,7 +88,7 @@ impl ServiceConfig {
             log_server_name: "bourse-dt".into(),
             history: None,
             dump_wait: Duration::from_secs(600),
-            sessions: 8,
+            sessions: 64,
         }
     }
 
