@@ -560,13 +560,13 @@ fn local_node(node: &Node, addr: &str) -> bourse_gateway::LocalNode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_in_the_nodes_process_links_and_reads_the_feed_without_a_socket() {
     let exchange = exchange(0, 1024, 2).await;
-    // Nothing listens at the address the gateway is given for its node: orders and
-    // market data can only go through the node in this process.
-    let nowhere = "127.0.0.1:9";
-    let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![nowhere.to_owned()]);
+    // Nothing listens at the address the gateway is given for its node (a port just
+    // freed): orders and market data can only go through the node in this process.
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![nowhere.clone()]);
     config.open = true;
     config.hold_us = 0;
-    config.local_node = Some(local_node(&exchange.node, nowhere));
+    config.local_node = Some(local_node(&exchange.node, &nowhere));
     let gateway = Gateway::start(config, KeyStore::default()).await.unwrap();
     wait_ready(&gateway).await;
     let endpoints = vec![gateway.addr().to_string()];
