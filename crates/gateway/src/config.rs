@@ -79,6 +79,13 @@ pub struct LocalNode {
     pub feed: FeedOpener,
 }
 
+impl LocalNode {
+    /// Whether `target` names this node.
+    pub fn is_at(&self, target: &str) -> bool {
+        bourse_client::same_address(&self.addr, target)
+    }
+}
+
 impl std::fmt::Debug for LocalNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalNode").field("addr", &self.addr).finish_non_exhaustive()
@@ -133,7 +140,7 @@ impl GatewayConfig {
 
     /// The node in this process, if `target` is its address.
     pub(crate) fn local_node_at(&self, target: &str) -> Option<&LocalNode> {
-        self.local_node.as_ref().filter(|node| bourse_client::same_address(&node.addr, target))
+        self.local_node.as_ref().filter(|node| node.is_at(target))
     }
 
     /// Where the feed is read from, in order of preference.

@@ -203,7 +203,7 @@ async fn read_feed(
     loop {
         let source = &sources[current % sources.len()];
         let avoid_leader = passed_over + 1 < sources.len();
-        let local = local.as_ref().filter(|node| bourse_client::same_address(&node.addr, source));
+        let local = local.as_ref().filter(|node| node.is_at(source));
         let attempt = async {
             if let Some(node) = local {
                 // The node in this process: no socket to spare it, so no leader check.
