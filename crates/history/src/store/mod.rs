@@ -349,6 +349,37 @@ pub(crate) fn each_row<'a>(
     Ok(())
 }
 
+/// The two writers of one batch (schema 7): `second` runs on a thread of its own and
+/// sends on its channel once it holds its lock; `first` then runs here, and calls the
+/// function it is given to wait for the second writer (which commits first) before it
+/// commits. Both backends keep this order, so two writers of one history take their
+/// locks in turn and the second part is never behind the first.
+pub(crate) fn write_in_two<S, F>(second: S, first: F) -> Result<()>
+where
+    S: FnOnce(std::sync::mpsc::SyncSender<()>) -> Result<()> + Send,
+    F: FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
+{
+    std::thread::scope(|scope| {
+        let (locked, is_locked) = std::sync::mpsc::sync_channel::<()>(1);
+        let handle = std::thread::Builder::new()
+            .name("history-writer2".into())
+            .spawn_scoped(scope, move || second(locked))
+            .map_err(|e| StoreError::Invalid(format!("second writer thread: {e}")))?;
+        let mut handle = Some(handle);
+        let mut join_second = || match handle.take() {
+            Some(handle) => {
+                handle.join().unwrap_or_else(|_| Err(StoreError::Invalid("the second writer panicked".into())))
+            }
+            None => Ok(()),
+        };
+        if is_locked.recv().is_err() {
+            return join_second(); // it failed before it had the lock
+        }
+        first(&mut join_second)?;
+        join_second()
+    })
+}
+
 /// The columns of a table (key first) and whether each is text.
 pub(crate) fn table_columns(table: &str) -> Vec<(&'static str, bool)> {
     let (_, columns) = TABLES.iter().find(|(name, _)| *name == table).expect("a known table");

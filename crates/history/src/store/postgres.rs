@@ -226,37 +226,29 @@ impl Backend for Postgres {
             self.second = Some(second);
         }
         let (first, second) = (&mut self.client, self.second.as_mut().expect("connected above"));
-        std::thread::scope(|scope| {
-            let (locked, is_locked) = std::sync::mpsc::sync_channel::<()>(1);
-            let second = std::thread::Builder::new()
-                .name("history-writer2".into())
-                .spawn_scoped(scope, move || -> Result<()> {
-                    let mut transaction = second.transaction()?;
-                    let stored = lock_progress(&mut transaction, SECOND_PROGRESS)?;
-                    let _ = locked.send(());
-                    if copy_rows(&mut transaction, parts, progress, stored, in_second)? {
-                        progress_write(&mut transaction, SECOND_PROGRESS, progress, None)?;
-                        transaction.commit()?;
-                    }
-                    Ok(())
-                })
-                .map_err(|e| StoreError::Invalid(format!("second writer thread: {e}")))?;
-            let joined = |second: std::thread::ScopedJoinHandle<'_, Result<()>>| {
-                second.join().unwrap_or_else(|_| Err(StoreError::Invalid("the second writer panicked".into())))
-            };
-            if is_locked.recv().is_err() {
-                return joined(second); // it failed before it had the lock
-            }
-            let mut transaction = first.transaction()?;
-            let stored = lock_progress(&mut transaction, "history_progress")?;
-            let write = copy_rows(&mut transaction, parts, progress, stored, |table| !in_second(table))?;
-            joined(second)?;
-            if write {
-                progress_write(&mut transaction, "history_progress", progress, snapshot)?;
-                transaction.commit()?;
-            }
-            Ok(())
-        })
+        super::write_in_two(
+            move |locked| {
+                let mut transaction = second.transaction()?;
+                let stored = lock_progress(&mut transaction, SECOND_PROGRESS)?;
+                let _ = locked.send(());
+                if copy_rows(&mut transaction, parts, progress, stored, in_second)? {
+                    progress_write(&mut transaction, SECOND_PROGRESS, progress, None)?;
+                    transaction.commit()?;
+                }
+                Ok(())
+            },
+            |join_second| {
+                let mut transaction = first.transaction()?;
+                let stored = lock_progress(&mut transaction, "history_progress")?;
+                let write = copy_rows(&mut transaction, parts, progress, stored, |table| !in_second(table))?;
+                join_second()?;
+                if write {
+                    progress_write(&mut transaction, "history_progress", progress, snapshot)?;
+                    transaction.commit()?;
+                }
+                Ok(())
+            },
+        )
     }
 
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {

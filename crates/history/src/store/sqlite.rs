@@ -299,35 +299,27 @@ impl Backend for Sqlite {
             self.writers = Some(Writers::open(&self.path, &self.second_path)?);
         }
         let Writers { first, second, .. } = self.writers.as_mut().expect("opened above");
-        std::thread::scope(|scope| {
-            let (locked, is_locked) = std::sync::mpsc::sync_channel::<()>(1);
-            let second = std::thread::Builder::new()
-                .name("history-writer2".into())
-                .spawn_scoped(scope, move || -> Result<()> {
-                    let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                    let _ = locked.send(());
-                    if insert_rows(&transaction, parts, progress, SECOND_PROGRESS, in_second)? {
-                        progress_write(&transaction, SECOND_PROGRESS, progress, None)?;
-                        transaction.commit()?;
-                    }
-                    Ok(())
-                })
-                .map_err(|e| StoreError::Invalid(format!("second writer thread: {e}")))?;
-            let joined = |second: std::thread::ScopedJoinHandle<'_, Result<()>>| {
-                second.join().unwrap_or_else(|_| Err(StoreError::Invalid("the second writer panicked".into())))
-            };
-            if is_locked.recv().is_err() {
-                return joined(second); // it failed before it had the lock
-            }
-            let transaction = first.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let write = insert_rows(&transaction, parts, progress, "history_progress", |table| !in_second(table))?;
-            joined(second)?;
-            if write {
-                progress_write(&transaction, "history_progress", progress, snapshot)?;
-                transaction.commit()?;
-            }
-            Ok(())
-        })
+        super::write_in_two(
+            move |locked| {
+                let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let _ = locked.send(());
+                if insert_rows(&transaction, parts, progress, SECOND_PROGRESS, in_second)? {
+                    progress_write(&transaction, SECOND_PROGRESS, progress, None)?;
+                    transaction.commit()?;
+                }
+                Ok(())
+            },
+            |join_second| {
+                let transaction = first.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let write = insert_rows(&transaction, parts, progress, "history_progress", |table| !in_second(table))?;
+                join_second()?;
+                if write {
+                    progress_write(&transaction, "history_progress", progress, snapshot)?;
+                    transaction.commit()?;
+                }
+                Ok(())
+            },
+        )
     }
 
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
