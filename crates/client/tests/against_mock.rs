@@ -165,7 +165,8 @@ async fn commands_lost_on_a_live_stream_are_resent_after_a_gap_or_a_silence() {
         assert_eq!(reply.outcome, Outcome::Ok { id: 0 });
     }
     // One command at a time: a lost one has nothing behind it to draw a gap, and only
-    // the silence on the stream brings it back (30 in a row include a lost one).
+    // the silence on the stream brings it back (losses are at most 30 apart, so 30 in a
+    // row include one).
     for _ in 0..30 {
         assert_eq!(client.submit(deposit.clone()).await.unwrap().outcome, Outcome::Ok { id: 0 });
     }

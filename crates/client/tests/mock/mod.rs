@@ -6,9 +6,12 @@
 //!   sees a broken stream with commands applied whose answers it never got.
 //! - `refuse_amount`: a `Withdraw` of exactly this amount is refused before the log as
 //!   if its shape were wrong (code 1000); the client cannot build a wrong shape itself.
-//! - `lose_every`: every that many commands, one is lost on its way in (neither applied
-//!   nor answered) while the stream goes on, as a command lost in a leader change would
-//!   be; the commands behind it draw `sequence_gap`.
+//! - `lose_every`: about every that many commands (n), one is lost on its way in (neither
+//!   applied nor answered) while the stream goes on, as a command lost in a leader change
+//!   would be; the commands behind it draw `sequence_gap`. The distance between losses
+//!   is drawn from n - n/3 ..= n + n/3 (seeded): a fixed period could fall in step with a
+//!   client that resends a window of a multiple of it and lose the same command for ever,
+//!   which no real loss does.
 //! - `paused`: batches wait unanswered while set.
 //! - `down`: streams end and new ones are refused with `UNAVAILABLE`.
 //!
@@ -26,6 +29,8 @@ use bourse_protocol::proto;
 use bourse_protocol::proto::admin_server::{Admin, AdminServer};
 use bourse_protocol::proto::order_entry_server::{OrderEntry, OrderEntryServer};
 use bourse_protocol::proto::query_server::{Query, QueryServer};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -34,7 +39,6 @@ use tonic::{Request, Response, Status, Streaming};
 pub struct Faults {
     pub break_every: AtomicU64,
     pub lose_every: AtomicU64,
-    received: AtomicU64,
     pub lost: AtomicU64,
     pub refuse_amount: AtomicU64,
     pub down: AtomicBool,
@@ -53,6 +57,20 @@ pub struct State {
     pub applied: Vec<(u64, u64)>,
     /// The most commands of one client seen in one batch.
     pub batch_len_seen_max: usize,
+    /// Commands to receive until the next one lost (0: draw the distance).
+    until_loss: u64,
+    loss_rng: ChaCha8Rng,
+}
+
+impl State {
+    /// Whether the command just received is the one to lose, losses about `every` apart.
+    fn lose_now(&mut self, every: u64) -> bool {
+        if self.until_loss == 0 {
+            self.until_loss = self.loss_rng.gen_range(every - every / 3..=every + every / 3).max(1);
+        }
+        self.until_loss -= 1;
+        self.until_loss == 0
+    }
 }
 
 #[derive(Clone)]
@@ -70,6 +88,8 @@ impl MockNode {
             owners: HashMap::new(),
             applied: Vec::new(),
             batch_len_seen_max: 0,
+            until_loss: 0,
+            loss_rng: ChaCha8Rng::seed_from_u64(23),
         };
         MockNode { state: Arc::new(Mutex::new(state)), faults: Arc::default(), paused: watch::channel(false).0 }
     }
@@ -157,7 +177,7 @@ impl MockNode {
         let break_every = self.faults.break_every.load(Ordering::Relaxed);
         let lose_every = self.faults.lose_every.load(Ordering::Relaxed);
         for command in &batch.commands {
-            if lose_every != 0 && self.faults.received.fetch_add(1, Ordering::Relaxed) % lose_every == lose_every - 1 {
+            if lose_every != 0 && state.lose_now(lose_every) {
                 self.faults.lost.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
