@@ -11,6 +11,9 @@ const assetDecimals = new Map<number, number>();
 const assetNames = new Map<number, string>();
 const bbo = new Map<number, { bid?: number; ask?: number }>();
 const events: WsOrderEvent[] = [];
+// New prices typed into the open orders' move boxes, by order id: the table is rebuilt
+// on every order event and every few seconds, and must not wipe what a person types.
+const movePxDrafts = new Map<number, string>();
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 
@@ -37,14 +40,27 @@ async function refresh(): Promise<void> {
       return el('tr', {}, el('td', {}, b.asset_name), el('td', {}, money(b.available, decimals)), el('td', {}, money(b.reserved, decimals)));
     }),
   );
+  // The box being typed in keeps its focus and caret across the rebuild.
+  const active = document.activeElement;
+  const focused = active instanceof HTMLInputElement && active.dataset.testid === 'move-px' ? Number(active.dataset.order) : undefined;
+  const openIds = new Set(open.orders.map((o) => o.id));
+  for (const id of movePxDrafts.keys()) if (!openIds.has(id)) movePxDrafts.delete(id);
+  let refocus: HTMLInputElement | undefined;
   $('orders').replaceChildren(
     el('tr', {}, el('th', {}, 'order'), el('th', {}, 'symbol'), el('th', {}, 'side'), el('th', {}, 'price'), el('th', {}, 'open'), el('th', {}, 'filled'), el('th', {}, '')),
     ...open.orders.map((o) => {
       const decimals = decimalsOf.get(o.symbol) ?? 2;
       const newPx = el('input', { type: 'number', step: '0.01', style: 'width:80px', 'data-testid': 'move-px', 'data-order': String(o.id) });
-      newPx.value = o.px_resting !== undefined && o.px_resting !== null ? String(o.px_resting / 10 ** decimals) : '';
+      const resting = o.px_resting !== undefined && o.px_resting !== null ? String(o.px_resting / 10 ** decimals) : '';
+      newPx.value = movePxDrafts.get(o.id) ?? resting;
+      newPx.oninput = () => movePxDrafts.set(o.id, newPx.value);
+      if (o.id === focused) refocus = newPx;
       const move = el('button', { 'data-testid': 'move', 'data-order': String(o.id) }, 'Move');
-      move.onclick = () => act(() => api.move(o.id, cents(newPx.value, decimals)), `order ${o.id} moved`);
+      move.onclick = () => {
+        const px = newPx.value;
+        movePxDrafts.delete(o.id);
+        return act(() => api.move(o.id, cents(px, decimals)), `order ${o.id} moved`);
+      };
       const cancel = el('button', { 'data-testid': 'cancel', 'data-order': String(o.id) }, 'Cancel');
       cancel.onclick = () => act(() => api.cancel(o.id), `order ${o.id} cancelled`);
       return el(
@@ -60,6 +76,7 @@ async function refresh(): Promise<void> {
       );
     }),
   );
+  refocus?.focus();
 }
 
 function renderEvents(): void {
