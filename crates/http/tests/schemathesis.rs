@@ -53,8 +53,11 @@ fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
     let url = format!("http://{}/openapi.json", exchange.http.addr());
     let seed = std::env::var("BOURSE_SCHEMATHESIS_SEED").unwrap_or_else(|_| "20261125".into());
     println!("schemathesis seed {seed} (BOURSE_SCHEMATHESIS_SEED to change)");
+    // One worker: with two threads, hypothesis' descriptions of lambdas call `ast.parse`
+    // at once, and CPython 3.11 fails that now and then ("AST constructor recursion depth
+    // mismatch"), an error of the tester, not of the API.
     let output = Command::new(&st)
-        .args(["run", &url, "--max-examples", "25", "--workers", "2", "--seed", &seed, "--no-color"])
+        .args(["run", &url, "--max-examples", "25", "--workers", "1", "--seed", &seed, "--no-color"])
         .args([
             "--checks",
             "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
