@@ -117,7 +117,10 @@ impl TempPostgres {
             } else {
                 ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
             })
-            .args(["-c", "max_connections=50", "-c", "shared_buffers=128MB"])
+            // WAL buffers of 64 MB rather than the default 4 MB (1/32 of shared_buffers),
+            // as a server taking bulk COPY is set up: with the default, the backends write
+            // and wait for WAL themselves every few megabytes (docs/BENCHMARKS.md).
+            .args(["-c", "max_connections=50", "-c", "shared_buffers=128MB", "-c", "wal_buffers=64MB"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
