@@ -158,6 +158,26 @@ pub fn create_statements_of(dialect: Dialect, keep: impl Fn(&str) -> bool) -> Ve
     statements
 }
 
+/// The statement that moves a progress table's one row (inserting it the first time):
+/// `?` parameters schema version, applied index, applied ts, begins at, and with the
+/// snapshot its index and bytes.
+pub fn progress_upsert(table: &str, with_snapshot: bool) -> String {
+    let (snapshot_columns, snapshot_values, snapshot_set) = if with_snapshot {
+        (
+            ", snapshot_index, snapshot",
+            ", ?, ?",
+            ", snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot",
+        )
+    } else {
+        ("", "", "")
+    };
+    format!(
+        "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at{snapshot_columns}) \
+         VALUES (1, ?, ?, ?, ?{snapshot_values}) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
+         applied_ts = excluded.applied_ts, begins_at = excluded.begins_at{snapshot_set}"
+    )
+}
+
 /// Column names of a table after the key (`log_index, pos, ts`).
 pub fn column_names(columns: &str) -> Vec<&str> {
     columns.split(',').map(|c| c.split_whitespace().next().expect("a column has a name")).collect()

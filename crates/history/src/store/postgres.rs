@@ -18,7 +18,7 @@ use std::io::Write;
 
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::{RowKey, Rows};
-use crate::schema::{create_statements, in_second, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES};
+use crate::schema::{create_statements, in_second, progress_upsert, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES};
 
 pub struct Postgres {
     client: Client,
@@ -140,22 +140,11 @@ fn progress_write(
     let (applied, ts, begins) = (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
     match snapshot {
         Some((index, bytes)) => transaction.execute(
-            &format!(
-                "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
-                 VALUES (1, $1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
-                 applied_ts = excluded.applied_ts, begins_at = excluded.begins_at, \
-                 snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot"
-            ),
+            &numbered(&progress_upsert(table, true)),
             &[&SCHEMA_VERSION, &applied, &ts, &begins, &(index as i64), &bytes],
         )?,
-        None => transaction.execute(
-            &format!(
-                "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at) \
-                 VALUES (1, $1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
-                 applied_ts = excluded.applied_ts, begins_at = excluded.begins_at"
-            ),
-            &[&SCHEMA_VERSION, &applied, &ts, &begins],
-        )?,
+        None => transaction
+            .execute(&numbered(&progress_upsert(table, false)), &[&SCHEMA_VERSION, &applied, &ts, &begins])?,
     };
     Ok(())
 }

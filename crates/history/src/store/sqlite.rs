@@ -41,7 +41,9 @@ use rusqlite::{Connection, OptionalExtension, ToSql, TransactionBehavior};
 
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::Rows;
-use crate::schema::{create_statements_of, in_second, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES};
+use crate::schema::{
+    create_statements_of, in_second, progress_upsert, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES,
+};
 
 /// Page size of a new file: 16 KiB pages keep the B-trees a level shallower and split
 /// a quarter as often as 4 KiB ones; the sink writes about a fifth more rows per CPU
@@ -441,20 +443,14 @@ fn progress_write(
     let (applied, ts, begins) = (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
     match snapshot {
         Some((index, bytes)) => transaction
-            .prepare_cached(&format!(
-            "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at, snapshot_index, snapshot) \
-             VALUES (1, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
-             applied_ts = excluded.applied_ts, begins_at = excluded.begins_at, \
-             snapshot_index = excluded.snapshot_index, snapshot = excluded.snapshot"
-        ))?
+            .prepare_cached(&progress_upsert(table, true))?
             .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins, index as i64, bytes])?,
-        None => transaction
-            .prepare_cached(&format!(
-                "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at) \
-             VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
-             applied_ts = excluded.applied_ts, begins_at = excluded.begins_at"
-            ))?
-            .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins])?,
+        None => transaction.prepare_cached(&progress_upsert(table, false))?.execute(rusqlite::params![
+            SCHEMA_VERSION,
+            applied,
+            ts,
+            begins
+        ])?,
     };
     Ok(())
 }
