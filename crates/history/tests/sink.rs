@@ -433,68 +433,106 @@ fn moves_that_rest_at_once(url: &str) {
     assert_eq!((view.px_resting, view.qty_visible), (Some(Px(1_010)), Qty(10)), "the iceberg shows a whole slice");
 }
 
-/// A row whose key is in the store already (which only a bug could send: rows above the
-/// progress are new) fails its whole batch, also in the middle of a many-row INSERT: no
-/// row of the batch is kept and the progress does not move.
+/// Rows of entries `from..=to`: an order event (first part) and a balance movement
+/// (second part) each.
+fn entry_rows(from: i64, to: i64) -> bourse_history::rows::Rows {
+    use bourse_history::rows::{BalanceRow, OrderEventRow, RowKey, Rows};
+    let key = |log_index: i64, pos: i64| RowKey { log_index, pos, ts: log_index * 1_000 };
+    let mut rows = Rows::default();
+    for log_index in from..=to {
+        rows.order_events.push(OrderEventRow {
+            key: key(log_index, 0),
+            order_id: log_index % 5,
+            event: "rested",
+            px: Some(100),
+            qty: Some(log_index),
+            qty_remaining: None,
+            reason: None,
+        });
+        rows.balances.push(BalanceRow {
+            key: key(log_index, 1),
+            account: log_index % 3,
+            asset: 1,
+            delta_available: -1,
+            delta_reserved: 1,
+            available: 1_000 - log_index,
+            reserved: log_index,
+            cause: "accepted",
+            order_id: Some(log_index % 5),
+        });
+    }
+    rows
+}
+
+fn progress_at(applied_index: u64, begins_at: u64) -> bourse_history::Progress {
+    bourse_history::Progress { applied_index, applied_ts: applied_index * 1_000, begins_at }
+}
+
+/// The log indexes of a table's rows, in order.
+fn indexes(store: &mut Store, table: &str) -> Vec<i64> {
+    let sql = format!("SELECT log_index FROM {table} ORDER BY log_index, pos");
+    store.query(&sql, &[]).unwrap().iter().map(|r| int(&r[0])).collect()
+}
+
 /// The second writer's part (`balance_movements`) commits before the first's: when the
 /// first part fails (here on a duplicate key; in life, a crash between the commits),
 /// the second is a batch ahead. The sink resumes after the first part's progress and
 /// writes the batch again: the second part skips what it has, every row is there once.
 fn a_second_part_ahead_skips_what_it_has(url: &str) {
-    use bourse_history::rows::{BalanceRow, OrderEventRow, RowKey, Rows};
-    use bourse_history::Progress;
-    let key = |log_index: i64, pos: i64| RowKey { log_index, pos, ts: log_index * 1_000 };
-    let rows = |from: i64, to: i64| {
-        let mut rows = Rows::default();
-        for log_index in from..=to {
-            rows.order_events.push(OrderEventRow {
-                key: key(log_index, 0),
-                order_id: log_index % 5,
-                event: "rested",
-                px: Some(100),
-                qty: Some(log_index),
-                qty_remaining: None,
-                reason: None,
-            });
-            rows.balances.push(BalanceRow {
-                key: key(log_index, 1),
-                account: log_index % 3,
-                asset: 1,
-                delta_available: -1,
-                delta_reserved: 1,
-                available: 1_000 - log_index,
-                reserved: log_index,
-                cause: "accepted",
-                order_id: Some(log_index % 5),
-            });
-        }
-        rows
-    };
-    let progress = |applied_index: u64| Progress { applied_index, applied_ts: applied_index * 1_000, begins_at: 0 };
-    let keys = |store: &mut Store, table: &str| -> Vec<i64> {
-        let sql = format!("SELECT log_index FROM {table} ORDER BY log_index, pos");
-        store.query(&sql, &[]).unwrap().iter().map(|r| int(&r[0])).collect()
-    };
+    let progress = |applied_index| progress_at(applied_index, 0);
     let mut store = Store::open(url).unwrap();
     // A bug: the order event of entry 15 written with a progress of 10.
-    let mut first = rows(1, 10);
-    first.order_events.extend(rows(15, 15).order_events);
+    let mut first = entry_rows(1, 10);
+    first.order_events.extend(entry_rows(15, 15).order_events);
     store.write(&first, &progress(10), None).unwrap();
     // So the first part of the next batch fails on it; the second part commits.
-    assert!(store.write(&rows(11, 20), &progress(20), None).is_err());
+    assert!(store.write(&entry_rows(11, 20), &progress(20), None).is_err());
     assert_eq!(store.saved().unwrap().unwrap().progress, progress(10));
-    assert_eq!(keys(&mut store, "order_events"), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15]);
-    assert_eq!(keys(&mut store, "balance_movements"), (1..=20).collect::<Vec<_>>());
+    assert_eq!(indexes(&mut store, "order_events"), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15]);
+    assert_eq!(indexes(&mut store, "balance_movements"), (1..=20).collect::<Vec<_>>());
     // Resumed after 10 (without the row written already): the rows again, in other
     // batches, and further.
-    let mut later = rows(15, 25);
+    let mut later = entry_rows(15, 25);
     later.order_events.retain(|r| r.key.log_index != 15);
-    store.write_parts(&[rows(11, 14), later], &progress(25), None).unwrap();
+    store.write_parts(&[entry_rows(11, 14), later], &progress(25), None).unwrap();
     assert_eq!(store.saved().unwrap().unwrap().progress, progress(25));
-    assert_eq!(keys(&mut store, "order_events"), (1..=25).collect::<Vec<_>>());
-    assert_eq!(keys(&mut store, "balance_movements"), (1..=25).collect::<Vec<_>>());
+    assert_eq!(indexes(&mut store, "order_events"), (1..=25).collect::<Vec<_>>());
+    assert_eq!(indexes(&mut store, "balance_movements"), (1..=25).collect::<Vec<_>>());
 }
 
+/// The first write of a new history fails between the two commits (here on a row of the
+/// first part put there by hand; in life, a crash), so the second part has rows and the
+/// first none. The sink starts the history again, at an earlier snapshot this time (a
+/// member that kept an older one): the second part starts again with it, and has every
+/// row of the new start once — not the rows of the first try's start only, which would
+/// leave the entries between the two starts without their balance movements.
+fn a_second_part_beside_an_empty_first_starts_again(url: &str, other: &str) {
+    let mut store = Store::open(url).unwrap();
+    let stray = "INSERT INTO order_events (log_index, pos, ts, order_id, event, px, qty) \
+                 VALUES (8, 0, 8000, 3, 'rested', 100, 8)";
+    store.query(stray, &[]).unwrap();
+    // Begun after a snapshot at 4: entries 5..=10.
+    assert!(store.write(&entry_rows(5, 10), &progress_at(10, 5), None).is_err());
+    assert!(store.saved().unwrap().is_none(), "the first part has no progress");
+    assert_eq!(indexes(&mut store, "balance_movements"), (5..=10).collect::<Vec<_>>());
+    store.query("DELETE FROM order_events", &[]).unwrap();
+    // Begun again after a snapshot at 2: entries 3..=12.
+    store.write(&entry_rows(3, 12), &progress_at(12, 3), None).unwrap();
+    assert_eq!(store.saved().unwrap().unwrap().progress, progress_at(12, 3));
+    assert_eq!(indexes(&mut store, "order_events"), (3..=12).collect::<Vec<_>>());
+    assert_eq!(indexes(&mut store, "balance_movements"), (3..=12).collect::<Vec<_>>());
+    // And a start after a later snapshot keeps none of the earlier start's rows either.
+    let mut store = Store::open(other).unwrap();
+    store.query(stray, &[]).unwrap();
+    assert!(store.write(&entry_rows(1, 10), &progress_at(10, 1), None).is_err());
+    store.query("DELETE FROM order_events", &[]).unwrap();
+    store.write(&entry_rows(7, 12), &progress_at(12, 7), None).unwrap();
+    assert_eq!(indexes(&mut store, "balance_movements"), (7..=12).collect::<Vec<_>>());
+}
+
+/// A row whose key is in the store already (which only a bug could send: rows above the
+/// progress are new) fails its whole batch, also in the middle of a many-row INSERT: no
+/// row of the batch is kept and the progress does not move.
 fn a_duplicate_key_fails_the_batch(url: &str) {
     use bourse_history::rows::{OrderEventRow, RowKey, Rows};
     use bourse_history::Progress;
@@ -538,6 +576,15 @@ fn sqlite_a_duplicate_key_fails_the_batch() {
 fn sqlite_a_second_part_ahead_skips_what_it_has() {
     let dir = tempfile::tempdir().unwrap();
     a_second_part_ahead_skips_what_it_has(&sqlite_url(dir.path(), "h.sqlite"));
+}
+
+#[test]
+fn sqlite_a_second_part_beside_an_empty_first_starts_again() {
+    let dir = tempfile::tempdir().unwrap();
+    a_second_part_beside_an_empty_first_starts_again(
+        &sqlite_url(dir.path(), "h.sqlite"),
+        &sqlite_url(dir.path(), "other.sqlite"),
+    );
 }
 
 #[test]
@@ -596,6 +643,7 @@ fn postgres_all() {
     queries_answer(&server.database().unwrap());
     a_duplicate_key_fails_the_batch(&server.database().unwrap());
     a_second_part_ahead_skips_what_it_has(&server.database().unwrap());
+    a_second_part_beside_an_empty_first_starts_again(&server.database().unwrap(), &server.database().unwrap());
 }
 
 #[test]

@@ -349,21 +349,89 @@ pub(crate) fn each_row<'a>(
     Ok(())
 }
 
+/// The second writer's side of [`write_in_two`].
+pub(crate) struct SecondWriter {
+    locked: std::sync::mpsc::SyncSender<()>,
+    first_empty: std::sync::mpsc::Receiver<bool>,
+    /// This store's writers have moved the first part's progress before, and it never
+    /// goes back to nothing: no need to ask.
+    first_written: bool,
+}
+
+impl SecondWriter {
+    /// Says that the second part's lock is held: the first writer may take its own.
+    pub fn locked(&self) {
+        let _ = self.locked.send(());
+    }
+
+    /// Whether the first part has no progress row, as the first writer read it under its
+    /// lock (so no other writer is between its two commits). A second part with rows of
+    /// its own beside an empty first is what a write that failed between the two
+    /// commits of a new history leaves (a crash, say); the sink starts that history
+    /// again, perhaps at another snapshot, and the second part must start again with it
+    /// rather than keep rows that begin elsewhere.
+    pub fn first_is_empty(&self) -> Result<bool> {
+        if self.first_written {
+            return Ok(false);
+        }
+        self.first_empty
+            .recv()
+            .map_err(|_| StoreError::Invalid("the first writer failed before its progress read".into()))
+    }
+}
+
+/// The statements that empty the second part (its tables and its progress row), run by
+/// the second writer in its transaction when [`SecondWriter::first_is_empty`].
+pub(crate) fn second_part_reset() -> String {
+    tracing::warn!(
+        "the history's second part has rows beside an empty first part (a write failed between their commits): \
+         it starts again with the first"
+    );
+    let mut sql: String = crate::schema::SECOND_TABLES.iter().map(|table| format!("DELETE FROM {table}; ")).collect();
+    sql.push_str(&format!("DELETE FROM {}", crate::schema::SECOND_PROGRESS));
+    sql
+}
+
+/// The first writer's side of [`write_in_two`].
+pub(crate) struct FirstWriter<'a> {
+    first_empty: std::sync::mpsc::SyncSender<bool>,
+    join_second: &'a mut dyn FnMut() -> Result<()>,
+}
+
+impl FirstWriter<'_> {
+    /// Hands the second writer what the first read under its lock: whether its part has
+    /// no progress row.
+    pub fn read(&self, stored: Option<i64>) {
+        let _ = self.first_empty.send(stored.is_none());
+    }
+
+    /// Waits for the second writer, which commits first.
+    pub fn join_second(&mut self) -> Result<()> {
+        (self.join_second)()
+    }
+}
+
 /// The two writers of one batch (schema 7): `second` runs on a thread of its own and
-/// sends on its channel once it holds its lock; `first` then runs here, and calls the
-/// function it is given to wait for the second writer (which commits first) before it
-/// commits. Both backends keep this order, so two writers of one history take their
-/// locks in turn and the second part is never behind the first.
-pub(crate) fn write_in_two<S, F>(second: S, first: F) -> Result<()>
+/// says when it holds its lock; `first` then takes its own, hands over what it read,
+/// and waits for the second writer (which commits first) before it commits. Both
+/// backends keep this order, so two writers of one history take their locks in turn and
+/// the second part is never behind the first. `first_written` is the store's record
+/// that a write of its went through (and so the first part has a progress row); it is
+/// set when this one does.
+pub(crate) fn write_in_two<S, F>(first_written: &mut bool, second: S, first: F) -> Result<()>
 where
-    S: FnOnce(std::sync::mpsc::SyncSender<()>) -> Result<()> + Send,
-    F: FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<()>,
+    S: FnOnce(SecondWriter) -> Result<()> + Send,
+    F: FnOnce(FirstWriter<'_>) -> Result<()>,
 {
+    let written = *first_written;
     std::thread::scope(|scope| {
         let (locked, is_locked) = std::sync::mpsc::sync_channel::<()>(1);
+        let (first_empty, first_empty_read) = std::sync::mpsc::sync_channel::<bool>(1);
         let handle = std::thread::Builder::new()
             .name("history-writer2".into())
-            .spawn_scoped(scope, move || second(locked))
+            .spawn_scoped(scope, move || {
+                second(SecondWriter { locked, first_empty: first_empty_read, first_written: written })
+            })
             .map_err(|e| StoreError::Invalid(format!("second writer thread: {e}")))?;
         let mut handle = Some(handle);
         let mut join_second = || match handle.take() {
@@ -375,9 +443,12 @@ where
         if is_locked.recv().is_err() {
             return join_second(); // it failed before it had the lock
         }
-        first(&mut join_second)?;
+        // On an error the sender drops, and a second writer waiting on it gives up.
+        first(FirstWriter { first_empty, join_second: &mut join_second })?;
         join_second()
-    })
+    })?;
+    *first_written = true;
+    Ok(())
 }
 
 /// The columns of a table (key first) and whether each is text.

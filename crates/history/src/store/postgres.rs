@@ -25,6 +25,8 @@ pub struct Postgres {
     url: String,
     /// The second writer's connection, opened by the first write (readers never open it).
     second: Option<Client>,
+    /// A write went through: the first part has a progress row (`store::write_in_two`).
+    first_written: bool,
 }
 
 /// What starts a binary COPY stream: the signature, no flags, no header extension.
@@ -67,7 +69,7 @@ impl Postgres {
         for statement in create_statements(Dialect::Postgres) {
             client.batch_execute(&statement)?;
         }
-        let mut postgres = Postgres { client, url: url.to_string(), second: None };
+        let mut postgres = Postgres { client, url: url.to_string(), second: None, first_written: false };
         let version = postgres.query("SELECT schema_version FROM history_progress WHERE id = 1", &[])?;
         if let Some(version) = version.first().and_then(|r| r[0].int()) {
             if version != SCHEMA_VERSION {
@@ -216,21 +218,27 @@ impl Backend for Postgres {
         }
         let (first, second) = (&mut self.client, self.second.as_mut().expect("connected above"));
         super::write_in_two(
-            move |locked| {
+            &mut self.first_written,
+            move |side| {
                 let mut transaction = second.transaction()?;
-                let stored = lock_progress(&mut transaction, SECOND_PROGRESS)?;
-                let _ = locked.send(());
+                let mut stored = lock_progress(&mut transaction, SECOND_PROGRESS)?;
+                side.locked();
+                if stored.is_some() && side.first_is_empty()? {
+                    transaction.batch_execute(&super::second_part_reset())?;
+                    stored = None;
+                }
                 if copy_rows(&mut transaction, parts, progress, stored, in_second)? {
                     progress_write(&mut transaction, SECOND_PROGRESS, progress, None)?;
                     transaction.commit()?;
                 }
                 Ok(())
             },
-            |join_second| {
+            |mut side| {
                 let mut transaction = first.transaction()?;
                 let stored = lock_progress(&mut transaction, "history_progress")?;
+                side.read(stored);
                 let write = copy_rows(&mut transaction, parts, progress, stored, |table| !in_second(table))?;
-                join_second()?;
+                side.join_second()?;
                 if write {
                     progress_write(&mut transaction, "history_progress", progress, snapshot)?;
                     transaction.commit()?;

@@ -96,6 +96,8 @@ pub struct Sqlite {
 struct Writers {
     first: Connection,
     second: Connection,
+    /// A write went through: the first part has a progress row (`store::write_in_two`).
+    first_written: bool,
     _checkpointer: Checkpointer,
 }
 
@@ -115,6 +117,7 @@ impl Writers {
         Ok(Writers {
             first: open(first, "NORMAL")?,
             second: open(second, "FULL")?,
+            first_written: false,
             _checkpointer: Checkpointer::start(&[first, second])?,
         })
     }
@@ -300,21 +303,29 @@ impl Backend for Sqlite {
         if self.writers.is_none() {
             self.writers = Some(Writers::open(&self.path, &self.second_path)?);
         }
-        let Writers { first, second, .. } = self.writers.as_mut().expect("opened above");
+        let Writers { first, second, first_written, .. } = self.writers.as_mut().expect("opened above");
         super::write_in_two(
-            move |locked| {
+            first_written,
+            move |side| {
                 let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let _ = locked.send(());
-                if insert_rows(&transaction, parts, progress, SECOND_PROGRESS, in_second)? {
+                side.locked();
+                let mut stored = stored_progress(&transaction, SECOND_PROGRESS)?;
+                if stored.is_some() && side.first_is_empty()? {
+                    transaction.execute_batch(&super::second_part_reset())?;
+                    stored = None;
+                }
+                if insert_rows(&transaction, parts, progress, stored, in_second)? {
                     progress_write(&transaction, SECOND_PROGRESS, progress, None)?;
                     transaction.commit()?;
                 }
                 Ok(())
             },
-            |join_second| {
+            |mut side| {
                 let transaction = first.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let write = insert_rows(&transaction, parts, progress, "history_progress", |table| !in_second(table))?;
-                join_second()?;
+                let stored = stored_progress(&transaction, "history_progress")?;
+                side.read(stored);
+                let write = insert_rows(&transaction, parts, progress, stored, |table| !in_second(table))?;
+                side.join_second()?;
                 if write {
                     progress_write(&transaction, "history_progress", progress, snapshot)?;
                     transaction.commit()?;
@@ -360,21 +371,24 @@ impl Backend for Sqlite {
     }
 }
 
-/// In `transaction` (begun `IMMEDIATE`, so the progress read here is the one it moves
-/// on): reads the progress in `progress_table` and, unless that is at or past `progress`
-/// already, inserts the rows of the `tables` above it; false when there was nothing to
-/// write.
+/// The applied index of a progress row, read in the writer's transaction (begun
+/// `IMMEDIATE`, so the progress read is the one it moves on).
+fn stored_progress(transaction: &rusqlite::Transaction<'_>, progress_table: &str) -> Result<Option<i64>> {
+    Ok(transaction
+        .prepare_cached(&format!("SELECT applied_index FROM {progress_table} WHERE id = 1"))?
+        .query_row([], |row| row.get::<_, i64>(0))
+        .optional()?)
+}
+
+/// Unless `stored` is at or past `progress` already, inserts the rows of the `tables`
+/// above it; false when there was nothing to write.
 fn insert_rows(
     transaction: &rusqlite::Transaction<'_>,
     parts: &[Rows],
     progress: &Progress,
-    progress_table: &str,
+    stored: Option<i64>,
     tables: impl Fn(&str) -> bool,
 ) -> Result<bool> {
-    let stored = transaction
-        .prepare_cached(&format!("SELECT applied_index FROM {progress_table} WHERE id = 1"))?
-        .query_row([], |row| row.get::<_, i64>(0))
-        .optional()?;
     if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
         return Ok(false); // written already
     }
@@ -515,7 +529,8 @@ mod tests {
         // The second file's half of the next write, alone (the first never commits).
         let mut second = Connection::open(second_path(&path)).unwrap();
         let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
-        assert!(insert_rows(&transaction, &[rows(11, 20)], &progress(20), SECOND_PROGRESS, in_second).unwrap());
+        let stored = stored_progress(&transaction, SECOND_PROGRESS).unwrap();
+        assert!(insert_rows(&transaction, &[rows(11, 20)], &progress(20), stored, in_second).unwrap());
         progress_write(&transaction, SECOND_PROGRESS, &progress(20), None).unwrap();
         transaction.commit().unwrap();
         drop(sqlite);
