@@ -4,14 +4,18 @@
 # rate it reached, then the node's own fdatasync figures from /metrics.
 # Usage: scripts/bench-node.sh [CONNECTIONS] [SECONDS]
 # The node runs without its history sink (figures comparable with earlier ones);
-# BOURSE_HISTORY=sqlite:/dev/shm/h.sqlite (or postgres://…) measures it with one.
+# BOURSE_HISTORY=sqlite measures it with one, in the fresh data directory (serve's
+# default); BOURSE_HISTORY=postgres://… writes into that database, which must be empty
+# (a history ahead of the fresh node's log is refused).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 connections=${1:-32}
 seconds=${2:-10}
 bourse=./target/release/bourse
 data=$(mktemp -d -t bourse-bench-node-XXXXXX)
-"$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 --history "${BOURSE_HISTORY:-none}" 2>"$data.log" &
+history=(--history "${BOURSE_HISTORY:-none}")
+[ "${BOURSE_HISTORY:-}" = sqlite ] && history=()
+"$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 "${history[@]}" 2>"$data.log" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data" "$data.log"' EXIT
 for _ in $(seq 1 100); do "$bourse" markets --node 127.0.0.1:7410 >/dev/null 2>&1 && break; sleep 0.1; done
