@@ -118,12 +118,14 @@ const KINDS: [&str; 5] = ["userCommand", "quoteServer", "accountTransaction", "s
 /// order, numbered consecutively).
 ///
 /// Encoding, per record: the kind's code (a byte, its index in `KINDS`), two bytes of
-/// flags (bits 0–9: which of the optional fields in [`COLUMNS`] order are present; bit
+/// flags (bits 0–9: which of the ten optional fields are present, in a record's value
+/// order: command, username, stockSymbol, filename, funds, price, quoteServerTime,
+/// cryptokey, action, errorMessage; bit
 /// 10: the username is the row's `username`, so it is not repeated; bit 11: the stamp,
 /// bit 12: the transactionNum, are the previous record's), the stamp and
 /// transactionNum unless flagged (zigzag varints), then each present field in
-/// [`COLUMNS`] order: a command name, an action and an error text as a byte (its index
-/// among the day-trading commands, [`ACTIONS`] and the day-trading errors; 255 and the
+/// that order: a command name, an action and an error text as a byte (its index
+/// among the day-trading commands, `ACTIONS` and the day-trading errors; 255 and the
 /// text for anything else), other text as a varint length and its UTF-8 bytes, numbers
 /// as zigzag varints. One row per entry, and nothing repeated that the row or the
 /// record before says already: the sink writes the fewest bytes it can.
@@ -239,8 +241,8 @@ fn code(out: &mut Vec<u8>, table: &[&str], text: &str) {
     }
 }
 
-/// Reads an entry's records back, each as the values of [`COLUMNS`] (what [`write_row`]
-/// takes).
+/// Reads an entry's records back, each as its values (kind, stamp, transactionNum, then
+/// the ten optional fields: what [`write_row`] takes).
 struct Decoder<'a> {
     input: &'a [u8],
     /// The row's `username`, for records flagged [`USERNAME_OF_ROW`].
@@ -295,7 +297,7 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    /// The next record's values in [`COLUMNS`] order, or `None` at the end.
+    /// The next record's values in [`write_row`]'s order, or `None` at the end.
     fn record(&mut self) -> Result<Option<Vec<Value>>, StoreError> {
         if self.input.is_empty() {
             return Ok(None);

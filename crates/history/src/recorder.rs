@@ -14,7 +14,7 @@
 //! same on every run.
 //!
 //! Day-trading audit records (`Event::DayTrading`) become rows of `dt_audit` (one arm in
-//! [`Recorder::record_event`]; the row itself is built in `audit.rs`), numbered in the
+//! `Recorder::record_event`; the row itself is built in `audit.rs`), numbered in the
 //! ledger's audit sequence: the recorder learns the number of a command's first record
 //! from the ledger after applying it.
 

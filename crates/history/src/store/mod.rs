@@ -15,7 +15,7 @@
 //! turn a bug into a failed batch rather than a duplicate. The second part locks and
 //! commits first, so its progress is never behind the first's, which is where a sink
 //! resumes (with the snapshot): what the second has already, it skips (unless the
-//! first part is empty: then the second starts again with it, [`SecondWriter`]). SQLite keeps
+//! first part is empty: then the second starts again with it: `SecondWriter`). SQLite keeps
 //! the second part in a second file and inserts 64 rows per cached `INSERT OR FAIL …
 //! VALUES (…), …` (WAL mode, `synchronous=NORMAL`, 16 KiB pages); PostgreSQL streams
 //! each table's rows with `COPY … FROM STDIN (FORMAT binary)` over two connections.
