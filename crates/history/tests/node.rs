@@ -245,7 +245,7 @@ async fn single_node_restart_and_rebuild() {
 }
 
 fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    SocketAddr::from(([127, 0, 0, 1], bourse_node::ports::free_local_port().unwrap()))
 }
 
 async fn start_member(data: &Path, id: u64, api: SocketAddr, raft: SocketAddr, bootstrap: &[String]) -> Node {

@@ -17,6 +17,7 @@ mod log;
 pub mod metrics;
 mod node;
 mod outbox;
+pub mod ports;
 mod query;
 mod replica;
 mod service;

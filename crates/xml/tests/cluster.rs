@@ -18,7 +18,7 @@ use bourse_xml::{Exchange, ExchangeConfig, Framing, NoHistory, XmlConfig, XmlSer
 use support::{opened_id, Framed};
 
 fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    SocketAddr::from(([127, 0, 0, 1], bourse_node::ports::free_local_port().unwrap()))
 }
 
 async fn role(api: SocketAddr) -> Option<String> {

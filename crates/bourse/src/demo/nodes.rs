@@ -35,10 +35,10 @@ pub struct Nodes {
     restart_after: Duration,
 }
 
-/// A free TCP port on loopback (bound then released; the node binds it a moment later).
+/// A free TCP port on loopback (bound then released; the node binds it a moment later),
+/// below the ephemeral range and not handed out before (`bourse_node::ports`).
 pub fn free_port() -> Result<u16, String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+    bourse_node::ports::free_local_port().map_err(|e| format!("no free port: {e}"))
 }
 
 impl Nodes {

@@ -74,22 +74,9 @@ pub fn timing_args() -> Vec<String> {
     ["--heartbeat-ms", "40", "--election-min-ms", "200", "--election-max-ms", "400"].map(String::from).to_vec()
 }
 
-/// A port free now, below the kernel's ephemeral range (32768 and up on Linux): a port
-/// from that range, once released, can be taken by any outgoing connection (the nodes
-/// dial each other all the time) before the node meant to listen on it starts. Each
-/// test process starts at its own offset so concurrent runs rarely probe the same ports.
+/// A port free now, below the kernel's ephemeral range (`bourse_node::ports`).
 fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    const FIRST: u32 = 20_000;
-    const SPAN: u32 = 12_000;
-    let offset = (std::process::id() % 600) * 20;
-    loop {
-        let port = FIRST + (offset + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
-        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
-            return port as u16;
-        }
-    }
+    bourse_node::ports::free_local_port().expect("a free loopback port")
 }
 
 /// A `bourse node` child with its stderr collected (the tail) in the background.
