@@ -381,8 +381,9 @@ impl SecondWriter {
     }
 }
 
-/// The statements that empty the second part (its tables and its progress row), run by
-/// the second writer in its transaction when [`SecondWriter::first_is_empty`].
+/// Says (a warning in the log) that the second part starts again, and returns the
+/// statements that empty it (its tables and its progress row), which the second writer
+/// runs in its transaction when [`SecondWriter::first_is_empty`].
 pub(crate) fn second_part_reset() -> String {
     tracing::warn!(
         "the history's second part has rows beside an empty first part (a write failed between their commits): \
