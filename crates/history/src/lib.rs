@@ -13,7 +13,7 @@
 //! - [`store`]: the two backends, one [`schema`]; [`query`]: the queries, one SQL text
 //!   each for both.
 //! - [`testing`]: a throwaway PostgreSQL server (initdb into a temporary directory, a
-//!   free port) for tests and benchmarks.
+//!   free port) for tests and benchmarks, and made-up rows for the stores' tests.
 
 pub mod audit;
 pub mod files;

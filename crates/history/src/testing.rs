@@ -6,6 +6,8 @@
 //! `/usr/lib/postgresql/<version>/bin` (Debian's `postgresql` package;
 //! `scripts/deps/postgres.sh` installs it). PostgreSQL refuses to run as root, so under
 //! root the server runs as the `postgres` user the package creates.
+//!
+//! Also [`entry_rows`], rows of made-up entries for the stores' own tests.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -182,4 +184,35 @@ impl Drop for TempPostgres {
         }
         let _ = self.child.wait();
     }
+}
+
+/// Rows of entries `from..=to`, made up for the stores' tests: an order event (the
+/// first part) and a balance movement (the second part, `schema::SECOND_TABLES`) each.
+pub fn entry_rows(from: i64, to: i64) -> crate::rows::Rows {
+    use crate::rows::{BalanceRow, OrderEventRow, RowKey, Rows};
+    let mut rows = Rows::default();
+    for log_index in from..=to {
+        let key = |pos| RowKey { log_index, pos, ts: log_index * 1_000 };
+        rows.order_events.push(OrderEventRow {
+            key: key(0),
+            order_id: log_index % 5,
+            event: "rested",
+            px: Some(100),
+            qty: Some(log_index),
+            qty_remaining: None,
+            reason: None,
+        });
+        rows.balances.push(BalanceRow {
+            key: key(1),
+            account: log_index % 3,
+            asset: 1,
+            delta_available: -1,
+            delta_reserved: 1,
+            available: 1_000 - log_index,
+            reserved: log_index,
+            cause: "accepted",
+            order_id: Some(log_index % 5),
+        });
+    }
+    rows
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use bourse_engine::command::CommandBody;
 use bourse_engine::{Event, OrderId, OrderStatus};
 use bourse_history::store::Value;
-use bourse_history::testing::TempPostgres;
+use bourse_history::testing::{entry_rows, TempPostgres};
 use bourse_history::{query, LogEntry, Store};
 use support::{dump, run_sink, scripted_workload, sink_all, small_config, sqlite_url, workload, Workload};
 
@@ -431,37 +431,6 @@ fn moves_that_rest_at_once(url: &str) {
     }
     let view = w.engine.order(iceberg).unwrap();
     assert_eq!((view.px_resting, view.qty_visible), (Some(Px(1_010)), Qty(10)), "the iceberg shows a whole slice");
-}
-
-/// Rows of entries `from..=to`: an order event (first part) and a balance movement
-/// (second part) each.
-fn entry_rows(from: i64, to: i64) -> bourse_history::rows::Rows {
-    use bourse_history::rows::{BalanceRow, OrderEventRow, RowKey, Rows};
-    let key = |log_index: i64, pos: i64| RowKey { log_index, pos, ts: log_index * 1_000 };
-    let mut rows = Rows::default();
-    for log_index in from..=to {
-        rows.order_events.push(OrderEventRow {
-            key: key(log_index, 0),
-            order_id: log_index % 5,
-            event: "rested",
-            px: Some(100),
-            qty: Some(log_index),
-            qty_remaining: None,
-            reason: None,
-        });
-        rows.balances.push(BalanceRow {
-            key: key(log_index, 1),
-            account: log_index % 3,
-            asset: 1,
-            delta_available: -1,
-            delta_reserved: 1,
-            available: 1_000 - log_index,
-            reserved: log_index,
-            cause: "accepted",
-            order_id: Some(log_index % 5),
-        });
-    }
-    rows
 }
 
 fn progress_at(applied_index: u64, begins_at: u64) -> bourse_history::Progress {

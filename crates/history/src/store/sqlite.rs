@@ -472,36 +472,8 @@ fn progress_write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rows::{BalanceRow, OrderEventRow, RowKey};
 
-    /// One order event and one balance movement per entry `from..=to`.
-    fn rows(from: i64, to: i64) -> Rows {
-        let mut rows = Rows::default();
-        for log_index in from..=to {
-            let key = |pos| RowKey { log_index, pos, ts: log_index * 1_000 };
-            rows.order_events.push(OrderEventRow {
-                key: key(0),
-                order_id: log_index % 3,
-                event: "rested",
-                px: Some(100),
-                qty: Some(log_index),
-                qty_remaining: None,
-                reason: None,
-            });
-            rows.balances.push(BalanceRow {
-                key: key(1),
-                account: log_index % 2,
-                asset: 1,
-                delta_available: -1,
-                delta_reserved: 1,
-                available: 1_000 - log_index,
-                reserved: log_index,
-                cause: "accepted",
-                order_id: Some(log_index % 3),
-            });
-        }
-        rows
-    }
+    use crate::testing::entry_rows as rows;
 
     fn progress(applied_index: u64) -> Progress {
         Progress { applied_index, applied_ts: applied_index * 1_000, begins_at: 0 }
