@@ -12,7 +12,7 @@
 //!
 //! `history_progress` has one row: the last log index applied, written in the same
 //! transaction as the rows of the entries up to it, so a restart resumes exactly after
-//! it; `begins_at` is the first index whose rows are here (0 or 1: the whole log);
+//! it (`history_progress_parts` has the same of each part after the first: [`Part`]); `begins_at` is the first index whose rows are here (0 or 1: the whole log);
 //! `snapshot`/`snapshot_index` is the sink's engine at some index at or below the
 //! progress, to restart without replaying the whole log.
 //!
@@ -41,7 +41,10 @@ pub enum Dialect {
 /// byte each (`audit::audit_entry`).
 /// Version 7: `balance_movements` is written by a second writer with its own progress
 /// row (`history_progress_balances`); SQLite keeps them in a second file.
-pub const SCHEMA_VERSION: i64 = 7;
+/// Version 8: PostgreSQL's batches are written by four writers (`order_events` and
+/// `balance_movements` shared out by order id and account: [`Part`]), the progress of
+/// every part after the first a row of `history_progress_parts`.
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The row tables and their columns after the key, in insert order.
 pub const TABLES: &[(&str, &str)] = &[
@@ -81,21 +84,93 @@ pub const TABLES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The part of the history a second writer writes, in parallel with the first (every
-/// other table), in its own transaction with its own progress row ([`SECOND_PROGRESS`]):
-/// one writer was the sink's bottleneck, and `balance_movements` is about half of the
-/// writing of the ec2020 mix. SQLite keeps this part in a second file; PostgreSQL in the
-/// same database, written over a second connection. The second writer locks and
-/// commits first, so its progress is never behind the first's (`store/mod.rs`).
-pub const SECOND_TABLES: &[&str] = &["balance_movements"];
+/// How many writers write a batch, in parallel, each its part of the rows in a
+/// transaction of its own with its own progress row (`store::write_in_parts`). One
+/// writer was the sink's bottleneck. SQLite: two, a file each (`balance_movements`
+/// in the second, about half of the writing of the ec2020 mix). PostgreSQL: four
+/// connections, whose server processes can run on four cores: the first writes the
+/// small tables (`orders`, `executions` and the rest), the other three a share each of
+/// the two big ones, `order_events` by order id and `balance_movements` by account.
+/// With one connection per table the busiest server process needed 2.0 CPU seconds
+/// per million entries of the ec2020 mix, a ceiling of ~500,000 entries a second
+/// however many cores the server has (docs/BENCHMARKS.md). Which rows are whose is
+/// part of a history's layout: changing it is a new [`SCHEMA_VERSION`].
+pub fn writers(dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Sqlite => 2,
+        Dialect::Postgres => 4,
+    }
+}
 
-/// The progress of the second part: `history_progress`'s columns, one row, the
-/// snapshot columns unused.
-pub const SECOND_PROGRESS: &str = "history_progress_balances";
+/// Order ids share out to PostgreSQL's writers in runs of this many, so one writer's
+/// rows of `order_events` are whole ranges of the key, not every other leaf's rows.
+const ORDER_ID_RUN: i64 = 256;
 
-/// Whether a table (or a progress table) is the second part's.
+/// The progress of the parts after the first: `history_progress`'s columns, a row per
+/// part (its `id` the part's number, from 1), the snapshot columns unused. SQLite's
+/// second file has this table with the one row of its part.
+pub const PARTS_PROGRESS: &str = "history_progress_parts";
+
+/// One writer's part of a batch: part 0, the first, writes with `history_progress`
+/// (and the snapshot), and commits last; part k ≥ 1 with row k of
+/// [`PARTS_PROGRESS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub dialect: Dialect,
+    pub index: usize,
+}
+
+impl Part {
+    /// The part a row of `table` is in, given its share key: the order id of an
+    /// `order_events` row, the account of a `balance_movements` row (anything for the
+    /// other tables).
+    pub fn of(dialect: Dialect, table: &str, key: i64) -> usize {
+        match (dialect, table) {
+            (Dialect::Sqlite, "balance_movements") => 1,
+            (Dialect::Postgres, "order_events") => 1 + ((key / ORDER_ID_RUN).unsigned_abs() % 3) as usize,
+            (Dialect::Postgres, "balance_movements") => 1 + (key.unsigned_abs() % 3) as usize,
+            _ => 0,
+        }
+    }
+
+    /// Whether some rows of `table` may be this part's.
+    pub fn has(self, table: &str) -> bool {
+        match (self.dialect, table) {
+            (Dialect::Postgres, "order_events" | "balance_movements") => self.index != 0,
+            _ => Part::of(self.dialect, table, 0) == self.index,
+        }
+    }
+
+    /// Whether the row of `table` with share key `key` is this part's.
+    pub fn owns(self, table: &str, key: i64) -> bool {
+        Part::of(self.dialect, table, key) == self.index
+    }
+
+    /// An SQL condition that holds for exactly this part's rows of a `table` it
+    /// [`has`](Part::has) (the same arithmetic as [`Part::of`]: both dialects divide
+    /// integers towards zero).
+    pub fn condition(self, table: &str) -> String {
+        match (self.dialect, table) {
+            (Dialect::Postgres, "order_events") => {
+                format!("abs(order_id / {ORDER_ID_RUN}) % 3 = {}", self.index as i64 - 1)
+            }
+            (Dialect::Postgres, "balance_movements") => format!("abs(account) % 3 = {}", self.index as i64 - 1),
+            _ => "1 = 1".to_string(),
+        }
+    }
+
+    /// The progress table of this part and its row's id.
+    pub fn progress(self) -> (&'static str, i64) {
+        match self.index {
+            0 => ("history_progress", 1),
+            k => (PARTS_PROGRESS, k as i64),
+        }
+    }
+}
+
+/// Whether a table (or a progress table) is in SQLite's second file.
 pub fn in_second(table: &str) -> bool {
-    table == SECOND_PROGRESS || SECOND_TABLES.contains(&table)
+    table == PARTS_PROGRESS || Part { dialect: Dialect::Sqlite, index: 1 }.has(table)
 }
 
 /// Each table's primary key: the path its queries read it by, ending in the row key
@@ -135,7 +210,7 @@ pub fn create_statements_of(dialect: Dialect, keep: impl Fn(&str) -> bool) -> Ve
         Dialect::Sqlite => ("BLOB", " WITHOUT ROWID"),
         Dialect::Postgres => ("BYTEA", ""),
     };
-    let mut statements: Vec<String> = ["history_progress", SECOND_PROGRESS]
+    let mut statements: Vec<String> = ["history_progress", PARTS_PROGRESS]
         .into_iter()
         .filter(|table| keep(table))
         .map(|table| {
@@ -158,10 +233,11 @@ pub fn create_statements_of(dialect: Dialect, keep: impl Fn(&str) -> bool) -> Ve
     statements
 }
 
-/// The statement that moves a progress table's one row (inserting it the first time):
-/// `?` parameters schema version, applied index, applied ts, begins at, and with the
+/// The statement that moves a part's progress row (inserting it the first time): `?`
+/// parameters schema version, applied index, applied ts, begins at, and with the
 /// snapshot its index and bytes.
-pub fn progress_upsert(table: &str, with_snapshot: bool) -> String {
+pub fn progress_upsert(part: Part, with_snapshot: bool) -> String {
+    let (table, id) = part.progress();
     let (snapshot_columns, snapshot_values, snapshot_set) = if with_snapshot {
         (
             ", snapshot_index, snapshot",
@@ -173,7 +249,7 @@ pub fn progress_upsert(table: &str, with_snapshot: bool) -> String {
     };
     format!(
         "INSERT INTO {table} (id, schema_version, applied_index, applied_ts, begins_at{snapshot_columns}) \
-         VALUES (1, ?, ?, ?, ?{snapshot_values}) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
+         VALUES ({id}, ?, ?, ?, ?{snapshot_values}) ON CONFLICT (id) DO UPDATE SET applied_index = excluded.applied_index, \
          applied_ts = excluded.applied_ts, begins_at = excluded.begins_at{snapshot_set}"
     )
 }
@@ -181,4 +257,47 @@ pub fn progress_upsert(table: &str, with_snapshot: bool) -> String {
 /// Column names of a table after the key (`log_index, pos, ts`).
 pub fn column_names(columns: &str) -> Vec<&str> {
     columns.split(',').map(|c| c.split_whitespace().next().expect("a column has a name")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row is one part's, a part that has its table; and each part's SQL
+    /// condition (which empties a part) picks exactly the rows [`Part::of`] gives it,
+    /// evaluated by SQLite (PostgreSQL's integer division and remainder are the same,
+    /// truncating towards zero; its own reset is exercised in `tests/sink.rs`).
+    #[test]
+    fn every_row_is_in_one_part_and_its_condition_says_which() {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        let keys = [-100_000, -257, -256, -1, 0, 1, 255, 256, 511, 512, 767, 768, 1_000_003, i64::MAX];
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            let parts: Vec<Part> = (0..writers(dialect)).map(|index| Part { dialect, index }).collect();
+            for (table, column) in [("order_events", "order_id"), ("balance_movements", "account"), ("orders", "")] {
+                let mut used = vec![false; parts.len()];
+                for key in keys {
+                    let owners: Vec<&Part> = parts.iter().filter(|p| p.owns(table, key)).collect();
+                    assert_eq!(owners.len(), 1, "{dialect:?} {table} {key}");
+                    assert!(owners[0].has(table), "{dialect:?} {table} {key}");
+                    used[owners[0].index] = true;
+                    for part in parts.iter().filter(|p| p.has(table)) {
+                        let condition = part.condition(table);
+                        let sql = match column {
+                            "" => format!("SELECT {condition}"),
+                            column => format!("SELECT {}", condition.replace(column, &format!("({key})"))),
+                        };
+                        let holds: bool = db.query_row(&sql, [], |row| row.get(0)).unwrap();
+                        assert_eq!(holds, part.owns(table, key), "{dialect:?} {table} {key} {condition}");
+                    }
+                }
+                let expected = match (dialect, table) {
+                    (Dialect::Postgres, "order_events" | "balance_movements") => vec![false, true, true, true],
+                    (Dialect::Sqlite, "balance_movements") => vec![false, true],
+                    (Dialect::Sqlite, _) => vec![true, false],
+                    _ => vec![true, false, false, false],
+                };
+                assert_eq!(used, expected, "{dialect:?} {table}");
+            }
+        }
+    }
 }

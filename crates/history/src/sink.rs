@@ -440,7 +440,7 @@ fn write_loop(
             }
         }
         let saved = snapshot.as_ref().map(|(index, bytes)| (*index, bytes.as_slice()));
-        store.write_parts(&parts, &progress, saved)?;
+        store.write_batches(&parts, &progress, saved)?;
         status.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
         status.batches_written.fetch_add(1, Ordering::Relaxed);
         status.written_ts.store(progress.applied_ts, Ordering::Relaxed);

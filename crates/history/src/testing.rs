@@ -186,16 +186,38 @@ impl Drop for TempPostgres {
     }
 }
 
-/// Rows of entries `from..=to`, made up for the stores' tests: an order event (the
-/// first part) and a balance movement (the second part, `schema::SECOND_TABLES`) each.
+/// Rows of entries `from..=to`, made up for the stores' tests: an order (order id the
+/// log index; the first part in both backends), an order event (the first part in
+/// SQLite, and in PostgreSQL one of the other three by its order id) and a balance
+/// movement (SQLite's second part, and one of PostgreSQL's other three by its
+/// account) each (`schema::Part`).
 pub fn entry_rows(from: i64, to: i64) -> crate::rows::Rows {
-    use crate::rows::{BalanceRow, OrderEventRow, RowKey, Rows};
+    use crate::rows::{BalanceRow, OrderEventRow, OrderRow, RowKey, Rows};
     let mut rows = Rows::default();
     for log_index in from..=to {
         let key = |pos| RowKey { log_index, pos, ts: log_index * 1_000 };
+        rows.orders.push(OrderRow {
+            key: key(2),
+            order_id: log_index,
+            account: log_index % 3,
+            symbol: 1,
+            side: "buy",
+            kind: "limit",
+            px: Some(100),
+            trigger_px: None,
+            budget: None,
+            qty: log_index,
+            tif: "gtc",
+            post_only: false,
+            display_qty: None,
+            stp: "none",
+            client: 1,
+            seq: log_index,
+        });
         rows.order_events.push(OrderEventRow {
             key: key(0),
-            order_id: log_index % 5,
+            // Order ids in different runs of 256: PostgreSQL's three other parts.
+            order_id: (log_index % 5) * 256 + 1,
             event: "rested",
             px: Some(100),
             qty: Some(log_index),
@@ -211,7 +233,7 @@ pub fn entry_rows(from: i64, to: i64) -> crate::rows::Rows {
             available: 1_000 - log_index,
             reserved: log_index,
             cause: "accepted",
-            order_id: Some(log_index % 5),
+            order_id: Some((log_index % 5) * 256 + 1),
         });
     }
     rows

@@ -443,60 +443,66 @@ fn indexes(store: &mut Store, table: &str) -> Vec<i64> {
     store.query(&sql, &[]).unwrap().iter().map(|r| int(&r[0])).collect()
 }
 
-/// The second writer's part (`balance_movements`) commits before the first's: when the
-/// first part fails (here on a duplicate key; in life, a crash between the commits),
-/// the second is a batch ahead. The sink resumes after the first part's progress and
-/// writes the batch again: the second part skips what it has, every row is there once.
+/// The other writers' parts (`balance_movements`; in PostgreSQL `order_events` too:
+/// `schema::Part`) commit before the first's (`orders` and the rest): when the first
+/// part fails (here on a duplicate key; in life, a crash between the commits), the
+/// others are a batch ahead. The sink resumes after the first part's progress and
+/// writes the batch again: the others skip what they have, every row is there once.
 fn a_second_part_ahead_skips_what_it_has(url: &str) {
     let progress = |applied_index| progress_at(applied_index, 0);
     let mut store = Store::open(url).unwrap();
-    // A bug: the order event of entry 15 written with a progress of 10.
+    // A bug: the order of entry 15 written with a progress of 10.
     let mut first = entry_rows(1, 10);
-    first.order_events.extend(entry_rows(15, 15).order_events);
+    first.orders.extend(entry_rows(15, 15).orders);
     store.write(&first, &progress(10), None).unwrap();
-    // So the first part of the next batch fails on it; the second part commits.
+    // So the first part of the next batch fails on it; the others commit.
     assert!(store.write(&entry_rows(11, 20), &progress(20), None).is_err());
     assert_eq!(store.saved().unwrap().unwrap().progress, progress(10));
-    assert_eq!(indexes(&mut store, "order_events"), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15]);
+    assert_eq!(indexes(&mut store, "orders"), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15]);
     assert_eq!(indexes(&mut store, "balance_movements"), (1..=20).collect::<Vec<_>>());
     // Resumed after 10 (without the row written already): the rows again, in other
     // batches, and further.
     let mut later = entry_rows(15, 25);
-    later.order_events.retain(|r| r.key.log_index != 15);
-    store.write_parts(&[entry_rows(11, 14), later], &progress(25), None).unwrap();
+    later.orders.retain(|r| r.key.log_index != 15);
+    store.write_batches(&[entry_rows(11, 14), later], &progress(25), None).unwrap();
     assert_eq!(store.saved().unwrap().unwrap().progress, progress(25));
-    assert_eq!(indexes(&mut store, "order_events"), (1..=25).collect::<Vec<_>>());
-    assert_eq!(indexes(&mut store, "balance_movements"), (1..=25).collect::<Vec<_>>());
+    for table in ["orders", "order_events", "balance_movements"] {
+        assert_eq!(indexes(&mut store, table), (1..=25).collect::<Vec<_>>(), "{table}");
+    }
 }
 
-/// The first write of a new history fails between the two commits (here on a row of the
-/// first part put there by hand; in life, a crash), so the second part has rows and the
-/// first none. The sink starts the history again, at an earlier snapshot this time (a
-/// member that kept an older one): the second part starts again with it, and has every
-/// row of the new start once — not the rows of the first try's start only, which would
-/// leave the entries between the two starts without their balance movements.
+/// The first write of a new history fails between the commits (here on a row of the
+/// first part put there by hand; in life, a crash), so the other parts have rows and
+/// the first none. The sink starts the history again, at an earlier snapshot this time
+/// (a member that kept an older one): the other parts start again with it, and have
+/// every row of the new start once — not the rows of the first try's start only, which
+/// would leave the entries between the two starts without their balance movements.
 fn a_second_part_beside_an_empty_first_starts_again(url: &str, other: &str) {
+    let all = |store: &mut Store, from: i64, to: i64| {
+        for table in ["orders", "order_events", "balance_movements"] {
+            assert_eq!(indexes(store, table), (from..=to).collect::<Vec<_>>(), "{table}");
+        }
+    };
     let mut store = Store::open(url).unwrap();
-    let stray = "INSERT INTO order_events (log_index, pos, ts, order_id, event, px, qty) \
-                 VALUES (8, 0, 8000, 3, 'rested', 100, 8)";
+    let stray = "INSERT INTO orders (log_index, pos, ts, order_id, account, symbol, side, kind, qty, tif, \
+                 post_only, stp, client, seq) VALUES (8, 2, 8000, 8, 2, 1, 'buy', 'limit', 8, 'gtc', 0, 'none', 1, 8)";
     store.query(stray, &[]).unwrap();
     // Begun after a snapshot at 4: entries 5..=10.
     assert!(store.write(&entry_rows(5, 10), &progress_at(10, 5), None).is_err());
     assert!(store.saved().unwrap().is_none(), "the first part has no progress");
     assert_eq!(indexes(&mut store, "balance_movements"), (5..=10).collect::<Vec<_>>());
-    store.query("DELETE FROM order_events", &[]).unwrap();
+    store.query("DELETE FROM orders", &[]).unwrap();
     // Begun again after a snapshot at 2: entries 3..=12.
     store.write(&entry_rows(3, 12), &progress_at(12, 3), None).unwrap();
     assert_eq!(store.saved().unwrap().unwrap().progress, progress_at(12, 3));
-    assert_eq!(indexes(&mut store, "order_events"), (3..=12).collect::<Vec<_>>());
-    assert_eq!(indexes(&mut store, "balance_movements"), (3..=12).collect::<Vec<_>>());
+    all(&mut store, 3, 12);
     // And a start after a later snapshot keeps none of the earlier start's rows either.
     let mut store = Store::open(other).unwrap();
     store.query(stray, &[]).unwrap();
     assert!(store.write(&entry_rows(1, 10), &progress_at(10, 1), None).is_err());
-    store.query("DELETE FROM order_events", &[]).unwrap();
+    store.query("DELETE FROM orders", &[]).unwrap();
     store.write(&entry_rows(7, 12), &progress_at(12, 7), None).unwrap();
-    assert_eq!(indexes(&mut store, "balance_movements"), (7..=12).collect::<Vec<_>>());
+    all(&mut store, 7, 12);
 }
 
 /// A row whose key is in the store already (which only a bug could send: rows above the

@@ -126,6 +126,9 @@ struct Throughput {
     cpu_self: f64,
     /// CPU seconds the PostgreSQL server spent (its backend and helpers).
     cpu_server: f64,
+    /// CPU seconds of the server's busiest process: its backends run in parallel, so
+    /// this bounds the sink's rate on a server with cores to spare.
+    cpu_server_busiest: f64,
 }
 
 /// Clock ticks per second of /proc's CPU times (USER_HZ: 100 on Linux).
@@ -161,12 +164,49 @@ fn cpu_tree(pid: u32) -> f64 {
     total
 }
 
+/// The live children of a process and the CPU seconds each has spent.
+fn children_cpu(pid: u32) -> Vec<(u32, f64)> {
+    let Ok(processes) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut out = Vec::new();
+    for entry in processes.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(child) = name.parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else { continue };
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if parent == Some(pid) {
+            out.push((child, cpu_of(&name, false)));
+        }
+    }
+    out
+}
+
+/// Samples the CPU of each child of `pid` until `stop`, and returns the most any one
+/// spent while sampled (a backend that exits is counted up to its last sample).
+fn busiest_child(pid: u32, stop: &std::sync::atomic::AtomicBool) -> f64 {
+    let mut seen: std::collections::HashMap<u32, (f64, f64)> = std::collections::HashMap::new();
+    loop {
+        for (child, cpu) in children_cpu(pid) {
+            seen.entry(child).or_insert((cpu, cpu)).1 = cpu;
+        }
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    seen.values().map(|(first, last)| last - first).fold(0.0, f64::max)
+}
+
 fn throughput(backend: &'static str, url: &str, log: &[LogEntry], server: Option<u32>) -> Result<Throughput, String> {
     let opened = Opened::open(url).map_err(|e| e.to_string())?;
     let sink = Sink::start(opened, EngineConfig::default(), SinkConfig::default()).map_err(|e| e.to_string())?;
     let status = Arc::clone(&sink.status);
     let sender = sink.sender();
     let head = log.last().map_or(0, |e| e.index);
+    let stop_sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = server.map(|pid| {
+        let stop = Arc::clone(&stop_sampling);
+        std::thread::spawn(move || busiest_child(pid, &stop))
+    });
     let (cpu_self_started, cpu_server_started) = (cpu_of("self", false), server.map_or(0.0, cpu_tree));
     let started = Instant::now();
     for chunk in log.chunks(1_024) {
@@ -174,8 +214,12 @@ fn throughput(backend: &'static str, url: &str, log: &[LogEntry], server: Option
         sender.blocking_send(feed).map_err(|_| "the sink stopped".to_string())?;
     }
     drop(sender);
-    sink.finish().map_err(|e| e.to_string())?;
+    // The last write's commit is in the server's processes' CPU before the sink is done.
+    let finished = sink.finish().map_err(|e| e.to_string());
     let seconds = started.elapsed().as_secs_f64();
+    stop_sampling.store(true, Ordering::Relaxed);
+    let cpu_server_busiest = sampler.map_or(0.0, |s| s.join().unwrap_or(0.0));
+    finished?;
     let cpu_self = cpu_of("self", false) - cpu_self_started;
     let cpu_server = server.map_or(0.0, cpu_tree) - cpu_server_started;
     Ok(Throughput {
@@ -185,6 +229,7 @@ fn throughput(backend: &'static str, url: &str, log: &[LogEntry], server: Option
         seconds,
         cpu_self,
         cpu_server,
+        cpu_server_busiest,
     })
 }
 
@@ -325,6 +370,14 @@ pub fn run(args: &HistoryArgs) -> Result<(), String> {
             t.cpu_server,
             t.rows as f64 / (t.cpu_self + t.cpu_server).max(1e-9),
         ));
+        if server.is_some() {
+            progress(format!(
+                "{:<8} sink: the server's busiest process {:.2} CPU s: at most {:.0} entries/s on a server with a core for each",
+                t.backend,
+                t.cpu_server_busiest,
+                t.entries as f64 / t.cpu_server_busiest.max(1e-9)
+            ));
+        }
         throughputs.push(t);
     }
     drop(log);
@@ -360,6 +413,7 @@ pub fn run(args: &HistoryArgs) -> Result<(), String> {
                     "backend": t.backend, "entries": t.entries, "rows": t.rows, "seconds": t.seconds,
                     "rows_per_sec": t.rows as f64 / t.seconds, "entries_per_sec": t.entries as f64 / t.seconds,
                     "cpu_seconds": t.cpu_self, "cpu_seconds_server": t.cpu_server,
+                    "cpu_seconds_server_busiest_process": t.cpu_server_busiest,
                     "rows_per_cpu_second": t.rows as f64 / (t.cpu_self + t.cpu_server).max(1e-9),
                 })
             })

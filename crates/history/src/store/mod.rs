@@ -6,25 +6,25 @@
 //! progress back; run a query (`?` placeholders, integer and text columns). Everything
 //! else — the rows, the SQL of the queries — is shared, so the two cannot drift.
 //!
-//! Writing: a batch is written by two writers in parallel, each in one transaction
-//! over its part of the tables (`schema::SECOND_TABLES`: `balance_movements`; the
-//! rest), with its own progress row. Each first takes its part's write lock and reads
-//! its progress row, then writes only the rows of entries above it, then the progress.
-//! So a batch written twice (a restarted sink, two sinks on one store) writes nothing
-//! the second time, and the primary keys, which a row written twice would violate,
-//! turn a bug into a failed batch rather than a duplicate. The second part locks and
-//! commits first, so its progress is never behind the first's, which is where a sink
-//! resumes (with the snapshot): what the second has already, it skips (unless the
-//! first part is empty: then the second starts again with it: `SecondWriter`). SQLite keeps
-//! the second part in a second file and inserts 64 rows per cached `INSERT OR FAIL …
-//! VALUES (…), …` (WAL mode, `synchronous=NORMAL`, 16 KiB pages); PostgreSQL streams
-//! each table's rows with `COPY … FROM STDIN (FORMAT binary)` over two connections.
+//! Writing: a batch is written by several writers in parallel (`schema::Part`: SQLite
+//! two, a file each; PostgreSQL four connections), each in one transaction over its
+//! part of the rows, with its own progress row. Each first takes its part's write lock
+//! and reads its progress, then writes only its rows of entries above it, then the
+//! progress. So a batch written twice (a restarted sink, two sinks on one store) writes
+//! nothing the second time, and the primary keys, which a row written twice would
+//! violate, turn a bug into a failed batch rather than a duplicate. The other parts
+//! lock and commit before the first, so their progress is never behind the first's,
+//! which is where a sink resumes (with the snapshot): what they have already, they skip
+//! (unless the first part is empty: then they start again with it: `SecondWriter`).
+//! SQLite keeps its second part in a second file and inserts 64 rows per cached
+//! `INSERT OR FAIL … VALUES (…), …` (WAL mode, `synchronous=NORMAL`, 16 KiB pages);
+//! PostgreSQL streams each table's rows with `COPY … FROM STDIN (FORMAT binary)`.
 
 mod postgres;
 mod sqlite;
 
 use crate::rows::{RowKey, Rows};
-use crate::schema::{Dialect, TABLES};
+use crate::schema::{Dialect, Part, PARTS_PROGRESS, TABLES};
 
 /// A value in a query's parameters or results.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,9 +97,9 @@ pub trait Backend: Send {
     fn dialect(&self) -> Dialect;
     /// The progress row, if any.
     fn saved(&mut self) -> Result<Option<Saved>>;
-    /// Writes the rows of `parts` (consecutive runs of entries) and the progress (and the
+    /// Writes the rows of `batches` (consecutive runs of entries) and the progress (and the
     /// snapshot, when given) in one transaction.
-    fn write(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()>;
+    fn write(&mut self, batches: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()>;
     /// Runs a query written with `?` placeholders; integer, text and null results.
     fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>>;
     /// Runs a query and hands each result row to `each` as it is read, without holding
@@ -159,8 +159,13 @@ impl Store {
 
     /// Writes consecutive runs of entries' rows in one transaction (as one `Rows`, without
     /// joining them first).
-    pub fn write_parts(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
-        self.backend.write(parts, progress, snapshot)
+    pub fn write_batches(
+        &mut self,
+        batches: &[Rows],
+        progress: &Progress,
+        snapshot: Option<(u64, &[u8])>,
+    ) -> Result<()> {
+        self.backend.write(batches, progress, snapshot)
     }
 
     pub fn query(&mut self, sql: &str, params: &[Cell<'_>]) -> Result<Vec<Vec<Value>>> {
@@ -196,11 +201,12 @@ fn in_key_order<'a, T>(rows: impl Iterator<Item = &'a T>, key: impl Fn(&T) -> u6
     order.into_iter().map(|(_, i)| rows[i as usize]).collect()
 }
 
-/// Hands each row of `table` in `parts` (consecutive runs of entries, in log order)
-/// whose log index is above `after` to `row`: its key (`log_index, pos, ts`) and its
-/// cells (the columns of `schema::TABLES` in order), what both backends write. One
-/// row's cells at a time, on the stack; the writer hands the batches it joins into one
-/// transaction as parts rather than copying them into one `Rows`.
+/// Hands each row of `table` in `batches` (consecutive runs of entries, in log order)
+/// that is `part`'s and whose log index is above `after` to `row`: its key
+/// (`log_index, pos, ts`) and its cells (the columns of `schema::TABLES` in order),
+/// what both backends write. One row's cells at a time, on the stack; the writer hands
+/// the batches it joins into one transaction as they are rather than copying them into
+/// one `Rows`.
 ///
 /// The rows of `order_events` and `balance_movements` come in their primary key's
 /// order (`schema::primary_key`), not in log order: one insert after another then goes
@@ -211,8 +217,9 @@ fn in_key_order<'a, T>(rows: impl Iterator<Item = &'a T>, key: impl Fn(&T) -> u6
 /// asset), ties in log order, is their key's order; sorting positions (16 bytes each)
 /// rather than the rows costs a few milliseconds per 100,000 rows.
 pub(crate) fn each_row<'a>(
-    parts: &'a [Rows],
+    batches: &'a [Rows],
     table: &str,
+    part: Part,
     after: i64,
     mut row: impl FnMut(&RowKey, &[Cell<'a>]) -> Result<()>,
 ) -> Result<()> {
@@ -222,10 +229,13 @@ pub(crate) fn each_row<'a>(
     fn flag(v: bool) -> Cell<'static> {
         Cell::Int(i64::from(v))
     }
+    if !part.has(table) {
+        return Ok(());
+    }
     let new = |k: &RowKey| k.log_index > after;
     match table {
         "orders" => {
-            for r in parts.iter().flat_map(|p| &p.orders).filter(|r| new(&r.key)) {
+            for r in batches.iter().flat_map(|p| &p.orders).filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[
@@ -249,7 +259,8 @@ pub(crate) fn each_row<'a>(
             }
         }
         "order_events" => {
-            let new_rows = parts.iter().flat_map(|p| &p.order_events).filter(|r| new(&r.key));
+            let new_rows =
+                batches.iter().flat_map(|p| &p.order_events).filter(|r| new(&r.key) && part.owns(table, r.order_id));
             for r in in_key_order(new_rows, |r| r.order_id as u64) {
                 row(
                     &r.key,
@@ -265,7 +276,7 @@ pub(crate) fn each_row<'a>(
             }
         }
         "executions" => {
-            for r in parts.iter().flat_map(|p| &p.executions).filter(|r| new(&r.key)) {
+            for r in batches.iter().flat_map(|p| &p.executions).filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[
@@ -286,7 +297,8 @@ pub(crate) fn each_row<'a>(
         }
         "balance_movements" => {
             // Accounts and assets are 32-bit ids (stored widened).
-            let new_rows = parts.iter().flat_map(|p| &p.balances).filter(|r| new(&r.key));
+            let new_rows =
+                batches.iter().flat_map(|p| &p.balances).filter(|r| new(&r.key) && part.owns(table, r.account));
             for r in in_key_order(new_rows, |r| ((r.account as u64) << 32) | (r.asset as u64 & 0xffff_ffff)) {
                 row(
                     &r.key,
@@ -304,17 +316,17 @@ pub(crate) fn each_row<'a>(
             }
         }
         "account_events" => {
-            for r in parts.iter().flat_map(|p| &p.accounts).filter(|r| new(&r.key)) {
+            for r in batches.iter().flat_map(|p| &p.accounts).filter(|r| new(&r.key)) {
                 row(&r.key, &[Cell::Int(r.account), Cell::Text(r.event), opt(r.external_id)])?;
             }
         }
         "assets" => {
-            for r in parts.iter().flat_map(|p| &p.assets).filter(|r| new(&r.key)) {
+            for r in batches.iter().flat_map(|p| &p.assets).filter(|r| new(&r.key)) {
                 row(&r.key, &[Cell::Int(r.asset), Cell::Text(&r.name), Cell::Int(r.decimals)])?;
             }
         }
         "symbols" => {
-            for r in parts.iter().flat_map(|p| &p.symbols).filter(|r| new(&r.key)) {
+            for r in batches.iter().flat_map(|p| &p.symbols).filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[
@@ -334,7 +346,7 @@ pub(crate) fn each_row<'a>(
             }
         }
         "dt_audit" => {
-            for r in parts.iter().flat_map(|p| &p.audit).filter(|r| new(&r.key)) {
+            for r in batches.iter().flat_map(|p| &p.audit).filter(|r| new(&r.key)) {
                 row(
                     &r.key,
                     &[
@@ -350,8 +362,9 @@ pub(crate) fn each_row<'a>(
     Ok(())
 }
 
-/// The second writer's side of [`write_in_two`].
+/// The side of [`write_in_parts`] of a writer of a part after the first.
 pub(crate) struct SecondWriter {
+    part: usize,
     locked: std::sync::mpsc::SyncSender<()>,
     first_empty: std::sync::mpsc::Receiver<bool>,
     /// This store's writers have moved the first part's progress before, and it never
@@ -360,17 +373,22 @@ pub(crate) struct SecondWriter {
 }
 
 impl SecondWriter {
-    /// Says that the second part's lock is held: the first writer may take its own.
+    /// This writer's part (1 for the first after the first part).
+    pub fn part(&self, dialect: Dialect) -> Part {
+        Part { dialect, index: self.part }
+    }
+
+    /// Says that this part's lock is held: the next part's writer may take its own.
     pub fn locked(&self) {
         let _ = self.locked.send(());
     }
 
     /// Whether the first part has no progress row, as the first writer read it under its
-    /// lock (so no other writer is between its two commits). A second part with rows of
-    /// its own beside an empty first is what a write that failed between the two
-    /// commits of a new history leaves (a crash, say); the sink starts that history
-    /// again, perhaps at another snapshot, and the second part must start again with it
-    /// rather than keep rows that begin elsewhere.
+    /// lock (so no other writer is between its commits). A part with rows of its own
+    /// beside an empty first is what a write that failed between the commits of a new
+    /// history leaves (a crash, say); the sink starts that history again, perhaps at
+    /// another snapshot, and the part must start again with it rather than keep rows
+    /// that begin elsewhere.
     pub fn first_is_empty(&self) -> Result<bool> {
         if self.first_written {
             return Ok(false);
@@ -381,73 +399,102 @@ impl SecondWriter {
     }
 }
 
-/// Says (a warning in the log) that the second part starts again, and returns the
-/// statements that empty it (its tables and its progress row), which the second writer
-/// runs in its transaction when [`SecondWriter::first_is_empty`].
-pub(crate) fn second_part_reset() -> String {
+/// Says (a warning in the log) that `part` starts again, and returns the statements
+/// that empty it (its rows and its progress row), which its writer runs in its
+/// transaction when [`SecondWriter::first_is_empty`].
+pub(crate) fn part_reset(part: Part) -> String {
     tracing::warn!(
-        "the history's second part has rows beside an empty first part (a write failed between their commits): \
+        part = part.index,
+        "a part of the history has rows beside an empty first part (a write failed between their commits): \
          it starts again with the first"
     );
-    let mut sql: String = crate::schema::SECOND_TABLES.iter().map(|table| format!("DELETE FROM {table}; ")).collect();
-    sql.push_str(&format!("DELETE FROM {}", crate::schema::SECOND_PROGRESS));
+    let mut sql: String = TABLES
+        .iter()
+        .filter(|(table, _)| part.has(table))
+        .map(|(table, _)| format!("DELETE FROM {table} WHERE {}; ", part.condition(table)))
+        .collect();
+    sql.push_str(&format!("DELETE FROM {PARTS_PROGRESS} WHERE id = {}", part.index));
     sql
 }
 
-/// The first writer's side of [`write_in_two`].
+/// The first writer's side of [`write_in_parts`].
 pub(crate) struct FirstWriter<'a> {
-    first_empty: std::sync::mpsc::SyncSender<bool>,
-    join_second: &'a mut dyn FnMut() -> Result<()>,
+    first_empty: Vec<std::sync::mpsc::SyncSender<bool>>,
+    join_seconds: &'a mut dyn FnMut() -> Result<()>,
 }
 
 impl FirstWriter<'_> {
-    /// Hands the second writer what the first read under its lock: whether its part has
+    /// Hands the other writers what the first read under its lock: whether its part has
     /// no progress row.
     pub fn read(&self, stored: Option<i64>) {
-        let _ = self.first_empty.send(stored.is_none());
+        for sender in &self.first_empty {
+            let _ = sender.send(stored.is_none());
+        }
     }
 
-    /// Waits for the second writer, which commits first.
-    pub fn join_second(&mut self) -> Result<()> {
-        (self.join_second)()
+    /// Waits for the other writers, which commit first.
+    pub fn join_seconds(&mut self) -> Result<()> {
+        (self.join_seconds)()
     }
 }
 
-/// The two writers of one batch (schema 7): `second` runs on a thread of its own and
-/// says when it holds its lock; `first` then takes its own, hands over what it read,
-/// and waits for the second writer (which commits first) before it commits. Both
-/// backends keep this order, so two writers of one history take their locks in turn and
-/// the second part is never behind the first. `first_written` is the store's record
-/// that a write of its went through (and so the first part has a progress row); it is
-/// set when this one does.
-pub(crate) fn write_in_two<S, F>(first_written: &mut bool, second: S, first: F) -> Result<()>
+/// The writers of one batch (`schema::writers`): the parts after the first each on a
+/// thread of its own with a connection of `seconds`, running `second`; then `first`
+/// on this thread. The locks are taken in turn, part 1, 2, … and the first's last:
+/// each writer says when it holds its own, and only then does the next take its own.
+/// The first hands over what it read and waits for all the others, which commit
+/// first, before it commits. Both backends keep this order, so two writers of one
+/// history take their locks in the same order without deadlock, and no part is ever
+/// behind the first. `first_written` is the store's record that a write of its went
+/// through (and so the first part has a progress row); it is set when this one does.
+pub(crate) fn write_in_parts<C, S, F>(first_written: &mut bool, seconds: &mut [C], second: S, first: F) -> Result<()>
 where
-    S: FnOnce(SecondWriter) -> Result<()> + Send,
+    C: Send,
+    S: Fn(&mut C, SecondWriter) -> Result<()> + Sync,
     F: FnOnce(FirstWriter<'_>) -> Result<()>,
 {
+    use std::sync::mpsc::{sync_channel, Receiver};
     let written = *first_written;
     std::thread::scope(|scope| {
-        let (locked, is_locked) = std::sync::mpsc::sync_channel::<()>(1);
-        let (first_empty, first_empty_read) = std::sync::mpsc::sync_channel::<bool>(1);
-        let handle = std::thread::Builder::new()
-            .name("history-writer2".into())
-            .spawn_scoped(scope, move || {
-                second(SecondWriter { locked, first_empty: first_empty_read, first_written: written })
-            })
-            .map_err(|e| StoreError::Invalid(format!("second writer thread: {e}")))?;
-        let mut handle = Some(handle);
-        let mut join_second = || match handle.take() {
-            Some(handle) => {
-                handle.join().unwrap_or_else(|_| Err(StoreError::Invalid("the second writer panicked".into())))
-            }
-            None => Ok(()),
-        };
-        if is_locked.recv().is_err() {
-            return join_second(); // it failed before it had the lock
+        let mut handles = Vec::with_capacity(seconds.len());
+        let mut first_empty = Vec::with_capacity(seconds.len());
+        let mut turn: Option<Receiver<()>> = None;
+        let second = &second;
+        for (i, connection) in seconds.iter_mut().enumerate() {
+            let (locked, next_turn) = sync_channel::<()>(1);
+            let (empty, empty_read) = sync_channel::<bool>(1);
+            first_empty.push(empty);
+            let previous = turn.replace(next_turn);
+            let handle = std::thread::Builder::new()
+                .name(format!("history-writer{}", i + 2))
+                .spawn_scoped(scope, move || {
+                    // An earlier part failed before its lock: its error is the batch's.
+                    if previous.is_some_and(|previous| previous.recv().is_err()) {
+                        return Ok(());
+                    }
+                    let side = SecondWriter { part: i + 1, locked, first_empty: empty_read, first_written: written };
+                    second(connection, side)
+                })
+                .map_err(|e| StoreError::Invalid(format!("writer thread: {e}")))?;
+            handles.push(Some(handle));
         }
-        // On an error the sender drops, and a second writer waiting on it gives up.
-        first(FirstWriter { first_empty, join_second: &mut join_second })?;
-        join_second()
+        // The first error in part order.
+        let mut join_seconds = || {
+            let mut result = Ok(());
+            for handle in handles.iter_mut().filter_map(Option::take) {
+                let joined = handle.join().unwrap_or_else(|_| Err(StoreError::Invalid("a writer panicked".into())));
+                result = result.and(joined);
+            }
+            result
+        };
+        if turn.is_some_and(|last| last.recv().is_err()) {
+            // One failed before it had its lock (and so did those after it).
+            join_seconds()?;
+            return Err(StoreError::Invalid("a writer stopped before taking its lock".into()));
+        }
+        // On an error the senders drop, and a writer waiting on them gives up.
+        first(FirstWriter { first_empty, join_seconds: &mut join_seconds })?;
+        join_seconds()
     })?;
     *first_written = true;
     Ok(())

@@ -2,10 +2,10 @@
 //! callers must not be on an async task: the sink's writer is a thread, the gateway's
 //! queries go through `spawn_blocking`).
 //!
-//! A batch is two transactions on two connections, in parallel (see [`Postgres`]'s
-//! `write`): each locks out other writers of its part and reads its progress, then one
-//! `COPY table FROM STDIN (FORMAT binary)` per table of its part with the rows of
-//! entries after it, then its progress row. COPY has no `ON CONFLICT`, and needs none:
+//! A batch is four transactions on four connections, in parallel (see [`Postgres`]'s
+//! `write`, `schema::Part`): each locks out other writers of its part and reads its
+//! progress, then one `COPY table FROM STDIN (FORMAT binary)` per table of its part
+//! with its rows of entries after it, then its progress row. COPY has no `ON CONFLICT`, and needs none:
 //! no row at or below the progress read in the same transaction is sent, and every row
 //! above it is new (rows are only ever written with the progress that covers them). A
 //! duplicate key could only come from a bug, and would fail the batch rather than write
@@ -18,16 +18,21 @@ use std::io::Write;
 
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::{RowKey, Rows};
-use crate::schema::{create_statements, in_second, progress_upsert, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES};
+use crate::schema::{create_statements, progress_upsert, writers, Dialect, Part, SCHEMA_VERSION, TABLES};
 
 pub struct Postgres {
     client: Client,
     url: String,
-    /// The second writer's connection, opened by the first write (readers never open it).
-    second: Option<Client>,
-    /// A write went through: the first part has a progress row (`store::write_in_two`).
+    /// The connections of the writers of the parts after the first, opened by the first
+    /// write (readers never open them).
+    seconds: Vec<Client>,
+    /// A write went through: the first part has a progress row (`store::write_in_parts`).
     first_written: bool,
 }
+
+/// The first key of the advisory locks a history's writers take, one per part (the
+/// second key): ASCII "hist".
+const LOCK_KEY: i32 = 0x6869_7374;
 
 /// What starts a binary COPY stream: the signature, no flags, no header extension.
 const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
@@ -69,7 +74,7 @@ impl Postgres {
         for statement in create_statements(Dialect::Postgres) {
             client.batch_execute(&statement)?;
         }
-        let mut postgres = Postgres { client, url: url.to_string(), second: None, first_written: false };
+        let mut postgres = Postgres { client, url: url.to_string(), seconds: Vec::new(), first_written: false };
         let version = postgres.query("SELECT schema_version FROM history_progress WHERE id = 1", &[])?;
         if let Some(version) = version.first().and_then(|r| r[0].int()) {
             if version != SCHEMA_VERSION {
@@ -82,11 +87,15 @@ impl Postgres {
     }
 }
 
-/// Takes a progress table's lock (writers of one part take turns; readers are not
-/// blocked) and reads its applied index, the one this transaction moves on.
-fn lock_progress(transaction: &mut postgres::Transaction<'_>, table: &str) -> Result<Option<i64>> {
+/// Takes a part's lock (writers of one part take turns; an advisory lock of the
+/// transaction, so readers are not blocked) and reads its applied index, the one this
+/// transaction moves on (read after the lock: a statement of its own, which sees what
+/// was committed before it).
+fn lock_progress(transaction: &mut postgres::Transaction<'_>, part: Part) -> Result<Option<i64>> {
+    let (table, id) = part.progress();
     let stored = transaction.simple_query(&format!(
-        "LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE; SELECT applied_index FROM {table} WHERE id = 1"
+        "SELECT pg_advisory_xact_lock({LOCK_KEY}, {}); SELECT applied_index FROM {table} WHERE id = {id}",
+        part.index
     ))?;
     Ok(stored.iter().find_map(|message| match message {
         postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i64>().ok()),
@@ -94,14 +103,14 @@ fn lock_progress(transaction: &mut postgres::Transaction<'_>, table: &str) -> Re
     }))
 }
 
-/// Unless `stored` is at or past `progress` already, streams the rows of the `tables`
-/// above it with one `COPY` each; false when there was nothing to write.
+/// Unless `stored` is at or past `progress` already, streams `part`'s rows above it
+/// with one `COPY` per table; false when there was nothing to write.
 fn copy_rows(
     transaction: &mut postgres::Transaction<'_>,
-    parts: &[Rows],
+    batches: &[Rows],
     progress: &Progress,
     stored: Option<i64>,
-    tables: impl Fn(&str) -> bool,
+    part: Part,
 ) -> Result<bool> {
     if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
         return Ok(false); // written already
@@ -109,7 +118,7 @@ fn copy_rows(
     let after = stored.unwrap_or(-1);
     let mut buffer = Vec::with_capacity(COPY_CHUNK_BYTES + 4096);
     for (table, _) in TABLES {
-        if !tables(table) || parts.iter().all(|p| p.table_len(table) == 0) {
+        if !part.has(table) || batches.iter().all(|b| b.table_len(table) == 0) {
             continue;
         }
         let names: Vec<&str> = table_columns(table).iter().map(|(name, _)| *name).collect();
@@ -117,7 +126,7 @@ fn copy_rows(
         let mut writer = transaction.copy_in(&sql)?;
         buffer.clear();
         buffer.extend_from_slice(COPY_HEADER);
-        each_row(parts, table, after, |key, cells| {
+        each_row(batches, table, part, after, |key, cells| {
             copy_row(&mut buffer, key, cells);
             if buffer.len() >= COPY_CHUNK_BYTES {
                 writer.write_all(&buffer).map_err(|e| StoreError::Invalid(format!("COPY {table}: {e}")))?;
@@ -132,21 +141,22 @@ fn copy_rows(
     Ok(true)
 }
 
-/// Moves a progress table's row (with the snapshot, when given).
+/// Moves a part's progress row (with the snapshot, when given).
 fn progress_write(
     transaction: &mut postgres::Transaction<'_>,
-    table: &str,
+    part: Part,
     progress: &Progress,
     snapshot: Option<(u64, &[u8])>,
 ) -> Result<()> {
     let (applied, ts, begins) = (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
     match snapshot {
         Some((index, bytes)) => transaction.execute(
-            &numbered(&progress_upsert(table, true)),
+            &numbered(&progress_upsert(part, true)),
             &[&SCHEMA_VERSION, &applied, &ts, &begins, &(index as i64), &bytes],
         )?,
-        None => transaction
-            .execute(&numbered(&progress_upsert(table, false)), &[&SCHEMA_VERSION, &applied, &ts, &begins])?,
+        None => {
+            transaction.execute(&numbered(&progress_upsert(part, false)), &[&SCHEMA_VERSION, &applied, &ts, &begins])?
+        }
     };
     Ok(())
 }
@@ -198,49 +208,57 @@ impl Backend for Postgres {
         Ok(Some(Saved { progress, snapshot }))
     }
 
-    /// Two transactions on two connections in parallel (the server runs a process per
-    /// connection): `balance_movements` with `history_progress_balances` on the second
-    /// (`schema::SECOND_TABLES`), every other table with `history_progress` and the
-    /// snapshot on the first. The second locks and commits first, so its progress is
-    /// never behind the first's (its commit precedes the first's in the server's WAL,
-    /// which a crash loses only from some point on); a restart resumes after the
-    /// first's and the second skips what it has. Two writers take the locks in the same
-    /// order, so they take turns without deadlock.
-    fn write(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
-        if self.second.is_none() {
+    /// A transaction per part (`schema::Part`) on a connection of its own, in parallel
+    /// (the server runs a process per connection): the small tables with
+    /// `history_progress` and the snapshot on the first, a share of `order_events` and
+    /// `balance_movements` with its row of `history_progress_parts` on each of the
+    /// other three. The others lock in turn and commit before the first, so their
+    /// progress is never behind the first's (their commits precede the first's in the
+    /// server's WAL, which a crash loses only from some point on); a restart resumes
+    /// after the first's and each other part skips what it has
+    /// (`store::write_in_parts`).
+    fn write(&mut self, batches: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+        if self.seconds.is_empty() {
             // Commits of these sessions return before their WAL is flushed: a server crash
             // may lose the last ones (never part of one), and with them their progress
             // row, so the sink writes those entries again from the log.
             self.client.batch_execute("SET synchronous_commit = off")?;
-            let mut second = Client::connect(&self.url, NoTls)?;
-            second.batch_execute("SET synchronous_commit = off")?;
-            self.second = Some(second);
+            let mut seconds = Vec::new();
+            for _ in 1..writers(Dialect::Postgres) {
+                let mut second = Client::connect(&self.url, NoTls)?;
+                second.batch_execute("SET synchronous_commit = off")?;
+                seconds.push(second);
+            }
+            self.seconds = seconds;
         }
-        let (first, second) = (&mut self.client, self.second.as_mut().expect("connected above"));
-        super::write_in_two(
+        let first = &mut self.client;
+        super::write_in_parts(
             &mut self.first_written,
-            move |side| {
-                let mut transaction = second.transaction()?;
-                let mut stored = lock_progress(&mut transaction, SECOND_PROGRESS)?;
+            &mut self.seconds,
+            |connection, side| {
+                let part = side.part(Dialect::Postgres);
+                let mut transaction = connection.transaction()?;
+                let mut stored = lock_progress(&mut transaction, part)?;
                 side.locked();
                 if stored.is_some() && side.first_is_empty()? {
-                    transaction.batch_execute(&super::second_part_reset())?;
+                    transaction.batch_execute(&super::part_reset(part))?;
                     stored = None;
                 }
-                if copy_rows(&mut transaction, parts, progress, stored, in_second)? {
-                    progress_write(&mut transaction, SECOND_PROGRESS, progress, None)?;
+                if copy_rows(&mut transaction, batches, progress, stored, part)? {
+                    progress_write(&mut transaction, part, progress, None)?;
                     transaction.commit()?;
                 }
                 Ok(())
             },
             |mut side| {
+                let part = Part { dialect: Dialect::Postgres, index: 0 };
                 let mut transaction = first.transaction()?;
-                let stored = lock_progress(&mut transaction, "history_progress")?;
+                let stored = lock_progress(&mut transaction, part)?;
                 side.read(stored);
-                let write = copy_rows(&mut transaction, parts, progress, stored, |table| !in_second(table))?;
-                side.join_second()?;
+                let write = copy_rows(&mut transaction, batches, progress, stored, part)?;
+                side.join_seconds()?;
                 if write {
-                    progress_write(&mut transaction, "history_progress", progress, snapshot)?;
+                    progress_write(&mut transaction, part, progress, snapshot)?;
                     transaction.commit()?;
                 }
                 Ok(())

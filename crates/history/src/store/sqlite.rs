@@ -18,8 +18,8 @@
 //! the sink's writer was its bottleneck; so `balance_movements` is in a second file
 //! ([`second_path`]: `history-balances.sqlite` beside `history.sqlite`), written by a
 //! thread and a connection of its own in parallel with the first (every other table).
-//! Each file has its own progress row (`history_progress`, `history_progress_balances`:
-//! `schema::SECOND_TABLES`), in the same transaction as its rows,
+//! Each file has its own progress row (`history_progress`, `history_progress_parts`:
+//! `schema::Part`), in the same transaction as its rows,
 //! and every write takes the same path in both: lock, read the file's progress, write
 //! only the rows above it, move it. The second file's transaction commits first (its
 //! lock is taken first too, so two writers of one history cannot deadlock), with
@@ -42,7 +42,7 @@ use rusqlite::{Connection, OptionalExtension, ToSql, TransactionBehavior};
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::Rows;
 use crate::schema::{
-    create_statements_of, in_second, progress_upsert, Dialect, SCHEMA_VERSION, SECOND_PROGRESS, TABLES,
+    create_statements_of, in_second, progress_upsert, Dialect, Part, PARTS_PROGRESS, SCHEMA_VERSION, TABLES,
 };
 
 /// Page size of a new file: 16 KiB pages keep the B-trees a level shallower and split
@@ -95,8 +95,9 @@ pub struct Sqlite {
 /// would take the write lock of every attached file), and the checkpoint thread.
 struct Writers {
     first: Connection,
-    second: Connection,
-    /// A write went through: the first part has a progress row (`store::write_in_two`).
+    /// The second file's (one, as `store::write_in_parts` takes them).
+    seconds: [Connection; 1],
+    /// A write went through: the first part has a progress row (`store::write_in_parts`).
     first_written: bool,
     _checkpointer: Checkpointer,
 }
@@ -116,7 +117,7 @@ impl Writers {
         // follows them: its progress is never behind the first's, power cut or not.
         Ok(Writers {
             first: open(first, "NORMAL")?,
-            second: open(second, "FULL")?,
+            seconds: [open(second, "FULL")?],
             first_written: false,
             _checkpointer: Checkpointer::start(&[first, second])?,
         })
@@ -245,7 +246,7 @@ impl Sqlite {
         let second =
             second_path.to_str().ok_or_else(|| StoreError::Invalid(format!("{}: not UTF-8", second_path.display())))?;
         connection.execute(&format!("ATTACH DATABASE ?1 AS {SECOND_SCHEMA}"), [second])?;
-        if let Some((_, version)) = file_progress(&connection, SECOND_PROGRESS)? {
+        if let Some((_, version)) = file_progress(&connection, PARTS_PROGRESS)? {
             if version != SCHEMA_VERSION {
                 return Err(refused(version, &second_path));
             }
@@ -278,7 +279,7 @@ impl Backend for Sqlite {
         drop(statement);
         // Read after the first's: the second file commits first, so it is never behind
         // (unless it was lost or replaced, and then its rows are missing: refuse).
-        let second = file_progress(&self.connection, SECOND_PROGRESS)?.map(|(index, _)| index);
+        let second = file_progress(&self.connection, PARTS_PROGRESS)?.map(|(index, _)| index);
         if second.is_none_or(|second| second < progress.applied_index as i64) {
             return Err(StoreError::Invalid(format!(
                 "{}: written through log index {}, but {} only through {} (the second file was lost or replaced; \
@@ -299,35 +300,38 @@ impl Backend for Sqlite {
     /// is therefore never behind the first's: a restart resumes after the first's, the
     /// recorder derives the rows again from there, and the second file skips those
     /// at or below its own progress, as every write does.
-    fn write(&mut self, parts: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
+    fn write(&mut self, batches: &[Rows], progress: &Progress, snapshot: Option<(u64, &[u8])>) -> Result<()> {
         if self.writers.is_none() {
             self.writers = Some(Writers::open(&self.path, &self.second_path)?);
         }
-        let Writers { first, second, first_written, .. } = self.writers.as_mut().expect("opened above");
-        super::write_in_two(
+        let Writers { first, seconds, first_written, .. } = self.writers.as_mut().expect("opened above");
+        super::write_in_parts(
             first_written,
-            move |side| {
+            seconds,
+            |second, side| {
+                let part = side.part(Dialect::Sqlite);
                 let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 side.locked();
-                let mut stored = stored_progress(&transaction, SECOND_PROGRESS)?;
+                let mut stored = stored_progress(&transaction, part)?;
                 if stored.is_some() && side.first_is_empty()? {
-                    transaction.execute_batch(&super::second_part_reset())?;
+                    transaction.execute_batch(&super::part_reset(part))?;
                     stored = None;
                 }
-                if insert_rows(&transaction, parts, progress, stored, in_second)? {
-                    progress_write(&transaction, SECOND_PROGRESS, progress, None)?;
+                if insert_rows(&transaction, batches, progress, stored, part)? {
+                    progress_write(&transaction, part, progress, None)?;
                     transaction.commit()?;
                 }
                 Ok(())
             },
             |mut side| {
+                let part = Part { dialect: Dialect::Sqlite, index: 0 };
                 let transaction = first.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let stored = stored_progress(&transaction, "history_progress")?;
+                let stored = stored_progress(&transaction, part)?;
                 side.read(stored);
-                let write = insert_rows(&transaction, parts, progress, stored, |table| !in_second(table))?;
-                side.join_second()?;
+                let write = insert_rows(&transaction, batches, progress, stored, part)?;
+                side.join_seconds()?;
                 if write {
-                    progress_write(&transaction, "history_progress", progress, snapshot)?;
+                    progress_write(&transaction, part, progress, snapshot)?;
                     transaction.commit()?;
                 }
                 Ok(())
@@ -371,30 +375,31 @@ impl Backend for Sqlite {
     }
 }
 
-/// The applied index of a progress row, read in the writer's transaction (begun
+/// The applied index of a part's progress row, read in the writer's transaction (begun
 /// `IMMEDIATE`, so the progress read is the one it moves on).
-fn stored_progress(transaction: &rusqlite::Transaction<'_>, progress_table: &str) -> Result<Option<i64>> {
+fn stored_progress(transaction: &rusqlite::Transaction<'_>, part: Part) -> Result<Option<i64>> {
+    let (table, id) = part.progress();
     Ok(transaction
-        .prepare_cached(&format!("SELECT applied_index FROM {progress_table} WHERE id = 1"))?
+        .prepare_cached(&format!("SELECT applied_index FROM {table} WHERE id = {id}"))?
         .query_row([], |row| row.get::<_, i64>(0))
         .optional()?)
 }
 
-/// Unless `stored` is at or past `progress` already, inserts the rows of the `tables`
-/// above it; false when there was nothing to write.
+/// Unless `stored` is at or past `progress` already, inserts `part`'s rows above it;
+/// false when there was nothing to write.
 fn insert_rows(
     transaction: &rusqlite::Transaction<'_>,
-    parts: &[Rows],
+    batches: &[Rows],
     progress: &Progress,
     stored: Option<i64>,
-    tables: impl Fn(&str) -> bool,
+    part: Part,
 ) -> Result<bool> {
     if stored.is_some_and(|stored| stored >= progress.applied_index as i64) {
         return Ok(false); // written already
     }
     let after = stored.unwrap_or(-1);
     for (table, _) in TABLES {
-        if !tables(table) || parts.iter().all(|p| p.table_len(table) == 0) {
+        if !part.has(table) || batches.iter().all(|b| b.table_len(table) == 0) {
             continue;
         }
         let columns = table_columns(table);
@@ -402,7 +407,7 @@ fn insert_rows(
         // Cells of the rows not inserted yet (up to one statement's worth), in order.
         let mut pending: Vec<Cell<'_>> = Vec::with_capacity(width * ROWS_PER_INSERT);
         let mut chunk = None;
-        each_row(parts, table, after, |key, cells| {
+        each_row(batches, table, part, after, |key, cells| {
             pending.extend_from_slice(&[Cell::Int(key.log_index), Cell::Int(key.pos), Cell::Int(key.ts)]);
             pending.extend_from_slice(cells);
             if pending.len() == width * ROWS_PER_INSERT {
@@ -450,16 +455,16 @@ fn insert(statement: &mut rusqlite::CachedStatement<'_>, cells: &[Cell<'_>]) -> 
 
 fn progress_write(
     transaction: &rusqlite::Transaction<'_>,
-    table: &str,
+    part: Part,
     progress: &Progress,
     snapshot: Option<(u64, &[u8])>,
 ) -> Result<()> {
     let (applied, ts, begins) = (progress.applied_index as i64, progress.applied_ts as i64, progress.begins_at as i64);
     match snapshot {
         Some((index, bytes)) => transaction
-            .prepare_cached(&progress_upsert(table, true))?
+            .prepare_cached(&progress_upsert(part, true))?
             .execute(rusqlite::params![SCHEMA_VERSION, applied, ts, begins, index as i64, bytes])?,
-        None => transaction.prepare_cached(&progress_upsert(table, false))?.execute(rusqlite::params![
+        None => transaction.prepare_cached(&progress_upsert(part, false))?.execute(rusqlite::params![
             SCHEMA_VERSION,
             applied,
             ts,
@@ -501,9 +506,10 @@ mod tests {
         // The second file's half of the next write, alone (the first never commits).
         let mut second = Connection::open(second_path(&path)).unwrap();
         let transaction = second.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
-        let stored = stored_progress(&transaction, SECOND_PROGRESS).unwrap();
-        assert!(insert_rows(&transaction, &[rows(11, 20)], &progress(20), stored, in_second).unwrap());
-        progress_write(&transaction, SECOND_PROGRESS, &progress(20), None).unwrap();
+        let part = Part { dialect: Dialect::Sqlite, index: 1 };
+        let stored = stored_progress(&transaction, part).unwrap();
+        assert!(insert_rows(&transaction, &[rows(11, 20)], &progress(20), stored, part).unwrap());
+        progress_write(&transaction, part, &progress(20), None).unwrap();
         transaction.commit().unwrap();
         drop(sqlite);
 
