@@ -393,11 +393,13 @@ impl SecondWriter {
         if self.first_written {
             return Ok(false);
         }
-        self.first_empty
-            .recv()
-            .map_err(|_| StoreError::Invalid("the first writer failed before its progress read".into()))
+        self.first_empty.recv().map_err(|_| StoreError::Invalid(FIRST_GONE.into()))
     }
 }
+
+/// A writer's error when the first writer stopped before its read: the error that
+/// stopped it is the batch's.
+const FIRST_GONE: &str = "the first writer stopped before its progress read";
 
 /// Says (a warning in the log) that `part` starts again, and returns the statements
 /// that empty it (its rows and its progress row), which its writer runs in its
@@ -478,17 +480,23 @@ where
                 .map_err(|e| StoreError::Invalid(format!("writer thread: {e}")))?;
             handles.push(Some(handle));
         }
-        // The first error in part order.
+        // The first error in part order, but one that only says the first writer
+        // stopped when there is no other.
         let mut join_seconds = || {
             let mut result = Ok(());
             for handle in handles.iter_mut().filter_map(Option::take) {
                 let joined = handle.join().unwrap_or_else(|_| Err(StoreError::Invalid("a writer panicked".into())));
-                result = result.and(joined);
+                let gone = |r: &Result<()>| matches!(r, Err(StoreError::Invalid(e)) if e == FIRST_GONE);
+                if result.is_ok() || (gone(&result) && joined.is_err()) {
+                    result = joined;
+                }
             }
             result
         };
         if turn.is_some_and(|last| last.recv().is_err()) {
-            // One failed before it had its lock (and so did those after it).
+            // One failed before it had its lock (and so did those after it); those
+            // before it may be waiting for the first's read, which will not come.
+            drop(first_empty);
             join_seconds()?;
             return Err(StoreError::Invalid("a writer stopped before taking its lock".into()));
         }
@@ -511,4 +519,76 @@ pub(crate) fn table_columns(table: &str) -> Vec<(&'static str, bool)> {
         out.push((name, text));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Runs `write_in_parts` with three other parts (their "connections" are their
+    /// numbers) on a thread, so a hang fails the test instead of stalling it.
+    fn run(
+        second: impl Fn(&mut usize, SecondWriter) -> Result<()> + Send + Sync + 'static,
+        first: impl FnOnce(FirstWriter<'_>) -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        let (done, result) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut written = false;
+            let _ = done.send(write_in_parts(&mut written, &mut [1, 2, 3], second, first));
+        });
+        result.recv_timeout(Duration::from_secs(20)).expect("write_in_parts returns")
+    }
+
+    #[test]
+    fn the_parts_lock_in_turn_and_commit_before_the_first() {
+        let events = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let (in_second, in_first) = (events.clone(), events.clone());
+        run(
+            move |part, side| {
+                in_second.lock().unwrap().push(format!("lock {part}"));
+                side.locked();
+                assert!(!side.first_is_empty()?, "the first part has a progress row");
+                std::thread::sleep(Duration::from_millis(10 * (4 - *part as u64)));
+                in_second.lock().unwrap().push(format!("commit {part}"));
+                Ok(())
+            },
+            move |mut side| {
+                in_first.lock().unwrap().push("lock 0".to_string());
+                side.read(Some(7));
+                side.join_seconds()?;
+                in_first.lock().unwrap().push("commit 0".to_string());
+                Ok(())
+            },
+        )
+        .unwrap();
+        let events = events.lock().unwrap().clone();
+        let position = |event: &str| events.iter().position(|e| e == event).unwrap();
+        assert!(position("lock 1") < position("lock 2") && position("lock 2") < position("lock 3"), "{events:?}");
+        assert!(position("lock 3") < position("lock 0"), "{events:?}");
+        assert_eq!(events.last().map(String::as_str), Some("commit 0"), "{events:?}");
+    }
+
+    /// Part 2 fails before it takes its lock, while part 1, which holds its own, waits
+    /// for the first's read (a new history's first write): the write fails with part 2's
+    /// error, the first never runs, and nobody waits for ever.
+    #[test]
+    fn a_part_failing_before_its_lock_fails_the_write_without_a_hang() {
+        let error = run(
+            |part, side| {
+                if *part == 2 {
+                    return Err(StoreError::Invalid("part 2 cannot connect".into()));
+                }
+                side.locked();
+                side.first_is_empty()?;
+                Ok(())
+            },
+            |_| panic!("the first part runs after every other holds its lock"),
+        )
+        .unwrap_err();
+        assert_eq!(error.to_string(), "part 2 cannot connect");
+    }
 }
