@@ -50,6 +50,11 @@ pub struct HistoryArgs {
     commands: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Throughput runs per backend, each into a new database (a PostgreSQL server's
+    /// later runs find its WAL segments there to recycle, as a server long up does);
+    /// with more than one, the medians are printed too.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// Commands a second the load sends during the lag measurement (0: skip it).
     #[arg(long, default_value_t = 100_000.0)]
     rate: f64,
@@ -355,30 +360,50 @@ pub fn run(args: &HistoryArgs) -> Result<(), String> {
     progress(format!("rows per table: {}", per_table.join(", ")));
     let mut throughputs = Vec::new();
     for backend in &backends {
-        let url = url_for(backend, "throughput")?;
-        let server = (*backend == "postgres").then(|| postgres.as_ref().expect("started").pid());
-        let t = throughput(backend, &url, &log, server)?;
-        progress(format!(
-            "{:<8} sink: {} entries, {} rows in {:.2} s: {:.0} rows/s, {:.0} entries/s; CPU {:.2} s here + {:.2} s server: {:.0} rows per CPU second",
-            t.backend,
-            t.entries,
-            t.rows,
-            t.seconds,
-            t.rows as f64 / t.seconds,
-            t.entries as f64 / t.seconds,
-            t.cpu_self,
-            t.cpu_server,
-            t.rows as f64 / (t.cpu_self + t.cpu_server).max(1e-9),
-        ));
-        if server.is_some() {
+        let mut runs = Vec::new();
+        for round in 1..=args.rounds {
+            let url = url_for(backend, &format!("throughput-{round}"))?;
+            let server = (*backend == "postgres").then(|| postgres.as_ref().expect("started").pid());
+            let t = throughput(backend, &url, &log, server)?;
             progress(format!(
-                "{:<8} sink: the server's busiest process {:.2} CPU s: at most {:.0} entries/s on a server with a core for each",
+                "{:<8} sink: {} entries, {} rows in {:.2} s: {:.0} rows/s, {:.0} entries/s; CPU {:.2} s here + {:.2} s server: {:.0} rows per CPU second",
                 t.backend,
-                t.cpu_server_busiest,
-                t.entries as f64 / t.cpu_server_busiest.max(1e-9)
+                t.entries,
+                t.rows,
+                t.seconds,
+                t.rows as f64 / t.seconds,
+                t.entries as f64 / t.seconds,
+                t.cpu_self,
+                t.cpu_server,
+                t.rows as f64 / (t.cpu_self + t.cpu_server).max(1e-9),
+            ));
+            if server.is_some() {
+                progress(format!(
+                    "{:<8} sink: the server's busiest process {:.2} CPU s: at most {:.0} entries/s on a server with a core for each",
+                    t.backend,
+                    t.cpu_server_busiest,
+                    t.entries as f64 / t.cpu_server_busiest.max(1e-9)
+                ));
+            }
+            runs.push(t);
+        }
+        if runs.len() > 1 {
+            let median = |figure: &dyn Fn(&Throughput) -> f64| {
+                let mut values: Vec<f64> = runs.iter().map(figure).collect();
+                values.sort_by(f64::total_cmp);
+                values[values.len() / 2]
+            };
+            progress(format!(
+                "{:<8} median of {} runs: {:.0} entries/s, {:.2} CPU s here + {:.2} s server, busiest server process {:.2} s",
+                backend,
+                runs.len(),
+                median(&|t| t.entries as f64 / t.seconds),
+                median(&|t| t.cpu_self),
+                median(&|t| t.cpu_server),
+                median(&|t| t.cpu_server_busiest),
             ));
         }
-        throughputs.push(t);
+        throughputs.extend(runs);
     }
     drop(log);
     let mut lags = Vec::new();
