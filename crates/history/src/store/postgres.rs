@@ -5,11 +5,11 @@
 //! A batch is four transactions on four connections, in parallel (see [`Postgres`]'s
 //! `write`, `schema::Part`): each locks out other writers of its part and reads its
 //! progress, then one `COPY table FROM STDIN (FORMAT binary)` per table of its part
-//! with its rows of entries after it, then its progress row. COPY has no `ON CONFLICT`, and needs none:
-//! no row at or below the progress read in the same transaction is sent, and every row
-//! above it is new (rows are only ever written with the progress that covers them). A
-//! duplicate key could only come from a bug, and would fail the batch rather than write
-//! a row twice.
+//! with its rows of entries after it, then its progress row. COPY has no `ON
+//! CONFLICT`, and needs none: no row at or below the progress read in the same
+//! transaction is sent, and every row above it is new (rows are only ever written with
+//! the progress that covers them). A duplicate key could only come from a bug, and
+//! would fail the batch rather than write a row twice.
 
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls};
