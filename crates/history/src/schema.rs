@@ -12,7 +12,8 @@
 //!
 //! `history_progress` has one row: the last log index applied, written in the same
 //! transaction as the rows of the entries up to it, so a restart resumes exactly after
-//! it (`history_progress_parts` has the same of each part after the first: [`Part`]); `begins_at` is the first index whose rows are here (0 or 1: the whole log);
+//! it (`history_progress_parts` has the same of each part after the first: [`Part`]);
+//! `begins_at` is the first index whose rows are here (0 or 1: the whole log);
 //! `snapshot`/`snapshot_index` is the sink's engine at some index at or below the
 //! progress, to restart without replaying the whole log.
 //!
