@@ -139,13 +139,35 @@ pub fn serve_history_url(flag: Option<&str>, data: &Path) -> Option<String> {
 /// protobuf). A sink that cannot start logs why and shows `bourse_history_failed 1` on
 /// /metrics; the exchange keeps running (history catches up from the log when
 /// restarted). Stop it with [`stop_sink`] before the node, so it writes what it received.
-pub async fn start_sink(node: &Node, url: &str) -> Option<Following> {
+///
+/// `own_file` is the node's own history, `DATA/history.sqlite` (no `--history` given):
+/// one written by a build of another schema version is set aside whole
+/// (`history.sqlite.schema-N/`, where that build opens it) and a new one is written
+/// from the log, as `bourse history rebuild` would; a store named by `--history` is
+/// the operator's to rebuild, and is refused.
+pub async fn start_sink(node: &Node, url: &str, own_file: Option<&Path>) -> Option<Following> {
     let log = node.local_log();
     let local_log: bourse_history::LocalLog = Arc::new(move |request| {
         let log = log.clone();
         Box::pin(async move { log.follow(request).await })
     });
-    match Following::start_local(local_log, url, SinkConfig::default()).await {
+    let mut started = Following::start_local(Arc::clone(&local_log), url, SinkConfig::default()).await;
+    use bourse_history::{store::StoreError, SinkError};
+    if let (Err(SinkError::Store(StoreError::SchemaVersion { found, .. })), Some(path)) = (&started, own_file) {
+        match bourse_history::store::set_aside(path, *found) {
+            Ok(directory) => {
+                tracing::warn!(
+                    version = found,
+                    kept = %directory.display(),
+                    "this node's history was written by a build of another schema version: it is kept aside, \
+                     and a new one is written from the log"
+                );
+                started = Following::start_local(local_log, url, SinkConfig::default()).await;
+            }
+            Err(error) => tracing::error!(%error, "the history of another schema version could not be set aside"),
+        }
+    }
+    match started {
         Ok(following) => {
             println!("history in {url}");
             let status = Arc::clone(&following.status);

@@ -121,14 +121,21 @@ pub fn serve(args: ServeCmd) -> Result<(), String> {
         Some(listen) => Some(InProcessGateway::new(listen, &args, history.as_deref())?),
         None => None,
     };
+    // No --history: the node's own file, which it may set aside and write anew.
+    let own_history = args.history.is_none().then(|| config.data.join("history.sqlite"));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    runtime.block_on(run(config, history, gateway))
+    runtime.block_on(run(config, history, own_history, gateway))
 }
 
 /// The node; its history sink, following its log in process; a gateway and its
 /// day-trading service in process. On SIGINT/SIGTERM they stop in the other order: the
 /// front ends, then the sink once it has written what it received, then the node.
-async fn run(config: NodeConfig, history: Option<String>, gateway: Option<InProcessGateway>) -> Result<(), String> {
+async fn run(
+    config: NodeConfig,
+    history: Option<String>,
+    own_history: Option<PathBuf>,
+    gateway: Option<InProcessGateway>,
+) -> Result<(), String> {
     let node = Node::start(config).await.map_err(|e: NodeError| e.to_string())?;
     // Handlers first: the node serves already, and a SIGTERM must stop it cleanly even
     // while the rest is still starting.
@@ -138,7 +145,7 @@ async fn run(config: NodeConfig, history: Option<String>, gateway: Option<InProc
         println!("metrics on http://{metrics}/metrics");
     }
     let following = match &history {
-        Some(url) => crate::history::start_sink(&node, url).await,
+        Some(url) => crate::history::start_sink(&node, url, own_history.as_deref()).await,
         None => None,
     };
     let front = match gateway {

@@ -23,6 +23,8 @@
 mod postgres;
 mod sqlite;
 
+pub use sqlite::set_aside;
+
 use crate::rows::{RowKey, Rows};
 use crate::schema::{Dialect, Part, PARTS_PROGRESS, TABLES};
 
@@ -86,6 +88,14 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("postgres: {0}")]
     Postgres(#[from] ::postgres::Error),
+    /// A store written by a build of another schema version: refused rather than
+    /// misread (`store` names the file or the database).
+    #[error(
+        "{store}: history schema version {found}, this build reads {} \
+         (rebuild it into a new file or database: bourse history rebuild)",
+        crate::schema::SCHEMA_VERSION
+    )]
+    SchemaVersion { store: String, found: i64 },
     #[error("{0}")]
     Invalid(String),
 }

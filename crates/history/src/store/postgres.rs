@@ -78,9 +78,7 @@ impl Postgres {
         let version = postgres.query("SELECT schema_version FROM history_progress WHERE id = 1", &[])?;
         if let Some(version) = version.first().and_then(|r| r[0].int()) {
             if version != SCHEMA_VERSION {
-                return Err(StoreError::Invalid(format!(
-                    "history schema version {version}, this build reads {SCHEMA_VERSION}"
-                )));
+                return Err(StoreError::SchemaVersion { store: super::redact(url), found: version });
             }
         }
         Ok(postgres)

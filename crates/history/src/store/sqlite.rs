@@ -82,6 +82,35 @@ pub fn second_path(path: &Path) -> PathBuf {
     }
 }
 
+/// Moves the files of the SQLite history at `path` (both files, each with its WAL and
+/// shared-memory files) into a directory beside it, `NAME.schema-VERSION` (`.2`, `.3`,
+/// … when taken), where a build of that schema version opens them as they were; returns
+/// the directory. The second file goes first: one interrupted half-way leaves the
+/// first in place, and the next call finishes the move into the same directory (a
+/// second file left without its first would be removed as stale by [`Sqlite::open`]).
+pub fn set_aside(path: &Path, version: i64) -> Result<PathBuf> {
+    let name = path.file_name().ok_or_else(|| StoreError::Invalid(format!("{}: not a file", path.display())))?;
+    let io = |what: &Path, e: std::io::Error| StoreError::Invalid(format!("{}: {e}", what.display()));
+    let mut directory = path.with_file_name(format!("{}.schema-{version}", name.to_string_lossy()));
+    for n in 2.. {
+        if !directory.join(name).exists() {
+            break;
+        }
+        directory = path.with_file_name(format!("{}.schema-{version}.{n}", name.to_string_lossy()));
+    }
+    std::fs::create_dir_all(&directory).map_err(|e| io(&directory, e))?;
+    for file in [second_path(path), path.to_path_buf()] {
+        for suffix in ["", "-wal", "-shm"] {
+            let from = PathBuf::from(format!("{}{suffix}", file.display()));
+            if from.exists() {
+                let to = directory.join(from.file_name().expect("a file name"));
+                std::fs::rename(&from, &to).map_err(|e| io(&from, e))?;
+            }
+        }
+    }
+    Ok(directory)
+}
+
 pub struct Sqlite {
     /// Reads: the first file, the second attached (queries name tables unqualified).
     connection: Connection,
@@ -230,13 +259,7 @@ impl Sqlite {
             }
         }
         let connection = open_file(path, |table| !in_second(table))?;
-        let refused = |version: i64, file: &Path| {
-            StoreError::Invalid(format!(
-                "{}: history schema version {version}, this build reads {SCHEMA_VERSION} \
-                 (rebuild it into a new file: bourse history rebuild)",
-                file.display()
-            ))
-        };
+        let refused = |found: i64, file: &Path| StoreError::SchemaVersion { store: file.display().to_string(), found };
         if let Some((_, version)) = file_progress(&connection, "history_progress")? {
             if version != SCHEMA_VERSION {
                 return Err(refused(version, path));
