@@ -550,6 +550,33 @@ mod tests {
         assert_eq!((count(&mut sqlite, "order_events"), count(&mut sqlite, "balance_movements")), (25, 25));
     }
 
+    /// Set aside: both files into `NAME.schema-V/`, then `.2` when that is taken; a move
+    /// interrupted after the second file is finished into the same directory.
+    #[test]
+    fn set_aside_moves_both_files_and_finishes_an_interrupted_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.sqlite");
+        let names = ["history.sqlite", "history-balances.sqlite"];
+        let write = || Sqlite::open(&path).unwrap().write(&[rows(1, 5)], &progress(5), None).unwrap();
+        write();
+        let first = set_aside(&path, 7).unwrap();
+        assert_eq!(first, dir.path().join("history.sqlite.schema-7"));
+        assert!(names.iter().all(|name| first.join(name).exists()));
+        assert!(!path.exists() && !second_path(&path).exists());
+        assert_eq!(count(&mut Sqlite::open(&first.join("history.sqlite")).unwrap(), "balance_movements"), 5);
+        write();
+        assert_eq!(set_aside(&path, 7).unwrap(), dir.path().join("history.sqlite.schema-7.2"));
+        // Interrupted after the second file: the next move puts the first beside it.
+        write();
+        let third = dir.path().join("history.sqlite.schema-7.3");
+        std::fs::create_dir(&third).unwrap();
+        std::fs::rename(second_path(&path), third.join(names[1])).unwrap();
+        assert_eq!(set_aside(&path, 7).unwrap(), third);
+        assert!(names.iter().all(|name| third.join(name).exists()));
+        let mut kept = Sqlite::open(&third.join("history.sqlite")).unwrap();
+        assert_eq!(kept.saved().unwrap().unwrap().progress, progress(5));
+    }
+
     /// A second file behind the first (lost or replaced) would leave a hole: refused.
     #[test]
     fn a_lost_second_file_is_refused() {
