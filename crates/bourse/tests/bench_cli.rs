@@ -94,3 +94,29 @@ fn bad_arguments_are_refused() {
     assert!(!bourse(&["bench", "engine", "--rates", "0"]).status.success());
     assert!(!bourse(&["bench", "engine", "--workload", "nope"]).status.success());
 }
+
+/// `bench history --postgres URL` measures a server the user names: each round writes
+/// into a database of its own, every row of the log, and the databases are dropped at
+/// the end.
+#[test]
+fn history_on_a_named_server_writes_into_new_databases_and_drops_them() {
+    let server = bourse_history::testing::TempPostgres::start().expect("a temporary PostgreSQL");
+    let url = server.url();
+    let args = ["bench", "history", "--backend", "postgres", "--postgres", &url, "--commands", "2000"];
+    let output = bourse(&[&args[..], &["--rounds", "2", "--rate", "0", "--json"]].concat());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("the server's not measured"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Value = serde_json::from_str(stdout.lines().last().expect("some output")).expect("JSON");
+    let recorded = assert_number(&report, "/recorder/rows");
+    let runs = report["throughput"].as_array().expect("throughput runs");
+    assert_eq!(runs.len(), 2, "{report}");
+    for run in runs {
+        assert_eq!(run["backend"], "postgres");
+        assert_eq!(assert_number(run, "/rows"), recorded, "every row of the log, in each round");
+    }
+    let mut admin = bourse_history::Store::open(&url).unwrap();
+    let left = admin.query("SELECT datname FROM pg_database WHERE datname LIKE 'bourse_bench_%'", &[]).unwrap();
+    assert!(left.is_empty(), "databases left behind: {left:?}");
+}

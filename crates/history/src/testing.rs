@@ -158,10 +158,7 @@ impl TempPostgres {
     /// Creates a new empty database and returns its URL (tests each take their own).
     pub fn database(&self) -> io::Result<String> {
         let n = self.databases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("history_{n}");
-        let mut client = postgres::Client::connect(&self.url(), postgres::NoTls).map_err(io::Error::other)?;
-        client.batch_execute(&format!("CREATE DATABASE {name}")).map_err(io::Error::other)?;
-        Ok(self.url_of(&name))
+        create_database(&self.url(), &format!("history_{n}"))
     }
 
     pub fn port(&self) -> u16 {
@@ -184,6 +181,28 @@ impl Drop for TempPostgres {
         }
         let _ = self.child.wait();
     }
+}
+
+/// Creates the database `name` on the server of `url` (a database to connect to, as a
+/// user who may create databases) and returns the URL of the new one.
+pub fn create_database(url: &str, name: &str) -> io::Result<String> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(io::Error::other)?;
+    client.batch_execute(&format!("CREATE DATABASE {name}")).map_err(io::Error::other)?;
+    Ok(with_database(url, name))
+}
+
+/// Drops the database `name` on the server of `url`, closing its sessions.
+pub fn drop_database(url: &str, name: &str) -> io::Result<()> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(io::Error::other)?;
+    client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).map_err(io::Error::other)
+}
+
+/// `postgres://user@host:port/db?options` with the database `name` instead of `db`.
+fn with_database(url: &str, name: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let options = path.split_once('?').map_or(String::new(), |(_, options)| format!("?{options}"));
+    format!("{scheme}://{authority}/{name}{options}")
 }
 
 /// Rows of entries `from..=to`, made up for the stores' tests: an order (order id the

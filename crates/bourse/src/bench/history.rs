@@ -26,7 +26,7 @@ use bourse_client::load::{run_load, LoadConfig};
 use bourse_engine::command::Command;
 use bourse_engine::{codec, Engine, EngineConfig, Event};
 use bourse_history::rows::Rows;
-use bourse_history::testing::TempPostgres;
+use bourse_history::testing::{create_database, drop_database, TempPostgres};
 use bourse_history::{Feed, Following, LogEntry, Opened, Recorder, Sink, SinkConfig};
 use bourse_node::{Node, NodeConfig};
 use bourse_sim::workload::ec::{ec_market_spec, EC2020};
@@ -64,9 +64,56 @@ pub struct HistoryArgs {
     /// Load connections in the lag measurement.
     #[arg(long, default_value_t = 8)]
     connections: usize,
+    /// Measure PostgreSQL on this server (a URL of a database to connect to, as a user
+    /// who may create databases) instead of a temporary one on this machine: each run
+    /// writes into a new database, dropped at the end. Its CPU is not measured.
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
     /// Print one JSON object as the last line.
     #[arg(long)]
     json: bool,
+}
+
+/// The PostgreSQL server measured: a temporary one, or one the user named.
+enum Server {
+    Temporary(TempPostgres),
+    Named { url: String, made: std::sync::Mutex<Vec<String>> },
+}
+
+impl Server {
+    /// A new empty database's URL.
+    fn database(&self) -> Result<String, String> {
+        match self {
+            Server::Temporary(server) => server.database().map_err(|e| e.to_string()),
+            Server::Named { url, made } => {
+                let mut made = made.lock().expect("databases lock");
+                let name = format!("bourse_bench_{}_{}", std::process::id(), made.len());
+                let created = create_database(url, &name).map_err(|e| format!("{url}: {e}"))?;
+                made.push(name);
+                Ok(created)
+            }
+        }
+    }
+
+    /// The server's process id, when it runs here and its CPU can be read.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Server::Temporary(server) => Some(server.pid()),
+            Server::Named { .. } => None,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Server::Named { url, made } = self {
+            for name in made.get_mut().expect("databases lock").iter() {
+                if let Err(e) = drop_database(url, name) {
+                    progress(format!("could not drop the benchmark's database {name}: {e}"));
+                }
+            }
+        }
+    }
 }
 
 fn progress(line: String) {
@@ -334,17 +381,22 @@ pub fn run(args: &HistoryArgs) -> Result<(), String> {
         Backend::Postgres => vec!["postgres"],
         Backend::Both => vec!["sqlite", "postgres"],
     };
-    let postgres = if backends.contains(&"postgres") {
-        progress("starting a temporary PostgreSQL (initdb, durable settings)".into());
-        Some(TempPostgres::start_with(true).map_err(|e| format!("PostgreSQL: {e}"))?)
-    } else {
-        None
+    let postgres = match &args.postgres {
+        _ if !backends.contains(&"postgres") => None,
+        Some(url) => {
+            progress(format!("PostgreSQL: the server of {url} (its CPU is not measured)"));
+            Some(Server::Named { url: url.clone(), made: Default::default() })
+        }
+        None => {
+            progress("starting a temporary PostgreSQL (initdb, durable settings)".into());
+            Some(Server::Temporary(TempPostgres::start_with(true).map_err(|e| format!("PostgreSQL: {e}"))?))
+        }
     };
     let scratch = tempfile::Builder::new().prefix("bourse-bench-history-").tempdir().map_err(|e| e.to_string())?;
     let url_for = |backend: &str, name: &str| -> Result<String, String> {
         match backend {
             "sqlite" => Ok(format!("sqlite:{}", scratch.path().join(format!("{name}.sqlite")).display())),
-            _ => postgres.as_ref().expect("started").database().map_err(|e| e.to_string()),
+            _ => postgres.as_ref().expect("started").database(),
         }
     };
     progress(format!("generating the ec2020 log: setup, pre-fill and {} commands (seed {})", args.commands, args.seed));
@@ -363,19 +415,25 @@ pub fn run(args: &HistoryArgs) -> Result<(), String> {
         let mut runs = Vec::new();
         for round in 1..=args.rounds {
             let url = url_for(backend, &format!("throughput-{round}"))?;
-            let server = (*backend == "postgres").then(|| postgres.as_ref().expect("started").pid());
+            let server = postgres.as_ref().filter(|_| *backend == "postgres").and_then(Server::pid);
             let t = throughput(backend, &url, &log, server)?;
             progress(format!(
-                "{:<8} sink: {} entries, {} rows in {:.2} s: {:.0} rows/s, {:.0} entries/s; CPU {:.2} s here + {:.2} s server: {:.0} rows per CPU second",
+                "{:<8} sink: {} entries, {} rows in {:.2} s: {:.0} rows/s, {:.0} entries/s; {}",
                 t.backend,
                 t.entries,
                 t.rows,
                 t.seconds,
                 t.rows as f64 / t.seconds,
                 t.entries as f64 / t.seconds,
-                t.cpu_self,
-                t.cpu_server,
-                t.rows as f64 / (t.cpu_self + t.cpu_server).max(1e-9),
+                match (*backend, server) {
+                    ("postgres", None) => format!("CPU {:.2} s here (the server's not measured)", t.cpu_self),
+                    _ => format!(
+                        "CPU {:.2} s here + {:.2} s server: {:.0} rows per CPU second",
+                        t.cpu_self,
+                        t.cpu_server,
+                        t.rows as f64 / (t.cpu_self + t.cpu_server).max(1e-9)
+                    ),
+                }
             ));
             if server.is_some() {
                 progress(format!(
@@ -393,14 +451,20 @@ pub fn run(args: &HistoryArgs) -> Result<(), String> {
                 values.sort_by(f64::total_cmp);
                 values[values.len() / 2]
             };
+            let server_cpu = match postgres.as_ref().filter(|_| *backend == "postgres").map(Server::pid) {
+                Some(Some(_)) => format!(
+                    " + {:.2} s server, busiest server process {:.2} s",
+                    median(&|t| t.cpu_server),
+                    median(&|t| t.cpu_server_busiest)
+                ),
+                _ => String::new(),
+            };
             progress(format!(
-                "{:<8} median of {} runs: {:.0} entries/s, {:.2} CPU s here + {:.2} s server, busiest server process {:.2} s",
+                "{:<8} median of {} runs: {:.0} entries/s, {:.2} CPU s here{server_cpu}",
                 backend,
                 runs.len(),
                 median(&|t| t.entries as f64 / t.seconds),
                 median(&|t| t.cpu_self),
-                median(&|t| t.cpu_server),
-                median(&|t| t.cpu_server_busiest),
             ));
         }
         throughputs.extend(runs);
