@@ -152,8 +152,11 @@ pub async fn start_sink(node: &Node, url: &str, own_file: Option<&Path>) -> Opti
         Box::pin(async move { log.follow(request).await })
     });
     let mut started = Following::start_local(Arc::clone(&local_log), url, SinkConfig::default()).await;
-    use bourse_history::{store::StoreError, SinkError};
-    if let (Err(SinkError::Store(StoreError::SchemaVersion { found, .. })), Some(path)) = (&started, own_file) {
+    if let (
+        Err(bourse_history::SinkError::Store(bourse_history::store::StoreError::SchemaVersion { found, .. })),
+        Some(path),
+    ) = (&started, own_file)
+    {
         match bourse_history::store::set_aside(path, *found) {
             Ok(directory) => {
                 tracing::warn!(

@@ -92,16 +92,20 @@ pub const TABLES: &[(&str, &str)] = &[
 /// connections, whose server processes can run on four cores: the first writes the
 /// small tables (`orders`, `executions` and the rest), the other three a share each of
 /// the two big ones, `order_events` by order id and `balance_movements` by account.
-/// With one connection per table the busiest server process needed 2.0 CPU seconds
-/// per million entries of the ec2020 mix, a ceiling of ~500,000 entries a second
+/// With one connection per table the busiest server process needed 1.9 CPU seconds
+/// per million entries of the ec2020 mix, a ceiling of ~540,000 entries a second
 /// however many cores the server has (docs/BENCHMARKS.md). Which rows are whose is
 /// part of a history's layout: changing it is a new [`SCHEMA_VERSION`].
 pub fn writers(dialect: Dialect) -> usize {
     match dialect {
         Dialect::Sqlite => 2,
-        Dialect::Postgres => 4,
+        Dialect::Postgres => 1 + POSTGRES_SHARES as usize,
     }
 }
+
+/// PostgreSQL's parts after the first, each a share of `order_events` and
+/// `balance_movements`.
+const POSTGRES_SHARES: i64 = 3;
 
 /// Order ids share out to PostgreSQL's writers in runs of this many, so one writer's
 /// rows of `order_events` are whole ranges of the key, not every other leaf's rows.
@@ -128,8 +132,10 @@ impl Part {
     pub fn of(dialect: Dialect, table: &str, key: i64) -> usize {
         match (dialect, table) {
             (Dialect::Sqlite, "balance_movements") => 1,
-            (Dialect::Postgres, "order_events") => 1 + ((key / ORDER_ID_RUN).unsigned_abs() % 3) as usize,
-            (Dialect::Postgres, "balance_movements") => 1 + (key.unsigned_abs() % 3) as usize,
+            (Dialect::Postgres, "order_events") => {
+                1 + ((key / ORDER_ID_RUN).unsigned_abs() % POSTGRES_SHARES as u64) as usize
+            }
+            (Dialect::Postgres, "balance_movements") => 1 + (key.unsigned_abs() % POSTGRES_SHARES as u64) as usize,
             _ => 0,
         }
     }
@@ -153,9 +159,11 @@ impl Part {
     pub fn condition(self, table: &str) -> String {
         match (self.dialect, table) {
             (Dialect::Postgres, "order_events") => {
-                format!("abs(order_id / {ORDER_ID_RUN}) % 3 = {}", self.index as i64 - 1)
+                format!("abs(order_id / {ORDER_ID_RUN}) % {POSTGRES_SHARES} = {}", self.index as i64 - 1)
             }
-            (Dialect::Postgres, "balance_movements") => format!("abs(account) % 3 = {}", self.index as i64 - 1),
+            (Dialect::Postgres, "balance_movements") => {
+                format!("abs(account) % {POSTGRES_SHARES} = {}", self.index as i64 - 1)
+            }
             _ => "1 = 1".to_string(),
         }
     }
