@@ -170,12 +170,12 @@ async fn pump(
     up: Up,
     mut inbound: NodeStream<proto::GatewayDown>,
 ) -> String {
-    let mut heard = tokio::time::Instant::now();
+    let mut liveness = Liveness::new(tokio::time::Instant::now());
     let mut check = tokio::time::interval(SILENT_MAX / 4);
     loop {
         tokio::select! {
             _ = check.tick() => {
-                if heard.elapsed() > SILENT_MAX && state.any_in_flight() {
+                if liveness.silent(tokio::time::Instant::now(), || state.any_in_flight()) {
                     return format!("no answer for {SILENT_MAX:?} with commands in flight");
                 }
             }
@@ -189,13 +189,17 @@ async fn pump(
                 if let Some(last) = message.batches.last() {
                     state.sent_through.store(last.gateway_seq, Ordering::Release);
                 }
+                let commands = !message.batches.is_empty();
                 if up.send(message).is_err() {
                     return "the link's stream closed".into();
+                }
+                if commands {
+                    liveness.sent(tokio::time::Instant::now());
                 }
             }
             down = inbound.next() => match down {
                 Some(Ok(down)) => {
-                    heard = tokio::time::Instant::now();
+                    liveness.heard(tokio::time::Instant::now());
                     for reply in down.replies {
                         state.deliver(reply);
                     }
@@ -204,6 +208,41 @@ async fn pump(
                 Some(Err(status)) => return format!("{:?}: {}", status.code(), status.message()),
             },
         }
+    }
+}
+
+/// When a link counts as silent: commands are unanswered and nothing has come down for
+/// `SILENT_MAX`, counted from the first command sent after the last reply (or from that
+/// reply, when nothing was sent since). Counting from the last reply alone would take an
+/// idle link for a dead one as soon as it carried a command again.
+#[derive(Debug)]
+struct Liveness {
+    /// When the node last sent something down.
+    heard: tokio::time::Instant,
+    /// When the first command after `heard` went up.
+    sent_since_heard: Option<tokio::time::Instant>,
+}
+
+impl Liveness {
+    fn new(now: tokio::time::Instant) -> Liveness {
+        Liveness { heard: now, sent_since_heard: None }
+    }
+
+    /// Commands went up at `now`.
+    fn sent(&mut self, now: tokio::time::Instant) {
+        self.sent_since_heard.get_or_insert(now);
+    }
+
+    /// Something came down at `now`: the node is alive.
+    fn heard(&mut self, now: tokio::time::Instant) {
+        self.heard = now;
+        self.sent_since_heard = None;
+    }
+
+    /// The periodic check: whether the link is silent with commands in flight.
+    fn silent(&self, now: tokio::time::Instant, in_flight: impl FnOnce() -> bool) -> bool {
+        let since = self.sent_since_heard.unwrap_or(self.heard);
+        now.saturating_duration_since(since) > SILENT_MAX && in_flight()
     }
 }
 
@@ -227,6 +266,66 @@ pub(crate) async fn heartbeats(state: Arc<State>) {
         tokio::select! {
             _ = tick.tick() => state.heartbeat(),
             _ = stop.wait_for(|stopping| *stopping) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_command_sent_after_an_idle_spell_is_given_its_full_time() {
+        let start = Instant::now();
+        let mut liveness = Liveness::new(start);
+        liveness.sent(start);
+        liveness.heard(start + 3 * MS);
+        // Idle, nothing in flight: never silent.
+        assert!(!liveness.silent(start + 1_500 * MS, || false));
+        // A command two seconds after the last reply: the check 10 ms later is not two
+        // seconds of silence, nor is one just under SILENT_MAX after the send.
+        liveness.sent(start + 2_000 * MS);
+        assert!(!liveness.silent(start + 2_010 * MS, || true));
+        assert!(!liveness.silent(start + 3_000 * MS, || true));
+        // Unanswered for longer than SILENT_MAX: silent.
+        assert!(liveness.silent(start + 3_001 * MS, || true));
+    }
+
+    #[test]
+    fn later_sends_do_not_postpone_the_verdict_on_a_dead_node() {
+        let start = Instant::now();
+        let mut liveness = Liveness::new(start);
+        liveness.heard(start);
+        for k in 1..=20u32 {
+            liveness.sent(start + k * 100 * MS);
+        }
+        // The first unanswered send was at 100 ms.
+        assert!(!liveness.silent(start + 1_100 * MS, || true));
+        assert!(liveness.silent(start + 1_101 * MS, || true));
+    }
+
+    #[test]
+    fn commands_left_in_flight_by_the_last_reply_count_from_that_reply() {
+        let start = Instant::now();
+        let mut liveness = Liveness::new(start);
+        liveness.sent(start);
+        liveness.heard(start + 5 * MS);
+        assert!(!liveness.silent(start + 1_005 * MS, || true));
+        assert!(liveness.silent(start + 1_006 * MS, || true));
+    }
+
+    #[test]
+    fn replies_keep_a_busy_link_alive() {
+        let start = Instant::now();
+        let mut liveness = Liveness::new(start);
+        for k in 0..100u32 {
+            let t = start + k * 100 * MS;
+            liveness.sent(t);
+            liveness.heard(t + 2 * MS);
+            assert!(!liveness.silent(t + 50 * MS, || true));
         }
     }
 }

@@ -631,3 +631,34 @@ async fn a_malformed_command_of_an_administrative_key_is_refused_before_the_log_
     drop(up);
     gateway.shutdown().await;
 }
+
+/// The link is judged by how long its commands wait, not by how long ago it last
+/// heard from the node: after an idle spell longer than the silence bound, a command
+/// whose answer takes a while (here the fair sequencer's window, held open by a second
+/// gateway that never sends its clock) is answered on the same link, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_after_an_idle_spell_is_answered_on_the_same_link_not_resent() {
+    let exchange = exchange(600_000, 1024, 1).await;
+    let account = exchange.accounts[0];
+    // Gateway 2 says who it is and then nothing: every release waits out the window.
+    let (_quiet_up, _quiet_down) = raw_link(&exchange.node.addr.to_string(), 2).await;
+    let (gateway, key) = alice_gateway(&exchange, account).await;
+    let options = ClientOptions { api_key: Some(ApiKey(key)), ..ClientOptions::default() };
+    let alice = Client::connect(vec![gateway.addr().to_string()], random_client_id(), options).await.unwrap();
+    for round in 0..3 {
+        let started = Instant::now();
+        let reply = alice.submit(place(account, exchange.symbol, Side::Buy, 90_000 + round)).await.unwrap();
+        let waited = started.elapsed();
+        assert!(reply.ok_id().is_some() && !reply.duplicate, "round {round}: {reply:?}");
+        // The answer took longer than the link's check interval: the check ran while
+        // the command waited.
+        assert!(waited >= Duration::from_millis(400), "round {round}: answered in {waited:?}");
+        // Idle for longer than the silence bound (1 s).
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    let metrics = scrape(gateway.metrics_addr().unwrap()).await;
+    assert!(metrics.contains("bourse_gateway_link_connects_total 1\n"), "the link never went down: {metrics}");
+    assert!(metrics.contains("bourse_gateway_link_up 1\n"), "{metrics}");
+    alice.close().await.unwrap();
+    gateway.shutdown().await;
+}
