@@ -231,6 +231,13 @@ impl<B: Book> Engine<B> {
         &self.day_trading
     }
 
+    /// The whole result of `client`'s day-trading command `seq`, while its outcome is
+    /// remembered (what a retry of it is answered with).
+    pub fn day_trading_result(&self, client: ClientId, seq: u64) -> Option<crate::daytrading::HistoryItem> {
+        let slot = *self.session_slots.get(&client)?;
+        self.sessions[slot as usize].1.day_trading_result(seq)
+    }
+
     /// Applies one command, appending what happened to `events`.
     pub fn apply(&mut self, command: &Command, events: &mut Vec<Event>) -> Applied {
         // A client is remembered only once one of its commands applies, so refused
@@ -265,7 +272,13 @@ impl<B: Book> Engine<B> {
             self.session_slots.insert(command.client, slot);
             slot
         });
-        self.sessions[slot as usize].1.record(command.seq, outcome, outcomes_max);
+        let session = &mut self.sessions[slot as usize].1;
+        session.record(command.seq, outcome, outcomes_max);
+        if let (CommandBody::DayTrading(_), Outcome::Ok { .. }) = (&command.body, outcome) {
+            if let Some(item) = self.day_trading.result_last.take() {
+                session.record_day_trading(command.seq, item);
+            }
+        }
         Applied { outcome, duplicate: false }
     }
 

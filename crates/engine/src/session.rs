@@ -6,11 +6,17 @@
 //! the next expected one is refused with `sequence_gap` without being recorded, so the
 //! client can resend the missing ones first. This keeps each client's commands in
 //! order across retries and leader changes.
+//!
+//! A day-trading command's answer is more than its outcome (its transactionNum, the
+//! figures it returns, the audit point a `DUMPLOG` reads up to), so its whole result
+//! is kept beside the outcome for as long as the outcome is: a retry gets the answer
+//! the first send got, never a bare outcome.
 
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use crate::daytrading::HistoryItem;
 use crate::event::Outcome;
 use crate::reject::Reject;
 
@@ -21,6 +27,8 @@ pub struct Session {
     pub seq_applied: u64,
     /// Outcomes of the last applied commands; the back is `seq_applied`'s.
     pub outcomes: VecDeque<PackedOutcome>,
+    /// The results of the day-trading commands among those, by seq, oldest first.
+    pub day_trading: VecDeque<(u64, HistoryItem)>,
 }
 
 /// An [`Outcome`] in eight bytes, so a client's window stays small in cache: the top
@@ -80,5 +88,51 @@ impl Session {
             self.outcomes.pop_front();
         }
         self.outcomes.push_back(PackedOutcome::pack(outcome));
+        // Results leave with their outcomes.
+        let oldest = self.seq_applied + 1 - self.outcomes.len() as u64;
+        while self.day_trading.front().is_some_and(|&(seq, _)| seq < oldest) {
+            self.day_trading.pop_front();
+        }
+    }
+
+    /// Keeps the whole result of the day-trading command `seq`, just recorded.
+    pub fn record_day_trading(&mut self, seq: u64, item: HistoryItem) {
+        debug_assert_eq!(seq, self.seq_applied);
+        self.day_trading.push_back((seq, item));
+    }
+
+    /// The result of the day-trading command `seq`, while its outcome is remembered.
+    pub fn day_trading_result(&self, seq: u64) -> Option<HistoryItem> {
+        let i = self.day_trading.binary_search_by_key(&seq, |&(s, _)| s).ok()?;
+        Some(self.day_trading[i].1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daytrading::{DtKind, DtReturn};
+
+    fn item(txn: u64) -> HistoryItem {
+        HistoryItem { txn, stamp_ms: txn * 10, kind: DtKind::Add, error: None, ret: DtReturn::Cash { available: 1 } }
+    }
+
+    #[test]
+    fn day_trading_results_are_kept_exactly_as_long_as_their_outcomes() {
+        let mut session = Session::default();
+        for seq in 1..=6 {
+            session.record(seq, Outcome::Ok { id: 0 }, 3);
+            if seq % 2 == 0 {
+                session.record_day_trading(seq, item(100 + seq));
+            }
+        }
+        // Outcomes of 4, 5, 6 remain; of the results, 4's and 6's.
+        assert!(matches!(session.check(3), SessionCheck::Refuse(Reject::SequenceTooOld)));
+        assert!(matches!(session.check(4), SessionCheck::Duplicate(_)));
+        assert_eq!(session.day_trading_result(2), None);
+        assert_eq!(session.day_trading_result(4), Some(item(104)));
+        assert_eq!(session.day_trading_result(5), None, "not a day-trading command");
+        assert_eq!(session.day_trading_result(6), Some(item(106)));
+        assert_eq!(session.day_trading.len(), 2);
     }
 }

@@ -20,7 +20,8 @@ use crate::types::{AccountId, AssetId, ClientId, Px, Side};
 /// Format version of [`Engine::snapshot`]; bumped on any change to the encoding.
 /// 2: accounts carry their external id, order records their closing stamp.
 /// 3: the day-trading ledger.
-pub const SNAPSHOT_VERSION: u32 = 3;
+/// 4: sessions keep their day-trading commands' results.
+pub const SNAPSHOT_VERSION: u32 = 4;
 
 #[derive(Serialize, Deserialize)]
 struct SymbolImage {

@@ -621,7 +621,8 @@ impl Core {
     ) -> Option<proto::DayTradingResult> {
         let DtRequest::Command(dt) = request else { return None };
         if applied.duplicate {
-            return Some(bourse_protocol::daytrading::duplicate(&self.engine, dt, applied.outcome, command.ts));
+            let (client, seq) = (command.client, command.seq);
+            return bourse_protocol::daytrading::duplicate(&self.engine, client, seq, dt, applied.outcome, command.ts);
         }
         bourse_protocol::daytrading::result(&self.engine, dt, &self.events, command.ts)
     }

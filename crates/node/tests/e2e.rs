@@ -191,3 +191,70 @@ async fn accounts_by_external_id_and_closed_orders_over_grpc() {
     assert!(info.ts_closed > info.ts, "closed at the cancel's stamp, after the order's: {info:?}");
     node.shutdown().await.unwrap();
 }
+
+fn day_trading(seq: u64, kind: bourse_engine::daytrading::DtKind, args: &[&str]) -> proto::ClientCommand {
+    use bourse_engine::daytrading::{DtCommand, DtRequest};
+    let command = DtCommand {
+        kind,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        transaction_num: 0,
+        caller: args[0].to_owned(),
+        admin: false,
+        quote: None,
+    };
+    let body = CommandBody::DayTrading(Box::new(DtRequest::Command(command)));
+    proto::ClientCommand::from(&Command { client: ClientId(11), seq, ts: 0, body })
+}
+
+/// Sends `commands` as client 11 on a new session and returns their acks.
+async fn session_acks(addr: std::net::SocketAddr, commands: Vec<proto::ClientCommand>) -> Vec<proto::Ack> {
+    let mut order_entry = OrderEntryClient::connect(format!("http://{addr}")).await.unwrap();
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    let mut replies =
+        order_entry.session(tokio_stream::wrappers::ReceiverStream::new(receiver)).await.unwrap().into_inner();
+    let count = commands.len();
+    sender.send(proto::ClientBatch { client_id: 11, commands }).await.unwrap();
+    let mut acks = Vec::new();
+    while acks.len() < count {
+        acks.extend(replies.next().await.expect("stream open").expect("batch").acks);
+    }
+    acks
+}
+
+/// Exactly once means the same answer: a day-trading command resent on a new session
+/// (as after a broken link) is answered with the result its first send got — the
+/// transactionNum the engine gave it, the figures, and for DUMPLOG the audit point the
+/// dump reads up to — not with a bare outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_day_trading_command_gets_its_first_answer_whole() {
+    use bourse_engine::daytrading::DtKind;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(config(dir.path())).await.unwrap();
+    let addr = node.addr;
+    let commands = vec![
+        day_trading(1, DtKind::Add, &["alice01", "100.00"]),
+        day_trading(2, DtKind::Add, &["alice01", "23.45"]),
+        day_trading(3, DtKind::CommitBuy, &["alice01"]),
+        day_trading(4, DtKind::DumpLog, &["alice01", "alice.xml"]),
+    ];
+    let first = session_acks(addr, commands.clone()).await;
+    assert!(first.iter().all(|a| !a.duplicate), "{first:?}");
+    let results: Vec<proto::DayTradingResult> =
+        first.iter().map(|a| *a.day_trading.clone().expect("a result")).collect();
+    assert_eq!(results.iter().map(|r| r.transaction_num).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    assert_eq!(results[1].amount, Some(12_345), "the cash after the second ADD");
+    assert_ne!(results[2].error_code, 0, "COMMIT_BUY without a pending buy fails");
+    assert!(results[3].audit_seq > 0, "DUMPLOG reads up to its own record");
+
+    // Other commands move the ledger on before the resend.
+    let later = vec![day_trading(5, DtKind::Add, &["alice01", "1.00"])];
+    assert_eq!(session_acks(addr, later).await[0].day_trading.as_ref().unwrap().amount, Some(12_445));
+
+    let again = session_acks(addr, commands).await;
+    for (first, again) in first.iter().zip(&again) {
+        assert!(again.duplicate, "{again:?}");
+        assert_eq!(again.outcome, first.outcome);
+        assert_eq!(again.day_trading, first.day_trading, "seq {}: the answer of the first send", first.seq);
+    }
+    node.shutdown().await.unwrap();
+}

@@ -9,10 +9,8 @@
 //! point). A duplicate (a retry the engine recognised) is answered from the user's
 //! recent history when the command is still in it, and otherwise with its outcome only.
 
-use bourse_engine::daytrading::{
-    DtCommand, DtError, DtEvent, DtKind, DtQuote, DtRequest, DtReturn, HistoryItem, QuoteSource, Sym,
-};
-use bourse_engine::{Engine, Event, Outcome};
+use bourse_engine::daytrading::{DtCommand, DtError, DtEvent, DtKind, DtQuote, DtRequest, DtReturn, QuoteSource, Sym};
+use bourse_engine::{ClientId, Engine, Event, Outcome};
 
 use crate::convert::ConvertError;
 use crate::proto;
@@ -141,23 +139,31 @@ pub fn result(engine: &Engine, command: &DtCommand, events: &[Event], ts: u64) -
     Some(build(engine, command, txn?, ts / 1_000_000, error, ret))
 }
 
-/// The answer to a retried day-trading command: from the user's recent history when
-/// it is still there, otherwise the outcome alone.
-pub fn duplicate(engine: &Engine, command: &DtCommand, outcome: Outcome, ts: u64) -> proto::DayTradingResult {
-    let recent: Option<HistoryItem> = match (command.userid(), command.transaction_num) {
+/// The answer to a retried day-trading command: the result its first send got, which
+/// the client's session keeps as long as it keeps the outcome (so for every retry the
+/// engine answers as a duplicate). A log applied by an older build has no such record:
+/// then the user's recent history, then the outcome alone. A command the engine
+/// refused had no result the first time and has none now.
+pub fn duplicate(
+    engine: &Engine,
+    client: ClientId,
+    seq: u64,
+    command: &DtCommand,
+    outcome: Outcome,
+    ts: u64,
+) -> Option<proto::DayTradingResult> {
+    let Outcome::Ok { id } = outcome else { return None };
+    let item = engine.day_trading_result(client, seq).or_else(|| match (command.userid(), command.transaction_num) {
         (Some(user), txn) if txn > 0 => engine.day_trading().recent_result(user, txn),
         _ => None,
-    };
-    match recent {
+    });
+    Some(match item {
         Some(item) => build(engine, command, item.txn, item.stamp_ms, item.error, item.ret),
         None => {
-            let error = match outcome {
-                Outcome::Ok { id } => DtError::from_code(id),
-                Outcome::Rejected(_) => None,
-            };
+            let error = DtError::from_code(id);
             build(engine, command, command.transaction_num, ts / 1_000_000, error, DtReturn::Nothing)
         }
-    }
+    })
 }
 
 fn build(

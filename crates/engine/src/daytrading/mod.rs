@@ -107,6 +107,8 @@ pub struct DayTrading {
     pub(crate) scratch: Vec<(UserIdx, Side)>,
     /// Scratch: the sequence number of the current command's `userCommand` record.
     pub(crate) user_command_seq: u64,
+    /// Scratch: the result of the command just applied, for its client's session.
+    pub(crate) result_last: Option<HistoryItem>,
 }
 
 impl DayTrading {
@@ -125,6 +127,7 @@ impl DayTrading {
             shares_net: BTreeMap::new(),
             scratch: Vec::new(),
             user_command_seq: 0,
+            result_last: None,
         }
     }
 
@@ -135,6 +138,7 @@ impl DayTrading {
     /// Applies one day-trading entry stamped `ts` (ns).
     pub(crate) fn apply(&mut self, request: &DtRequest, ts: Timestamp, events: &mut Vec<Event>) -> Result<u64, Reject> {
         let now_ms = ts / 1_000_000;
+        self.result_last = None;
         match request {
             DtRequest::Command(command) => self.apply_command(command, now_ms, events),
             DtRequest::Quote(quote) => self.apply_poller_quote(quote, now_ms, events),
@@ -169,12 +173,13 @@ impl DayTrading {
             }
         };
         let user_after = user.or_else(|| command.userid().and_then(|name| self.user_index.get(name).copied()));
+        let item = HistoryItem { txn, stamp_ms: now_ms, kind: command.kind, error, ret };
         if let Some(user) = user_after {
-            let item = HistoryItem { txn, stamp_ms: now_ms, kind: command.kind, error, ret };
             // One more than a summary shows: the summary's own command is kept too.
             let kept = self.config.summary_history as usize + 1;
             self.users[user as usize].history_push(item, kept);
         }
+        self.result_last = Some(item);
         if let Some(quote) = &command.quote {
             self.fire_on_quote(quote.symbol, quote.price, events);
         }
