@@ -111,7 +111,8 @@ pub fn router(state: Shared) -> Router {
         crate::daytrading::dumplog
     ),
     components(schemas(
-        crate::ws::WsRequest, crate::ws::WsMessage, crate::ws::Channel, crate::ws::WsOrderEvent
+        crate::ws::WsRequest, crate::ws::WsMessage, crate::ws::Channel, crate::ws::WsOrderEvent,
+        crate::daytrading::DtErrorBody
     )),
     modifiers(&Security, &Described),
     security(("bearer" = []), ("api_key" = [])),

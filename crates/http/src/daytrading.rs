@@ -9,7 +9,9 @@
 //! gateway). Arguments travel verbatim (amounts and prices as `d.dd` strings, symbols
 //! as given): the exchange checks them and logs a bad one, so a refused command comes
 //! back as an error carrying the spec's `errorMessage` text as `message`, its code
-//! 3000 + the spec's error number and the text in snake_case as `name`.
+//! 3000 + the spec's error number and the text in snake_case as `name`. As the spec
+//! asks of every response (section 2), an error body also names the `command` and,
+//! when the exchange logged it, its `transactionNum` ([`DtErrorBody`]).
 //!
 //! Without a configured service every route answers 404 `not_found`.
 
@@ -26,11 +28,11 @@ use utoipa::{IntoParams, IntoResponses, ToSchema};
 
 use crate::api::{Body, Key, Param, Params};
 use crate::error::ApiError;
-use crate::model::ErrorBody;
+use crate::model::ErrorDetail;
 use crate::AppState;
 
 type Shared = Arc<AppState>;
-type ApiResult<T> = Result<T, ApiError>;
+type ApiResult<T> = Result<T, DtApiError>;
 
 /// A client of the day-trading service, connecting on first use.
 pub type DayTradingClient = proto::day_trading_client::DayTradingClient<tonic::transport::Channel>;
@@ -50,27 +52,73 @@ pub enum DtErrors {
     /// ones longer than 512 bytes), or a command the exchange logged as failed for a bad argument: invalid
     /// arguments, invalid user, invalid symbol, invalid amount, invalid filename
     #[response(status = 400)]
-    BadRequest(ErrorBody),
+    BadRequest(DtErrorBody),
     /// The API key is missing or unknown to the day-trading service
     #[response(status = 401)]
-    Unauthenticated(ErrorBody),
+    Unauthenticated(DtErrorBody),
     /// The key may not act for this user (not_authorized): a user's key acts only as the user its key entry is
     /// named after
     #[response(status = 403)]
-    Forbidden(ErrorBody),
+    Forbidden(DtErrorBody),
     /// unknown_user (no successful add yet), or this server has no day-trading service (not_found)
     #[response(status = 404)]
-    NotFound(ErrorBody),
+    NotFound(DtErrorBody),
     /// The exchange logged the command as failed (insufficient funds, insufficient shares, amount below price,
     /// no pending buy/sell, no buy/sell trigger, quote unavailable); nothing changed
     #[response(status = 422)]
-    Failed(ErrorBody),
+    Failed(DtErrorBody),
     /// The service answered something unexpected, or its dump could not be written (dump failed)
     #[response(status = 502)]
-    Upstream(ErrorBody),
+    Upstream(DtErrorBody),
     /// The day-trading service or the exchange cannot be reached
     #[response(status = 503)]
-    Unavailable(ErrorBody),
+    Unavailable(DtErrorBody),
+}
+
+/// A day-trading route's error: the API's error with, as spec section 2 asks of every
+/// response, the command it answers and its number in the audit log.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DtErrorBody {
+    /// The command's number in the audit log; null when the exchange did not log it
+    /// (the key was refused, the service or the exchange could not be reached, or the
+    /// exchange refused the arguments before the log).
+    pub transaction_num: Option<u64>,
+    /// ADD, QUOTE, BUY, COMMIT_BUY, …; absent only when the request could not be read
+    /// (invalid_body, invalid_parameter before the route ran).
+    pub command: Option<String>,
+    pub error: ErrorDetail,
+}
+
+/// An [`ApiError`] of a day-trading route, with the command it answers and, when the
+/// exchange logged it, its transactionNum.
+#[derive(Debug)]
+pub struct DtApiError {
+    pub error: ApiError,
+    pub command: DtKind,
+    pub transaction_num: Option<u64>,
+}
+
+impl DtApiError {
+    fn new(command: DtKind, error: ApiError) -> Self {
+        DtApiError { error, command, transaction_num: None }
+    }
+
+    /// The JSON body of this error.
+    pub fn body(&self) -> DtErrorBody {
+        DtErrorBody {
+            transaction_num: self.transaction_num,
+            command: Some(self.command.name().to_owned()),
+            error: self.error.body().error,
+        }
+    }
+}
+
+impl IntoResponse for DtApiError {
+    fn into_response(self) -> Response {
+        let status = self.error.status();
+        (status, Json(self.body())).into_response()
+    }
 }
 
 /// `{amount}`: ADD, BUY/SELL (with a symbol), SET_*_AMOUNT.
@@ -267,7 +315,7 @@ pub struct DtHistoryItem {
 }
 
 /// The day-trading service's client, or 404 when this server has none.
-fn service(state: &AppState) -> ApiResult<DayTradingClient> {
+fn service(state: &AppState) -> Result<DayTradingClient, ApiError> {
     state.day_trading.clone().ok_or_else(|| {
         ApiError::NotFound(
             "day trading is not enabled on this server (bourse gateway run … --http ADDR --day-trading ADDR)".into(),
@@ -292,7 +340,8 @@ pub fn failed_status(error: DtError) -> axum::http::StatusCode {
 }
 
 /// One command through `Execute` with the caller's key, acting as `user`: the
-/// service's answer when the exchange logged the command as done.
+/// service's answer when the exchange logged the command as done; otherwise the error,
+/// naming the command (and its transactionNum when it was logged).
 async fn execute(
     state: &AppState,
     key: Option<String>,
@@ -300,6 +349,28 @@ async fn execute(
     kind: DtKind,
     args: Vec<String>,
 ) -> ApiResult<proto::DayTradingResponse> {
+    let response = execute_call(state, key, user, kind, args).await.map_err(|e| DtApiError::new(kind, e))?;
+    let result = response
+        .result
+        .as_ref()
+        .ok_or_else(|| DtApiError::new(kind, ApiError::Upstream("the service sent no result".into())))?;
+    if result.error_code != 0 {
+        let error = DtError::from_code(u64::from(result.error_code))
+            .map(ApiError::DayTrading)
+            .unwrap_or_else(|| ApiError::Upstream(format!("unknown day-trading error {}", result.error_code)));
+        return Err(DtApiError { error, command: kind, transaction_num: Some(result.transaction_num) });
+    }
+    Ok(response)
+}
+
+/// The call itself: the service's answer, logged or not, or why there is none.
+async fn execute_call(
+    state: &AppState,
+    key: Option<String>,
+    user: &str,
+    kind: DtKind,
+    args: Vec<String>,
+) -> Result<proto::DayTradingResponse, ApiError> {
     let mut client = service(state)?;
     let message = proto::DayTradingRequest {
         id: 1,
@@ -329,12 +400,6 @@ async fn execute(
         } else {
             ApiError::Upstream(why)
         });
-    }
-    let result = response.result.as_ref().ok_or_else(|| ApiError::Upstream("the service sent no result".into()))?;
-    if result.error_code != 0 {
-        let error = DtError::from_code(u64::from(result.error_code))
-            .ok_or_else(|| ApiError::Upstream(format!("unknown day-trading error {}", result.error_code)))?;
-        return Err(ApiError::DayTrading(error));
     }
     Ok(response)
 }
@@ -576,9 +641,12 @@ pub async fn summary(
     Param(user): Param<String>,
 ) -> ApiResult<Json<DtSummary>> {
     let response = execute(&state, key, &user, DtKind::DisplaySummary, vec![user.clone()]).await?;
-    let json = response.result.map(|r| r.summary_json).unwrap_or_default();
-    let summary = serde_json::from_str(&json).map_err(|e| ApiError::Upstream(format!("the summary: {e}")))?;
-    Ok(Json(summary))
+    let result = response.result.unwrap_or_default();
+    serde_json::from_str(&result.summary_json).map(Json).map_err(|e| DtApiError {
+        error: ApiError::Upstream(format!("the summary: {e}")),
+        command: DtKind::DisplaySummary,
+        transaction_num: Some(result.transaction_num),
+    })
 }
 
 /// DUMPLOG for one user: the audit log's records of this user as an XML document

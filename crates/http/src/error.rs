@@ -88,6 +88,11 @@ impl ApiError {
         }
     }
 
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
     /// The JSON body of this error.
     pub fn body(&self) -> ErrorBody {
         let (_, code, name) = self.parts();

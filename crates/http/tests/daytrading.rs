@@ -18,12 +18,15 @@ fn dollars(cents: i64) -> String {
     format!("{}.{:02}", cents / 100, cents % 100)
 }
 
-/// Asserts a logged failure: its status, the code 3000 + n, the name and the spec's text.
-async fn failed(client: &Http, status: u16, method: &str, path: &str, body: Option<Value>, message: &str) {
+/// Asserts a logged failure: its status, the code 3000 + n, the name and the spec's
+/// text, and (spec 2) the command and its transactionNum; answers the transactionNum.
+async fn failed(client: &Http, status: u16, method: &str, path: &str, body: Option<Value>, message: &str) -> u64 {
     let answer = client.expect(status, method, path, body).await;
     assert_eq!(answer["error"]["message"], message, "{method} {path}: {answer}");
     assert_eq!(answer["error"]["name"], message.replace(' ', "_"), "{answer}");
     assert!(answer["error"]["code"].as_u64().is_some_and(|c| (3001..=3016).contains(&c)), "{answer}");
+    assert!(answer["command"].as_str().is_some_and(|c| !c.is_empty()), "{method} {path}: {answer}");
+    answer["transactionNum"].as_u64().filter(|n| *n > 0).unwrap_or_else(|| panic!("{method} {path}: {answer}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,7 +70,11 @@ async fn every_command_through_rest_with_its_errors_and_a_trigger_firing() {
     .await;
     let committed = me.expect(200, "POST", &at("/buy/commit"), None).await;
     assert_eq!((committed["command"].as_str(), committed["shares"].as_i64()), (Some("COMMIT_BUY"), Some(3)));
-    failed(&me, 422, "POST", &at("/buy/commit"), None, "no pending buy").await;
+    // A failed command's body names it and its number, the next after the commit's.
+    let again = me.expect(422, "POST", &at("/buy/commit"), None).await;
+    assert_eq!(again["error"]["message"], "no pending buy", "{again}");
+    assert_eq!(again["command"], "COMMIT_BUY", "{again}");
+    assert_eq!(again["transactionNum"], committed["transactionNum"].as_u64().unwrap() + 1, "{again}");
     me.expect(200, "POST", &at("/buy"), Some(json!({"symbol": "ABC", "amount": dollars(p)}))).await;
     let cancelled = me.expect(200, "POST", &at("/buy/cancel"), None).await;
     assert_eq!(cents(&cancelled["amount"]), p, "{cancelled}");
@@ -152,7 +159,9 @@ async fn every_command_through_rest_with_its_errors_and_a_trigger_firing() {
     assert!(written["records"].as_u64().unwrap() > 40 && written["bytes"].as_u64().unwrap() > 1_000);
     failed(&admin, 400, "POST", "/v1/daytrading/dumplog", Some(json!({"filename": "../x"})), "invalid filename").await;
     let stranger = exchange.client("bk_not_a_key");
-    stranger.expect(401, "GET", &at("/summary"), None).await;
+    let refused = stranger.expect(401, "GET", &at("/summary"), None).await;
+    // Not logged: the command is named, with no number.
+    assert_eq!((refused["command"].as_str(), &refused["transactionNum"]), (Some("DISPLAY_SUMMARY"), &Value::Null));
     let anonymous = Http { addr: exchange.http.addr(), key: None };
     anonymous.expect(401, "GET", &at("/summary"), None).await;
     exchange.stop().await;
