@@ -5,7 +5,8 @@
 # a gateway and the day-trading service (trigger poller on, emulator quotes) in its
 # process, then `bourse workload` replays the file and prints its report (JSON last line).
 # Usage: scripts/bench-daytrading.sh [WORKLOAD…]
-# Environment: BOURSE_DT_LATENCY (emulator latency: none, fixed:MS or legacy; default
+# Environment: BOURSE_DT_WORKLOADS (the course folder the default list is read from;
+# default ../shared/workloads/seng462, beside the project), BOURSE_DT_LATENCY (emulator latency: none, fixed:MS or legacy; default
 # none), BOURSE_DT_WINDOW (commands in flight per user; default 1, the spec's per-user
 # mode), BOURSE_DT_STREAMS (driver streams; default 4), BOURSE_DT_SESSIONS (the service's
 # upstream sessions; default 64), BOURSE_DT_DATA (where the node's data goes; default a
@@ -16,8 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bourse=${BOURSE_BIN:-./target/release/bourse}
-folder=/work/shared/workloads/seng462
+folder=${BOURSE_DT_WORKLOADS:-../shared/workloads/seng462}
 if [ $# -eq 0 ]; then
+  [ -d "$folder" ] || { echo "no workload folder at $folder (set BOURSE_DT_WORKLOADS, or name the files)" >&2; exit 2; }
   set -- "$folder/1userWorkLoad" "$folder/2userWorkLoad" "$folder/10User_testWorkLoad" \
     "$folder/45User_testWorkLoad" "$folder/100User_testWorkLoad" "$folder/_final_workload_2019.tar.gz"
 fi
