@@ -114,29 +114,33 @@ async fn what_cannot_be_expressed_is_rejected_with_a_reason_and_changes_nothing(
     exchange.market().await;
     let (mut fix, _) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
     let before = exchange.balance(1, 0).await;
-    let cases: Vec<(&str, Fields, &str)> = vec![
-        ("good till date", with(limit("r1", 1, "1", 1, 150), 59, "6"), "TimeInForce 6"),
-        ("unknown symbol", with(limit("r2", 1, "1", 1, 150), 55, "NOPE/USD"), "unknown symbol"),
-        ("market buy without budget", without(with(limit("r3", 1, "1", 1, 150), 40, "1"), &[44, 59]), "CashOrderQty"),
-        ("fractional price", with(limit("r4", 1, "1", 1, 150), 44, "150.5"), "whole number"),
-        ("not her account", limit("r5", 7, "1", 1, 150), "not forwarded"),
-        ("too poor", limit("r6", 1, "1", 1_000_000, 150), "balance_insufficient"),
-        ("post-only that would trade", with(limit("r7", 0, "2", 1, 1), 18, "6"), "no liquidity"),
+    // (name, the order, OrdRejReason (103), what Text (58) says). The refusals of the
+    // gateway and the engine carry no FIX reason of their own (99, Other): Text names
+    // the refusal with its stable code, `name (code)`, which is what is checked.
+    let cases: Vec<(&str, Fields, &str, &str)> = vec![
+        ("good till date", with(limit("r1", 1, "1", 1, 150), 59, "6"), "11", "TimeInForce 6"),
+        ("unknown symbol", with(limit("r2", 1, "1", 1, 150), 55, "NOPE/USD"), "1", "unknown symbol"),
+        (
+            "market buy without budget",
+            without(with(limit("r3", 1, "1", 1, 150), 40, "1"), &[44, 59]),
+            "11",
+            "CashOrderQty",
+        ),
+        ("fractional price", with(limit("r4", 1, "1", 1, 150), 44, "150.5"), "11", "whole number"),
+        // The gateway's refusal before the log: alice's key does not own account 7.
+        ("not her account", limit("r5", 7, "1", 1, 150), "99", "not_authorized (1004)"),
+        ("too poor", limit("r6", 1, "1", 1_000_000, 150), "3", "balance_insufficient (13)"),
+        ("post-only that would trade", with(limit("r7", 0, "2", 1, 1), 18, "6"), "99", "post_only_would_trade (14)"),
     ];
     // Something to trade against for the post-only case: a resting bid.
     fix.send("D", &limit("bid", 1, "1", 1, 100)).await;
     assert_eq!(get(&fix.recv_app().await, 150), "0");
     let before_bid = exchange.balance(1, 0).await;
-    for (name, fields, text) in cases {
+    for (name, fields, reason, text) in cases {
         fix.send("D", &fields).await;
         let report = fix.recv_app().await;
-        if name == "post-only that would trade" {
-            assert_eq!((get(&report, 150), get(&report, 39)), ("8", "8"), "{name}: {report:?}");
-            assert!(get(&report, 58).contains("post_only_would_trade"), "{name}: {report:?}");
-            continue;
-        }
         assert_eq!((report.msg_type(), get(&report, 150), get(&report, 39)), ("8", "8", "8"), "{name}: {report:?}");
-        assert_eq!(get(&report, 37), "NONE");
+        assert_eq!((get(&report, 37), get(&report, 103)), ("NONE", reason), "{name}: {report:?}");
         assert!(get(&report, 58).contains(text), "{name}: {:?}", get(&report, 58));
     }
     assert_ne!(before, before_bid);
