@@ -145,13 +145,13 @@ pub fn serve_history_url(flag: Option<&str>, data: &Path) -> Option<String> {
 /// (`history.sqlite.schema-N/`, where that build opens it) and a new one is written
 /// from the log, as `bourse history rebuild` would; a store named by `--history` is
 /// the operator's to rebuild, and is refused.
-pub async fn start_sink(node: &Node, url: &str, own_file: Option<&Path>) -> Option<Following> {
+pub async fn start_sink(node: &Node, url: &str, config: SinkConfig, own_file: Option<&Path>) -> Option<Following> {
     let log = node.local_log();
     let local_log: bourse_history::LocalLog = Arc::new(move |request| {
         let log = log.clone();
         Box::pin(async move { log.follow(request).await })
     });
-    let mut started = Following::start_local(Arc::clone(&local_log), url, SinkConfig::default()).await;
+    let mut started = Following::start_local(Arc::clone(&local_log), url, config.clone()).await;
     if let (
         Err(bourse_history::SinkError::Store(bourse_history::store::StoreError::SchemaVersion { found, .. })),
         Some(path),
@@ -165,7 +165,7 @@ pub async fn start_sink(node: &Node, url: &str, own_file: Option<&Path>) -> Opti
                     "this node's history was written by a build of another schema version: it is kept aside, \
                      and a new one is written from the log"
                 );
-                started = Following::start_local(local_log, url, SinkConfig::default()).await;
+                started = Following::start_local(local_log, url, config).await;
             }
             Err(error) => tracing::error!(%error, "the history of another schema version could not be set aside"),
         }

@@ -8,6 +8,7 @@ use bourse_client::ApiKey;
 use bourse_daytrading::DayTradingServer;
 use bourse_engine::hex;
 use bourse_gateway::{Gateway, GatewayConfig, KeyStore, LocalNode};
+use bourse_history::SinkConfig;
 use bourse_node::{Node, NodeConfig, NodeError};
 use clap::Args;
 
@@ -80,6 +81,13 @@ impl ServeArgs {
     }
 }
 
+/// How the in-process history sink shares the CPU with the node.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistoryPriority {
+    Idle,
+    Normal,
+}
+
 /// `bourse serve`: a node's flags, where its history goes, and the front ends it may run
 /// in its own process.
 #[derive(Args, Debug)]
@@ -90,6 +98,11 @@ pub struct ServeCmd {
     /// path), `postgres://…`, or `none`. Default: `DATA/history.sqlite`.
     #[arg(long)]
     history: Option<String>,
+    /// The history sink's CPU priority: `idle` (SCHED_IDLE: it takes only what trading
+    /// leaves, and catches up when load falls) or `normal` (it competes with the node for
+    /// CPU, keeping the history current at the cost of throughput on a busy machine).
+    #[arg(long, value_enum, default_value_t = HistoryPriority::Idle)]
+    history_priority: HistoryPriority,
     /// Also run a gateway in this process, serving clients' gRPC here: the whole
     /// exchange in one process. Its link to this node and its market data feed are
     /// handed over in memory instead of through a socket.
@@ -124,7 +137,8 @@ pub fn serve(args: ServeCmd) -> Result<(), String> {
     // No --history: the node's own file, which it may set aside and write anew.
     let own_history = args.history.is_none().then(|| config.data.join("history.sqlite"));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    runtime.block_on(run(config, history, own_history, gateway))
+    let sink = SinkConfig { background: args.history_priority == HistoryPriority::Idle, ..SinkConfig::default() };
+    runtime.block_on(run(config, history.map(|url| (url, sink)), own_history, gateway))
 }
 
 /// The node; its history sink, following its log in process; a gateway and its
@@ -132,7 +146,7 @@ pub fn serve(args: ServeCmd) -> Result<(), String> {
 /// front ends, then the sink once it has written what it received, then the node.
 async fn run(
     config: NodeConfig,
-    history: Option<String>,
+    history: Option<(String, SinkConfig)>,
     own_history: Option<PathBuf>,
     gateway: Option<InProcessGateway>,
 ) -> Result<(), String> {
@@ -145,7 +159,7 @@ async fn run(
         println!("metrics on http://{metrics}/metrics");
     }
     let following = match &history {
-        Some(url) => crate::history::start_sink(&node, url, own_history.as_deref()).await,
+        Some((url, sink)) => crate::history::start_sink(&node, url, sink.clone(), own_history.as_deref()).await,
         None => None,
     };
     let front = match gateway {

@@ -60,6 +60,13 @@ pub struct SinkConfig {
     /// batch per log chunk) fewer, larger transactions cost the writer much less; the
     /// store lags the log by at most this much more. 0: commit whatever is there.
     pub commit_every_ms: u64,
+    /// Run the recorder and the writer, and the threads they start (the store's
+    /// checkpointer and PostgreSQL part writers), under `SCHED_IDLE`: they take only CPU
+    /// time nothing else wants. For a sink in the process of a node that trades (`bourse
+    /// serve`, `bourse demo`): the history then never slows trading; under load its lag
+    /// grows (a metric), and it catches up when load falls. Its queues stay bounded, and
+    /// a member's log is on disk, so a sink that waits holds nothing back on the node.
+    pub background: bool,
 }
 
 impl Default for SinkConfig {
@@ -72,6 +79,24 @@ impl Default for SinkConfig {
             snapshot_every_entries: 1_000_000,
             snapshot_every_secs: 60,
             commit_every_ms: 100,
+            background: false,
+        }
+    }
+}
+
+/// Puts the calling thread under `SCHED_IDLE` (threads it starts inherit it). Lowering
+/// a thread's priority needs no privilege; where it is refused anyway the sink runs at
+/// ordinary priority and says so.
+fn run_in_background() {
+    #[cfg(target_os = "linux")]
+    {
+        use thread_priority::{
+            set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy, ThreadPriority,
+            ThreadSchedulePolicy,
+        };
+        let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+        if let Err(error) = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle) {
+            tracing::warn!(?error, "the history sink could not lower its priority: it competes with trading for CPU");
         }
     }
 }
@@ -277,9 +302,13 @@ impl Sink {
         let writer_status = Arc::clone(&status);
         let (commit_every, rows_max) =
             (Duration::from_millis(config.commit_every_ms), config.transaction_rows_max.max(config.batch_rows_max));
+        let background = config.background;
         let writer = std::thread::Builder::new()
             .name("history-writer".into())
             .spawn(move || {
+                if background {
+                    run_in_background();
+                }
                 let result = write_loop(store, batches, &writer_status, commit_every, rows_max);
                 if let Err(error) = &result {
                     writer_status.fail(error);
@@ -293,6 +322,9 @@ impl Sink {
         let recorder = std::thread::Builder::new()
             .name("history-recorder".into())
             .spawn(move || {
+                if background {
+                    run_in_background();
+                }
                 let result = recording.run(chunks, batches_sender);
                 if let Err(error) = &result {
                     recorder_status.fail(error);

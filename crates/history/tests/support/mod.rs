@@ -156,6 +156,7 @@ pub fn small_config() -> SinkConfig {
         snapshot_every_entries: 250,
         snapshot_every_secs: 3600,
         commit_every_ms: 0,
+        background: false,
     }
 }
 
