@@ -1,7 +1,8 @@
 // End-to-end check of the day-trading page in Debian's headless Chromium, driven by
 // playwright-core: `node e2e/daytrading.mjs URL SCREENSHOT USERID [KEY]`. The Rust test
 // crates/bourse/tests/daytrading_web.rs starts `bourse serve` and `bourse gateway run
-// --http … --day-trading …` and runs this against them. It logs in, adds funds, gets a
+// --http … --day-trading …` and runs this against them. It sees only the login form
+// before login and the trading panels after it, logs in, adds funds, gets a
 // quote, buys and commits (watching the 60-second countdown), sets a buy trigger that
 // fires and sees the summary change, and saves a screenshot. Prints one JSON object
 // with what it saw as its last line; exits non-zero when a check fails.
@@ -40,6 +41,19 @@ try {
     page
       .$eval(`[data-testid=holding][data-symbol="${symbol}"]`, (e) => Number(e.dataset.available))
       .catch(() => 0);
+  /** Whether the trading panels and the login form take space on the page (Playwright's
+   * visibility: a non-empty box, not `visibility: hidden`). */
+  const shown = async () => ({
+    app: await page.isVisible('#app'),
+    add_form: await page.isVisible('#add-form'),
+    login: await page.isVisible('#login-panel'),
+  });
+
+  step('before login only the login form shows');
+  report.before_login = await shown();
+  if (report.before_login.app || report.before_login.add_form || !report.before_login.login) {
+    throw new Error(`before login: ${JSON.stringify(report.before_login)}`);
+  }
 
   step('a wrong key is refused plainly');
   await page.fill('#userid', userid);
@@ -56,6 +70,10 @@ try {
   await page.fill('#key', key);
   await page.click('#login');
   await until('the page for the user', 30, () => page.$eval('#who', (e) => e.dataset.user));
+  report.after_login = await shown();
+  if (!report.after_login.app || !report.after_login.add_form || report.after_login.login) {
+    throw new Error(`after login: ${JSON.stringify(report.after_login)}`);
+  }
 
   step('add funds');
   await page.fill('#add-amount', '5000.00');

@@ -2,7 +2,8 @@
 //! … --http … --web web/dist --day-trading …`, a user's key made with `bourse gateway
 //! key-add --name USERID` while the gateway runs (the service reads the key file again
 //! for a key it does not know), and Debian's headless Chromium driven by playwright-core
-//! (`web/e2e/daytrading.mjs`): a wrong key is refused, then the user logs in, adds
+//! (`web/e2e/daytrading.mjs`): before login only the login form shows (the trading
+//! panels are hidden), a wrong key is refused, then the user logs in, adds
 //! funds (and sees a bad amount refused with the spec's text), quotes, buys and commits
 //! within the 60-second countdown, sets a buy trigger that fires and a sell trigger that
 //! stays armed, and the summary shows each change.
@@ -66,6 +67,10 @@ fn a_day_trader_logs_in_trades_and_sees_a_trigger_fire_in_the_browser() {
     let (status, report) =
         support::run_browser_script("daytrading.mjs", &args, Path::new(&chromium), Duration::from_secs(120), || {});
     assert!(status.success(), "the browser checks failed: {report}");
+    // The trading panels show only once logged in (`hidden` must beat `.dt`'s grid).
+    let shown = |when: &str| (report[when]["app"].as_bool(), report[when]["login"].as_bool());
+    assert_eq!(shown("before_login"), (Some(false), Some(true)), "{report}");
+    assert_eq!(shown("after_login"), (Some(true), Some(false)), "{report}");
     assert!(report["wrong_key"].as_str().is_some_and(|t| t.contains("unknown API key")), "{report}");
     assert!(report["invalid"].as_str().is_some_and(|t| t.contains("invalid amount")), "{report}");
     assert_eq!((report["bought"].as_u64(), report["after_trigger"].as_u64()), (Some(2), Some(5)), "{report}");
