@@ -50,10 +50,32 @@ pub struct NodeArgs {
     /// Take a state machine snapshot after this many log entries.
     #[arg(long)]
     snapshot_every_entries: Option<u64>,
+    /// Stop cleanly, as on SIGTERM, when standard input reaches its end: the process that
+    /// started this node holds the pipe's other end, and the kernel closes it when that
+    /// process ends, however it ends (a SIGKILL included). `bourse demo` passes it;
+    /// `bourse cluster up` does not (its nodes outlive it). With stdin /dev/null it stops
+    /// at once: the flag is for a parent's pipe.
+    #[arg(long)]
+    exit_with_parent: bool,
+    /// DIR, which holds --data, is a temporary directory shared with the process that
+    /// started this node (which made DIR/holders.lock): the last of its holders to end
+    /// removes it, data and all (see `scratch.rs`). `bourse demo` passes it for the data
+    /// it keeps in /dev/shm.
+    #[arg(long, value_name = "DIR")]
+    temporary_dir: Option<PathBuf>,
 }
 
 pub fn node(args: NodeArgs) -> Result<(), String> {
     let mut config = args.serve.config()?;
+    // Dropped last, after the runtime: the node's files are closed before the last
+    // holder removes the directory.
+    let _temporary = match &args.temporary_dir {
+        Some(dir) if !config.data.starts_with(dir) => {
+            return Err(format!("--temporary-dir {}: --data must lie inside it", dir.display()));
+        }
+        Some(dir) => Some(crate::scratch::Holder::join(dir)?),
+        None => None,
+    };
     let mut raft = config.raft.clone().unwrap_or_default();
     if args.low_latency {
         raft = raft.low_latency();
@@ -78,8 +100,60 @@ pub fn node(args: NodeArgs) -> Result<(), String> {
     }
     config.raft = Some(raft);
     config.validate().map_err(|e| e.to_string())?;
+    let parent_gone = if args.exit_with_parent { Some(watch_parent()?) } else { None };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    runtime.block_on(bourse_node::run_until_signal(config)).map_err(|e| e.to_string())
+    runtime.block_on(run_node(config, parent_gone))
+}
+
+/// Runs the node until SIGINT, SIGTERM, SIGHUP or, with `parent_gone`, its parent's end;
+/// then shuts it down cleanly.
+async fn run_node(
+    config: bourse_node::NodeConfig,
+    parent_gone: Option<tokio::sync::oneshot::Receiver<()>>,
+) -> Result<(), String> {
+    let node = bourse_node::Node::start(config).await.map_err(|e| e.to_string())?;
+    let signals = crate::history::Signals::install()?;
+    println!("bourse node listening on {}", node.addr);
+    if let Some(metrics) = node.metrics_addr {
+        println!("metrics on http://{metrics}/metrics");
+    }
+    let parent = async {
+        match parent_gone {
+            Some(gone) => {
+                let _ = gone.await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = signals.wait() => {}
+        () = parent => tracing::info!("stdin closed (the parent process ended): shutting down"),
+    }
+    node.shutdown().await.map_err(|e| e.to_string())
+}
+
+/// A thread that reads stdin to its end (the parent's pipe closing) and then fires. A
+/// plain thread, not tokio's stdin: a blocking read would hold up the runtime's shutdown.
+fn watch_parent() -> Result<tokio::sync::oneshot::Receiver<()>, String> {
+    use std::io::Read;
+    let (gone, parent_gone) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("parent-watch".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buffer = [0u8; 64];
+            loop {
+                match stdin.read(&mut buffer) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = gone.send(());
+        })
+        .map_err(|e| format!("the parent-watch thread: {e}"))?;
+    Ok(parent_gone)
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,12 +223,37 @@ pub(crate) struct LocalNode {
 }
 
 /// Starts `bourse node` for `node` in its own process group (a terminal's Ctrl-C does
-/// not reach it), with stdout and stderr appended to `DIR/node.log`.
+/// not reach it), with stdout and stderr appended to `DIR/node.log`. It outlives this
+/// process (`cluster up`).
 pub(crate) fn spawn_node(
     exe: &Path,
     node: &LocalNode,
     bootstrap: &str,
     extra: &[String],
+) -> Result<std::process::Child, String> {
+    spawn_node_with(exe, node, bootstrap, extra, false)
+}
+
+/// [`spawn_node`], tethered to this process (the demo's nodes): the node's stdin is a
+/// pipe whose write end only this process holds (the returned `Child`'s stdin; std opens
+/// it close-on-exec, so no other child inherits it) and the node runs with
+/// `--exit-with-parent`: it stops when this process ends, however it ends, or when the
+/// `Child` is dropped.
+pub(crate) fn spawn_tethered_node(
+    exe: &Path,
+    node: &LocalNode,
+    bootstrap: &str,
+    extra: &[String],
+) -> Result<std::process::Child, String> {
+    spawn_node_with(exe, node, bootstrap, extra, true)
+}
+
+fn spawn_node_with(
+    exe: &Path,
+    node: &LocalNode,
+    bootstrap: &str,
+    extra: &[String],
+    tethered: bool,
 ) -> Result<std::process::Child, String> {
     std::fs::create_dir_all(&node.dir).map_err(|e| format!("{}: {e}", node.dir.display()))?;
     let log_path = node.dir.join("node.log");
@@ -169,9 +268,12 @@ pub(crate) fn spawn_node(
         .arg(&node.dir)
         .args(["--listen", &node.api, "--raft-listen", &node.raft, "--bootstrap", bootstrap])
         .args(extra)
-        .stdin(Stdio::null())
+        .stdin(if tethered { Stdio::piped() } else { Stdio::null() })
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);
+    if tethered {
+        command.arg("--exit-with-parent");
+    }
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     command.spawn().map_err(|e| format!("starting node {}: {e}", node.id))
 }

@@ -15,7 +15,7 @@ use clap::{Args, Subcommand};
 
 #[derive(Subcommand, Debug)]
 pub enum HistoryCommand {
-    /// Follow the committed log of a node or cluster into a history store until SIGINT/SIGTERM.
+    /// Follow the committed log of a node or cluster into a history store until SIGINT/SIGTERM/SIGHUP.
     Run(RunArgs),
     /// Replay a stopped (or running single) node's log files into an empty history store.
     Rebuild(RebuildArgs),
@@ -199,27 +199,58 @@ pub async fn stop_sink(following: Option<Following>) {
     }
 }
 
-/// SIGINT and SIGTERM, caught from the moment they are installed.
+/// SIGINT, SIGTERM and SIGHUP, caught from the moment they are installed.
 pub(crate) struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
+    /// SIGHUP (the terminal closed, an SSH session dropped) stops like SIGTERM, unless
+    /// it was ignored when the process started (`nohup`): then it stays ignored, as the
+    /// user asked, instead of a handler replacing the inherited `SIG_IGN`.
+    hangup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
     pub(crate) fn install() -> Result<Signals, String> {
         use tokio::signal::unix::{signal, SignalKind};
+        let hangup =
+            if hangup_ignored() { None } else { Some(signal(SignalKind::hangup()).map_err(|e| e.to_string())?) };
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt()).map_err(|e| e.to_string())?,
             terminate: signal(SignalKind::terminate()).map_err(|e| e.to_string())?,
+            hangup,
         })
     }
 
-    pub(crate) async fn wait(mut self) {
+    /// The next SIGINT, SIGTERM or SIGHUP, by name (cancel-safe: a `select!` branch).
+    pub(crate) async fn recv(&mut self) -> &'static str {
+        let Signals { interrupt, terminate, hangup } = self;
+        let hangup = async {
+            match hangup.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = self.interrupt.recv() => tracing::info!("SIGINT: shutting down"),
-            _ = self.terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+            () = hangup => "SIGHUP",
         }
     }
+
+    pub(crate) async fn wait(mut self) {
+        let name = self.recv().await;
+        tracing::info!("{name}: shutting down");
+    }
+}
+
+/// Whether SIGHUP is ignored in this process (bit 0 of `SigIgn` in `/proc/self/status`,
+/// read safely where `sigaction` would need unsafe code); false without `/proc`.
+fn hangup_ignored() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mask = status.lines().find_map(|line| line.strip_prefix("SigIgn:"));
+    mask.and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()).is_some_and(|bits| bits & 1 != 0)
 }
 
 fn run_sink(args: RunArgs) -> Result<(), String> {

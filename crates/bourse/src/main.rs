@@ -16,6 +16,7 @@ mod demo;
 mod gateway;
 mod history;
 mod load;
+mod scratch;
 mod serve;
 mod xml;
 
@@ -35,9 +36,9 @@ enum TopCommand {
         #[command(subcommand)]
         target: bench::BenchCommand,
     },
-    /// Run a durable exchange node (journal + engine + gRPC) until SIGINT/SIGTERM.
+    /// Run a durable exchange node (journal + engine + gRPC) until SIGINT/SIGTERM/SIGHUP.
     Serve(serve::ServeCmd),
-    /// Run a member of a replicated cluster (Raft) until SIGINT/SIGTERM.
+    /// Run a member of a replicated cluster (Raft) until SIGINT/SIGTERM/SIGHUP.
     Node(cluster::NodeArgs),
     /// Start a local cluster, show its members, change its membership.
     Cluster {

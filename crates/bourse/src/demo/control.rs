@@ -23,7 +23,7 @@ impl Control for DemoControl {
     fn kill(&self, id: u64) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
             self.nodes.kill(id)?;
-            println!("demo: node {id} killed with SIGKILL from the dashboard; it starts again on its data shortly");
+            say!("demo: node {id} killed with SIGKILL from the dashboard; it starts again on its data shortly");
             Ok(())
         })
     }

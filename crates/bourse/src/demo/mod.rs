@@ -7,9 +7,11 @@
 //! day-trading service behind its `/v1/daytrading` routes and page), and a
 //! population of simulated traders (`bourse_sim::agents`, CloudEx's by default), each on
 //! its own session with its own key, spread round-robin over the gateways. It prints the
-//! address to open and runs until Ctrl-C (or `--seconds`). On the way out it stops the
-//! traders, waits until every node has applied the same log, stops the nodes and
-//! replays each node's data: same index, same state hash.
+//! address to open and runs until Ctrl-C, SIGTERM or SIGHUP (the terminal closed), or
+//! `--seconds`. On the way out it stops the traders, waits until every node has applied
+//! the same log, stops the nodes and replays each node's data: same index, same state
+//! hash. However else it ends (a SIGKILL, a panic) its nodes stop too and its temporary
+//! data goes (see `nodes.rs`); its gateways live in this process.
 //!
 //! A history sink (`bourse-history`) follows the cluster from its start into
 //! `DATA/history.sqlite` (`--history`), failing over between members like `bourse
@@ -20,6 +22,24 @@
 //! Gateways and traders live in this process (the statistics read the gateways' release
 //! records and the traders' stamps directly); nodes are separate processes so the kill
 //! button is a real SIGKILL.
+
+/// `println!` that ignores a failed write: after SIGHUP the terminal may be gone (a write
+/// fails with EIO; into a closed pipe, EPIPE), and the demo must still stop its nodes
+/// and replay their data rather than panic on its way out.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that ignores a failed write, as [`say!`].
+macro_rules! say_error {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 mod control;
 mod nodes;
@@ -140,29 +160,39 @@ pub fn run(args: DemoArgs) -> Result<(), String> {
         Some(_) => None,
         None => Some(tempfile::Builder::new().prefix("bourse-demo-").tempdir_in(parent).map_err(|e| e.to_string())?),
     };
+    // Held until the end of this function, after the runtime and with it every node
+    // (stopped, or killed by `Nodes`' drop): then the demo is the last holder and removes
+    // the directory. Should the demo end first, the last node to stop removes it.
+    let holder = temp.as_ref().map(|t| crate::scratch::Holder::create(t.path())).transpose()?;
     let data = args.data.clone().unwrap_or_else(|| temp.as_ref().expect("a temp dir").path().to_path_buf());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let result = runtime.block_on(demo(&args, scenario, &spec, data));
+    let result = runtime.block_on(demo(&args, scenario, &spec, data, holder.is_some()));
     runtime.shutdown_timeout(Duration::from_secs(2));
     result
 }
 
-async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: PathBuf) -> Result<(), String> {
-    println!(
+async fn demo(
+    args: &DemoArgs,
+    scenario: Scenario,
+    spec: &ProfileSpec,
+    data: PathBuf,
+    temporary: bool,
+) -> Result<(), String> {
+    say!(
         "Bourse demo: a replicated exchange on loopback, {} gateways and {} simulated traders",
         args.gateways,
         scenario.agents.len()
     );
-    println!("  nodes' data in {}", data.display());
-    let nodes = Nodes::start(&data, 3, args.node_args.clone(), Duration::from_secs(args.restart_after))?;
+    say!("  nodes' data in {}", data.display());
+    let nodes = Nodes::start(&data, temporary, 3, args.node_args.clone(), Duration::from_secs(args.restart_after))?;
     let leader = nodes.wait_leader(Duration::from_secs(60)).await?;
-    println!("  3 nodes up (Raft), leader: node {leader}");
+    say!("  3 nodes up (Raft), leader: node {leader}");
     let history = start_history(args, &data, &nodes).await;
 
     let keys = make_keys(scenario.agents.len());
     let (gateways, http_key) = start_gateways(args, spec, &nodes, &keys).await?;
     let addresses: Vec<String> = gateways.iter().map(|g| g.addr().to_string()).collect();
-    println!("  {} gateways up (profile {}): {}", gateways.len(), args.profile, addresses.join(" "));
+    say!("  {} gateways up (profile {}): {}", gateways.len(), args.profile, addresses.join(" "));
 
     let guest_account = setup(&scenario, &addresses[0], &keys.admin).await?;
     let shared = Arc::new(Shared {
@@ -198,7 +228,7 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
     if args.web.join("index.html").is_file() {
         http_config.web_dir = Some(args.web.clone());
     } else {
-        println!("  (no dashboard: {} has no index.html; build it with scripts/deps/web.sh)", args.web.display());
+        say!("  (no dashboard: {} has no index.html; build it with scripts/deps/web.sh)", args.web.display());
     }
     let http = HttpServer::start_with(http_config, Some(Arc::new(control)))
         .await
@@ -229,23 +259,23 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
     };
     tasks.push(tokio::spawn(collector.run(stopped.clone())));
 
-    println!("  {} traders trading ({} scenario, seed {})", scenario.agents.len(), scenario.name, args.seed);
-    println!();
-    println!("dashboard: http://{}/", http.addr());
-    println!("trading page: http://{}/trade.html", http.addr());
-    println!("day trading: http://{}/daytrading.html (any user id, no key)", http.addr());
-    println!("REST API: http://{}/openapi.json", http.addr());
+    say!("  {} traders trading ({} scenario, seed {})", scenario.agents.len(), scenario.name, args.seed);
+    say!();
+    say!("dashboard: http://{}/", http.addr());
+    say!("trading page: http://{}/trade.html", http.addr());
+    say!("day trading: http://{}/daytrading.html (any user id, no key)", http.addr());
+    say!("REST API: http://{}/openapi.json", http.addr());
     if history.is_some() {
-        println!("history: http://{}/v1/accounts/{guest_account}/statement (the guest's statement)", http.addr());
+        say!("history: http://{}/v1/accounts/{guest_account}/statement (the guest's statement)", http.addr());
     }
     match args.seconds {
-        Some(seconds) => println!("running for {seconds} s"),
-        None => println!("running until Ctrl-C"),
+        Some(seconds) => say!("running for {seconds} s"),
+        None => say!("running until Ctrl-C"),
     }
     wait(args.seconds, &stats, &nodes).await;
 
-    println!();
-    println!("stopping: traders first, then the gateways, then the nodes");
+    say!();
+    say!("stopping: traders first, then the gateways, then the nodes");
     let _ = stop.send(true);
     // A trader waiting on an answer finishes its wake-up first; none waits past 10 s.
     let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
@@ -258,9 +288,12 @@ async fn demo(args: &DemoArgs, scenario: Scenario, spec: &ProfileSpec, data: Pat
         gateway.shutdown().await;
     }
     let totals = stats.totals();
-    println!(
+    say!(
         "  {} orders accepted, {} trades, {} commands rejected by the exchange, {} unanswered",
-        totals.orders, totals.trades, totals.rejected, totals.failed
+        totals.orders,
+        totals.trades,
+        totals.rejected,
+        totals.failed
     );
     if let Some((url, following)) = history {
         stop_history(&url, following).await;
@@ -274,11 +307,11 @@ async fn start_history(args: &DemoArgs, data: &std::path::Path, nodes: &Nodes) -
     let url = crate::history::serve_history_url(args.history.as_deref(), data)?;
     match Following::start(nodes.addresses(), &url, SinkConfig::default()).await {
         Ok(following) => {
-            println!("  history sink following the cluster into {url}");
+            say!("  history sink following the cluster into {url}");
             Some((url, following))
         }
         Err(error) => {
-            println!("  (no history: the sink did not start: {error})");
+            say!("  (no history: the sink did not start: {error})");
             None
         }
     }
@@ -294,8 +327,8 @@ async fn stop_history(url: &str, following: Following) {
     }
     let written = (status.written_index.load(Relaxed), status.rows_written.load(Relaxed));
     match following.stop().await {
-        Ok(()) => println!("  history: {} rows written this run, through log index {} ({url})", written.1, written.0),
-        Err(error) => println!("  history sink: {error}"),
+        Ok(()) => say!("  history: {} rows written this run, through log index {} ({url})", written.1, written.0),
+        Err(error) => say!("  history sink: {error}"),
     }
 }
 
@@ -359,7 +392,7 @@ async fn start_day_trading(
         auth: bourse_daytrading::Auth::Open,
     };
     let server = bourse_daytrading::DayTradingServer::start(config).await.map_err(|e| format!("day trading: {e}"))?;
-    println!("  day-trading service on {} (emulated quotes)", server.addr());
+    say!("  day-trading service on {} (emulated quotes)", server.addr());
     Ok(server)
 }
 
@@ -388,7 +421,7 @@ async fn setup(scenario: &Scenario, gateway: &str, admin_key: &str) -> Result<u3
         return Err(format!("the accounts were numbered {accounts:?}, not 0 to {guest}: is the cluster new?"));
     }
     let _ = client.close().await;
-    println!(
+    say!(
         "  market set up: {} symbols, {} accounts with ${} and {} shares of every symbol each",
         scenario.symbols.len(),
         guest + 1,
@@ -428,10 +461,10 @@ fn gateway_views(args: &DemoArgs, addresses: &[String], scenario: &Scenario) -> 
         .collect()
 }
 
-/// Runs until Ctrl-C, SIGTERM or `seconds`, printing a line every ten seconds.
+/// Runs until Ctrl-C, SIGTERM, SIGHUP or `seconds`, printing a line every ten seconds.
 async fn wait(seconds: Option<u64>, stats: &Stats, nodes: &Nodes) {
     let deadline = seconds.map(|s| Instant::now() + Duration::from_secs(s));
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut signals = crate::history::Signals::install().ok();
     let mut report = tokio::time::interval(Duration::from_secs(10));
     report.tick().await;
     loop {
@@ -441,24 +474,21 @@ async fn wait(seconds: Option<u64>, stats: &Stats, nodes: &Nodes) {
                 None => std::future::pending().await,
             }
         };
-        let terminated = async {
-            match terminate.as_mut() {
-                Some(signal) => {
-                    signal.recv().await;
-                }
+        let signalled = async {
+            match signals.as_mut() {
+                Some(signals) => signals.recv().await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return,
-            () = terminated => return,
+            _ = signalled => return,
             () = until_deadline => return,
             _ = report.tick() => {
                 let totals = stats.totals();
                 let view = nodes.status().await;
                 let roles: Vec<String> = view.nodes.iter().map(|n| format!("{}:{}", n.id, n.role)).collect();
                 let last = stats.last().unwrap_or_default();
-                println!(
+                say!(
                     "  {} orders, {} trades so far; last second: ack p50 {:.0} µs, p99 {:.0} µs, inbound unfairness {:.2} %, outbound {:.2} %; nodes {}",
                     totals.orders, totals.trades, last.latency_us_p50, last.latency_us_p99,
                     last.inbound_unfairness_pct, last.outbound_unfairness_pct, roles.join(" ")
@@ -482,27 +512,27 @@ async fn finish(nodes: &Arc<Nodes>) -> Result<(), String> {
             break;
         }
         if Instant::now() > deadline {
-            println!("  (the nodes did not reach the same applied index within 20 s: {applied:?})");
+            say!("  (the nodes did not reach the same applied index within 20 s: {applied:?})");
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     nodes.stop();
-    println!("  nodes stopped; replaying each node's snapshot and committed log:");
+    say!("  nodes stopped; replaying each node's snapshot and committed log:");
     let mut seen = Vec::new();
     for (id, dir) in nodes.dirs() {
         match bourse_node::recover_member(&dir, &bourse_node::NodeConfig::default()).await {
             Ok((_, recovered)) => {
                 let hash = bourse_engine::hex(&recovered.state_hash);
-                println!("  node {id}: index {} state hash {hash}", recovered.index);
+                say!("  node {id}: index {} state hash {hash}", recovered.index);
                 seen.push((recovered.index, hash));
             }
-            Err(error) => println!("  node {id}: {error}"),
+            Err(error) => say!("  node {id}: {error}"),
         }
     }
     seen.dedup();
     if seen.len() == 1 {
-        println!("  every replica: same index, same state hash");
+        say!("  every replica: same index, same state hash");
         Ok(())
     } else {
         Err(format!("the replicas disagree: {seen:?}"))

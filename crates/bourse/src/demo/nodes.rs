@@ -3,7 +3,11 @@
 //!
 //! Nodes are started as `bourse cluster up` starts them ([`crate::cluster::spawn_node`]:
 //! own process group, log in the data directory), on free ports picked at start, each
-//! with a `/metrics` address so the demo can read the leader's sequencer figures.
+//! with a `/metrics` address so the demo can read the leader's sequencer figures. Unlike
+//! `cluster up`'s they are tethered: each reads a pipe from the demo on stdin and stops
+//! when it closes, so no node outlives the demo, however the demo ends; with the data in
+//! a temporary directory they hold it too (`--temporary-dir`, [`crate::scratch`]), and
+//! the last of the demo and its nodes to end removes it.
 //! At most one node is down at a time: a kill while another node is down is refused,
 //! so a majority of three always remains and the market keeps trading.
 
@@ -15,7 +19,7 @@ use std::time::{Duration, Instant};
 use bourse_http::control::{ClusterView, NodeView};
 use bourse_protocol::proto;
 
-use crate::cluster::{spawn_node, LocalNode};
+use crate::cluster::{spawn_tethered_node, LocalNode};
 
 /// One node process.
 struct Member {
@@ -30,6 +34,7 @@ struct Member {
 pub struct Nodes {
     exe: PathBuf,
     bootstrap: String,
+    /// Flags for every node, `--temporary-dir` among them when the data is temporary.
     extra: Vec<String>,
     members: Mutex<Vec<Member>>,
     restart_after: Duration,
@@ -42,9 +47,20 @@ pub fn free_port() -> Result<u16, String> {
 }
 
 impl Nodes {
-    /// Starts `count` nodes with data under `data`.
-    pub fn start(data: &Path, count: u64, extra: Vec<String>, restart_after: Duration) -> Result<Arc<Nodes>, String> {
+    /// Starts `count` nodes with data under `data`; `temporary`: `data` is a shared
+    /// temporary directory the demo holds ([`crate::scratch::Holder::create`]).
+    pub fn start(
+        data: &Path,
+        temporary: bool,
+        count: u64,
+        mut extra: Vec<String>,
+        restart_after: Duration,
+    ) -> Result<Arc<Nodes>, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        if temporary {
+            let dir = data.to_str().ok_or_else(|| format!("{}: not UTF-8", data.display()))?;
+            extra.extend(["--temporary-dir".to_string(), dir.to_string()]);
+        }
         let mut members = Vec::new();
         for id in 1..=count {
             let api = format!("127.0.0.1:{}", free_port()?);
@@ -67,7 +83,7 @@ impl Nodes {
     fn spawn(&self, member: &Member) -> Result<Child, String> {
         let mut extra = vec!["--metrics-listen".to_string(), member.metrics.clone()];
         extra.extend(self.extra.iter().cloned());
-        spawn_node(&self.exe, &member.node, &self.bootstrap, &extra)
+        spawn_tethered_node(&self.exe, &member.node, &self.bootstrap, &extra)
     }
 
     /// Every node's client address.
@@ -139,7 +155,7 @@ impl Nodes {
         tokio::spawn(async move {
             tokio::time::sleep(nodes.restart_after).await;
             if let Err(error) = nodes.restart(id) {
-                eprintln!("demo: node {id} could not be started again: {error}");
+                say_error!("demo: node {id} could not be started again: {error}");
             }
         });
         Ok(())
@@ -168,7 +184,7 @@ impl Nodes {
             self.members.lock().expect("members lock").iter().filter(|m| m.down).map(|m| m.node.id).collect();
         for id in ids {
             if let Err(error) = self.restart(id) {
-                eprintln!("demo: node {id} could not be started again: {error}");
+                say_error!("demo: node {id} could not be started again: {error}");
             }
         }
     }
