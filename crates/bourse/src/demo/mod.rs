@@ -305,7 +305,9 @@ async fn demo(
 /// turned off or when it cannot start.
 async fn start_history(args: &DemoArgs, data: &std::path::Path, nodes: &Nodes) -> Option<(String, Following)> {
     let url = crate::history::serve_history_url(args.history.as_deref(), data)?;
-    match Following::start(nodes.addresses(), &url, SinkConfig::default()).await {
+    // In the process of the gateways and traders: the sink takes only CPU time they leave.
+    let config = SinkConfig { background: true, ..SinkConfig::default() };
+    match Following::start(nodes.addresses(), &url, config).await {
         Ok(following) => {
             say!("  history sink following the cluster into {url}");
             Some((url, following))
