@@ -3,7 +3,9 @@
 //! (`Query.GetDayTradingArmed`), and for each one without a quote that stays valid for
 //! `refresh_margin_ms`, fetches a quote — asked for the earliest-armed trigger's user
 //! and transactionNum — and submits it as a quote entry, at most once per
-//! `trigger_poll_ms` per symbol. Firings happen in the engine when the entry applies.
+//! `trigger_poll_ms` per symbol, and never while a command's fetch of the symbol is in
+//! the air (that quote fires them too). Firings happen in the engine when the entry
+//! applies.
 //!
 //! It works on the wall clock: golden runs (virtual clock) turn it off, since when it
 //! fires depends on timing.
@@ -52,7 +54,8 @@ pub async fn run(service: Arc<Service>) {
             if valid_until > now + config.refresh_margin_ms {
                 continue;
             }
-            if polled.get(&sym).is_some_and(|&at| now < at + config.trigger_poll_ms) {
+            if polled.get(&sym).is_some_and(|&at| now < at + config.trigger_poll_ms) || service.fetching(sym) {
+                // Asked lately, or a command's fetch is in the air (its quote fires too).
                 continue;
             }
             polled.insert(sym, now);

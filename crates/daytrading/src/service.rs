@@ -20,6 +20,11 @@
 //!   results (an attached quote arrived at its entry's stamp; a `QUOTE` reports its
 //!   cached quote's arrival). A view that is wrong costs at most an extra hit or a
 //!   `quote unavailable`, both logged.
+//! - **One fetch per symbol at a time** ([`crate::quote::flight`]): of the calls that
+//!   need a fresh quote of one symbol at once, the first fetches and carries the quote
+//!   into the log with its command; the others wait in their users' lanes until that
+//!   command is committed, then go without a quote and the engine serves them from its
+//!   cache. A symbol is fetched once per validity window however many users ask.
 //! - **Exactly once**: the upstream sessions are `bourse_client::Client`s: a command is
 //!   resent across reconnects and leader changes until answered, and the engine applies
 //!   it once; a retry's answer comes from the user's recent history.
@@ -39,6 +44,7 @@ use bourse_protocol::proto;
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::quote::flight::{Flight, Flights, Landing, Turn};
 use crate::quote::{Clock, Quoter};
 
 /// Users known to be missing that the view remembers, at most.
@@ -165,6 +171,8 @@ struct Pending {
     call: Call,
     replier: Replier,
     quote: Option<(Sym, i64)>,
+    /// The flight of the attached quote, landed once the command is committed.
+    flight: Option<Flight>,
 }
 
 /// One upstream order-entry session and the calls it carries.
@@ -195,6 +203,7 @@ pub struct Service {
     upstreams: Vec<Mutex<Arc<Upstream>>>,
     view: Mutex<View>,
     lanes: Mutex<FxHashMap<String, Lane>>,
+    flights: Flights,
 }
 
 impl Service {
@@ -207,7 +216,14 @@ impl Service {
         for _ in 0..config.sessions {
             upstreams.push(Mutex::new(Upstream::connect(&config).await?));
         }
-        let service = Arc::new(Service { config, quoter, upstreams, view: Mutex::default(), lanes: Mutex::default() });
+        let service = Arc::new(Service {
+            config,
+            quoter,
+            upstreams,
+            view: Mutex::default(),
+            lanes: Mutex::default(),
+            flights: Flights::default(),
+        });
         for (i, upstream) in service.upstreams.iter().enumerate() {
             let upstream = Arc::clone(&upstream.lock().expect("upstream lock"));
             Arc::clone(&service).spawn_reader(i, upstream);
@@ -225,25 +241,33 @@ impl Service {
 
     /// Takes a call: it is answered through `replier` once committed (or failed).
     pub async fn dispatch(self: &Arc<Self>, call: Call, replier: Replier) {
-        {
+        let lead = {
             let mut lanes = self.lanes.lock().expect("lanes lock");
             if let Some(lane) = lanes.get_mut(call.user()) {
                 lane.queue.push_back((call, replier));
                 return;
             }
-            if !self.quoter.is_immediate() && self.needs_fetch(&call).is_some() {
-                // Hold the user's later calls until this one is sent.
-                lanes.insert(call.user().to_owned(), Lane::default());
-                let service = Arc::clone(self);
-                tokio::spawn(async move { service.run_lane(call, replier).await });
-                return;
+            match self.needs_fetch(&call) {
+                None => None,
+                // An immediate source is asked here, unless another call's fetch of the
+                // symbol is in the air: then this one waits for it in a lane.
+                Some(symbol) => match self.quoter.is_immediate().then(|| self.flights.join(symbol)) {
+                    Some(Turn::Lead(flight)) => Some((symbol, flight)),
+                    Some(Turn::Wait(_)) | None => {
+                        // Hold the user's later calls until this one is sent.
+                        lanes.insert(call.user().to_owned(), Lane::default());
+                        let service = Arc::clone(self);
+                        tokio::spawn(async move { service.run_lane(call, replier).await });
+                        return;
+                    }
+                },
             }
-        }
-        let quote = match self.needs_fetch(&call) {
-            Some(symbol) => self.fetch(&call, symbol).await,
-            None => None,
         };
-        self.send(call, quote, replier).await;
+        let (quote, flight) = match lead {
+            Some((symbol, flight)) => self.fetch_leading(&call, symbol, flight).await,
+            None => (None, None),
+        };
+        self.send(call, quote, flight, replier).await;
     }
 
     /// Sends a lane's calls in order, fetching their quotes, until it is empty.
@@ -251,11 +275,8 @@ impl Service {
         let user = first.user().to_owned();
         let mut next = Some((first, replier));
         while let Some((call, replier)) = next.take() {
-            let quote = match self.needs_fetch(&call) {
-                Some(symbol) => self.fetch(&call, symbol).await,
-                None => None,
-            };
-            self.send(call, quote, replier).await;
+            let (quote, flight) = self.quote_for(&call).await;
+            self.send(call, quote, flight, replier).await;
             let mut lanes = self.lanes.lock().expect("lanes lock");
             let lane = lanes.get_mut(&user).expect("a running lane is there");
             next = lane.queue.pop_front();
@@ -280,15 +301,41 @@ impl Service {
         (!fresh).then_some(symbol)
     }
 
-    async fn fetch(&self, call: &Call, symbol: Sym) -> Option<DtQuote> {
+    /// The quote `call` carries, if it needs one (with the flight it leads): fetched by
+    /// this call, or none once another call's fetch of the symbol, waited for, has put
+    /// a quote in the cache (or found the source without one).
+    async fn quote_for(&self, call: &Call) -> (Option<DtQuote>, Option<Flight>) {
+        while let Some(symbol) = self.needs_fetch(call) {
+            match self.flights.join(symbol) {
+                Turn::Lead(flight) => return self.fetch_leading(call, symbol, flight).await,
+                Turn::Wait(waiting) => match waiting.landed().await {
+                    // The command goes without, as the leader's did.
+                    Landing::FetchFailed => return (None, None),
+                    // Look again: the view has the leader's quote, or a new flight is due.
+                    Landing::Committed | Landing::Lost => {}
+                },
+            }
+        }
+        (None, None)
+    }
+
+    /// Fetches the quote of `symbol` for `call`, leading `flight`: the quote and the
+    /// flight travel with the command; without a quote the flight lands at once.
+    async fn fetch_leading(&self, call: &Call, symbol: Sym, flight: Flight) -> (Option<DtQuote>, Option<Flight>) {
         match self.quoter.fetch(symbol, &call.args[0], call.transaction_num, &self.config.clock).await {
-            Ok(quote) => Some(quote),
+            Ok(quote) => (Some(quote), Some(flight)),
             Err(error) => {
                 // The command goes without: the engine decides with its cache.
                 tracing::warn!(%error, %symbol, "quote fetch failed");
-                None
+                flight.land(Landing::FetchFailed);
+                (None, None)
             }
         }
+    }
+
+    /// Whether a fetch of `symbol` is in the air (the poller leaves it to that one).
+    pub(crate) fn fetching(&self, symbol: Sym) -> bool {
+        self.flights.in_air(symbol)
     }
 
     /// The upstream session of `user`.
@@ -299,7 +346,7 @@ impl Service {
         (i, Arc::clone(&self.upstreams[i].lock().expect("upstream lock")))
     }
 
-    async fn send(self: &Arc<Self>, mut call: Call, quote: Option<DtQuote>, replier: Replier) {
+    async fn send(self: &Arc<Self>, mut call: Call, quote: Option<DtQuote>, flight: Option<Flight>, replier: Replier) {
         let attached = quote.as_ref().map(|q| (q.symbol, q.price));
         // The command takes the call's strings; the call keeps what its answer needs:
         // its user (a DUMPLOG: every argument).
@@ -319,7 +366,7 @@ impl Service {
         };
         let body = CommandBody::DayTrading(Box::new(DtRequest::Command(command)));
         let (index, upstream) = self.upstream_for(call.user());
-        let pending = Pending { call, replier, quote: attached };
+        let pending = Pending { call, replier, quote: attached, flight };
         if let Err((pending, error)) = upstream.send(&body, pending).await {
             pending.replier.send(failure(pending.call.id, format!("unavailable: {error}")));
             self.replace_upstream(index, &upstream).await;
@@ -384,7 +431,7 @@ impl Service {
     }
 
     /// A committed answer: learn from it, then respond (a `DUMPLOG` after its dump).
-    fn complete(self: &Arc<Self>, pending: Pending, reply: bourse_client::Reply) {
+    fn complete(self: &Arc<Self>, mut pending: Pending, reply: bourse_client::Reply) {
         let Some(result) = reply.day_trading else {
             let why = match reply.outcome {
                 bourse_engine::Outcome::Rejected(reject) => format!("rejected: {}", reject.name()),
@@ -394,6 +441,10 @@ impl Service {
             return;
         };
         self.learn(&pending, &result);
+        if let Some(flight) = pending.flight.take() {
+            // The engine logged and cached the quote: the calls waiting for it go now.
+            flight.land(Landing::Committed);
+        }
         let response = proto::DayTradingResponse {
             id: pending.call.id,
             result: Some(*result),

@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bourse_daytrading::quote::emulator::{Emulator, Latency};
@@ -246,5 +248,82 @@ async fn quotes_from_the_exchanges_own_market_are_its_last_trade_in_cents() {
     let document = String::from_utf8(dump.document.clone()).unwrap();
     assert!(document.contains("<price>12.34</price>"), "{document}");
     support::xmllint_bytes(&dump.document);
+    exchange.stop().await;
+}
+
+/// A quote server in the legacy wire format that answers every symbol at 100.00 after
+/// `delay` and counts the requests of each symbol.
+async fn counting_quote_server(delay: Duration) -> (String, Arc<Mutex<BTreeMap<String, usize>>>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let asked = Arc::new(Mutex::new(BTreeMap::new()));
+    let counts = Arc::clone(&asked);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counts = Arc::clone(&counts);
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut line = String::new();
+                BufReader::new(read).read_line(&mut line).await.unwrap();
+                let (symbol, user) = line.trim_end().split_once(',').unwrap();
+                *counts.lock().unwrap().entry(symbol.to_owned()).or_insert(0) += 1;
+                tokio::time::sleep(delay).await;
+                let now = Clock::Wall.now_ms(0);
+                let _ = write.write_all(format!("100.00,{symbol},{user},{now},key\n").as_bytes()).await;
+            });
+        }
+    });
+    (address, asked)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_needs_of_one_symbol_share_one_fetch_per_validity_window() {
+    // A slow source: every command below asks while the first fetch is in the air.
+    let (address, asked) = counting_quote_server(Duration::from_millis(300)).await;
+    let source = SourceConfig::LegacyTcp { address, timeout: Duration::from_secs(5), attempts: 1 };
+    let exchange = Exchange::start(Options { source, sessions: 8, ..Options::default() }).await;
+    let mut admin = exchange.client(&exchange.admin).await;
+    use DtKind::*;
+    let users: Vec<String> = (0..24).map(|i| format!("flight{i:02}")).collect();
+    for (i, u) in users.iter().enumerate() {
+        admin.ok(Add, &[u, "1000.00"], 1 + i as u64).await;
+    }
+    // Each round: every user at once, each on its own connection, QUOTE or BUY of
+    // `symbol(i)`; every command succeeds at the one price.
+    let round = |first_n: u64, symbol: fn(usize) -> &'static str| {
+        let users = users.clone();
+        let exchange = &exchange;
+        async move {
+            let mut calls = tokio::task::JoinSet::new();
+            for (i, u) in users.into_iter().enumerate() {
+                let mut client = exchange.client(&exchange.admin).await;
+                let n = first_n + i as u64;
+                calls.spawn(async move {
+                    match i % 2 {
+                        0 => client.ok(Quote, &[&u, symbol(i)], n).await,
+                        _ => client.ok(Buy, &[&u, symbol(i), "250.00"], n).await,
+                    }
+                });
+            }
+            let results = calls.join_all().await;
+            assert!(results.iter().all(|r| r.price == Some(10_000)), "{results:?}");
+            results.len()
+        }
+    };
+    let mut commands = users.len() + round(100, |_| "ABC").await;
+    let counts = |asked: &Mutex<BTreeMap<String, usize>>| asked.lock().unwrap().clone();
+    assert_eq!(counts(&asked), BTreeMap::from([("ABC".to_owned(), 1)]), "24 users, one fetch");
+    // Still valid: ABC is not fetched again; XYZ, asked by half of them, once.
+    commands += round(200, |i| if i % 4 < 2 { "ABC" } else { "XYZ" }).await;
+    let expected = BTreeMap::from([("ABC".to_owned(), 1), ("XYZ".to_owned(), 1)]);
+    assert_eq!(counts(&asked), expected);
+    // The audit log has each real hit once, with the command that carried it, and every
+    // command (the dump's own included).
+    let dump = admin.call(DumpLog, &["flights.xml"], 300).await;
+    assert!(dump.result.is_some_and(|r| r.error.is_empty()), "{:?}", dump.failure);
+    let text = std::fs::read_to_string(exchange.dump_dir.join("flights.xml")).unwrap();
+    assert_eq!(text.matches("<quoteServer>").count(), 2);
+    assert_eq!(text.matches("<userCommand>").count(), commands + 1);
     exchange.stop().await;
 }

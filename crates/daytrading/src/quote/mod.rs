@@ -3,13 +3,16 @@
 //! - [`emulator`]: the seeded emulation of the legacy quote server, in process (and on
 //!   an optional TCP endpoint in the legacy wire format);
 //! - [`legacy`]: any server speaking the legacy wire format (`legacy-tcp`);
-//! - [`market`]: the exchange's own market (last trade or mid of `SYM/USD`).
+//! - [`market`]: the exchange's own market (last trade or mid of `SYM/USD`);
+//!
+//! and [`flight`], which makes concurrent needs of one symbol's quote share one fetch.
 //!
 //! A fetched quote is a *real hit*: the service attaches it to the command that needed
 //! it (or submits it as a poller's entry), and the engine logs it and caches it. Replay
 //! never comes here: the quotes are in the log.
 
 pub mod emulator;
+pub mod flight;
 pub mod legacy;
 pub mod market;
 
