@@ -1,8 +1,8 @@
 //! The sink over both backends (SQLite in a temporary file, PostgreSQL started by the
 //! test in a temporary directory on a free port): rows equal the events of an engine
-//! the test runs itself, a restart mid-stream neither duplicates nor misses a row, a
-//! rebuild from journal files equals the live history, and the queries answer what the
-//! events say.
+//! the test runs itself, a restart mid-stream neither duplicates nor misses a row (after
+//! a clean stop, and after a writer process is SIGKILLed mid-batch), a rebuild from
+//! journal files equals the live history, and the queries answer what the events say.
 
 mod support;
 
@@ -189,8 +189,9 @@ fn rows_equal_events(url: &str) {
     assert_eq!(progress.applied_ts, w.engine.ts_last());
 }
 
-/// The sink stops after a prefix (as a crash between transactions leaves it) and
-/// starts again from what it saved: the rows are those of one uninterrupted run.
+/// The sink stops cleanly after a prefix (`finish`: every part has committed the same
+/// batches; a real kill is [`a_killed_writer_duplicates_nothing`]) and starts again
+/// from what it saved: the rows are those of one uninterrupted run.
 fn restart_mid_stream(url_live: &str, url_restarted: &str) {
     let w = workload(SEED ^ 1, 3_000, 4, 1);
     sink_all(url_live, &w.entries);
@@ -201,6 +202,125 @@ fn restart_mid_stream(url_live: &str, url_restarted: &str) {
     // And a final run that is handed everything again: what is written is skipped.
     sink_all(url_restarted, &w.entries);
     assert_eq!(dump(url_restarted), dump(url_live));
+}
+
+/// The environment variable that makes this test binary a writer process: the URL of
+/// the store it writes [`killed_writer_log`] into ([`writer_process`]).
+const WRITER_URL: &str = "BOURSE_HISTORY_TEST_WRITER_URL";
+
+/// How many times a writer is killed at least, and at most: after the first `KILLS`,
+/// until one of the kills has fallen between the commits of a batch's parts.
+const KILLS: u64 = 3;
+const KILLS_MAX: u64 = 8;
+
+/// The log the killed writers write: long enough (seconds of writing in a debug build,
+/// dozens of transactions) that each kill lands while rows are being written, far from
+/// either end.
+fn killed_writer_log() -> Workload {
+    workload(SEED ^ 5, 150_000, 4, 1)
+}
+
+/// Transactions of up to 20,000 rows (so a kill has time to land between the commits
+/// of their parts) and a snapshot every 5,000 entries (so a restart resumes from one).
+fn killed_writer_config() -> bourse_history::SinkConfig {
+    bourse_history::SinkConfig {
+        batch_rows_max: 5_000,
+        transaction_rows_max: 20_000,
+        snapshot_every_entries: 5_000,
+        ..small_config()
+    }
+}
+
+/// Not a test of its own: run again with [`WRITER_URL`] set, this binary is the writer
+/// process of `*_a_killed_writer_duplicates_nothing`, which writes the whole of
+/// [`killed_writer_log`] unless it is killed first. Without it, it does nothing.
+#[test]
+fn writer_process() {
+    let Ok(url) = std::env::var(WRITER_URL) else { return };
+    let sink = run_sink(&url, &killed_writer_log().entries, killed_writer_config());
+    sink.finish().expect("the writer finishes");
+}
+
+/// Starts this test binary as a writer process on `url`.
+fn spawn_writer(url: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "writer_process", "--test-threads", "1", "--nocapture"])
+        .env(WRITER_URL, url)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start a writer process")
+}
+
+/// A writer process is killed (SIGKILL) again and again at later points of the log,
+/// each time on the store the last one left, then a last one writes to the end. Each
+/// kill waits until the other parts of a batch have committed and the first has not
+/// (`schema::Part`: the first commits last), the window in which a crash leaves a batch
+/// written in part; at least one kill must have landed in it. The rows are those a
+/// clean one-shot write of the same log produces, table for table and row for row, no
+/// key twice.
+fn a_killed_writer_duplicates_nothing(url_clean: &str, url_killed: &str) {
+    let w = killed_writer_log();
+    let last = w.entries.last().unwrap().index;
+    run_sink(url_clean, &w.entries, killed_writer_config()).finish().unwrap();
+    let mut store = Store::open(url_killed).unwrap();
+    // The progress rows as stored (not as the store reads them back to a sink): the
+    // first part's, and the furthest of the others' (they commit before the first).
+    let read = |store: &mut Store, sql: &str| store.query(sql, &[]).unwrap()[0][0].int().unwrap_or(0) as u64;
+    let progress = |store: &mut Store| read(store, "SELECT MAX(applied_index) FROM history_progress");
+    let parts = |store: &mut Store| read(store, "SELECT MAX(applied_index) FROM history_progress_parts");
+    let (mut killed_at, mut in_part) = (0, 0);
+    for kill in 1..=KILLS_MAX {
+        if kill > KILLS && in_part > 0 {
+            break;
+        }
+        let target = (last * kill / (KILLS_MAX + 1)).max(killed_at + 1);
+        let mut writer = spawn_writer(url_killed);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        let mut crossed = None;
+        loop {
+            if let Some(status) = writer.try_wait().unwrap() {
+                assert!(!status.success(), "writer {kill} finished before it was killed: the log is too short");
+                panic!("writer {kill} failed: {status}");
+            }
+            assert!(std::time::Instant::now() < deadline, "writer {kill} made no progress");
+            let at = progress(&mut store);
+            // Past the target, at the next batch the other parts have committed (or
+            // after two seconds of waiting for one: then wherever the writer is).
+            if at >= target {
+                let since = *crossed.get_or_insert_with(std::time::Instant::now);
+                if parts(&mut store) > at || since.elapsed() > std::time::Duration::from_secs(2) {
+                    break;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        writer.kill().unwrap();
+        let status = writer.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "writer {kill}: {status}");
+        let (at, parts_at) = (progress(&mut store), parts(&mut store));
+        assert!(at >= target && at < last, "writer {kill} killed mid-way: progress {at}, log 1..={last}");
+        eprintln!("writer {kill} killed at progress {at} of {last}, the other parts at {parts_at}");
+        in_part += u64::from(parts_at > at);
+        killed_at = at;
+    }
+    assert!(in_part > 0, "no kill landed between the commits of a batch's parts");
+    let status = spawn_writer(url_killed).wait().unwrap();
+    assert!(status.success(), "the last writer: {status}");
+    let clean_progress = query::progress(&mut Store::open(url_clean).unwrap()).unwrap();
+    assert_eq!(query::progress(&mut store).unwrap(), clean_progress, "the progress rows");
+    assert_eq!((progress(&mut store), parts(&mut store)), (last, last));
+    let (clean, killed) = (dump(url_clean), dump(url_killed));
+    assert_eq!(clean.keys().collect::<Vec<_>>(), killed.keys().collect::<Vec<_>>());
+    assert!(clean["order_events"].len() > 100_000, "the log is rich: {}", clean["order_events"].len());
+    for (table, rows) in &clean {
+        let got = &killed[table];
+        let keys: std::collections::BTreeSet<(i64, i64)> = got.iter().map(|r| (int(&r[0]), int(&r[1]))).collect();
+        assert_eq!(keys.len(), got.len(), "{table}: a key twice");
+        assert_eq!(got.len(), rows.len(), "{table}: rows");
+        if let Some(i) = (0..rows.len()).find(|&i| got[i] != rows[i]) {
+            panic!("{table}: row {i} is {:?}, a clean write's is {:?}", got[i], rows[i]);
+        }
+    }
 }
 
 /// Two sinks write the same log into one database at the same time (as two `bourse
@@ -575,6 +695,15 @@ fn sqlite_restart_mid_stream_duplicates_nothing() {
 }
 
 #[test]
+fn sqlite_a_killed_writer_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    a_killed_writer_duplicates_nothing(
+        &sqlite_url(dir.path(), "clean.sqlite"),
+        &sqlite_url(dir.path(), "killed.sqlite"),
+    );
+}
+
+#[test]
 fn sqlite_concurrent_writers_duplicate_nothing() {
     let dir = tempfile::tempdir().unwrap();
     concurrent_writers_duplicate_nothing(
@@ -612,6 +741,7 @@ fn postgres_all() {
     rows_equal_events(&server.database().unwrap());
     moves_that_rest_at_once(&server.database().unwrap());
     restart_mid_stream(&server.database().unwrap(), &server.database().unwrap());
+    a_killed_writer_duplicates_nothing(&server.database().unwrap(), &server.database().unwrap());
     concurrent_writers_duplicate_nothing(&server.database().unwrap(), &server.database().unwrap());
     let dir = tempfile::tempdir().unwrap();
     rebuild_equals_live(&server.database().unwrap(), &server.database().unwrap(), &dir.path().join("journal"));
