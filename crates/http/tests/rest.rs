@@ -142,19 +142,27 @@ async fn errors_are_typed_and_change_nothing() {
 /// Many clients place orders at once; some drop their connection before the answer.
 /// Every order that was acknowledged exists, exactly as placed, and nothing was placed
 /// twice: reservations equal the open orders' holds exactly.
+///
+/// The REST API takes no client order id, so each request carries its own: a price no
+/// other request has. Nothing sells, so every order the exchange accepted rests, and
+/// the account's open orders are all of them: each price then appears at most once,
+/// exactly once for an acknowledged request (with the id it was acknowledged with),
+/// and never one that was not sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_and_dropped_connections_lose_no_acknowledged_order() {
     let exchange = Exchange::start().await;
     exchange.market().await;
     let clients = 16;
     let orders_each = 20;
+    // The price that names request `i` of `client`.
+    let px_of = move |client: usize, i: usize| (1_000 + client * orders_each + i) as i64;
     let mut tasks = Vec::new();
     for client in 0..clients {
         let http = exchange.client(&exchange.alice);
         tasks.push(tokio::spawn(async move {
             let mut acknowledged = Vec::new();
             for i in 0..orders_each {
-                let px = 100 - (client % 5) as i64;
+                let px = px_of(client, i);
                 let body = limit(1, "buy", 1, px);
                 if (client + i) % 7 == 0 {
                     // Drop the connection before the answer can arrive.
@@ -164,26 +172,44 @@ async fn concurrent_clients_and_dropped_connections_lose_no_acknowledged_order()
                 }
                 let (status, value) = http.request("POST", "/v1/orders", Some(body)).await;
                 assert_eq!(status, 201, "{value}");
-                acknowledged.push((value["id"].as_u64().unwrap(), px));
+                acknowledged.push((px, value["id"].as_u64().unwrap()));
             }
             acknowledged
         }));
     }
-    let mut acknowledged = Vec::new();
+    let mut acknowledged = std::collections::BTreeMap::new();
     for task in tasks {
         acknowledged.extend(task.await.unwrap());
     }
+    let sent: std::collections::BTreeSet<i64> =
+        (0..clients).flat_map(|client| (0..orders_each).map(move |i| px_of(client, i))).collect();
+    assert_eq!(sent.len(), clients * orders_each, "every request has a price of its own");
+    assert!(acknowledged.len() > sent.len() / 2 && acknowledged.len() < sent.len(), "some requests were dropped");
     // Let dropped requests that still reached the exchange finish.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let alice = exchange.client(&exchange.alice);
     let open = alice.expect(200, "GET", "/v1/accounts/1/orders", None).await;
     let open = open["orders"].as_array().unwrap();
-    for (id, px) in &acknowledged {
-        let order = open.iter().find(|o| o["id"] == *id).unwrap_or_else(|| panic!("acknowledged order {id} is lost"));
-        assert_eq!((order["px"].as_i64(), order["qty_open"].as_i64()), (Some(*px), Some(1)));
+    let mut placed: std::collections::BTreeMap<i64, Vec<u64>> = std::collections::BTreeMap::new();
+    for order in open {
+        let px = order["px"].as_i64().unwrap();
+        assert!(sent.contains(&px), "an order that no request asked for: {order}");
+        assert_eq!((order["side"].as_str(), order["qty_open"].as_i64()), (Some("buy"), Some(1)), "{order}");
+        placed.entry(px).or_default().push(order["id"].as_u64().unwrap());
     }
-    assert!(open.len() >= acknowledged.len());
-    assert!(open.len() <= clients * orders_each, "no order was placed twice");
+    for (px, ids) in &placed {
+        assert_eq!(ids.len(), 1, "the request of price {px} was placed {} times: orders {ids:?}", ids.len());
+    }
+    for (px, id) in &acknowledged {
+        assert_eq!(placed.get(px), Some(&vec![*id]), "acknowledged order {id} (price {px}) is not there once");
+    }
+    // The open orders are every order there is: ids are given out one by one from 1, and
+    // this exchange has no others, so they are 1..=n and order n + 1 does not exist.
+    let mut ids: Vec<u64> = placed.values().flatten().copied().collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "no order of the account is done or elsewhere");
+    let (status, _) = alice.request("GET", &format!("/v1/orders/{}", ids.len() + 1), None).await;
+    assert_eq!(status, 404, "an order beyond the open ones exists");
     let held: i64 = open.iter().map(|o| o["px"].as_i64().unwrap() + 1).sum();
     let balances = alice.expect(200, "GET", "/v1/accounts/1/balances", None).await;
     let usd = &balances["balances"][0];
