@@ -50,10 +50,9 @@ pub struct DayTradingArgs {
     dt_quote_timeout_ms: u64,
     #[arg(long, default_value_t = 6)]
     dt_quote_attempts: u32,
-    /// The engine's quote validity (must equal the node's, 60,000 by default).
-    #[arg(long, default_value_t = 60_000)]
-    dt_quote_ttl_ms: u64,
-    /// Fetch a fresh quote when the cached one has less than this left.
+    /// Fetch a fresh quote when the cached one has less than this left (the validity
+    /// itself is the engine's, read from the node: `bourse serve --dt-quote-ttl-ms` or
+    /// `[day_trading]` in its configuration file).
     #[arg(long, default_value_t = 2_000)]
     dt_refresh_margin_ms: u64,
     /// How often the trigger poller looks (0: no poller; golden runs).
@@ -115,7 +114,6 @@ impl DayTradingArgs {
             Some(clock) => Clock::Virtual { t0_ms: clock.t0_ms, step_ms: clock.step_ms },
             None => Clock::Wall,
         };
-        service.quote_ttl_ms = self.dt_quote_ttl_ms;
         service.refresh_margin_ms = self.dt_refresh_margin_ms;
         service.trigger_poll_ms = self.dt_trigger_poll_ms;
         service.dump_dir = self.dt_dump_dir.clone();
@@ -146,6 +144,7 @@ impl DayTradingArgs {
         let config = ServerConfig { listen, service, source, emulator_listen: self.dt_emulator_listen, auth };
         let server = DayTradingServer::start(config).await.map_err(|e| format!("--day-trading {listen}: {e}"))?;
         println!("day-trading service on {}", server.addr());
+        println!("day-trading quote validity {} ms (the node's)", server.service().quote_ttl_ms());
         if let Some(at) = server.emulator_addr() {
             println!("legacy quote server emulation on {at}");
         }

@@ -44,6 +44,15 @@ pub struct ServeArgs {
     /// (deterministic day-trading golden runs), e.g. 1732270000000,1000.
     #[arg(long, value_name = "T0_MS,STEP_MS")]
     virtual_clock: Option<bourse_node::VirtualClock>,
+    /// Day trading: a cached quote serves commands for this many ms after it arrived
+    /// (`day_trading.quote_ttl_ms`, 60,000). The engine's rule: the day-trading service
+    /// reads it from the node.
+    #[arg(long)]
+    dt_quote_ttl_ms: Option<u32>,
+    /// Day trading: a pending BUY or SELL can be committed or cancelled for this many ms
+    /// (`day_trading.pending_ttl_ms`, 60,000).
+    #[arg(long)]
+    dt_pending_ttl_ms: Option<u32>,
 }
 
 impl ServeArgs {
@@ -75,6 +84,12 @@ impl ServeArgs {
         }
         if self.virtual_clock.is_some() {
             config.virtual_clock = self.virtual_clock;
+        }
+        if let Some(ms) = self.dt_quote_ttl_ms {
+            config.engine.day_trading.quote_ttl_ms = ms;
+        }
+        if let Some(ms) = self.dt_pending_ttl_ms {
+            config.engine.day_trading.pending_ttl_ms = ms;
         }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
@@ -119,7 +134,8 @@ pub struct ServeCmd {
     #[arg(long, requires = "gateway", default_value_t = 3_000)]
     hold_us: u64,
     /// With --gateway --day-trading: the service's flags as for `bourse gateway run`;
-    /// DUMPLOG reads this node's history store unless --dt-history says otherwise.
+    /// DUMPLOG reads this node's history store unless --dt-history says otherwise. Its
+    /// quote validity is the node's (--dt-quote-ttl-ms above).
     #[command(flatten)]
     day_trading: crate::daytrading::DayTradingArgs,
 }
@@ -240,19 +256,26 @@ pub struct ReplayArgs {
     /// The data directory of a node or cluster member (or a copy of it); it must not be
     /// running. A member replays its snapshot and committed log.
     data: PathBuf,
+    /// The node's configuration file: the engine's settings (`[day_trading]`) a journal
+    /// without a snapshot was written with (a snapshot carries its own).
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Print one JSON object as the last line: {"index": N, "state_hash": "<hex>"}.
     #[arg(long)]
     json: bool,
 }
 
 pub fn replay(args: ReplayArgs) -> Result<(), String> {
+    let config = match &args.config {
+        Some(path) => NodeConfig::from_toml_file(path).map_err(|e| e.to_string())?,
+        None => NodeConfig::default(),
+    };
     let recovered = if args.data.join("raft").is_dir() {
         // A cluster member: its snapshot and committed log.
         let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
-        let config = NodeConfig::default();
         runtime.block_on(bourse_node::recover_member(&args.data, &config)).map_err(|e| e.to_string())?.1
     } else if bourse_node::journal_dir(&args.data).is_dir() {
-        bourse_node::recover(&args.data, &NodeConfig::default()).map_err(|e| e.to_string())?.2
+        bourse_node::recover(&args.data, &config).map_err(|e| e.to_string())?.2
     } else {
         return Err(format!(
             "{} has neither a journal (bourse serve) nor a raft directory (bourse node)",

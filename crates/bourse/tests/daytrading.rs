@@ -1,8 +1,9 @@
 //! The day-trading service through the binary: `bourse serve` (its history sink on),
 //! `bourse gateway run --open --day-trading …` reading that history, and `bourse
 //! workload` replaying the one-user course file in both modes; the global DUMPLOG file
-//! validates against the project's schema copy with xmllint. A file with lines that are
-//! not commands is refused with their line numbers.
+//! validates against the project's schema copy with xmllint. `bourse serve --config` takes
+//! the ledger's `[day_trading]` table, and its service uses the node's quote validity. A
+//! file with lines that are not commands is refused with their line numbers.
 
 mod support;
 
@@ -69,11 +70,18 @@ fn bourse_serve_runs_a_gateway_and_the_day_trading_service_in_its_own_process() 
     let dir = tempfile::tempdir().unwrap();
     let dumps = dir.path().join("dumps");
     let dumps_flag = dumps.display().to_string();
+    // The ledger's rules from the node's configuration file; a flag overrides the file.
+    let config = dir.path().join("node.toml");
+    std::fs::write(&config, "[day_trading]\nquote_ttl_ms = 45000\npending_ttl_ms = 30000\n").unwrap();
     // No --dt-history: DUMPLOG reads the node's own history store.
     let node = NodeProcess::start(
         &dir.path().join("data"),
         "127.0.0.1:0".parse().unwrap(),
         &[
+            "--config",
+            config.to_str().unwrap(),
+            "--dt-quote-ttl-ms",
+            "50000",
             "--gateway",
             "127.0.0.1:0",
             "--open",
@@ -90,6 +98,7 @@ fn bourse_serve_runs_a_gateway_and_the_day_trading_service_in_its_own_process() 
     let gateway = node.announced("bourse gateway listening on ");
     assert_ne!(gateway, node.addr.to_string(), "the gateway has an address of its own");
     let service = node.announced("day-trading service on ");
+    assert_eq!(node.announced("day-trading quote validity "), "50000", "the service's is the node's");
     let file = workload_file("1userWorkLoad");
     let finished = bourse_run(&["workload", &file, "--target", &service, "--mode", "per-user", "--json"]);
     assert!(finished.status.success(), "bourse workload: {}\n{}", finished.stdout, finished.stderr);

@@ -126,6 +126,11 @@ impl QueryClient {
         query!(self, get_day_trading_armed, proto::GetDayTradingArmedRequest {})
     }
 
+    /// The day-trading ledger's settings in effect (quote and pending validity, …).
+    pub async fn day_trading_config(&mut self) -> Result<proto::GetDayTradingConfigReply> {
+        query!(self, get_day_trading_config, proto::GetDayTradingConfigRequest {})
+    }
+
     /// The asset with this name, if any.
     pub async fn asset_by_name(&mut self, name: &str) -> Result<Option<proto::AssetInfo>> {
         Ok(self.assets().await?.assets.into_iter().find(|asset| asset.name == name))

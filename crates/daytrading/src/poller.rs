@@ -50,7 +50,7 @@ pub async fn run(service: Arc<Service>) {
         let now = config.clock.now_ms(0).max(armed.stamp);
         for symbol in armed.symbols {
             let Some(sym) = Sym::parse(&symbol.symbol) else { continue };
-            let valid_until = symbol.quote_price.map_or(0, |_| symbol.quote_arrival + config.quote_ttl_ms);
+            let valid_until = symbol.quote_price.map_or(0, |_| symbol.quote_arrival + service.quote_ttl_ms());
             if valid_until > now + config.refresh_margin_ms {
                 continue;
             }

@@ -64,8 +64,8 @@ pub struct ServiceConfig {
     /// The service's own key: an administrator's (it vouches for callers).
     pub key: Option<ApiKey>,
     pub clock: Clock,
-    /// Must equal the engine's (`EngineConfig::day_trading.quote_ttl_ms`).
-    pub quote_ttl_ms: u64,
+    /// Fetch a fresh quote when the cached one has less than this left. (The validity
+    /// itself is the engine's: [`Service::start`] reads it from the exchange.)
     pub refresh_margin_ms: u64,
     /// How often the trigger poller looks; 0 turns it off.
     pub trigger_poll_ms: u64,
@@ -87,7 +87,6 @@ impl ServiceConfig {
             local: None,
             key: None,
             clock: Clock::Wall,
-            quote_ttl_ms: 60_000,
             refresh_margin_ms: 2_000,
             trigger_poll_ms: 1_000,
             dump_dir: PathBuf::from("dumps"),
@@ -199,6 +198,8 @@ struct Lane {
 
 pub struct Service {
     config: ServiceConfig,
+    /// The engine's quote validity, read from the exchange at start.
+    quote_ttl_ms: u64,
     quoter: Quoter,
     upstreams: Vec<Mutex<Arc<Upstream>>>,
     view: Mutex<View>,
@@ -207,17 +208,20 @@ pub struct Service {
 }
 
 impl Service {
-    /// Connects the upstream sessions.
+    /// Reads the engine's quote validity from the exchange and connects the upstream
+    /// sessions.
     pub async fn start(config: ServiceConfig, quoter: Quoter) -> Result<Arc<Service>, String> {
         if config.sessions == 0 {
             return Err("sessions must be at least 1".into());
         }
+        let quote_ttl_ms = engine_quote_ttl_ms(&config).await?;
         let mut upstreams = Vec::with_capacity(config.sessions);
         for _ in 0..config.sessions {
             upstreams.push(Mutex::new(Upstream::connect(&config).await?));
         }
         let service = Arc::new(Service {
             config,
+            quote_ttl_ms,
             quoter,
             upstreams,
             view: Mutex::default(),
@@ -233,6 +237,11 @@ impl Service {
 
     pub fn config(&self) -> &ServiceConfig {
         &self.config
+    }
+
+    /// The engine's quote validity (ms), which the service's view of its cache uses.
+    pub fn quote_ttl_ms(&self) -> u64 {
+        self.quote_ttl_ms
     }
 
     pub(crate) fn quoter(&self) -> &Quoter {
@@ -296,7 +305,7 @@ impl Service {
         }
         let now = self.config.clock.now_ms(call.transaction_num);
         let fresh = view.quotes.get(&symbol).is_some_and(|&(_, arrival)| {
-            now.saturating_sub(arrival) + self.config.refresh_margin_ms < self.config.quote_ttl_ms
+            now.saturating_sub(arrival) + self.config.refresh_margin_ms < self.quote_ttl_ms
         });
         (!fresh).then_some(symbol)
     }
@@ -494,6 +503,20 @@ impl Service {
             _ => {}
         }
     }
+}
+
+/// The engine's quote validity, asked of the exchange through the gateway
+/// (`Query.GetDayTradingConfig`): one setting, the node's, so the service's view of the
+/// cache cannot disagree with the cache.
+async fn engine_quote_ttl_ms(config: &ServiceConfig) -> Result<u64, String> {
+    let read = async {
+        let mut query = bourse_client::QueryClient::connect(config.upstream.clone(), config.client_options()).await?;
+        query.day_trading_config().await
+    };
+    let settings = read
+        .await
+        .map_err(|e| format!("day trading: the exchange's settings could not be read at {:?}: {e}", config.upstream))?;
+    Ok(settings.quote_ttl_ms)
 }
 
 impl Upstream {

@@ -327,3 +327,54 @@ async fn concurrent_needs_of_one_symbol_share_one_fetch_per_validity_window() {
     assert_eq!(text.matches("<userCommand>").count(), commands + 1);
     exchange.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodes_day_trading_table_sets_both_validities_and_the_service_reads_them() {
+    let (address, asked) = counting_quote_server(Duration::ZERO).await;
+    let source = SourceConfig::LegacyTcp { address, timeout: Duration::from_secs(5), attempts: 1 };
+    // Over the gateway's gRPC address, as a separate `gateway run` reaches the node.
+    let options = Options {
+        source,
+        local: false,
+        refresh_margin_ms: 200,
+        node_toml: Some("[day_trading]\nquote_ttl_ms = 1500\npending_ttl_ms = 1000\n"),
+        ..Options::default()
+    };
+    let exchange = Exchange::start(options).await;
+    // The service took its quote validity from the node, which reports the engine's.
+    assert_eq!(exchange.service.service().quote_ttl_ms(), 1_500);
+    let mut query = bourse_client::QueryClient::connect(
+        vec![exchange.gateway.addr().to_string()],
+        bourse_client::ClientOptions {
+            api_key: Some(bourse_client::ApiKey(exchange.admin.clone())),
+            ..bourse_client::ClientOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let settings = query.day_trading_config().await.unwrap();
+    assert_eq!((settings.quote_ttl_ms, settings.pending_ttl_ms, settings.summary_history), (1_500, 1_000, 10));
+    let mut admin = exchange.client(&exchange.admin).await;
+    use DtKind::*;
+    let fetched = || asked.lock().unwrap().get("ABC").copied().unwrap_or(0);
+    let u = "ttlUser";
+    admin.ok(Add, &[u, "1000.00"], 1).await;
+    // A quote serves for 1.5 s: the second QUOTE uses the cached one, the third (after
+    // 1.5 s) needs a new fetch, which the service makes because it knows the validity.
+    let first = admin.ok(Quote, &[u, "ABC"], 2).await;
+    let cached = admin.ok(Quote, &[u, "ABC"], 3).await;
+    assert_eq!((fetched(), cached.quote_arrival), (1, first.quote_arrival));
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let fresh = admin.ok(Quote, &[u, "ABC"], 4).await;
+    assert_eq!(fetched(), 2);
+    assert!(fresh.quote_arrival > first.quote_arrival, "{fresh:?}");
+    // A pending BUY lasts 1 s: expiresAt says so, and it cannot be committed after.
+    let buy = admin.ok(Buy, &[u, "ABC", "200.00"], 5).await;
+    assert_eq!(buy.expires_at, Some(buy.stamp + 1_000));
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    admin.err(CommitBuy, &[u], 6, "no pending buy").await;
+    // Within its second it can.
+    admin.ok(Buy, &[u, "ABC", "200.00"], 7).await;
+    assert_eq!(admin.ok(CommitBuy, &[u], 8).await.shares, Some(2));
+    exchange.stop().await;
+}

@@ -166,6 +166,15 @@ impl proto::query_server::Query for QueryProxy {
         }
         self.call(linearizable(&request), |c| Box::pin(c.day_trading_armed())).await
     }
+
+    /// The ledger's settings name no one: any key.
+    async fn get_day_trading_config(
+        &self,
+        request: Request<proto::GetDayTradingConfigRequest>,
+    ) -> Result<Response<proto::GetDayTradingConfigReply>, Status> {
+        authenticate(&self.state, &request)?;
+        self.call(linearizable(&request), |c| Box::pin(c.day_trading_config())).await
+    }
 }
 
 /// Admin.Submit through a gateway: the key must be allowed the command; the call goes

@@ -6,8 +6,9 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use bourse_engine::daytrading::DtConfig;
 use bourse_engine::EngineConfig;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 /// Everything a node needs to start.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -51,9 +52,45 @@ pub struct NodeConfig {
     /// the wall clock, so runs of the same input stamp alike (day-trading golden runs).
     /// Single node only; stamps still never go backwards.
     pub virtual_clock: Option<VirtualClock>,
-    /// Bounds of the engine (part of the replicated state).
-    #[serde(skip)]
+    /// Bounds and rules of the engine (part of the replicated state: every member of a
+    /// cluster needs the same, and a snapshot keeps those it was taken with). Of these
+    /// the file sets the day-trading ledger's, as a `[day_trading]` table
+    /// ([`DayTradingToml`]); the others keep their defaults.
+    #[serde(rename = "day_trading", deserialize_with = "engine_from_day_trading")]
     pub engine: EngineConfig,
+}
+
+/// The `[day_trading]` table (shared/specs/day-trading.md section 12): the ledger's
+/// rules, which the day-trading service reads back from the engine
+/// (`Query.GetDayTradingConfig`) so that the two agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DayTradingToml {
+    /// A cached quote that arrived at q serves a command stamped t iff t − q < this (ms).
+    pub quote_ttl_ms: u32,
+    /// A pending BUY or SELL made at b may be committed or cancelled at t iff t − b <
+    /// this (ms).
+    pub pending_ttl_ms: u32,
+    /// Commands each user's history keeps for `DISPLAY_SUMMARY`.
+    pub summary_history: u32,
+    /// Users at most.
+    pub users_max: u32,
+}
+
+impl Default for DayTradingToml {
+    fn default() -> Self {
+        let DtConfig { users_max, quote_ttl_ms, pending_ttl_ms, summary_history } = DtConfig::default();
+        DayTradingToml { quote_ttl_ms, pending_ttl_ms, summary_history, users_max }
+    }
+}
+
+/// The engine's settings from a `[day_trading]` table: the ledger's from the table, the
+/// rest the defaults.
+fn engine_from_day_trading<'de, D: Deserializer<'de>>(deserializer: D) -> Result<EngineConfig, D::Error> {
+    let DayTradingToml { quote_ttl_ms, pending_ttl_ms, summary_history, users_max } =
+        DayTradingToml::deserialize(deserializer)?;
+    let day_trading = DtConfig { users_max, quote_ttl_ms, pending_ttl_ms, summary_history };
+    Ok(EngineConfig { day_trading, ..EngineConfig::default() })
 }
 
 impl Default for NodeConfig {
@@ -221,6 +258,18 @@ impl NodeConfig {
                 return Err(ConfigError(format!("{field} = {value} is outside {min}..={max}")));
             }
         }
+        let day_trading = &self.engine.day_trading;
+        let rules: [(&str, u32, u32, u32); 4] = [
+            ("day_trading.quote_ttl_ms", day_trading.quote_ttl_ms, 1, u32::MAX),
+            ("day_trading.pending_ttl_ms", day_trading.pending_ttl_ms, 1, u32::MAX),
+            ("day_trading.summary_history", day_trading.summary_history, 0, 1_000),
+            ("day_trading.users_max", day_trading.users_max, 1, 1 << 24),
+        ];
+        for (field, value, min, max) in rules {
+            if !(min..=max).contains(&value) {
+                return Err(ConfigError(format!("{field} = {value} is outside {min}..={max}")));
+            }
+        }
         if self.virtual_clock.is_some() && self.raft.is_some() {
             return Err(ConfigError("virtual_clock is for a single node only".into()));
         }
@@ -256,6 +305,22 @@ mod tests {
         assert!(toml::from_str::<NodeConfig>("listne = \"x\"").is_err());
         let bad = NodeConfig { batch_commands_max: 0, ..NodeConfig::default() };
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn the_day_trading_table_sets_the_engines_ledger_rules() {
+        let config: NodeConfig = toml::from_str("[day_trading]\nquote_ttl_ms = 3000\npending_ttl_ms = 5000\n").unwrap();
+        let expected = DtConfig { quote_ttl_ms: 3_000, pending_ttl_ms: 5_000, ..DtConfig::default() };
+        assert_eq!(config.engine, EngineConfig { day_trading: expected, ..EngineConfig::default() });
+        assert!(config.validate().is_ok());
+        // Without the table, the defaults (60 s each).
+        let config: NodeConfig = toml::from_str("").unwrap();
+        assert_eq!(config.engine, EngineConfig::default());
+        assert_eq!(config.engine.day_trading.quote_ttl_ms, 60_000);
+        assert!(toml::from_str::<NodeConfig>("[day_trading]\nquote_ttl = 5\n").is_err(), "unknown field");
+        assert!(toml::from_str::<NodeConfig>("[engine]\nquote_ttl_ms = 5\n").is_err(), "only the ledger's");
+        let zero: NodeConfig = toml::from_str("[day_trading]\nquote_ttl_ms = 0\n").unwrap();
+        assert!(zero.validate().unwrap_err().to_string().contains("day_trading.quote_ttl_ms"));
     }
 
     #[test]

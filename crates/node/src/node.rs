@@ -125,6 +125,23 @@ pub fn recover(data: &Path, config: &NodeConfig) -> Result<(Engine, Journal, Rec
     Ok((engine, journal, recovered))
 }
 
+/// `config` with the engine's settings as `engine` has them. They are part of its state:
+/// a snapshot restores the ones it was taken with, whatever the configuration says now
+/// (the log before it was applied under them), so a configuration that differs is
+/// overruled, with a warning; what the node then reports (`Query.GetDayTradingConfig`,
+/// the engine settings `Log.Follow` hands to history sinks) is what it applies.
+fn engine_as_restored(mut config: NodeConfig, engine: &Engine) -> NodeConfig {
+    if *engine.config() != config.engine {
+        tracing::warn!(
+            configured = ?config.engine.day_trading,
+            restored = ?engine.config().day_trading,
+            "the engine's settings are the snapshot's: a data directory keeps those it was started with"
+        );
+        config.engine = *engine.config();
+    }
+    config
+}
+
 /// Rebuilds the engine of a cluster member from its data directory (the member must
 /// not be running): the newest state machine snapshot, then the committed log after it,
 /// applied as a running member applies it.
@@ -208,6 +225,7 @@ impl Node {
             return Node::start_replicated(config, raft).await;
         }
         let (engine, journal, recovered) = recover(&config.data, &config)?;
+        let config = engine_as_restored(config, &engine);
         tracing::info!(
             index = recovered.index,
             snapshot = ?recovered.snapshot_index,
@@ -296,6 +314,7 @@ impl Node {
             Some(bytes) => Engine::restore(bytes).map_err(NodeError::Snapshot)?,
             None => Engine::new(config.engine),
         };
+        let config = engine_as_restored(config, &engine);
         let index = snapshot_index.unwrap_or(0);
         let recovered = Recovered {
             index,

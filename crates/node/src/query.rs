@@ -21,6 +21,7 @@ pub enum QueryRequest {
     Assets,
     Account(proto::GetAccountRequest),
     DayTradingArmed,
+    DayTradingConfig,
 }
 
 pub enum QueryReply {
@@ -32,6 +33,7 @@ pub enum QueryReply {
     Assets(proto::GetAssetsReply),
     Account(proto::GetAccountReply),
     DayTradingArmed(proto::GetDayTradingArmedReply),
+    DayTradingConfig(proto::GetDayTradingConfigReply),
 }
 
 pub type QueryAnswer = Result<QueryReply, tonic::Status>;
@@ -87,6 +89,17 @@ pub fn answer(engine: &Engine, index: u64, query: QueryRequest) -> QueryAnswer {
         }
         QueryRequest::DayTradingArmed => {
             QueryReply::DayTradingArmed(bourse_protocol::daytrading::armed_reply(engine, index))
+        }
+        QueryRequest::DayTradingConfig => {
+            // The engine's own: a snapshot's values where it was restored from one.
+            let config = engine.day_trading().config();
+            QueryReply::DayTradingConfig(proto::GetDayTradingConfigReply {
+                log_index: index,
+                quote_ttl_ms: u64::from(config.quote_ttl_ms),
+                pending_ttl_ms: u64::from(config.pending_ttl_ms),
+                summary_history: config.summary_history,
+                users_max: config.users_max,
+            })
         }
     })
 }

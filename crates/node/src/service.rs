@@ -384,6 +384,22 @@ impl proto::query_server::Query for QueryService {
         )
         .await
     }
+
+    async fn get_day_trading_config(
+        &self,
+        request: GrpcRequest<proto::GetDayTradingConfigRequest>,
+    ) -> Result<Response<proto::GetDayTradingConfigReply>, Status> {
+        query_as(
+            &self.0,
+            request,
+            |_| QueryRequest::DayTradingConfig,
+            |r| match r {
+                QueryReply::DayTradingConfig(reply) => Some(reply),
+                _ => None,
+            },
+        )
+        .await
+    }
 }
 
 pub struct MarketDataService(pub Shared);

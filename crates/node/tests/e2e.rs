@@ -258,3 +258,31 @@ async fn a_resent_day_trading_command_gets_its_first_answer_whole() {
     }
     node.shutdown().await.unwrap();
 }
+
+async fn day_trading_config(addr: std::net::SocketAddr) -> proto::GetDayTradingConfigReply {
+    let mut query = QueryClient::connect(format!("http://{addr}")).await.unwrap();
+    query.get_day_trading_config(proto::GetDayTradingConfigRequest {}).await.unwrap().into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_day_trading_settings_are_configured_then_kept_by_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = |quote_ttl_ms: u32| {
+        let mut config = config(dir.path());
+        config.engine.day_trading.quote_ttl_ms = quote_ttl_ms;
+        config.snapshot_every_commands = 1;
+        config
+    };
+    // A new data directory: the engine applies, and the node reports, the configured ones.
+    let node = Node::start(with(1_500)).await.unwrap();
+    let settings = day_trading_config(node.addr).await;
+    assert_eq!((settings.quote_ttl_ms, settings.pending_ttl_ms), (1_500, 60_000));
+    market(node.addr).await;
+    node.shutdown().await.unwrap();
+    // Restored from a snapshot, the engine keeps the values its log was applied under,
+    // and reports those: a configuration that now says otherwise is overruled.
+    let restarted = Node::start(with(3_000)).await.unwrap();
+    assert!(restarted.recovered.snapshot_index.is_some(), "a snapshot was taken");
+    assert_eq!(day_trading_config(restarted.addr).await.quote_ttl_ms, 1_500);
+    restarted.shutdown().await.unwrap();
+}

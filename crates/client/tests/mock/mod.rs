@@ -311,4 +311,11 @@ impl Query for MockNode {
     ) -> Result<Response<proto::GetDayTradingArmedReply>, Status> {
         Err(Status::unimplemented("mock"))
     }
+
+    async fn get_day_trading_config(
+        &self,
+        _: Request<proto::GetDayTradingConfigRequest>,
+    ) -> Result<Response<proto::GetDayTradingConfigReply>, Status> {
+        Err(Status::unimplemented("mock"))
+    }
 }

@@ -35,6 +35,9 @@ pub struct Options {
     /// The service opens its sessions on the gateway in process (as `bourse gateway
     /// run` wires it), not at its listen address.
     pub local: bool,
+    /// The node's configuration file (TOML), if any: the node starts from it.
+    pub node_toml: Option<&'static str>,
+    pub refresh_margin_ms: u64,
 }
 
 impl Default for Options {
@@ -46,6 +49,8 @@ impl Default for Options {
             emulator_listen: false,
             sessions: 4,
             local: true,
+            node_toml: None,
+            refresh_margin_ms: ServiceConfig::new(Vec::new()).refresh_margin_ms,
         }
     }
 }
@@ -74,12 +79,20 @@ impl Exchange {
     pub async fn start(options: Options) -> Exchange {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("node");
+        let from_file = match options.node_toml {
+            Some(text) => {
+                let file = dir.path().join("node.toml");
+                std::fs::write(&file, text).unwrap();
+                NodeConfig::from_toml_file(&file).unwrap()
+            }
+            None => NodeConfig::default(),
+        };
         let config = NodeConfig {
             data: data.clone(),
             listen: "127.0.0.1:0".parse().unwrap(),
             sequencer_window_us: 0,
             virtual_clock: options.virtual_clock.then_some(VirtualClock { t0_ms: T0_MS, step_ms: STEP_MS }),
-            ..NodeConfig::default()
+            ..from_file
         };
         let node = Node::start(config).await.unwrap();
         let (admin, user_key) = (generate_key(), generate_key());
@@ -111,6 +124,7 @@ impl Exchange {
             service.clock = Clock::Virtual { t0_ms: T0_MS, step_ms: STEP_MS };
         }
         service.trigger_poll_ms = options.trigger_poll_ms;
+        service.refresh_margin_ms = options.refresh_margin_ms;
         service.dump_dir = dump_dir.clone();
         service.history = Some(history_url.clone());
         service.dump_wait = Duration::from_secs(60);
