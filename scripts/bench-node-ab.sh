@@ -5,7 +5,8 @@
 # Usage: scripts/bench-node-ab.sh ROUNDS SECONDS BINARY...
 # Environment: BOURSE_HISTORIES, the history settings to alternate within each round
 # (default "none"): `none` (--history none), `default` (no --history flag: the node's
-# own SQLite history, as `bourse serve` runs by default) or a URL. With a history, the
+# own SQLite history, as `bourse serve` runs by default), `normal` (the same at ordinary
+# CPU priority: --history-priority normal) or a URL. With a history, the
 # run also reports how far the history was behind when the load stopped and how long
 # it took to catch up.
 set -euo pipefail
@@ -21,6 +22,7 @@ for _ in $(seq 1 "$rounds"); do
       data=$(mktemp -d -p "${BENCH_DIR:-$PWD/target}" bourse-bench-ab-XXXXXX)
       flags=(--history "$history")
       [ "$history" = default ] && flags=()
+      [ "$history" = normal ] && flags=(--history-priority normal)
       "$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 "${flags[@]}" 2>"$data.log" &
       node=$!
       for _ in $(seq 1 100); do "$bourse" markets --node 127.0.0.1:7410 >/dev/null 2>&1 && break; sleep 0.1; done

@@ -18,6 +18,7 @@
 pub mod audit;
 pub mod files;
 pub mod follow;
+pub mod pace;
 pub mod query;
 pub mod recorder;
 pub mod rows;
@@ -27,6 +28,7 @@ pub mod store;
 pub mod testing;
 
 pub use follow::{Following, LocalLog};
+pub use pace::Yield;
 pub use recorder::{LogEntry, Recorder};
 pub use sink::{Feed, Opened, Sink, SinkConfig, SinkError, SinkStatus};
 pub use store::{Progress, Store};

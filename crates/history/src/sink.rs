@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use bourse_engine::EngineConfig;
 use tokio::sync::mpsc;
 
+use crate::pace::{Pacer, Yield};
 use crate::recorder::{LogEntry, RecordError, Recorder};
 use crate::rows::Rows;
 use crate::store::{Progress, Saved, Store, StoreError};
@@ -67,6 +68,9 @@ pub struct SinkConfig {
     /// grows (a metric), and it catches up when load falls. Its queues stay bounded, and
     /// a member's log is on disk, so a sink that waits holds nothing back on the node.
     pub background: bool,
+    /// Yield to a busy exchange (`pace`): while the log grows fast, the sink takes only a
+    /// bounded share of the time, and catches up when it slows.
+    pub yield_to: Option<Yield>,
 }
 
 impl Default for SinkConfig {
@@ -80,6 +84,7 @@ impl Default for SinkConfig {
             snapshot_every_secs: 60,
             commit_every_ms: 100,
             background: false,
+            yield_to: None,
         }
     }
 }
@@ -130,6 +135,8 @@ pub struct SinkStatus {
     pub reconnects: AtomicU64,
     /// The first index whose rows the store holds.
     pub begins_at: AtomicU64,
+    /// Time the sink's threads rested to yield to a busy exchange, in nanoseconds.
+    pub yielded_ns: AtomicU64,
     /// The sink stopped on an error (it is in `error`).
     pub failed: AtomicBool,
     pub error: Mutex<Option<String>>,
@@ -175,6 +182,12 @@ impl SinkStatus {
             load(&self.entries_applied),
         );
         metric("reconnects_total", "Times the log stream was opened again.", "counter", load(&self.reconnects));
+        metric(
+            "yielded_seconds_total",
+            "Time the sink's threads rested to yield to a busy exchange.",
+            "counter",
+            format!("{:.3}", self.yielded_ns.load(Ordering::Relaxed) as f64 * 1e-9),
+        );
         metric("begins_at", "First log index whose rows are held.", "gauge", load(&self.begins_at));
         metric(
             "failed",
@@ -303,13 +316,16 @@ impl Sink {
         let (commit_every, rows_max) =
             (Duration::from_millis(config.commit_every_ms), config.transaction_rows_max.max(config.batch_rows_max));
         let background = config.background;
+        let pacer = config.yield_to.clone().map(|to| Arc::new(Pacer::new(to)));
+        let writer_pacer = pacer.clone();
         let writer = std::thread::Builder::new()
             .name("history-writer".into())
             .spawn(move || {
                 if background {
                     run_in_background();
                 }
-                let result = write_loop(store, batches, &writer_status, commit_every, rows_max);
+                let pacer = writer_pacer.as_deref();
+                let result = write_loop(store, batches, &writer_status, commit_every, rows_max, pacer);
                 if let Err(error) = &result {
                     writer_status.fail(error);
                 }
@@ -317,8 +333,15 @@ impl Sink {
             })
             .map_err(|e| SinkError::Source(e.to_string()))?;
         let recorder_status = Arc::clone(&status);
-        let recording =
-            Recording { recorder, config, written_through, begins_at, snapshot_unsaved, status: Arc::clone(&status) };
+        let recording = Recording {
+            recorder,
+            config,
+            written_through,
+            begins_at,
+            snapshot_unsaved,
+            status: Arc::clone(&status),
+            pacer,
+        };
         let recorder = std::thread::Builder::new()
             .name("history-recorder".into())
             .spawn(move || {
@@ -364,6 +387,7 @@ struct Recording {
     begins_at: u64,
     snapshot_unsaved: bool,
     status: Arc<SinkStatus>,
+    pacer: Option<Arc<Pacer>>,
 }
 
 impl Recording {
@@ -379,7 +403,9 @@ impl Recording {
         let mut logged_at = Instant::now();
         while let Some(mut feed) = chunks.blocking_recv() {
             loop {
+                let started = Instant::now();
                 dirty |= self.take(feed, &mut rows, &mut snapshot_entries)?;
+                yield_after(self.pacer.as_deref(), started, &self.status);
                 if rows.len() >= self.config.batch_rows_max {
                     break;
                 }
@@ -449,6 +475,7 @@ fn write_loop(
     status: &SinkStatus,
     commit_every: Duration,
     rows_max: usize,
+    pacer: Option<&Pacer>,
 ) -> Result<(), SinkError> {
     let mut committed_at: Option<Instant> = None;
     while let Ok(first) = batches.recv() {
@@ -472,12 +499,23 @@ fn write_loop(
             }
         }
         let saved = snapshot.as_ref().map(|(index, bytes)| (*index, bytes.as_slice()));
+        let started = Instant::now();
         store.write_batches(&parts, &progress, saved)?;
         status.rows_written.fetch_add(rows as u64, Ordering::Relaxed);
         status.batches_written.fetch_add(1, Ordering::Relaxed);
         status.written_ts.store(progress.applied_ts, Ordering::Relaxed);
         status.written_index.store(progress.applied_index, Ordering::Release);
         committed_at = Some(Instant::now());
+        drop(parts);
+        yield_after(pacer, started, status);
     }
     Ok(())
+}
+
+/// Rests the share a piece of work begun at `started` owes a busy exchange.
+fn yield_after(pacer: Option<&Pacer>, started: Instant, status: &SinkStatus) {
+    if let Some(pacer) = pacer {
+        let rested = pacer.after(started.elapsed());
+        status.yielded_ns.fetch_add(rested.as_nanos() as u64, Ordering::Relaxed);
+    }
 }

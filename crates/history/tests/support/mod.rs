@@ -157,6 +157,7 @@ pub fn small_config() -> SinkConfig {
         snapshot_every_secs: 3600,
         commit_every_ms: 0,
         background: false,
+        yield_to: None,
     }
 }
 
