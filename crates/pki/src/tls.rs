@@ -44,6 +44,13 @@ impl TlsFiles {
         TlsFiles::in_dir(ca_dir, &ca_dir.join(ISSUED_DIR), identity)
     }
 
+    /// The identity named by this endpoint's own certificate (its first, the leaf): what
+    /// its peers will see, e.g. to check at start that a node was given its own files.
+    pub fn identity(&self) -> Result<Identity, PkiError> {
+        let leaf = certificates(&self.cert)?.swap_remove(0);
+        crate::identity_of(&leaf)
+    }
+
     /// The paths of `identity` issued into `out` by the CA in `ca_dir`.
     pub fn in_dir(ca_dir: &Path, out: &Path, identity: &Identity) -> TlsFiles {
         let stem = identity.file_stem();

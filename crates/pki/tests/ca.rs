@@ -88,6 +88,7 @@ fn issue_writes_a_certificate_naming_the_identity_and_hosts() {
 
     let der = cert_der(&issued.files.cert);
     assert_eq!(identity_of(&der).unwrap(), node);
+    assert_eq!(issued.files.identity().unwrap(), node);
     let (_, cert) = X509Certificate::from_der(&der).unwrap();
     assert_eq!(format!("{:x}", cert.serial), issued.serial);
     assert_eq!(cert.subject().to_string(), "CN=node n-1.a_b");
