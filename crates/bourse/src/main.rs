@@ -2,7 +2,7 @@
 //!
 //! Subcommands group by purpose: `bench` runs benchmarks as programs (each prints its
 //! workload, parameters and figures); `serve` runs a durable node; `replay` rebuilds a
-//! node's state from its journal.
+//! node's state from its journal; `pki` keeps the cluster's certificate authority.
 
 use std::process::ExitCode;
 
@@ -16,6 +16,7 @@ mod demo;
 mod gateway;
 mod history;
 mod load;
+mod pki;
 mod scratch;
 mod serve;
 mod xml;
@@ -65,6 +66,11 @@ enum TopCommand {
         #[command(subcommand)]
         command: history::HistoryCommand,
     },
+    /// The cluster's certificate authority: create it, issue and revoke certificates, list them.
+    Pki {
+        #[command(subcommand)]
+        command: pki::PkiCommand,
+    },
     /// Trade and administer against a running node.
     #[command(flatten)]
     Verb(cli::Verb),
@@ -96,6 +102,7 @@ fn main() -> ExitCode {
         TopCommand::Workload(args) => daytrading::workload(args),
         TopCommand::Gateway { command } => gateway::run(command),
         TopCommand::Demo(args) => demo::run(args),
+        TopCommand::Pki { command } => pki::run(command, cli.target.json),
         TopCommand::Verb(verb) => cli::run(cli.target, verb),
     };
     match result {
