@@ -33,6 +33,11 @@ pub struct NodeArgs {
     /// Source address for connections to other members.
     #[arg(long)]
     bind_ip: Option<IpAddr>,
+    /// The cluster's CA directory (`bourse pki init`): the Raft transport is mutual TLS
+    /// with the certificate issued there to `node ID`. Without it the transport is
+    /// plaintext, refused on any address but loopback.
+    #[arg(long, value_name = "DIR")]
+    pki: Option<PathBuf>,
     /// Initialize a new cluster with these members (id=api/raft, comma separated) when
     /// this node is the first of them and has an empty log.
     #[arg(long, value_delimiter = ',')]
@@ -85,6 +90,7 @@ pub fn node(args: NodeArgs) -> Result<(), String> {
     raft.advertise = args.advertise_raft.or(raft.advertise);
     raft.advertise_api = args.advertise_api.or(raft.advertise_api);
     raft.bind_ip = args.bind_ip.or(raft.bind_ip);
+    raft.pki = args.pki.or(raft.pki);
     if !args.bootstrap.is_empty() {
         raft.bootstrap = args.bootstrap;
     }
@@ -170,6 +176,11 @@ pub enum ClusterCommand {
         base_port: u16,
         #[arg(long)]
         low_latency: bool,
+        /// Run the Raft transport in plaintext, without the mutual TLS `cluster up` sets
+        /// up by default (a CA in DATA/pki, a certificate per node): for loopback
+        /// benchmarks only.
+        #[arg(long)]
+        plaintext: bool,
         /// Extra flags for every node (e.g. --snapshot-every-entries=1000).
         #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
         node_args: Vec<String>,
@@ -278,6 +289,23 @@ fn spawn_node_with(
     command.spawn().map_err(|e| format!("starting node {}: {e}", node.id))
 }
 
+/// Opens the CA in `dir` (creating it the first time) and issues each of `ids` a
+/// member's certificate valid for `hosts`, its Raft transport's mutual TLS; returns the
+/// directory, absolute, for `bourse node --pki`.
+pub(crate) fn member_certificates(
+    dir: &Path,
+    ids: impl IntoIterator<Item = u64>,
+    hosts: &[String],
+) -> Result<PathBuf, String> {
+    let ca = bourse_pki::Ca::open_or_init(dir).map_err(|e| format!("the cluster's CA in {}: {e}", dir.display()))?;
+    let issued = dir.join(bourse_pki::ISSUED_DIR);
+    for id in ids {
+        let identity = bourse_pki::Identity::new(bourse_pki::Role::Node, id.to_string()).map_err(|e| e.to_string())?;
+        ca.issue(&identity, hosts, &issued).map_err(|e| format!("issuing {identity}'s certificate: {e}"))?;
+    }
+    std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
 /// The file `cluster up` writes: who it started.
 fn cluster_file(data: &Path) -> PathBuf {
     data.join("cluster.json")
@@ -287,8 +315,9 @@ pub fn run(target: crate::cli::Target, command: ClusterCommand) -> Result<(), St
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         match command {
-            ClusterCommand::Up { count, data, base_port, low_latency, node_args } => {
-                up(count, &data, base_port, low_latency, &node_args, target.json).await
+            ClusterCommand::Up { count, data, base_port, low_latency, plaintext, node_args } => {
+                let options = UpOptions { low_latency, plaintext, node_args };
+                up(count, &data, base_port, &options, target.json).await
             }
             ClusterCommand::Down { data } => down(&data),
             ClusterCommand::Restart { data, id } => restart(&data, id),
@@ -346,14 +375,14 @@ fn members_of(data: &Path) -> Result<Vec<(u64, String, u32)>, String> {
         .collect())
 }
 
-async fn up(
-    nodes: u64,
-    data: &Path,
-    base_port: u16,
+/// How `cluster up` runs its nodes.
+struct UpOptions {
     low_latency: bool,
-    node_args: &[String],
-    as_json: bool,
-) -> Result<(), String> {
+    plaintext: bool,
+    node_args: Vec<String>,
+}
+
+async fn up(nodes: u64, data: &Path, base_port: u16, options: &UpOptions, as_json: bool) -> Result<(), String> {
     if !(1..=9).contains(&nodes) {
         return Err("--nodes must be between 1 and 9".into());
     }
@@ -377,9 +406,14 @@ async fn up(
         })
         .collect();
     let mut started = Vec::new();
-    let mut extra: Vec<String> = node_args.iter().filter(|a| !a.is_empty()).cloned().collect();
-    if low_latency {
+    let mut extra: Vec<String> = options.node_args.iter().filter(|a| !a.is_empty()).cloned().collect();
+    if options.low_latency {
         extra.push("--low-latency".into());
+    }
+    if !options.plaintext {
+        // Mutual TLS between the members, from a CA of the cluster's own.
+        let pki = member_certificates(&data.join("pki"), 1..=nodes, &["127.0.0.1".to_string()])?;
+        extra.extend(["--pki".to_string(), pki.display().to_string()]);
     }
     for id in 1..=nodes {
         let (api, raft) = member(id);

@@ -20,6 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bourse_pki::{ReloadableClientConfig, Role};
 use futures_util::{FutureExt, Stream, StreamExt};
 use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, ReplicationClosed, Timeout, Unreachable};
@@ -29,8 +30,7 @@ use openraft::raft::StreamAppendResult;
 use openraft::OptionalSend;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpSocket;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -40,6 +40,24 @@ use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, NodeId, Peer, RpcError, Snapshot, SnapshotResponse, StreamingError,
     TransferLeaderRequest, TransferLeaderResponse, TypeConfig, Vote, VoteRequest, VoteResponse,
 };
+
+/// A connection to a peer: TCP, or TLS over it.
+trait PeerIo: AsyncRead + AsyncWrite + Send + Sync + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin> PeerIo for T {}
+type PeerRead = tokio::io::ReadHalf<Box<dyn PeerIo>>;
+type PeerWrite = tokio::io::WriteHalf<Box<dyn PeerIo>>;
+
+/// The client side of the transport's mutual TLS: this node's certificate (presented to
+/// every peer), the CA and its revocation list (every peer's certificate is checked
+/// against them, for the address dialed, and must name the role `node`).
+#[derive(Clone)]
+pub struct ClientTls(pub Arc<ReloadableClientConfig>);
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClientTls({})", self.0.files().cert.display())
+    }
+}
 
 /// How this node dials its peers.
 #[derive(Clone, Debug)]
@@ -59,6 +77,8 @@ pub struct NetworkConfig {
     /// stalls replication to it. A dead peer is still found by connection errors, and a
     /// silent one after this long, without holding up the other followers.
     pub reply_timeout_min: Duration,
+    /// Mutual TLS to every peer (`None`: plaintext, for loopback only).
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for NetworkConfig {
@@ -68,6 +88,7 @@ impl Default for NetworkConfig {
             bind_ip: None,
             snapshot_chunk: 1 << 20,
             reply_timeout_min: Duration::from_millis(500),
+            tls: None,
         }
     }
 }
@@ -117,8 +138,8 @@ pub struct PeerClient {
 }
 
 struct Conn {
-    rd: BufReader<OwnedReadHalf>,
-    wr: OwnedWriteHalf,
+    rd: BufReader<PeerRead>,
+    wr: PeerWrite,
 }
 
 /// Why an exchange failed, before it is mapped to openraft's error types.
@@ -188,13 +209,13 @@ impl PeerClient {
             let stream = tokio::time::timeout(self.config.connect_timeout, self.dial()).await.map_err(|_| {
                 Fail::Unreachable(format!("connect timed out after {:?}", self.config.connect_timeout))
             })??;
-            let (rd, wr) = stream.into_split();
+            let (rd, wr) = tokio::io::split(stream);
             self.conn = Some(Conn { rd: BufReader::with_capacity(64 << 10, rd), wr });
         }
         Ok(self.conn.as_mut().expect("connection was just set"))
     }
 
-    async fn dial(&self) -> Result<tokio::net::TcpStream, Fail> {
+    async fn dial(&self) -> Result<Box<dyn PeerIo>, Fail> {
         let unreachable = |e: io::Error| Fail::Unreachable(format!("connect: {e}"));
         let addrs = tokio::net::lookup_host(&self.addr).await.map_err(unreachable)?;
         let bind = self.config.bind_ip;
@@ -208,7 +229,22 @@ impl PeerClient {
         }
         let stream = socket.connect(addr).await.map_err(unreachable)?;
         stream.set_nodelay(true).map_err(unreachable)?;
-        Ok(stream)
+        let Some(tls) = &self.config.tls else { return Ok(Box::new(stream)) };
+        // The name checked against the peer's certificate: the host part of the address
+        // dialed (an IP address or a DNS name the certificate must list).
+        let host = self.addr.rsplit_once(':').map_or(self.addr.as_str(), |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+            .map_err(|e| Fail::Unreachable(format!("{host}: not a name TLS can check: {e}")))?;
+        let connector = tokio_rustls::TlsConnector::from(tls.0.current());
+        let stream = connector.connect(name, stream).await.map_err(|e| Fail::Unreachable(format!("TLS: {e}")))?;
+        match bourse_pki::peer_identity(stream.get_ref().1) {
+            Some(identity) if identity.role == Role::Node => Ok(Box::new(stream)),
+            other => Err(Fail::Unreachable(format!(
+                "TLS: the peer is {}, not a member",
+                other.map_or("unnamed".to_string(), |i| i.to_string())
+            ))),
+        }
     }
 
     /// Writes `frame` and reads one reply of kind `reply`, retrying once on a fresh
@@ -408,10 +444,10 @@ impl<T> Drop for AbortOnDrop<T> {
 /// marker. Announces each request on `sent` just before writing it, so the reader knows
 /// how many replies to expect and from when. Returns the write half for reuse.
 async fn write_requests<S>(
-    wr: OwnedWriteHalf,
+    wr: PeerWrite,
     mut input: S,
     sent: mpsc::UnboundedSender<Instant>,
-) -> Result<OwnedWriteHalf, FrameError>
+) -> Result<PeerWrite, FrameError>
 where
     S: Stream<Item = AppendEntriesRequest> + Unpin,
 {
@@ -438,8 +474,8 @@ where
 struct Session<'s> {
     client: &'s mut PeerClient,
     /// `None` once the session is over.
-    rd: Option<BufReader<OwnedReadHalf>>,
-    writer: Option<AbortOnDrop<Result<OwnedWriteHalf, FrameError>>>,
+    rd: Option<BufReader<PeerRead>>,
+    writer: Option<AbortOnDrop<Result<PeerWrite, FrameError>>>,
     sent_rx: mpsc::UnboundedReceiver<Instant>,
     ttl: Duration,
     /// When the last reply arrived.
@@ -484,8 +520,8 @@ impl Session<'_> {
 
     async fn finish(
         &mut self,
-        mut rd: BufReader<OwnedReadHalf>,
-        mut writer: AbortOnDrop<Result<OwnedWriteHalf, FrameError>>,
+        mut rd: BufReader<PeerRead>,
+        mut writer: AbortOnDrop<Result<PeerWrite, FrameError>>,
     ) -> Result<(), StreamItem> {
         let fail = |s: &Self, f: Fail| Err(Err(s.client.rpc_error(f, RPCTypes::AppendEntries, s.ttl)));
         let wr = match (&mut writer.0).await {

@@ -26,16 +26,25 @@
 //! A frame that cannot be parsed (unknown kind, oversize, undecodable payload, wrong kind
 //! for the connection's state) gets a [`FrameKind::Error`] frame with the reason, then the
 //! connection is closed; the server keeps serving everything else.
+//!
+//! Authentication: with a [`ServerTls`] (the cluster's CA, `bourse pki`), every
+//! connection is mutual TLS before its first frame: the peer must present a certificate
+//! of the cluster's CA, not revoked, naming the role `node` (a gateway's or an
+//! operator's certificate is refused, as is a peer with none); a handshake has
+//! [`HANDSHAKE_MAX`] to finish. Without one the transport is plaintext, which
+//! `bourse node` allows only on loopback addresses.
 
 use std::future::Future;
 use std::io::Cursor;
 use std::pin::pin;
+use std::sync::Arc;
 
+use bourse_pki::{ReloadableServerConfig, Role};
 use futures_util::StreamExt;
 use openraft::storage::RaftStateMachine;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -51,9 +60,18 @@ use crate::types::{
 pub const MAX_FRAME_LEN: u32 = 128 << 20;
 
 /// Bound on the snapshot frame: the whole state machine travels in one frame (the length
-/// field is a `u32`, so about 4 GiB). The receiver reserves the data buffer with a
-/// fallible allocation, so even this bound cannot abort the process.
+/// field is a `u32`, so about 4 GiB). The receiver grows its buffer as the bytes arrive
+/// and never reserves what the length field claims, and with TLS only a member may send
+/// one.
 pub const MAX_SNAPSHOT_FRAME_LEN: u32 = u32::MAX;
+
+/// How long a peer has to finish the TLS handshake.
+pub const HANDSHAKE_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The server side of the transport's mutual TLS: the node's certificate, the CA and
+/// its revocation list, re-read by [`ReloadableServerConfig::reload`] for new
+/// connections.
+pub type ServerTls = Arc<ReloadableServerConfig>;
 
 /// Requests in flight between a connection's reader and openraft's stream_append; beyond
 /// it the reader stops reading and TCP pushes back on the leader.
@@ -139,8 +157,6 @@ pub enum FrameError {
     TooLarge { kind: FrameKind, len: u64, max: u32 },
     #[error("malformed {0:?} frame")]
     Malformed(FrameKind),
-    #[error("cannot allocate {0} bytes for a snapshot")]
-    Alloc(u64),
     #[error("postcard: {0}")]
     Codec(#[from] postcard::Error),
     #[error("unexpected {0:?} frame")]
@@ -225,8 +241,9 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Frame>
     }
     let payload = read_exact_vec(r, header_len).await?;
     let data_len = body - 4 - header_len;
+    // Grown as the bytes arrive, never reserved from the length field: a peer that
+    // claims gigabytes and sends none costs nothing.
     let mut data = Vec::new();
-    usize::try_from(data_len).ok().and_then(|n| data.try_reserve_exact(n).ok()).ok_or(FrameError::Alloc(data_len))?;
     fill(r, &mut data, data_len).await?;
     Ok(Some(Frame { kind, payload, data }))
 }
@@ -252,8 +269,12 @@ async fn fill<R: AsyncRead + Unpin>(r: &mut R, v: &mut Vec<u8>, n: u64) -> Resul
 ///
 /// Each connection is one task; a protocol error ends that connection only. Accept errors
 /// (for example out of file descriptors) are logged and retried after a short pause.
-pub async fn serve<SM>(listener: TcpListener, raft: Raft<SM>, shutdown: impl Future<Output = ()> + Send)
-where
+pub async fn serve<SM>(
+    listener: TcpListener,
+    raft: Raft<SM>,
+    tls: Option<ServerTls>,
+    shutdown: impl Future<Output = ()> + Send,
+) where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
 {
     let mut shutdown = pin!(shutdown);
@@ -265,8 +286,22 @@ where
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let raft = raft.clone();
+                    let tls = tls.clone();
                     conns.spawn(async move {
-                        if let Err(e) = serve_conn(stream, raft).await {
+                        let served = match tls {
+                            Some(tls) => match accept_member(stream, &tls).await {
+                                Ok(stream) => serve_conn(stream, raft).await,
+                                Err(refused) => {
+                                    tracing::warn!(%peer, %refused, "raft transport connection refused");
+                                    return;
+                                }
+                            },
+                            None => match stream.set_nodelay(true) {
+                                Ok(()) => serve_conn(stream, raft).await,
+                                Err(e) => Err(e.into()),
+                            },
+                        };
+                        if let Err(e) = served {
                             tracing::debug!(%peer, error = %e, "raft transport connection closed");
                         }
                     });
@@ -281,12 +316,32 @@ where
     conns.shutdown().await;
 }
 
-async fn serve_conn<SM>(stream: TcpStream, raft: Raft<SM>) -> Result<(), FrameError>
+/// The TLS handshake of an incoming connection, within [`HANDSHAKE_MAX`], and the check
+/// that the peer is a member: its certificate (verified against the CA and its CRL by
+/// the handshake) names the role `node`.
+async fn accept_member(
+    stream: TcpStream,
+    tls: &ReloadableServerConfig,
+) -> Result<tokio_rustls::server::TlsStream<TcpStream>, String> {
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
+    let stream = tokio::time::timeout(HANDSHAKE_MAX, acceptor.accept(stream))
+        .await
+        .map_err(|_| format!("no TLS handshake within {HANDSHAKE_MAX:?}"))?
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    match bourse_pki::peer_identity(stream.get_ref().1) {
+        Some(identity) if identity.role == Role::Node => Ok(stream),
+        Some(identity) => Err(format!("{identity} is not a member: the Raft port takes node certificates only")),
+        None => Err("the peer's certificate names no identity".into()),
+    }
+}
+
+async fn serve_conn<SM, S>(stream: S, raft: Raft<SM>) -> Result<(), FrameError>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
+    S: AsyncRead + AsyncWrite + Send + Unpin,
 {
-    stream.set_nodelay(true)?;
-    let (rd, mut wr) = stream.into_split();
+    let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(64 << 10, rd);
     let res = conn_loop(&mut rd, &mut wr, &raft).await;
     if let Err(e) = &res {

@@ -14,15 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bourse_cluster::fault::FaultProxy;
-use bourse_cluster::network::{Network, NetworkConfig, PeerClient};
+use bourse_cluster::network::{ClientTls, Network, NetworkConfig, PeerClient};
 use bourse_cluster::transport::{
-    encode_frame, encode_snapshot_head, read_frame, serve, Frame, FrameError, FrameKind, MAX_FRAME_LEN,
+    encode_frame, encode_snapshot_head, read_frame, serve, Frame, FrameError, FrameKind, ServerTls, MAX_FRAME_LEN,
 };
 use bourse_cluster::types::{
     AppendEntriesRequest, AppendEntriesResponse, Applied, Entry, LogId, LogState, Raft, Snapshot, SnapshotData,
     SnapshotMeta, StoredMembership, TransferLeaderRequest, Vote, VoteRequest, VoteResponse,
 };
 use bourse_cluster::{Batch, NodeId, Peer, TypeConfig};
+use bourse_pki::{Ca, Identity, ReloadableClientConfig, ReloadableServerConfig, Role, TlsFiles};
 use futures_util::{Stream, StreamExt};
 use openraft::entry::RaftEntry;
 use openraft::errors::{ClientWriteError, ForwardReason, RaftError};
@@ -310,7 +311,7 @@ impl Cluster {
             let sm = MemSm::default();
             let raft = Raft::new(id, config.clone(), net, MemLog::default(), sm.clone()).await.unwrap();
             let (stop, stopped) = oneshot::channel::<()>();
-            let server = tokio::spawn(serve(listener, raft.clone(), async move {
+            let server = tokio::spawn(serve(listener, raft.clone(), None, async move {
                 let _ = stopped.await;
             }));
             nodes.push(Node { id, raft, sm, stop: Some(stop), server });
@@ -392,6 +393,11 @@ use openraft::async_runtime::watch::WatchReceiver;
 
 /// A single uninitialized node serving on loopback: enough to answer votes and appends.
 async fn lone_node() -> (Raft<MemSm>, SocketAddr, oneshot::Sender<()>) {
+    lone_node_with(None).await
+}
+
+/// [`lone_node`], its transport mutual TLS when `tls` is given.
+async fn lone_node_with(tls: Option<ServerTls>) -> (Raft<MemSm>, SocketAddr, oneshot::Sender<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let raft =
@@ -399,19 +405,84 @@ async fn lone_node() -> (Raft<MemSm>, SocketAddr, oneshot::Sender<()>) {
             .await
             .unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(serve(listener, raft.clone(), async move {
+    tokio::spawn(serve(listener, raft.clone(), tls, async move {
         let _ = stopped.await;
     }));
     (raft, addr, stop)
 }
 
 async fn client_to(addr: SocketAddr) -> PeerClient {
+    client_to_with(addr, None).await
+}
+
+async fn client_to_with(addr: SocketAddr, tls: Option<ClientTls>) -> PeerClient {
     let peer = Peer { api: String::new(), raft: addr.to_string() };
-    Network::new(1, NetworkConfig::default()).new_client(9, &peer).await
+    Network::new(1, NetworkConfig { tls, ..NetworkConfig::default() }).new_client(9, &peer).await
 }
 
 fn option() -> RPCOption {
     RPCOption::new(Duration::from_secs(2))
+}
+
+// ---------------------------------------------------------------------------------------
+// Mutual TLS.
+
+/// The files of `role id`, issued by `ca` for 127.0.0.1.
+fn issued(ca: &Ca, role: Role, id: &str) -> TlsFiles {
+    let identity = Identity::new(role, id).unwrap();
+    ca.issue(&identity, &["127.0.0.1".to_string()], &ca.dir().join("issued")).unwrap().files
+}
+
+fn client_tls(files: &TlsFiles) -> Option<ClientTls> {
+    Some(ClientTls(Arc::new(ReloadableClientConfig::client(files.clone()).unwrap())))
+}
+
+fn vote_request() -> VoteRequest {
+    VoteRequest::new(Vote::new(1, 1), None)
+}
+
+#[tokio::test]
+async fn mutual_tls_admits_members_and_refuses_everyone_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::init(&dir.path().join("a")).unwrap();
+    let other = Ca::init(&dir.path().join("b")).unwrap();
+    let server = Arc::new(ReloadableServerConfig::server(issued(&ca, Role::Node, "9")).unwrap());
+    let (_raft, addr, _stop) = lone_node_with(Some(Arc::clone(&server))).await;
+
+    // A member: node 1 of the cluster's CA.
+    let member = issued(&ca, Role::Node, "1");
+    let mut client = client_to_with(addr, client_tls(&member)).await;
+    client.vote(vote_request(), option()).await.expect("a member's vote request is answered");
+
+    // No TLS at all; a gateway's certificate of the same CA; a node certificate of
+    // another CA (trusting ours, so the server is the one to refuse it); a revoked one.
+    let mut plaintext = client_to(addr).await;
+    assert!(plaintext.vote(vote_request(), option()).await.is_err(), "plaintext refused");
+    let gateway = issued(&ca, Role::Gateway, "1");
+    let mut as_gateway = client_to_with(addr, client_tls(&gateway)).await;
+    assert!(as_gateway.vote(vote_request(), option()).await.is_err(), "a gateway is not a member");
+    let foreign = TlsFiles { ca: member.ca.clone(), crl: member.crl.clone(), ..issued(&other, Role::Node, "1") };
+    let mut from_elsewhere = client_to_with(addr, client_tls(&foreign)).await;
+    assert!(from_elsewhere.vote(vote_request(), option()).await.is_err(), "another CA's node");
+    let revoked = issued(&ca, Role::Node, "2");
+    let serial = ca.list().unwrap().into_iter().find(|c| c.identity.id == "2").unwrap().serial;
+    ca.revoke(&serial).unwrap();
+    server.reload().unwrap();
+    let mut with_revoked = client_to_with(addr, client_tls(&revoked)).await;
+    assert!(with_revoked.vote(vote_request(), option()).await.is_err(), "a revoked member");
+
+    // A member's client refuses a server that is not a member (a gateway's certificate).
+    let impostor = Arc::new(ReloadableServerConfig::server(gateway).unwrap());
+    let (_raft2, impostor_addr, _stop2) = lone_node_with(Some(impostor)).await;
+    let mut to_impostor = client_to_with(impostor_addr, client_tls(&member)).await;
+    let refused = to_impostor.vote(vote_request(), option()).await.unwrap_err().to_string();
+    assert!(refused.contains("not a member"), "{refused}");
+
+    // Garbage bytes on the TLS port end that connection only: the member is still served.
+    let mut garbage = TcpStream::connect(addr).await.unwrap();
+    garbage.write_all(&[0xFF; 64]).await.unwrap();
+    let mut again = client_to_with(addr, client_tls(&member)).await;
+    again.vote(vote_request(), option()).await.expect("still serving members");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -168,6 +168,11 @@ pub struct RaftConfig {
     /// Log entries kept behind a snapshot, so a briefly lagging follower catches up
     /// from the log rather than by snapshot.
     pub log_kept_after_snapshot: u64,
+    /// The cluster's CA directory (`bourse pki init`): the Raft transport is mutual TLS
+    /// with the certificate issued there to `node ID` (`DIR/issued/node-ID.pem`, `.key`),
+    /// and takes only node certificates of that CA. Without it the transport is
+    /// plaintext, which is refused unless every Raft address is a loopback one.
+    pub pki: Option<std::path::PathBuf>,
 }
 
 impl Default for RaftConfig {
@@ -184,6 +189,7 @@ impl Default for RaftConfig {
             election_max_ms: 100,
             snapshot_every_entries: 20_000,
             log_kept_after_snapshot: 2_000,
+            pki: None,
         }
     }
 }
@@ -286,15 +292,56 @@ impl NodeConfig {
             if raft.snapshot_every_entries == 0 {
                 return Err(ConfigError("raft.snapshot_every_entries must be at least 1".into()));
             }
-            raft.members()?;
+            let members = raft.members()?;
+            if raft.pki.is_none() {
+                let mut addresses = vec![raft.listen.to_string()];
+                addresses.extend(raft.advertise.clone());
+                addresses.extend(members.into_iter().map(|(_, _, address)| address));
+                if let Some(address) = addresses.iter().find(|a| !is_loopback(a)) {
+                    return Err(ConfigError(format!(
+                        "raft: {address} is not a loopback address, and without raft.pki (--pki DIR) the \
+                         Raft transport would be plaintext: give the cluster's CA (bourse pki init)"
+                    )));
+                }
+            }
         }
         Ok(())
     }
 }
 
+/// Whether `address` (`host:port`) names this machine's loopback interface: a
+/// loopback IP, or `localhost`.
+fn is_loopback(address: &str) -> bool {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plaintext_raft_only_on_loopback() {
+        let mut config = NodeConfig::default();
+        let mut raft =
+            RaftConfig { bootstrap: vec!["1=127.0.0.1:7401/127.0.0.1:7501".into()], ..RaftConfig::default() };
+        config.raft = Some(raft.clone());
+        assert!(config.validate().is_ok());
+        raft.bootstrap.push("2=10.0.0.2:7401/10.0.0.2:7501".into());
+        config.raft = Some(raft.clone());
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("10.0.0.2:7501") && error.contains("--pki"), "{error}");
+        raft.pki = Some("/etc/bourse/pki".into());
+        config.raft = Some(raft.clone());
+        assert!(config.validate().is_ok());
+        raft.pki = None;
+        raft.bootstrap.pop();
+        raft.advertise = Some("[::1]:7501".into());
+        config.raft = Some(raft);
+        assert!(config.validate().is_ok(), "an IPv6 loopback");
+        assert!(is_loopback("localhost:1") && !is_loopback("example.com:1") && !is_loopback("0.0.0.0:1"));
+    }
 
     #[test]
     fn toml_overrides_defaults_and_rejects_unknown_fields() {

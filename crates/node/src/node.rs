@@ -369,6 +369,10 @@ impl Node {
             election_max_ms: raft.election_max_ms,
             snapshot_every_entries: raft.snapshot_every_entries,
             log_kept_after_snapshot: raft.log_kept_after_snapshot,
+            tls: match &raft.pki {
+                Some(dir) => Some(member_tls(dir, raft.id)?),
+                None => None,
+            },
         };
         let (refused_core, refused_sessions) = (core_sender.clone(), Arc::clone(&sessions));
         let on_refused = move |_commands: usize| {
@@ -576,4 +580,19 @@ pub async fn run_until_signal(config: NodeConfig) -> Result<(), NodeError> {
         _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
     }
     node.shutdown().await
+}
+
+/// This member's mutual TLS on the Raft transport: the certificate `bourse pki` issued to
+/// `node ID` in the CA directory `dir`.
+fn member_tls(dir: &std::path::Path, id: u64) -> Result<bourse_cluster::member::MemberTls, NodeError> {
+    let identity = bourse_pki::Identity::new(bourse_pki::Role::Node, id.to_string())
+        .map_err(|e| NodeError::Config(e.to_string()))?;
+    let files = bourse_pki::TlsFiles::issued(dir, &identity);
+    bourse_cluster::member::MemberTls::load(&files).map_err(|e| {
+        NodeError::Config(format!(
+            "raft.pki {}: {e} (issue it with: bourse pki issue --dir {} --role node --id {id} --host HOST)",
+            dir.display(),
+            dir.display()
+        ))
+    })
 }

@@ -61,6 +61,9 @@ impl Nodes {
             let dir = data.to_str().ok_or_else(|| format!("{}: not UTF-8", data.display()))?;
             extra.extend(["--temporary-dir".to_string(), dir.to_string()]);
         }
+        // Mutual TLS between the members, from a CA in the demo's data directory.
+        let pki = crate::cluster::member_certificates(&data.join("pki"), 1..=count, &["127.0.0.1".to_string()])?;
+        extra.extend(["--pki".to_string(), pki.display().to_string()]);
         let mut members = Vec::new();
         for id in 1..=count {
             let api = format!("127.0.0.1:{}", free_port()?);

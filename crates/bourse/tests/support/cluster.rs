@@ -229,6 +229,18 @@ impl ClusterHarness {
         harness
     }
 
+    /// The harness's CA directory, with a member certificate for `id` (issued the
+    /// first time a node of that id starts; valid for 127.0.0.1, where the proxies are).
+    fn member_certificate(&self, id: u64) -> PathBuf {
+        let dir = self.dir.path().join("pki");
+        let ca = bourse_pki::Ca::open_or_init(&dir).expect("the harness's CA");
+        let identity = bourse_pki::Identity::new(bourse_pki::Role::Node, id.to_string()).expect("identity");
+        if !bourse_pki::TlsFiles::issued(&dir, &identity).cert.exists() {
+            ca.issue(&identity, &["127.0.0.1".to_string()], &dir.join(bourse_pki::ISSUED_DIR)).expect("issue");
+        }
+        dir
+    }
+
     pub fn all(&self) -> Vec<usize> {
         (0..self.slots.len()).collect()
     }
@@ -264,6 +276,8 @@ impl ClusterHarness {
         if bootstrap {
             command.args(["--bootstrap", &self.bootstrap.join(",")]);
         }
+        // Mutual TLS between members, as `cluster up` runs them: a CA of the harness's own.
+        command.arg("--pki").arg(self.member_certificate(s.id));
         if let Some(path) = &self.config_path {
             command.arg("--config").arg(path);
         }
