@@ -117,8 +117,11 @@ async fn run_node(
     config: bourse_node::NodeConfig,
     parent_gone: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> Result<(), String> {
+    // With the cluster's CA, SIGHUP re-reads the certificates and the revocation list
+    // (a daemon's reload); without it, it stops the node like SIGTERM.
+    let reloads = config.raft.as_ref().is_some_and(|raft| raft.pki.is_some());
     let node = bourse_node::Node::start(config).await.map_err(|e| e.to_string())?;
-    let signals = crate::history::Signals::install()?;
+    let mut signals = crate::history::Signals::install()?;
     println!("bourse node listening on {}", node.addr);
     if let Some(metrics) = node.metrics_addr {
         println!("metrics on http://{metrics}/metrics");
@@ -131,9 +134,22 @@ async fn run_node(
             None => std::future::pending().await,
         }
     };
-    tokio::select! {
-        () = signals.wait() => {}
-        () = parent => tracing::info!("stdin closed (the parent process ended): shutting down"),
+    let mut parent = std::pin::pin!(parent);
+    loop {
+        tokio::select! {
+            name = signals.recv() => {
+                if name == "SIGHUP" && reloads {
+                    match node.reload_tls() {
+                        Ok(_) => tracing::info!("SIGHUP: the Raft transport's certificates and CRL reloaded"),
+                        Err(error) => tracing::error!(%error, "SIGHUP: reload failed; the previous ones stay"),
+                    }
+                    continue;
+                }
+                tracing::info!("{name}: shutting down");
+            }
+            () = &mut parent => tracing::info!("stdin closed (the parent process ended): shutting down"),
+        }
+        break;
     }
     node.shutdown().await.map_err(|e| e.to_string())
 }

@@ -15,6 +15,7 @@ pub mod network;
 pub mod replay;
 pub mod snapshot_store;
 pub mod state_machine;
+pub mod tls;
 pub mod transport;
 pub mod types;
 

@@ -38,37 +38,7 @@ pub struct MemberConfig {
     pub snapshot_every_entries: u64,
     pub log_kept_after_snapshot: u64,
     /// Mutual TLS on the Raft transport, both ways (`None`: plaintext).
-    pub tls: Option<MemberTls>,
-}
-
-/// A member's certificate, the CA and its revocation list, as the transport's server
-/// and client configurations (re-read by their `reload`).
-#[derive(Clone)]
-pub struct MemberTls {
-    pub server: crate::transport::ServerTls,
-    pub client: crate::network::ClientTls,
-}
-
-impl MemberTls {
-    /// From the files `bourse pki` issued to this member.
-    pub fn load(files: &bourse_pki::TlsFiles) -> Result<MemberTls, bourse_pki::PkiError> {
-        let server = Arc::new(bourse_pki::ReloadableServerConfig::server(files.clone())?);
-        let client = crate::network::ClientTls(Arc::new(bourse_pki::ReloadableClientConfig::client(files.clone())?));
-        Ok(MemberTls { server, client })
-    }
-
-    /// Re-reads the certificate and the revocation list, for the connections made from
-    /// now on.
-    pub fn reload(&self) -> Result<(), bourse_pki::PkiError> {
-        self.server.reload()?;
-        self.client.0.reload()
-    }
-}
-
-impl std::fmt::Debug for MemberTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemberTls").field("client", &self.client).finish_non_exhaustive()
-    }
+    pub tls: Option<crate::tls::MemberTls>,
 }
 
 /// Why a member could not start or a request failed.
@@ -150,7 +120,7 @@ impl<M: Machine> Member<M> {
         let raft_config = Arc::new(raft_config.validate().map_err(raft_error)?);
         let log_store = LogStore::open(&config.dir.join("raft-log")).map_err(raft_error)?;
         let log = log_store.reader();
-        let client_tls = config.tls.as_ref().map(|tls| tls.client.clone());
+        let client_tls = config.tls.clone();
         let network_config = NetworkConfig { bind_ip: config.bind_ip, tls: client_tls, ..NetworkConfig::default() };
         let network = Network::new(config.id, network_config);
         let raft =
@@ -162,7 +132,7 @@ impl<M: Machine> Member<M> {
         let transport_stopping = async move {
             let _ = transport_stop.wait_for(|stop| *stop).await;
         };
-        let server_tls = config.tls.as_ref().map(|tls| Arc::clone(&tls.server));
+        let server_tls = config.tls.clone();
         tasks.push(tokio::spawn(crate::transport::serve(listener, raft.clone(), server_tls, transport_stopping)));
 
         if config.bootstrap.first().is_some_and(|(id, _)| *id == config.id) {

@@ -20,7 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bourse_pki::{ReloadableClientConfig, Role};
+use bourse_pki::Role;
 use futures_util::{FutureExt, Stream, StreamExt};
 use openraft::base::{BoxFuture, BoxStream};
 use openraft::errors::{NetworkError, ReplicationClosed, Timeout, Unreachable};
@@ -35,6 +35,7 @@ use tokio::net::TcpSocket;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::tls::MemberTls;
 use crate::transport::{encode_frame, encode_snapshot_head, read_frame, FrameError, FrameKind};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, NodeId, Peer, RpcError, Snapshot, SnapshotResponse, StreamingError,
@@ -46,18 +47,6 @@ trait PeerIo: AsyncRead + AsyncWrite + Send + Sync + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Sync + Unpin> PeerIo for T {}
 type PeerRead = tokio::io::ReadHalf<Box<dyn PeerIo>>;
 type PeerWrite = tokio::io::WriteHalf<Box<dyn PeerIo>>;
-
-/// The client side of the transport's mutual TLS: this node's certificate (presented to
-/// every peer), the CA and its revocation list (every peer's certificate is checked
-/// against them, for the address dialed, and must name the role `node`).
-#[derive(Clone)]
-pub struct ClientTls(pub Arc<ReloadableClientConfig>);
-
-impl std::fmt::Debug for ClientTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ClientTls({})", self.0.files().cert.display())
-    }
-}
 
 /// How this node dials its peers.
 #[derive(Clone, Debug)]
@@ -77,8 +66,10 @@ pub struct NetworkConfig {
     /// stalls replication to it. A dead peer is still found by connection errors, and a
     /// silent one after this long, without holding up the other followers.
     pub reply_timeout_min: Duration,
-    /// Mutual TLS to every peer (`None`: plaintext, for loopback only).
-    pub tls: Option<ClientTls>,
+    /// Mutual TLS to every peer (`None`: plaintext, for loopback only): this node's
+    /// certificate is presented, and every peer's is checked against the CA and its
+    /// revocation list, for the address dialed, and must name the role `node`.
+    pub tls: Option<MemberTls>,
 }
 
 impl Default for NetworkConfig {
@@ -140,6 +131,8 @@ pub struct PeerClient {
 struct Conn {
     rd: BufReader<PeerRead>,
     wr: PeerWrite,
+    /// The TLS reload count it was made under: an older one is not used again.
+    generation: u64,
 }
 
 /// Why an exchange failed, before it is mapped to openraft's error types.
@@ -205,12 +198,17 @@ impl PeerClient {
 
     /// The open connection, dialing one if there is none.
     async fn connection(&mut self) -> Result<&mut Conn, Fail> {
+        let generation = self.config.tls.as_ref().map_or(0, MemberTls::generation);
+        if self.conn.as_ref().is_some_and(|conn| conn.generation != generation) {
+            // The certificates were reloaded: a new handshake, which a revoked peer fails.
+            self.conn = None;
+        }
         if self.conn.is_none() {
             let stream = tokio::time::timeout(self.config.connect_timeout, self.dial()).await.map_err(|_| {
                 Fail::Unreachable(format!("connect timed out after {:?}", self.config.connect_timeout))
             })??;
             let (rd, wr) = tokio::io::split(stream);
-            self.conn = Some(Conn { rd: BufReader::with_capacity(64 << 10, rd), wr });
+            self.conn = Some(Conn { rd: BufReader::with_capacity(64 << 10, rd), wr, generation });
         }
         Ok(self.conn.as_mut().expect("connection was just set"))
     }
@@ -236,7 +234,7 @@ impl PeerClient {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = rustls::pki_types::ServerName::try_from(host.to_owned())
             .map_err(|e| Fail::Unreachable(format!("{host}: not a name TLS can check: {e}")))?;
-        let connector = tokio_rustls::TlsConnector::from(tls.0.current());
+        let connector = tokio_rustls::TlsConnector::from(tls.client.current());
         let stream = connector.connect(name, stream).await.map_err(|e| Fail::Unreachable(format!("TLS: {e}")))?;
         match bourse_pki::peer_identity(stream.get_ref().1) {
             Some(identity) if identity.role == Role::Node => Ok(Box::new(stream)),
@@ -418,9 +416,19 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 }
             };
             let (sent_tx, sent_rx) = mpsc::unbounded_channel();
+            let generation = conn.generation;
             let writer = AbortOnDrop(tokio::spawn(write_requests(conn.wr, input, sent_tx)));
-            let session =
-                Session { client: self, rd: Some(conn.rd), writer: Some(writer), sent_rx, ttl, progress: None };
+            let reloads = self.config.tls.as_ref().map(MemberTls::reloads);
+            let session = Session {
+                client: self,
+                rd: Some(conn.rd),
+                writer: Some(writer),
+                sent_rx,
+                ttl,
+                progress: None,
+                reloads,
+                generation,
+            };
             let replies = futures_util::stream::unfold(session, |mut s| async move {
                 let item = s.next_reply().await?;
                 Some((item, s))
@@ -480,6 +488,11 @@ struct Session<'s> {
     ttl: Duration,
     /// When the last reply arrived.
     progress: Option<Instant>,
+    /// Fires when the certificates are reloaded: the session ends, and its connection
+    /// with it.
+    reloads: Option<tokio::sync::watch::Receiver<u64>>,
+    /// The reload count its connection was made under.
+    generation: u64,
 }
 
 type StreamItem = Result<StreamAppendResult<TypeConfig>, RpcError>;
@@ -495,12 +508,24 @@ impl Session<'_> {
             return self.finish(rd, writer).await.err();
         };
         let due = self.progress.map_or(sent_at, |p| p.max(sent_at)) + self.ttl;
-        let res = match tokio::time::timeout_at(due, read_frame(rd)).await {
-            Err(_) => Err(Fail::Timeout),
-            Ok(Err(e)) => Err(Fail::frame(e)),
-            Ok(Ok(None)) => Err(closed()),
-            Ok(Ok(Some(frame))) => expect_kind(frame, FrameKind::StreamReply)
-                .and_then(|payload| decode_reply::<StreamAppendResult<TypeConfig>>(&payload)),
+        let reading = async {
+            match tokio::time::timeout_at(due, read_frame(rd)).await {
+                Err(_) => Err(Fail::Timeout),
+                Ok(Err(e)) => Err(Fail::frame(e)),
+                Ok(Ok(None)) => Err(closed()),
+                Ok(Ok(Some(frame))) => expect_kind(frame, FrameKind::StreamReply)
+                    .and_then(|payload| decode_reply::<StreamAppendResult<TypeConfig>>(&payload)),
+            }
+        };
+        let generation = self.generation;
+        let res = match self.reloads.as_mut() {
+            Some(reloads) => tokio::select! {
+                res = reading => res,
+                _ = reloads.wait_for(|&now| now != generation) => {
+                    Err(Fail::Closed("the certificates were reloaded".into()))
+                }
+            },
+            None => reading.await,
         };
         self.progress = Some(Instant::now());
         match res {
@@ -531,7 +556,7 @@ impl Session<'_> {
         };
         match tokio::time::timeout(self.ttl, read_frame(&mut rd)).await {
             Ok(Ok(Some(frame))) if frame.kind == FrameKind::StreamEndAck => {
-                self.client.conn = Some(Conn { rd, wr });
+                self.client.conn = Some(Conn { rd, wr, generation: self.generation });
                 Ok(())
             }
             // Every reply was delivered; only the connection is lost.

@@ -27,19 +27,21 @@
 //! for the connection's state) gets a [`FrameKind::Error`] frame with the reason, then the
 //! connection is closed; the server keeps serving everything else.
 //!
-//! Authentication: with a [`ServerTls`] (the cluster's CA, `bourse pki`), every
+//! Authentication: with a [`MemberTls`] (the cluster's CA, `bourse pki`), every
 //! connection is mutual TLS before its first frame: the peer must present a certificate
 //! of the cluster's CA, not revoked, naming the role `node` (a gateway's or an
 //! operator's certificate is refused, as is a peer with none); a handshake has
-//! [`HANDSHAKE_MAX`] to finish. Without one the transport is plaintext, which
+//! [`HANDSHAKE_MAX`] to finish; a reload of the certificates ends every connection
+//! (`crate::tls`). Without one the transport is plaintext, which
 //! `bourse node` allows only on loopback addresses.
 
 use std::future::Future;
 use std::io::Cursor;
 use std::pin::pin;
-use std::sync::Arc;
 
 use bourse_pki::{ReloadableServerConfig, Role};
+
+use crate::tls::MemberTls;
 use futures_util::StreamExt;
 use openraft::storage::RaftStateMachine;
 use serde::de::DeserializeOwned;
@@ -67,11 +69,6 @@ pub const MAX_SNAPSHOT_FRAME_LEN: u32 = u32::MAX;
 
 /// How long a peer has to finish the TLS handshake.
 pub const HANDSHAKE_MAX: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The server side of the transport's mutual TLS: the node's certificate, the CA and
-/// its revocation list, re-read by [`ReloadableServerConfig::reload`] for new
-/// connections.
-pub type ServerTls = Arc<ReloadableServerConfig>;
 
 /// Requests in flight between a connection's reader and openraft's stream_append; beyond
 /// it the reader stops reading and TCP pushes back on the leader.
@@ -272,7 +269,7 @@ async fn fill<R: AsyncRead + Unpin>(r: &mut R, v: &mut Vec<u8>, n: u64) -> Resul
 pub async fn serve<SM>(
     listener: TcpListener,
     raft: Raft<SM>,
-    tls: Option<ServerTls>,
+    tls: Option<MemberTls>,
     shutdown: impl Future<Output = ()> + Send,
 ) where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
@@ -289,13 +286,21 @@ pub async fn serve<SM>(
                     let tls = tls.clone();
                     conns.spawn(async move {
                         let served = match tls {
-                            Some(tls) => match accept_member(stream, &tls).await {
-                                Ok(stream) => serve_conn(stream, raft).await,
-                                Err(refused) => {
-                                    tracing::warn!(%peer, %refused, "raft transport connection refused");
-                                    return;
+                            Some(tls) => {
+                                let mut reloads = tls.reloads();
+                                match accept_member(stream, &tls.server).await {
+                                    // A reload ends the connection: the peer comes back
+                                    // through a new handshake.
+                                    Ok(stream) => tokio::select! {
+                                        served = serve_conn(stream, raft) => served,
+                                        _ = reloads.changed() => Ok(()),
+                                    },
+                                    Err(refused) => {
+                                        tracing::warn!(%peer, %refused, "raft transport connection refused");
+                                        return;
+                                    }
                                 }
-                            },
+                            }
                             None => match stream.set_nodelay(true) {
                                 Ok(()) => serve_conn(stream, raft).await,
                                 Err(e) => Err(e.into()),

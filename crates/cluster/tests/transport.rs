@@ -14,16 +14,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bourse_cluster::fault::FaultProxy;
-use bourse_cluster::network::{ClientTls, Network, NetworkConfig, PeerClient};
+use bourse_cluster::network::{Network, NetworkConfig, PeerClient};
+use bourse_cluster::tls::MemberTls;
 use bourse_cluster::transport::{
-    encode_frame, encode_snapshot_head, read_frame, serve, Frame, FrameError, FrameKind, ServerTls, MAX_FRAME_LEN,
+    encode_frame, encode_snapshot_head, read_frame, serve, Frame, FrameError, FrameKind, MAX_FRAME_LEN,
 };
 use bourse_cluster::types::{
     AppendEntriesRequest, AppendEntriesResponse, Applied, Entry, LogId, LogState, Raft, Snapshot, SnapshotData,
     SnapshotMeta, StoredMembership, TransferLeaderRequest, Vote, VoteRequest, VoteResponse,
 };
 use bourse_cluster::{Batch, NodeId, Peer, TypeConfig};
-use bourse_pki::{Ca, Identity, ReloadableClientConfig, ReloadableServerConfig, Role, TlsFiles};
+use bourse_pki::{Ca, Identity, Role, TlsFiles};
 use futures_util::{Stream, StreamExt};
 use openraft::entry::RaftEntry;
 use openraft::errors::{ClientWriteError, ForwardReason, RaftError};
@@ -397,7 +398,7 @@ async fn lone_node() -> (Raft<MemSm>, SocketAddr, oneshot::Sender<()>) {
 }
 
 /// [`lone_node`], its transport mutual TLS when `tls` is given.
-async fn lone_node_with(tls: Option<ServerTls>) -> (Raft<MemSm>, SocketAddr, oneshot::Sender<()>) {
+async fn lone_node_with(tls: Option<MemberTls>) -> (Raft<MemSm>, SocketAddr, oneshot::Sender<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let raft =
@@ -415,7 +416,7 @@ async fn client_to(addr: SocketAddr) -> PeerClient {
     client_to_with(addr, None).await
 }
 
-async fn client_to_with(addr: SocketAddr, tls: Option<ClientTls>) -> PeerClient {
+async fn client_to_with(addr: SocketAddr, tls: Option<MemberTls>) -> PeerClient {
     let peer = Peer { api: String::new(), raft: addr.to_string() };
     Network::new(1, NetworkConfig { tls, ..NetworkConfig::default() }).new_client(9, &peer).await
 }
@@ -433,8 +434,8 @@ fn issued(ca: &Ca, role: Role, id: &str) -> TlsFiles {
     ca.issue(&identity, &["127.0.0.1".to_string()], &ca.dir().join("issued")).unwrap().files
 }
 
-fn client_tls(files: &TlsFiles) -> Option<ClientTls> {
-    Some(ClientTls(Arc::new(ReloadableClientConfig::client(files.clone()).unwrap())))
+fn client_tls(files: &TlsFiles) -> Option<MemberTls> {
+    Some(MemberTls::load(files).unwrap())
 }
 
 fn vote_request() -> VoteRequest {
@@ -446,8 +447,8 @@ async fn mutual_tls_admits_members_and_refuses_everyone_else() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::init(&dir.path().join("a")).unwrap();
     let other = Ca::init(&dir.path().join("b")).unwrap();
-    let server = Arc::new(ReloadableServerConfig::server(issued(&ca, Role::Node, "9")).unwrap());
-    let (_raft, addr, _stop) = lone_node_with(Some(Arc::clone(&server))).await;
+    let server = MemberTls::load(&issued(&ca, Role::Node, "9")).unwrap();
+    let (_raft, addr, _stop) = lone_node_with(Some(server.clone())).await;
 
     // A member: node 1 of the cluster's CA.
     let member = issued(&ca, Role::Node, "1");
@@ -464,15 +465,18 @@ async fn mutual_tls_admits_members_and_refuses_everyone_else() {
     let foreign = TlsFiles { ca: member.ca.clone(), crl: member.crl.clone(), ..issued(&other, Role::Node, "1") };
     let mut from_elsewhere = client_to_with(addr, client_tls(&foreign)).await;
     assert!(from_elsewhere.vote(vote_request(), option()).await.is_err(), "another CA's node");
+    // A member revoked while connected: the reload ends its connection, and its next
+    // handshake fails.
     let revoked = issued(&ca, Role::Node, "2");
+    let mut with_revoked = client_to_with(addr, client_tls(&revoked)).await;
+    with_revoked.vote(vote_request(), option()).await.expect("not revoked yet");
     let serial = ca.list().unwrap().into_iter().find(|c| c.identity.id == "2").unwrap().serial;
     ca.revoke(&serial).unwrap();
     server.reload().unwrap();
-    let mut with_revoked = client_to_with(addr, client_tls(&revoked)).await;
     assert!(with_revoked.vote(vote_request(), option()).await.is_err(), "a revoked member");
 
     // A member's client refuses a server that is not a member (a gateway's certificate).
-    let impostor = Arc::new(ReloadableServerConfig::server(gateway).unwrap());
+    let impostor = MemberTls::load(&gateway).unwrap();
     let (_raft2, impostor_addr, _stop2) = lone_node_with(Some(impostor)).await;
     let mut to_impostor = client_to_with(impostor_addr, client_tls(&member)).await;
     let refused = to_impostor.vote(vote_request(), option()).await.unwrap_err().to_string();

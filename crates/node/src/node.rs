@@ -212,6 +212,15 @@ impl Node {
         self.log.clone()
     }
 
+    /// Re-reads the Raft transport's certificate, key, CA and revocation list and ends
+    /// its open connections, so every member comes back through a new handshake (what
+    /// `bourse node` does on SIGHUP). False when the transport has no TLS.
+    pub fn reload_tls(&self) -> Result<bool, NodeError> {
+        let Some(tls) = self.replication.as_ref().and_then(|r| r.tls.as_ref()) else { return Ok(false) };
+        tls.reload().map_err(|e| NodeError::Config(format!("reloading the Raft transport's certificates: {e}")))?;
+        Ok(true)
+    }
+
     /// `GatewayLink` without the network, for a gateway in this process.
     pub fn local_link(&self) -> LocalLink {
         self.link.clone()
@@ -357,6 +366,10 @@ impl Node {
             .into_iter()
             .map(|(id, api, raft)| (id, Peer { api, raft }))
             .collect();
+        let tls = match &raft.pki {
+            Some(dir) => Some(member_tls(dir, raft.id)?),
+            None => None,
+        };
         let member_config = MemberConfig {
             id: raft.id,
             dir,
@@ -369,10 +382,7 @@ impl Node {
             election_max_ms: raft.election_max_ms,
             snapshot_every_entries: raft.snapshot_every_entries,
             log_kept_after_snapshot: raft.log_kept_after_snapshot,
-            tls: match &raft.pki {
-                Some(dir) => Some(member_tls(dir, raft.id)?),
-                None => None,
-            },
+            tls: tls.clone(),
         };
         let (refused_core, refused_sessions) = (core_sender.clone(), Arc::clone(&sessions));
         let on_refused = move |_commands: usize| {
@@ -392,7 +402,7 @@ impl Node {
         ));
         let log =
             LogSource::Raft { reader: member.log_reader(), snapshots: config.data.join("raft").join("snapshots") };
-        let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
+        let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone(), tls });
 
         let shared = Shared::new(
             &config,
@@ -584,11 +594,11 @@ pub async fn run_until_signal(config: NodeConfig) -> Result<(), NodeError> {
 
 /// This member's mutual TLS on the Raft transport: the certificate `bourse pki` issued to
 /// `node ID` in the CA directory `dir`.
-fn member_tls(dir: &std::path::Path, id: u64) -> Result<bourse_cluster::member::MemberTls, NodeError> {
+fn member_tls(dir: &std::path::Path, id: u64) -> Result<bourse_cluster::tls::MemberTls, NodeError> {
     let identity = bourse_pki::Identity::new(bourse_pki::Role::Node, id.to_string())
         .map_err(|e| NodeError::Config(e.to_string()))?;
     let files = bourse_pki::TlsFiles::issued(dir, &identity);
-    bourse_cluster::member::MemberTls::load(&files).map_err(|e| {
+    bourse_cluster::tls::MemberTls::load(&files).map_err(|e| {
         NodeError::Config(format!(
             "raft.pki {}: {e} (issue it with: bourse pki issue --dir {} --role node --id {id} --host HOST)",
             dir.display(),
