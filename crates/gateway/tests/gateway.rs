@@ -640,8 +640,14 @@ async fn a_malformed_command_of_an_administrative_key_is_refused_before_the_log_
 async fn a_command_after_an_idle_spell_is_answered_on_the_same_link_not_resent() {
     let exchange = exchange(600_000, 1024, 1).await;
     let account = exchange.accounts[0];
-    // Gateway 2 says who it is and then nothing: every release waits out the window.
-    let (_quiet_up, _quiet_down) = raw_link(&exchange.node.addr.to_string(), 2).await;
+    // Gateway 2 says who it is and then only a clock that never moves: every release
+    // waits out the window.
+    let (quiet_up, _quiet_down) = raw_link(&exchange.node.addr.to_string(), 2).await;
+    let stale_clock = tokio::spawn(async move {
+        while quiet_up.send(proto::GatewayUp { gateway: 2, watermark: 1, ..Default::default() }).is_ok() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
     let (gateway, key) = alice_gateway(&exchange, account).await;
     let options = ClientOptions { api_key: Some(ApiKey(key)), ..ClientOptions::default() };
     let alice = Client::connect(vec![gateway.addr().to_string()], random_client_id(), options).await.unwrap();
@@ -659,6 +665,41 @@ async fn a_command_after_an_idle_spell_is_answered_on_the_same_link_not_resent()
     let metrics = scrape(gateway.metrics_addr().unwrap()).await;
     assert!(metrics.contains("bourse_gateway_link_connects_total 1\n"), "the link never went down: {metrics}");
     assert!(metrics.contains("bourse_gateway_link_up 1\n"), "{metrics}");
+    stale_clock.abort();
     alice.close().await.unwrap();
     gateway.shutdown().await;
+}
+
+/// A link that goes silent (no batch, no clock) is ended after the node's bound, and
+/// its gateway stops holding the others': a batch that waits for it is released then,
+/// not after the sequencer's whole window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_link_is_ended_and_stops_holding_the_sequencer() {
+    let exchange = exchange(10_000_000, 1024, 1).await;
+    let addr = exchange.node.addr.to_string();
+    let (_silent_up, mut silent_down) = raw_link(&addr, 2).await;
+    let (up, mut down) = raw_link(&addr, 1).await;
+    let client = random_client_id().0;
+    let started = Instant::now();
+    let body = place(exchange.accounts[0], exchange.symbol, Side::Buy, 99_000);
+    up.send(stamped(1, client, now_ns(), 1, wire(1, &body))).unwrap();
+    // Gateway 1 keeps its link alive with its clock, as a gateway does.
+    let clock = tokio::spawn(async move {
+        while up.send(proto::GatewayUp { gateway: 1, watermark: now_ns(), ..Default::default() }).is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    order_id(&mut down, client).await;
+    clock.abort();
+    let waited = started.elapsed();
+    let silent = bourse_node::LINK_SILENT_MAX;
+    assert!(
+        waited >= silent - Duration::from_millis(500) && waited < silent + Duration::from_secs(3),
+        "released after {waited:?}: the silent link held it until it was ended, not for the 10 s window"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), silent_down.message()).await.unwrap();
+    match ended {
+        Err(status) => assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}"),
+        other => panic!("the silent link was not ended with a status: {other:?}"),
+    }
 }

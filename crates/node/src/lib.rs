@@ -23,6 +23,6 @@ mod replica;
 mod service;
 
 pub use config::{NodeConfig, VirtualClock};
-pub use link::LocalLink;
+pub use link::{LocalLink, LINK_SILENT_MAX};
 pub use log::LocalLog;
 pub use node::{journal_dir, recover, recover_member, run_until_signal, Node, NodeError, Recovered};

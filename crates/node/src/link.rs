@@ -6,7 +6,9 @@
 //! tagged with its id; a newer session of the same client (on another link, or direct)
 //! takes over its reports. A link is one stream: when it is too slow to take its
 //! replies, or leadership moves, the whole link ends and the gateway reconnects and
-//! resends what is unanswered (exactly-once makes the resends harmless).
+//! resends what is unanswered (exactly-once makes the resends harmless). A link that
+//! sends nothing for [`LINK_SILENT_MAX`] is ended, which takes its gateway out of the
+//! sequencer's watermark.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,6 +26,11 @@ use crate::core::Request;
 use crate::fair::Inbound;
 use crate::outbox::{FeedItem, LinkSender, Outbox, SessionHandle};
 use crate::service::{async_stream, convert_command, wait_shutdown, BoxStream, Shared, INBOUND_DRAIN_MAX};
+
+/// A link silent this long is ended. A gateway sends its clock every heartbeat (1 ms by
+/// default, at most 1 s by its configuration); a link that stops while connected would
+/// otherwise hold every other gateway's batches for the sequencer's whole window.
+pub const LINK_SILENT_MAX: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub struct GatewayLinkService(pub Shared);
 
@@ -137,8 +144,18 @@ impl LinkReader<'_> {
     where
         S: Stream<Item = Result<proto::GatewayUp, Status>> + Unpin,
     {
-        while let Some(up) = inbound.next().await {
-            let up = up?;
+        loop {
+            let up = match tokio::time::timeout(LINK_SILENT_MAX, inbound.next()).await {
+                Ok(Some(up)) => up?,
+                Ok(None) => return Ok(()),
+                Err(_) => {
+                    self.shared.metrics.links_silent.fetch_add(1, Ordering::Relaxed);
+                    return Err(Status::deadline_exceeded(format!(
+                        "the link sent nothing for {LINK_SILENT_MAX:?} (a gateway sends its clock every \
+                         heartbeat): it is ended, and its gateway no longer holds the sequencer"
+                    )));
+                }
+            };
             match self.gateway {
                 None => {
                     self.gateway = Some(up.gateway);
@@ -173,7 +190,6 @@ impl LinkReader<'_> {
             }
             self.shared.fair.wake();
         }
-        Ok(())
     }
 
     /// Hands one message to the sequencer; the reader wakes it once per `GatewayUp`.

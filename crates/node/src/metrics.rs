@@ -39,6 +39,8 @@ pub struct Metrics {
     /// Commands per core batch, as a log2 histogram.
     pub batch_commands: std::sync::Mutex<Log2Histogram>,
     pub links_open: AtomicI64,
+    /// Gateway links ended for sending nothing for `link::LINK_SILENT_MAX`.
+    pub links_silent: AtomicU64,
     pub feeds_open: AtomicI64,
     /// Open `Log.Follow` streams (history sinks).
     pub logs_open: AtomicI64,
@@ -149,6 +151,8 @@ impl Metrics {
         counter(&mut out, "applied_index", "Highest log index applied.", "gauge", load(&self.applied_index));
         counter(&mut out, "snapshots_total", "Snapshots taken.", "counter", load(&self.snapshots));
         counter(&mut out, "links_open", "Gateway links connected.", "gauge", load_i(&self.links_open));
+        let silent = load(&self.links_silent);
+        counter(&mut out, "links_silent_total", "Gateway links ended for sending nothing.", "counter", silent);
         counter(&mut out, "feeds_open", "Order-level feeds served.", "gauge", load_i(&self.feeds_open));
         counter(
             &mut out,
