@@ -15,7 +15,8 @@ use clap::Args;
 /// Flags of `bourse serve`; each overrides the TOML file given with `--config`.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// A TOML file with any of the node's settings (see docs/OPERATIONS.md).
+    /// A TOML file with any of the node's settings: top-level keys named as these flags
+    /// (with `_`), and `[raft]` and `[day_trading]` tables (`NodeConfig` in crates/node).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Data directory: journal segments and snapshots.
