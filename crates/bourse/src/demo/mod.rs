@@ -178,6 +178,9 @@ async fn demo(
     data: PathBuf,
     temporary: bool,
 ) -> Result<(), String> {
+    // Caught from the start: a signal while the demo starts up stops it cleanly once it
+    // runs, rather than killing it (and one sent just after "running for" is not lost).
+    let signals = crate::history::Signals::install().ok();
     say!(
         "Bourse demo: a replicated exchange on loopback, {} gateways and {} simulated traders",
         args.gateways,
@@ -272,7 +275,7 @@ async fn demo(
         Some(seconds) => say!("running for {seconds} s"),
         None => say!("running until Ctrl-C"),
     }
-    wait(args.seconds, &stats, &nodes).await;
+    wait(args.seconds, signals, &stats, &nodes).await;
 
     say!();
     say!("stopping: traders first, then the gateways, then the nodes");
@@ -464,9 +467,8 @@ fn gateway_views(args: &DemoArgs, addresses: &[String], scenario: &Scenario) -> 
 }
 
 /// Runs until Ctrl-C, SIGTERM, SIGHUP or `seconds`, printing a line every ten seconds.
-async fn wait(seconds: Option<u64>, stats: &Stats, nodes: &Nodes) {
+async fn wait(seconds: Option<u64>, mut signals: Option<crate::history::Signals>, stats: &Stats, nodes: &Nodes) {
     let deadline = seconds.map(|s| Instant::now() + Duration::from_secs(s));
-    let mut signals = crate::history::Signals::install().ok();
     let mut report = tokio::time::interval(Duration::from_secs(10));
     report.tick().await;
     loop {
