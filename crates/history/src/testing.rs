@@ -7,6 +7,15 @@
 //! `scripts/deps/postgres.sh` installs it). PostgreSQL refuses to run as root, so under
 //! root the server runs as the `postgres` user the package creates.
 //!
+//! [`TempPostgres::start_tls`] starts one with TLS on as well: a CA made with
+//! `bourse-pki` in the temporary directory, a server certificate for `127.0.0.1` and
+//! `localhost`, and a client certificate the server accepts ([`TempPostgres::tls`]).
+//! Plaintext connections to it still work (its `pg_hba.conf` trusts both).
+//!
+//! Every connection here is opened through `store::pg_tls`, so a URL with
+//! `sslmode=verify-full&sslrootcert=…` works with [`create_database`] and
+//! [`drop_database`] too.
+//!
 //! Also [`entry_rows`], rows of made-up entries for the stores' own tests.
 
 use std::io;
@@ -14,6 +23,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use bourse_pki::{Ca, Identity, Role, TlsFiles};
+
+use crate::store::pg_tls;
 
 /// How long the server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -24,6 +37,8 @@ pub struct TempPostgres {
     port: u16,
     child: Child,
     databases: std::sync::atomic::AtomicU32,
+    /// With TLS on: the CA's certificate and a client's certificate and key.
+    tls: Option<TlsFiles>,
 }
 
 fn bin_dir() -> io::Result<PathBuf> {
@@ -89,6 +104,19 @@ impl TempPostgres {
     /// With `durable`, the server keeps PostgreSQL's defaults (fsync and synchronous
     /// commit on), as a production server would: what benchmarks measure.
     pub fn start_with(durable: bool) -> io::Result<TempPostgres> {
+        TempPostgres::start_inner(durable, false)
+    }
+
+    /// A server (fsync off) with TLS on: its certificate, for `127.0.0.1` and
+    /// `localhost`, is issued by a CA made for it in its directory (see [`tls`](Self::tls)
+    /// for the files a client needs). Clients may present a certificate of that CA, and
+    /// one that presents a certificate of another is refused; plaintext connections are
+    /// accepted as by [`start`](Self::start).
+    pub fn start_tls() -> io::Result<TempPostgres> {
+        TempPostgres::start_inner(false, true)
+    }
+
+    fn start_inner(durable: bool, tls: bool) -> io::Result<TempPostgres> {
         let bin = bin_dir()?;
         let user = run_as()?;
         let dir = tempfile::Builder::new().prefix("bourse-pg-").tempdir()?;
@@ -104,6 +132,7 @@ impl TempPostgres {
         if !output.status.success() {
             return Err(io::Error::other(format!("initdb failed: {}", String::from_utf8_lossy(&output.stderr))));
         }
+        let (tls_args, tls) = if tls { server_tls(dir.path(), user)? } else { (Vec::new(), None) };
         let port = free_port()?;
         let log = std::fs::File::create(dir.path().join("server.log"))?;
         if let Some((uid, gid)) = user {
@@ -123,11 +152,12 @@ impl TempPostgres {
             // as a server taking bulk COPY is set up: with the default, the backends write
             // and wait for WAL themselves every few megabytes (docs/BENCHMARKS.md).
             .args(["-c", "max_connections=50", "-c", "shared_buffers=128MB", "-c", "wal_buffers=64MB"])
+            .args(&tls_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()?;
-        let server = TempPostgres { dir, port, child, databases: Default::default() };
+        let server = TempPostgres { dir, port, child, databases: Default::default(), tls };
         server.wait_ready()?;
         Ok(server)
     }
@@ -135,7 +165,7 @@ impl TempPostgres {
     fn wait_ready(&self) -> io::Result<()> {
         let started = Instant::now();
         loop {
-            if postgres::Client::connect(&self.url_of("postgres"), postgres::NoTls).is_ok() {
+            if pg_tls::connect(&self.url_of("postgres")).is_ok() {
                 return Ok(());
             }
             if started.elapsed() > START_TIMEOUT {
@@ -165,6 +195,13 @@ impl TempPostgres {
         self.port
     }
 
+    /// With TLS on ([`start_tls`](Self::start_tls)): `ca`, the CA's certificate to
+    /// verify the server with (`sslrootcert`), and `cert` and `key`, a client
+    /// certificate of that CA (`sslcert`, `sslkey`).
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
     /// The postmaster's process id (benchmarks read the server's CPU time under /proc).
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -186,15 +223,46 @@ impl Drop for TempPostgres {
 /// Creates the database `name` on the server of `url` (a database to connect to, as a
 /// user who may create databases) and returns the URL of the new one.
 pub fn create_database(url: &str, name: &str) -> io::Result<String> {
-    let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(io::Error::other)?;
+    let mut client = pg_tls::connect(url).map_err(io::Error::other)?;
     client.batch_execute(&format!("CREATE DATABASE {name}")).map_err(io::Error::other)?;
     Ok(with_database(url, name))
 }
 
 /// Drops the database `name` on the server of `url`, closing its sessions.
 pub fn drop_database(url: &str, name: &str) -> io::Result<()> {
-    let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(io::Error::other)?;
+    let mut client = pg_tls::connect(url).map_err(io::Error::other)?;
     client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).map_err(io::Error::other)
+}
+
+/// Makes the server's TLS files in `dir`: a CA (`dir/ca`), the server's certificate
+/// and key (`server.crt`, `server.key`, mode 0600, owned by the server's `user`, as
+/// PostgreSQL insists), the CA's certificate for checking clients' (`root.crt`), and a
+/// client certificate. Returns the server's `-c` options and the client's files.
+fn server_tls(dir: &Path, user: Option<(u32, u32)>) -> io::Result<(Vec<String>, Option<TlsFiles>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let ca = Ca::init(&dir.join("ca")).map_err(io::Error::other)?;
+    let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
+    // Clients check only the host names (SAN) of the server's certificate; the identity
+    // a bourse-pki certificate carries as well is an observer's, which grants nothing.
+    let server = Identity::new(Role::Observer, "postgres").map_err(io::Error::other)?;
+    let issued = ca.issue(&server, &hosts, &dir.join("tls")).map_err(io::Error::other)?;
+    let client = Identity::new(Role::Observer, "history").map_err(io::Error::other)?;
+    let client = ca.issue(&client, &[], &dir.join("tls")).map_err(io::Error::other)?;
+    let mut args = vec!["-c".to_string(), "ssl=on".to_string()];
+    for (from, to, option, mode) in [
+        (&issued.files.cert, "server.crt", "ssl_cert_file", 0o644),
+        (&issued.files.key, "server.key", "ssl_key_file", 0o600),
+        (&issued.files.ca, "root.crt", "ssl_ca_file", 0o644),
+    ] {
+        let to = dir.join(to);
+        std::fs::copy(from, &to)?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))?;
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(&to, Some(uid), Some(gid))?;
+        }
+        args.extend(["-c".to_string(), format!("{option}={}", to.display())]);
+    }
+    Ok((args, Some(client.files)))
 }
 
 /// `postgres://user@host:port/db?options` with the database `name` instead of `db`.

@@ -751,6 +751,24 @@ fn postgres_all() {
     a_second_part_beside_an_empty_first_starts_again(&server.database().unwrap(), &server.database().unwrap());
 }
 
+/// The sink's rows and the queries over `sslmode=verify-full` (every connection the
+/// sink and the readers open goes through TLS, verified against the server's CA).
+#[test]
+fn postgres_over_verified_tls() {
+    let server = TempPostgres::start_tls().expect("start a temporary PostgreSQL with TLS");
+    let root = server.tls().expect("TLS files").ca.display().to_string();
+    // `postgres://bourse@127.0.0.1:PORT/DB` → to `localhost`, verify-full.
+    let verified = |url: String| {
+        format!("{}?sslmode=verify-full&sslrootcert={root}", url.replacen("@127.0.0.1:", "@localhost:", 1))
+    };
+    let url = verified(server.database().unwrap());
+    rows_equal_events(&url);
+    let mut store = Store::open(&url).unwrap();
+    let ssl = store.query("SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]).unwrap();
+    assert_eq!(ssl, vec![vec![Value::Text("true".into())]], "the connection is TLS");
+    queries_answer(&verified(server.database().unwrap()));
+}
+
 #[test]
 fn bad_urls_are_refused() {
     assert!(Store::open("").is_err());

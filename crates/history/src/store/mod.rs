@@ -20,6 +20,7 @@
 //! `INSERT OR FAIL … VALUES (…), …` (WAL mode, `synchronous=NORMAL`, 16 KiB pages);
 //! PostgreSQL streams each table's rows with `COPY … FROM STDIN (FORMAT binary)`.
 
+pub mod pg_tls;
 mod postgres;
 mod sqlite;
 
@@ -136,7 +137,10 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Opens (creating the schema if needed) `postgres://…` / `postgresql://…`, or a
-    /// SQLite file given as `sqlite:PATH` or a plain path.
+    /// SQLite file given as `sqlite:PATH` or a plain path. A PostgreSQL URL on another
+    /// machine needs TLS with the server's certificate verified:
+    /// `?sslmode=verify-full&sslrootcert=CA.pem` (optionally `&sslcert=…&sslkey=…`);
+    /// plaintext only to a loopback host or a Unix socket (see [`pg_tls`]).
     pub fn open(url: &str) -> Result<Store> {
         let backend: Box<dyn Backend> = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Box::new(postgres::Postgres::open(url)?)

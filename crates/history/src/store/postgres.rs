@@ -10,19 +10,25 @@
 //! transaction is sent, and every row above it is new (rows are only ever written with
 //! the progress that covers them). A duplicate key could only come from a bug, and
 //! would fail the batch rather than write a row twice.
+//!
+//! Every connection, the first and the writers', is opened as the URL's TLS
+//! parameters say (`pg_tls`: `sslmode=verify-full` with `sslrootcert`, or plaintext to
+//! a loopback host only).
 
 use postgres::types::{ToSql, Type};
-use postgres::{Client, NoTls};
+use postgres::Client;
 
 use std::io::Write;
 
+use super::pg_tls::PgConnect;
 use super::{each_row, table_columns, Backend, Cell, Progress, Result, Saved, StoreError, Value};
 use crate::rows::{RowKey, Rows};
 use crate::schema::{create_statements, progress_upsert, writers, Dialect, Part, SCHEMA_VERSION, TABLES};
 
 pub struct Postgres {
     client: Client,
-    url: String,
+    /// How to open the writers' connections: the URL, parsed and checked once.
+    connect: PgConnect,
     /// The connections of the writers of the parts after the first, opened by the first
     /// write (readers never open them).
     seconds: Vec<Client>,
@@ -70,11 +76,12 @@ fn copy_row(buffer: &mut Vec<u8>, key: &RowKey, cells: &[Cell<'_>]) {
 
 impl Postgres {
     pub fn open(url: &str) -> Result<Postgres> {
-        let mut client = Client::connect(url, NoTls)?;
+        let connect = PgConnect::parse(url)?;
+        let mut client = connect.connect()?;
         for statement in create_statements(Dialect::Postgres) {
             client.batch_execute(&statement)?;
         }
-        let mut postgres = Postgres { client, url: url.to_string(), seconds: Vec::new(), first_written: false };
+        let mut postgres = Postgres { client, connect, seconds: Vec::new(), first_written: false };
         let version = postgres.query("SELECT schema_version FROM history_progress WHERE id = 1", &[])?;
         if let Some(version) = version.first().and_then(|r| r[0].int()) {
             if version != SCHEMA_VERSION {
@@ -223,7 +230,7 @@ impl Backend for Postgres {
             self.client.batch_execute("SET synchronous_commit = off")?;
             let mut seconds = Vec::new();
             for _ in 1..writers(Dialect::Postgres) {
-                let mut second = Client::connect(&self.url, NoTls)?;
+                let mut second = self.connect.connect()?;
                 second.batch_execute("SET synchronous_commit = off")?;
                 seconds.push(second);
             }
