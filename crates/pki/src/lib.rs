@@ -59,6 +59,7 @@
 mod ca;
 mod error;
 mod files;
+pub mod grpc;
 mod identity;
 mod register;
 mod tls;

@@ -178,7 +178,10 @@ impl Reloadable<ClientConfig> {
 }
 
 impl<C> Reloadable<C> {
-    fn new(files: TlsFiles, build: fn(&TlsFiles) -> Result<Arc<C>, PkiError>) -> Result<Reloadable<C>, PkiError> {
+    pub(crate) fn new(
+        files: TlsFiles,
+        build: fn(&TlsFiles) -> Result<Arc<C>, PkiError>,
+    ) -> Result<Reloadable<C>, PkiError> {
         let current = RwLock::new(build(&files)?);
         Ok(Reloadable { files, build, current })
     }
