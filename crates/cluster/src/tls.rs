@@ -46,7 +46,7 @@ impl MemberTls {
     }
 
     /// Fires at the next reload.
-    pub(crate) fn reloads(&self) -> watch::Receiver<u64> {
+    pub fn reloads(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()
     }
 }

@@ -46,6 +46,18 @@ pub struct NodeConfig {
     pub sequencer_capacity: usize,
     /// Replies queued for one gateway link before the link is dropped as too slow.
     pub link_outbox_max: usize,
+    /// How far a gateway's stamp may be from this node's clock, in milliseconds. A
+    /// stamp further ahead ends the link (`OUT_OF_RANGE`): the gateway's clock is wrong.
+    /// A stamp further behind is moved up to the bound (`link_stamps_clamped_total`): a
+    /// gateway that back-dates its batches gains this much at most, while commands
+    /// resent with their first stamp after a failover still go through.
+    pub link_stamp_bound_ms: u64,
+    /// The cluster's CA directory (`bourse pki init`): the gRPC port is mutual TLS with
+    /// the certificate issued there to `node ID` (ID: `raft.id`, 1 for a single node),
+    /// and every call is authorised by the caller's role (docs/SECURITY.md). For a
+    /// member, `raft.pki` is the same setting (either may be given; they must agree).
+    /// Without it the port is plaintext, which is refused unless it is a loopback one.
+    pub pki: Option<PathBuf>,
     /// Replication: absent for a single node.
     pub raft: Option<RaftConfig>,
     /// Tests only: stamp the command at log index i with `T0 + i × STEP` (ms) instead of
@@ -111,6 +123,8 @@ impl Default for NodeConfig {
             sequencer_window_us: 1_000,
             sequencer_capacity: 65_536,
             link_outbox_max: 16_384,
+            link_stamp_bound_ms: 250,
+            pki: None,
             raft: None,
             virtual_clock: None,
             engine: EngineConfig::default(),
@@ -240,6 +254,16 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl NodeConfig {
+    /// The CA directory, from `pki` or `raft.pki`.
+    pub fn pki_dir(&self) -> Option<&Path> {
+        self.pki.as_deref().or(self.raft.as_ref().and_then(|r| r.pki.as_deref()))
+    }
+
+    /// The id in this node's certificate: `raft.id`, or 1 for a single node.
+    pub fn node_id(&self) -> u64 {
+        self.raft.as_ref().map_or(1, |r| r.id)
+    }
+
     /// Reads a TOML file; fields it leaves out keep their defaults.
     pub fn from_toml_file(path: &Path) -> Result<NodeConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
@@ -279,6 +303,25 @@ impl NodeConfig {
         if self.virtual_clock.is_some() && self.raft.is_some() {
             return Err(ConfigError("virtual_clock is for a single node only".into()));
         }
+        if let (Some(a), Some(b)) = (&self.pki, self.raft.as_ref().and_then(|r| r.pki.as_ref())) {
+            if a != b {
+                return Err(ConfigError(format!(
+                    "pki {} and raft.pki {} differ: a node has one CA directory",
+                    a.display(),
+                    b.display()
+                )));
+            }
+        }
+        if self.pki_dir().is_none() && !self.listen.ip().is_loopback() {
+            return Err(ConfigError(format!(
+                "listen: {} is not a loopback address, and without pki (--pki DIR) the gRPC port would be \
+                 plaintext: give the cluster's CA (bourse pki init)",
+                self.listen
+            )));
+        }
+        if self.link_stamp_bound_ms == 0 {
+            return Err(ConfigError("link_stamp_bound_ms must be at least 1".into()));
+        }
         if let Some(raft) = &self.raft {
             if raft.id == 0 {
                 return Err(ConfigError("raft.id must be at least 1".into()));
@@ -293,7 +336,7 @@ impl NodeConfig {
                 return Err(ConfigError("raft.snapshot_every_entries must be at least 1".into()));
             }
             let members = raft.members()?;
-            if raft.pki.is_none() {
+            if self.pki_dir().is_none() {
                 let mut addresses = vec![raft.listen.to_string()];
                 addresses.extend(raft.advertise.clone());
                 addresses.extend(members.into_iter().map(|(_, _, address)| address));

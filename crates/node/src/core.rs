@@ -808,7 +808,7 @@ fn market_update(ts: u64, update: proto::market_data_update::Update) -> proto::M
 }
 
 /// The wall clock in ns since the Unix epoch (0 before it).
-fn wall_clock_ns() -> u64 {
+pub(crate) fn wall_clock_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 

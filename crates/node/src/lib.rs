@@ -9,6 +9,7 @@
 //! and releases the outputs (acks, fills, cancels, market data, query answers). See
 //! `core.rs` for the invariants.
 
+pub mod auth;
 pub mod config;
 mod core;
 mod fair;

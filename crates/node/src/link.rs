@@ -43,7 +43,8 @@ impl proto::gateway_link_server::GatewayLink for GatewayLinkService {
         &self,
         request: GrpcRequest<Streaming<proto::GatewayUp>>,
     ) -> Result<Response<Self::LinkStream>, Status> {
-        self.open_link(request.into_inner()).map(Response::new)
+        let identity = crate::auth::identity_of(&request).cloned();
+        self.open_link(request.into_inner(), identity).map(Response::new)
     }
 
     async fn feed(&self, _request: GrpcRequest<proto::FeedRequest>) -> Result<Response<Self::FeedStream>, Status> {
@@ -53,8 +54,14 @@ impl proto::gateway_link_server::GatewayLink for GatewayLinkService {
 
 impl GatewayLinkService {
     /// A gateway's link: `inbound` is what it sends (a gRPC stream, or values handed
-    /// over in process); the returned stream is what the node sends back.
-    pub(crate) fn open_link<S>(&self, mut inbound: S) -> Result<BoxStream<proto::GatewayDown>, Status>
+    /// over in process); the returned stream is what the node sends back. `identity` is
+    /// the caller's certificate's (none in process or without TLS): the link must claim
+    /// the gateway id it names.
+    pub(crate) fn open_link<S>(
+        &self,
+        mut inbound: S,
+        identity: Option<bourse_pki::Identity>,
+    ) -> Result<BoxStream<proto::GatewayDown>, Status>
     where
         S: Stream<Item = Result<proto::GatewayUp, Status>> + Send + Unpin + 'static,
     {
@@ -65,8 +72,15 @@ impl GatewayLinkService {
         let session = shared.session_ids.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             shared.metrics.links_open.fetch_add(1, Ordering::Relaxed);
-            let mut reader =
-                LinkReader { shared: &shared, down, kill, session, gateway: None, attached: Default::default() };
+            let mut reader = LinkReader {
+                shared: &shared,
+                down,
+                kill,
+                session,
+                gateway: None,
+                attached: Default::default(),
+                identity,
+            };
             let closed = reader.down.clone();
             let end = tokio::select! {
                 end = reader.read(&mut inbound) => end,
@@ -137,6 +151,7 @@ struct LinkReader<'a> {
     session: u64,
     gateway: Option<u32>,
     attached: FxHashSet<u64>,
+    identity: Option<bourse_pki::Identity>,
 }
 
 impl LinkReader<'_> {
@@ -158,6 +173,7 @@ impl LinkReader<'_> {
             };
             match self.gateway {
                 None => {
+                    crate::auth::check_gateway_id(self.identity.as_ref(), up.gateway)?;
                     self.gateway = Some(up.gateway);
                     self.send(Inbound::Connect { gateway: up.gateway }).await?;
                 }
@@ -181,15 +197,40 @@ impl LinkReader<'_> {
                     )));
                 }
                 self.attach(batch.client_id)?;
-                let stamp = Stamp { ts: batch.gateway_ts, gateway: up.gateway, gateway_seq: batch.gateway_seq };
+                let ts = self.bounded(batch.gateway_ts)?;
+                let stamp = Stamp { ts, gateway: up.gateway, gateway_seq: batch.gateway_seq };
                 let items = batch.commands.iter().map(|c| (c.seq, convert_command(c))).collect();
                 self.send(Inbound::Batch { stamp, client: ClientId(batch.client_id), items }).await?;
             }
             if up.watermark > 0 {
-                self.send(Inbound::Watermark { gateway: up.gateway, ts: up.watermark }).await?;
+                let ts = self.bounded(up.watermark)?;
+                self.send(Inbound::Watermark { gateway: up.gateway, ts }).await?;
             }
             self.shared.fair.wake();
         }
+    }
+
+    /// A gateway stamp (or watermark) checked against this node's clock: one ahead by
+    /// more than the bound ends the link; one behind by more is moved up to the bound,
+    /// so back-dating gains a gateway at most the bound over the others.
+    fn bounded(&self, ts: u64) -> Result<u64, Status> {
+        let now = crate::core::wall_clock_ns();
+        let bound = self.shared.stamp_bound_ns;
+        if ts > now.saturating_add(bound) {
+            self.shared.metrics.stamps_ahead.fetch_add(1, Ordering::Relaxed);
+            return Err(Status::out_of_range(format!(
+                "a stamp {} ms ahead of this node's clock, beyond the bound of {} ms \
+                 (link_stamp_bound_ms): the gateway's clock is wrong",
+                (ts - now) / 1_000_000,
+                bound / 1_000_000
+            )));
+        }
+        let floor = now.saturating_sub(bound);
+        if ts < floor {
+            self.shared.metrics.stamps_clamped.fetch_add(1, Ordering::Relaxed);
+            return Ok(floor);
+        }
+        Ok(ts)
     }
 
     /// Hands one message to the sequencer; the reader wakes it once per `GatewayUp`.
@@ -245,7 +286,7 @@ impl LocalLink {
     where
         S: Stream<Item = proto::GatewayUp> + Send + Unpin + 'static,
     {
-        GatewayLinkService(self.0.clone()).open_link(up.map(Ok))
+        GatewayLinkService(self.0.clone()).open_link(up.map(Ok), None)
     }
 
     /// The order-level feed: the current image, then every entry after it.

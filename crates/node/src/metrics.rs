@@ -41,6 +41,13 @@ pub struct Metrics {
     pub links_open: AtomicI64,
     /// Gateway links ended for sending nothing for `link::LINK_SILENT_MAX`.
     pub links_silent: AtomicU64,
+    /// Gateway batches whose stamp was older than the bound (`link_stamp_bound_ms`) and
+    /// was moved up to it, and links ended for a stamp ahead of the node's clock by more.
+    pub stamps_clamped: AtomicU64,
+    pub stamps_ahead: AtomicU64,
+    /// Calls refused by the role check (`auth.rs`), and TLS handshakes that failed.
+    pub calls_refused: std::sync::Arc<AtomicU64>,
+    pub handshakes_failed: std::sync::Arc<bourse_pki::grpc::AcceptStats>,
     pub feeds_open: AtomicI64,
     /// Open `Log.Follow` streams (history sinks).
     pub logs_open: AtomicI64,
@@ -153,6 +160,38 @@ impl Metrics {
         counter(&mut out, "links_open", "Gateway links connected.", "gauge", load_i(&self.links_open));
         let silent = load(&self.links_silent);
         counter(&mut out, "links_silent_total", "Gateway links ended for sending nothing.", "counter", silent);
+        let clamped = load(&self.stamps_clamped);
+        counter(
+            &mut out,
+            "link_stamps_clamped_total",
+            "Gateway stamps older than the bound, moved up to it.",
+            "counter",
+            clamped,
+        );
+        let ahead = load(&self.stamps_ahead);
+        counter(
+            &mut out,
+            "link_stamps_ahead_total",
+            "Gateway links ended for a stamp ahead of the bound.",
+            "counter",
+            ahead,
+        );
+        let refused = load(&self.calls_refused);
+        counter(
+            &mut out,
+            "calls_refused_total",
+            "gRPC calls refused: the caller's role may not make them.",
+            "counter",
+            refused,
+        );
+        let failed = load(&self.handshakes_failed.handshakes_failed);
+        counter(
+            &mut out,
+            "tls_handshakes_failed_total",
+            "gRPC connections refused at the TLS handshake.",
+            "counter",
+            failed,
+        );
         counter(&mut out, "feeds_open", "Order-level feeds served.", "gauge", load_i(&self.feeds_open));
         counter(
             &mut out,

@@ -201,6 +201,30 @@ pub struct Node {
     server_stop: tokio::sync::oneshot::Sender<()>,
     log: LocalLog,
     link: LocalLink,
+    tls: Option<NodeTls>,
+}
+
+/// A node's mutual TLS: its certificate for the Raft transport and for the gRPC port.
+#[derive(Clone)]
+struct NodeTls {
+    /// The Raft transport's configurations and the reload count that both ports'
+    /// connections watch.
+    member: bourse_cluster::tls::MemberTls,
+    /// The gRPC port's server configuration (the same files, with ALPN h2).
+    grpc: Arc<bourse_pki::ReloadableServerConfig>,
+}
+
+impl NodeTls {
+    fn server(&self) -> bourse_pki::grpc::ServerTls {
+        bourse_pki::grpc::ServerTls { config: Arc::clone(&self.grpc), reloads: self.member.reloads() }
+    }
+
+    /// Re-reads both configurations, then ends the connections made before (in that
+    /// order, so the reconnections meet the new ones).
+    fn reload(&self) -> Result<(), bourse_pki::PkiError> {
+        self.grpc.reload()?;
+        self.member.reload()
+    }
 }
 
 /// How long a stopping node waits for its connections to take their last replies.
@@ -212,12 +236,13 @@ impl Node {
         self.log.clone()
     }
 
-    /// Re-reads the Raft transport's certificate, key, CA and revocation list and ends
-    /// its open connections, so every member comes back through a new handshake (what
-    /// `bourse node` does on SIGHUP). False when the transport has no TLS.
+    /// Re-reads the node's certificate, key, CA and revocation list and ends the open
+    /// connections of both its ports, so every member, gateway and client comes back
+    /// through a new handshake, which a revoked one no longer passes (what `bourse node`
+    /// does on SIGHUP). False when the node has no TLS.
     pub fn reload_tls(&self) -> Result<bool, NodeError> {
-        let Some(tls) = self.replication.as_ref().and_then(|r| r.tls.as_ref()) else { return Ok(false) };
-        tls.reload().map_err(|e| NodeError::Config(format!("reloading the Raft transport's certificates: {e}")))?;
+        let Some(tls) = &self.tls else { return Ok(false) };
+        tls.reload().map_err(|e| NodeError::Config(format!("reloading the node's certificates: {e}")))?;
         Ok(true)
     }
 
@@ -272,6 +297,7 @@ impl Node {
             config.clone(),
         );
         let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
+        let tls = node_tls(&config)?;
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let Serving { shutdown, server, server_stop, metrics_addr, log, link } = Serving::start(
@@ -288,6 +314,7 @@ impl Node {
                 LogSource::Journal { dir: journal_dir(&config.data), group: group.handle() },
             )?,
             Some(group.handle()),
+            tls.as_ref().map(NodeTls::server),
         )
         .await?;
         tracing::info!(%addr, ?metrics_addr, data = %config.data.display(), "serving");
@@ -306,6 +333,7 @@ impl Node {
             server_stop,
             log,
             link,
+            tls,
         })
     }
 
@@ -366,10 +394,8 @@ impl Node {
             .into_iter()
             .map(|(id, api, raft)| (id, Peer { api, raft }))
             .collect();
-        let tls = match &raft.pki {
-            Some(dir) => Some(member_tls(dir, raft.id)?),
-            None => None,
-        };
+        let node_tls = node_tls(&config)?;
+        let tls = node_tls.as_ref().map(|t| t.member.clone());
         let member_config = MemberConfig {
             id: raft.id,
             dir,
@@ -382,7 +408,7 @@ impl Node {
             election_max_ms: raft.election_max_ms,
             snapshot_every_entries: raft.snapshot_every_entries,
             log_kept_after_snapshot: raft.log_kept_after_snapshot,
-            tls: tls.clone(),
+            tls,
         };
         let (refused_core, refused_sessions) = (core_sender.clone(), Arc::clone(&sessions));
         let on_refused = move |_commands: usize| {
@@ -402,7 +428,7 @@ impl Node {
         ));
         let log =
             LogSource::Raft { reader: member.log_reader(), snapshots: config.data.join("raft").join("snapshots") };
-        let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone(), tls });
+        let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
 
         let shared = Shared::new(
             &config,
@@ -415,7 +441,7 @@ impl Node {
             log,
         )?;
         let Serving { shutdown, server, server_stop, metrics_addr, log, link } =
-            Serving::start(listener, &config, shared, None).await?;
+            Serving::start(listener, &config, shared, None, node_tls.as_ref().map(NodeTls::server)).await?;
         tracing::info!(%addr, raft = %raft.listen, id = raft.id, data = %config.data.display(), "serving");
         Ok(Node {
             addr,
@@ -432,6 +458,7 @@ impl Node {
             server_stop,
             log,
             link,
+            tls: node_tls,
         })
     }
 
@@ -481,13 +508,14 @@ impl Serving {
         config: &NodeConfig,
         shared: (Shared, tokio::sync::watch::Sender<bool>),
         journal: Option<bourse_journal::GroupCommitHandle>,
+        tls: Option<bourse_pki::grpc::ServerTls>,
     ) -> std::io::Result<Serving> {
         let (shared, shutdown) = shared;
         let metrics = Arc::clone(&shared.metrics);
         let log = LocalLog(LogService(shared.clone()));
         let link = LocalLink(shared.clone());
         let (server_stop, server_stopping) = tokio::sync::oneshot::channel();
-        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, server_stopping));
+        let server = tokio::spawn(serve(listener, shared, config.grpc_message_bytes_max, tls, server_stopping));
         let metrics_addr = match config.metrics_listen {
             Some(listen) => Some(crate::metrics::serve(listen, metrics, journal).await?),
             None => None,
@@ -530,6 +558,7 @@ impl Shared {
             link_outbox_max: config.link_outbox_max,
             log,
             engine: config.engine,
+            stamp_bound_ns: config.link_stamp_bound_ms.saturating_mul(1_000_000),
         };
         Ok((shared, shutdown))
     }
@@ -539,6 +568,7 @@ async fn serve(
     listener: tokio::net::TcpListener,
     shared: Shared,
     message_bytes_max: usize,
+    tls: Option<bourse_pki::grpc::ServerTls>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     use bourse_protocol::proto::{
@@ -555,8 +585,11 @@ async fn serve(
     let link = gateway_link_server::GatewayLinkServer::new(GatewayLinkService(shared.clone()))
         .max_decoding_message_size(message_bytes_max);
     let log = log_server::LogServer::new(LogService(shared.clone()));
+    let authorize = crate::auth::AuthorizeLayer { refused: Arc::clone(&shared.metrics.calls_refused) };
+    let incoming = bourse_pki::grpc::incoming(listener, tls, Arc::clone(&shared.metrics.handshakes_failed));
     let market = market_data_server::MarketDataServer::new(MarketDataService(shared));
     let result = tonic::transport::Server::builder()
+        .layer(authorize)
         .add_service(order_entry)
         .add_service(admin)
         .add_service(query)
@@ -564,13 +597,11 @@ async fn serve(
         .add_service(market)
         .add_service(link)
         .add_service(log)
-        // No Nagle: an ack batch must not wait for the peer's delayed ACK (40 ms).
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async {
-                let _ = stop.await;
-            },
-        )
+        // incoming() sets TCP_NODELAY: an ack batch must not wait for the peer's
+        // delayed ACK (40 ms).
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stop.await;
+        })
         .await;
     if let Err(error) = result {
         tracing::error!(%error, "gRPC server stopped");
@@ -592,17 +623,22 @@ pub async fn run_until_signal(config: NodeConfig) -> Result<(), NodeError> {
     node.shutdown().await
 }
 
-/// This member's mutual TLS on the Raft transport: the certificate `bourse pki` issued to
-/// `node ID` in the CA directory `dir`.
-fn member_tls(dir: &std::path::Path, id: u64) -> Result<bourse_cluster::tls::MemberTls, NodeError> {
+/// This node's mutual TLS, when it has a CA directory: the certificate `bourse pki`
+/// issued to `node ID` there, for the Raft transport and the gRPC port.
+fn node_tls(config: &NodeConfig) -> Result<Option<NodeTls>, NodeError> {
+    let Some(dir) = config.pki_dir() else { return Ok(None) };
+    let id = config.node_id();
     let identity = bourse_pki::Identity::new(bourse_pki::Role::Node, id.to_string())
         .map_err(|e| NodeError::Config(e.to_string()))?;
     let files = bourse_pki::TlsFiles::issued(dir, &identity);
-    bourse_cluster::tls::MemberTls::load(&files).map_err(|e| {
+    let fail = |e: bourse_pki::PkiError| {
         NodeError::Config(format!(
-            "raft.pki {}: {e} (issue it with: bourse pki issue --dir {} --role node --id {id} --host HOST)",
+            "pki {}: {e} (issue it with: bourse pki issue --dir {} --role node --id {id} --host HOST)",
             dir.display(),
             dir.display()
         ))
-    })
+    };
+    let member = bourse_cluster::tls::MemberTls::load(&files).map_err(fail)?;
+    let grpc = Arc::new(bourse_pki::ReloadableServerConfig::grpc_server(files).map_err(fail)?);
+    Ok(Some(NodeTls { member, grpc }))
 }

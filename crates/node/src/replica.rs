@@ -28,8 +28,6 @@ pub struct Replication {
     pub member: Member<CoreMachine>,
     pub leadership: watch::Receiver<Leadership>,
     pub advertise: Peer,
-    /// The Raft transport's mutual TLS, when it has it.
-    pub tls: Option<bourse_cluster::tls::MemberTls>,
 }
 
 impl Replication {

@@ -49,6 +49,8 @@ pub struct Shared {
     pub log: crate::log::LogSource,
     /// The engine's bounds, for log followers that start an engine of their own.
     pub engine: bourse_engine::EngineConfig,
+    /// How far a gateway stamp may be from this node's clock (`link_stamp_bound_ms`).
+    pub stamp_bound_ns: u64,
 }
 
 impl Shared {
@@ -246,10 +248,12 @@ pub struct AdminService(pub Shared);
 impl proto::admin_server::Admin for AdminService {
     async fn submit(&self, request: GrpcRequest<proto::SubmitRequest>) -> Result<Response<proto::Ack>, Status> {
         self.0.require_leader()?;
-        let request = request.into_inner();
+        let identity = crate::auth::identity_of(&request).cloned();
+        let mut request = request.into_inner();
         if request.client_id == 0 {
             return Err(Status::invalid_argument("client_id 0 is reserved"));
         }
+        request.client_id = crate::auth::client_in_namespace(identity.as_ref(), request.client_id);
         let command = request.command.ok_or_else(|| Status::invalid_argument("SubmitRequest.command is missing"))?;
         let (reply, ack) = oneshot::channel();
         let items = vec![(command.seq, convert_command(&command))];

@@ -1,0 +1,227 @@
+//! Who may call what on a node's gRPC port.
+//!
+//! With the cluster's PKI the port is mutual TLS ([`bourse_pki::grpc::incoming`]): every
+//! connection belongs to the identity its certificate names, and every call is checked
+//! against the table below before any service sees it. A call no role of the caller
+//! may make is answered `PERMISSION_DENIED` naming the method, the caller and the roles
+//! that may; it never reaches the core.
+//!
+//! | service, method                        | roles                               |
+//! |----------------------------------------|-------------------------------------|
+//! | `OrderEntry.Session`                   | gateway                             |
+//! | `GatewayLink.Link`                     | gateway (under its own id only)     |
+//! | `GatewayLink.Feed`                     | gateway, observer                   |
+//! | `Admin.Submit`                         | operator                            |
+//! | `Cluster.AddNode`, `RemoveNode`, `TransferLeader` | operator                 |
+//! | `Cluster.Status`                       | node, gateway, operator, observer   |
+//! | `Query.*`, `MarketData.*`              | gateway, operator, observer         |
+//! | `Log.Follow`                           | observer, node                      |
+//!
+//! Without the PKI (a loopback benchmark: the configuration refuses anything else)
+//! connections carry no identity and every call is let through.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bourse_pki::grpc::PeerInfo;
+use bourse_pki::{Identity, Role};
+use tonic::Status;
+
+use Role::{Gateway, Node, Observer, Operator};
+
+/// The roles that may call `path` (`/package.Service/Method`); `None` for a path no
+/// service of the node serves (the router answers it `UNIMPLEMENTED`).
+pub fn allowed(path: &str) -> Option<&'static [Role]> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    let service = service.strip_prefix("bourse.v1.")?;
+    Some(match (service, method) {
+        ("OrderEntry", _) => &[Gateway],
+        ("GatewayLink", "Link") => &[Gateway],
+        ("GatewayLink", _) => &[Gateway, Observer],
+        ("Admin", _) => &[Operator],
+        ("Cluster", "Status") => &[Node, Gateway, Operator, Observer],
+        ("Cluster", _) => &[Operator],
+        ("Query" | "MarketData", _) => &[Gateway, Operator, Observer],
+        ("Log", _) => &[Observer, Node],
+        _ => return None,
+    })
+}
+
+/// Whether `identity` may call `path`: `Err` with the status that refuses it.
+pub fn authorize(path: &str, identity: &Identity) -> Result<(), Status> {
+    match allowed(path) {
+        None => Ok(()),
+        Some(roles) if roles.contains(&identity.role) => Ok(()),
+        Some(roles) => {
+            let roles: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
+            Err(Status::permission_denied(format!("{path} is not for {identity}: only for {}", roles.join(", "))))
+        }
+    }
+}
+
+/// The identity a request came with, when its connection has one.
+pub fn identity_of<T>(request: &tonic::Request<T>) -> Option<&Identity> {
+    request.extensions().get::<PeerInfo>().and_then(|peer| peer.identity.as_ref())
+}
+
+/// A gateway link must come under the id its certificate names: `gateway 3` may open
+/// the link of gateway 3 only.
+pub fn check_gateway_id(identity: Option<&Identity>, claimed: u32) -> Result<(), Status> {
+    match identity {
+        None => Ok(()),
+        Some(identity) if identity.role == Gateway && identity.id == claimed.to_string() => Ok(()),
+        Some(identity) => Err(Status::permission_denied(format!(
+            "{identity} may not link as gateway {claimed}: a link is opened under the id its certificate names"
+        ))),
+    }
+}
+
+/// The client id a caller's `client` stands for in the engine: its exactly-once session
+/// lives in the namespace of the caller's identity, so no caller can register, pre-empt
+/// or read another's session.
+///
+/// - Without an identity (in process, plaintext on loopback): `client` itself.
+/// - Gateways share one namespace, the exchange's: a gateway is the authority on its
+///   clients' ids (it derives them from their API keys, alike on every gateway), and a
+///   client that moves to another gateway must keep its session, or its resends would
+///   be applied twice. So `client` itself.
+/// - Every other identity (an operator's tools): a hash of the identity and `client`,
+///   which no other caller can reach but by a 2^64 search.
+pub fn client_in_namespace(identity: Option<&Identity>, client: u64) -> u64 {
+    match identity {
+        None => client,
+        Some(identity) if identity.role == Gateway => client,
+        Some(identity) => {
+            let mut hasher = blake3::Hasher::new();
+            hasher.update(b"bourse node client namespace\0");
+            hasher.update(identity.uri().as_bytes());
+            hasher.update(&[0]);
+            hasher.update(&client.to_le_bytes());
+            let bytes = hasher.finalize();
+            u64::from_le_bytes(bytes.as_bytes()[..8].try_into().expect("8 bytes")).max(1)
+        }
+    }
+}
+
+/// The tower layer that applies [`authorize`] to every call of a TLS server.
+#[derive(Clone)]
+pub struct AuthorizeLayer {
+    pub refused: Arc<AtomicU64>,
+}
+
+impl<S> tower_layer::Layer<S> for AuthorizeLayer {
+    type Service = Authorize<S>;
+
+    fn layer(&self, inner: S) -> Authorize<S> {
+        Authorize { inner, refused: Arc::clone(&self.refused) }
+    }
+}
+
+#[derive(Clone)]
+pub struct Authorize<S> {
+    inner: S,
+    refused: Arc<AtomicU64>,
+}
+
+type ResponseFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+impl<S, B> tower_service::Service<http::Request<B>> for Authorize<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = ResponseFuture<Self::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let peer = request.extensions().get::<PeerInfo>();
+        let verdict = match peer.and_then(|p| p.identity.as_ref()) {
+            Some(identity) => authorize(request.uri().path(), identity),
+            // A TLS server's connections all carry an identity (incoming() drops those
+            // whose certificate names none); none here means plaintext on loopback.
+            None => Ok(()),
+        };
+        match verdict {
+            Ok(()) => Box::pin(self.inner.call(request)),
+            Err(status) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(path = request.uri().path(), peer = ?peer, reason = status.message(), "call refused");
+                Box::pin(std::future::ready(Ok(status.into_http())))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who(role: Role, id: &str) -> Identity {
+        Identity::new(role, id).expect("identity")
+    }
+
+    #[test]
+    fn the_table_grants_each_role_only_its_calls() {
+        let gateway = who(Gateway, "1");
+        let operator = who(Operator, "ops");
+        let observer = who(Observer, "history");
+        let node = who(Node, "2");
+        let ok = |path: &str, who: &Identity| authorize(path, who).is_ok();
+        assert!(ok("/bourse.v1.OrderEntry/Session", &gateway));
+        assert!(!ok("/bourse.v1.OrderEntry/Session", &observer));
+        assert!(!ok("/bourse.v1.OrderEntry/Session", &operator));
+        assert!(ok("/bourse.v1.Admin/Submit", &operator));
+        assert!(!ok("/bourse.v1.Admin/Submit", &gateway));
+        assert!(!ok("/bourse.v1.Admin/Submit", &node));
+        assert!(ok("/bourse.v1.Cluster/Status", &node));
+        assert!(ok("/bourse.v1.Cluster/Status", &observer));
+        assert!(!ok("/bourse.v1.Cluster/TransferLeader", &gateway));
+        assert!(!ok("/bourse.v1.Cluster/AddNode", &node));
+        assert!(ok("/bourse.v1.Cluster/RemoveNode", &operator));
+        assert!(ok("/bourse.v1.Log/Follow", &observer));
+        assert!(ok("/bourse.v1.Log/Follow", &node));
+        assert!(!ok("/bourse.v1.Log/Follow", &gateway));
+        assert!(ok("/bourse.v1.GatewayLink/Link", &gateway));
+        assert!(!ok("/bourse.v1.GatewayLink/Link", &observer));
+        assert!(ok("/bourse.v1.GatewayLink/Feed", &observer));
+        assert!(ok("/bourse.v1.Query/GetBalances", &gateway));
+        assert!(!ok("/bourse.v1.Query/GetBalances", &node));
+        assert!(ok("/bourse.v1.MarketData/Subscribe", &observer));
+        // Not a node's path: the router answers it.
+        assert_eq!(allowed("/grpc.health.v1.Health/Check"), None);
+        let refused = authorize("/bourse.v1.Admin/Submit", &gateway).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        assert!(refused.message().contains("gateway 1") && refused.message().contains("operator"), "{refused:?}");
+    }
+
+    #[test]
+    fn operators_have_a_client_namespace_each_and_gateways_share_the_exchanges() {
+        let (ops, other) = (who(Operator, "ops"), who(Operator, "other"));
+        assert_eq!(client_in_namespace(None, 42), 42);
+        assert_eq!(client_in_namespace(Some(&who(Gateway, "1")), 42), 42);
+        assert_eq!(client_in_namespace(Some(&who(Gateway, "2")), 42), 42);
+        let mine = client_in_namespace(Some(&ops), 42);
+        assert_ne!(mine, 42);
+        assert_eq!(mine, client_in_namespace(Some(&ops), 42), "the same every time, on every node");
+        assert_ne!(mine, client_in_namespace(Some(&other), 42));
+        assert_ne!(mine, client_in_namespace(Some(&ops), 43));
+    }
+
+    #[test]
+    fn a_gateway_links_under_its_own_id_only() {
+        assert!(check_gateway_id(Some(&who(Gateway, "3")), 3).is_ok());
+        assert!(check_gateway_id(Some(&who(Gateway, "3")), 4).is_err());
+        assert!(check_gateway_id(Some(&who(Gateway, "03")), 3).is_err());
+        assert!(check_gateway_id(Some(&who(Operator, "3")), 3).is_err());
+        assert!(check_gateway_id(None, 7).is_ok());
+    }
+}
