@@ -3,7 +3,8 @@
 //! Endpoints are tried in turn, starting with the one that worked last; after a round in
 //! which every one failed, the client pauses (exponential backoff from `backoff_min` to
 //! `backoff_max`) and tries again, until `unavailable_max` has passed since the first
-//! failure. An address without a scheme gets `http://`.
+//! failure. An address without a scheme gets `http://`; with [`ClientOptions::tls`] the
+//! connection is mutual TLS all the same (the connector's, not tonic's).
 
 use std::future::Future;
 use std::time::Duration;
@@ -125,7 +126,14 @@ impl Endpoints {
         let channel = match &self.channel {
             Some(channel) => channel.clone(),
             None => {
-                let connecting = self.endpoints[self.current].connect();
+                let endpoint = self.endpoints[self.current].clone();
+                let tls = self.options.tls.clone();
+                let connecting = async move {
+                    match tls {
+                        Some(tls) => endpoint.connect_with_connector(tls.0).await,
+                        None => endpoint.connect().await,
+                    }
+                };
                 let channel = tokio::time::timeout(self.options.connect_timeout, connecting)
                     .await
                     .map_err(|_| AttemptError::Retry("connect timed out".into()))?

@@ -48,6 +48,6 @@ pub use client_id::random_client_id;
 pub use endpoints::same_address;
 pub use error::{Error, Result};
 pub use local::{LocalGateway, LocalOrderEntry};
-pub use options::{ApiKey, ClientOptions};
+pub use options::{ApiKey, ClientOptions, ClientTls};
 pub use query::{MarketDataStream, QueryClient};
 pub use reply::Reply;

@@ -36,7 +36,35 @@ pub struct ClientOptions {
     /// The API key sent with every call (as `authorization: Bearer <key>`): gateways
     /// require one; nodes ignore it.
     pub api_key: Option<ApiKey>,
+    /// Mutual TLS to the nodes (a node with the cluster's PKI takes nothing else): the
+    /// certificate this client presents, and the CA and CRL the node's is checked
+    /// against. `None` dials plaintext (a gateway's client port, a loopback benchmark).
+    pub tls: Option<ClientTls>,
 }
+
+/// A client's mutual TLS: a connector with the certificate `bourse pki` issued to it.
+#[derive(Clone, Debug)]
+pub struct ClientTls(pub bourse_pki::grpc::Connector);
+
+impl ClientTls {
+    /// With the certificate issued to `identity` in the CA directory `dir`
+    /// (`DIR/issued/<role>-<id>.pem` and `.key`, `DIR/ca.pem`, `DIR/crl.pem`), dialing
+    /// nodes (whose certificates must name the role `node`).
+    pub fn issued(dir: &std::path::Path, identity: &bourse_pki::Identity) -> Result<ClientTls> {
+        bourse_pki::grpc::Connector::issued(dir, identity, bourse_pki::Role::Node)
+            .map(ClientTls)
+            .map_err(|e| Error::InvalidOptions(format!("TLS as {identity} from {}: {e}", dir.display())))
+    }
+}
+
+/// Two are equal when they share one configuration.
+impl PartialEq for ClientTls {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(self.0.config(), other.0.config())
+    }
+}
+
+impl Eq for ClientTls {}
 
 /// A secret: shown as `ApiKey(..)` in debug output.
 #[derive(Clone, PartialEq, Eq)]
@@ -74,6 +102,7 @@ impl Default for ClientOptions {
             events_capacity: 1_024,
             keepalive_interval: Duration::from_secs(2),
             api_key: None,
+            tls: None,
         }
     }
 }

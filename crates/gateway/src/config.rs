@@ -54,6 +54,15 @@ pub struct GatewayConfig {
     /// A node in this process: the link to its address and the feed from it skip the
     /// network (other addresses, after a failover, are reached over gRPC as usual).
     pub local_node: Option<LocalNode>,
+    /// Mutual TLS to the nodes, with the certificate issued to `gateway ID` (nodes with
+    /// the cluster's PKI take links, order entry, queries and the feed from it, and a
+    /// link only under its certificate's id).
+    pub tls: Option<bourse_client::ClientTls>,
+    /// The certificate `Admin.Submit` is relayed under (an `operator` one): nodes take
+    /// Admin calls from operators only, so a gateway relays its admin keys' commands
+    /// only when an operator gave it one of theirs. Without it, such calls go with `tls`
+    /// and the node refuses them (`PERMISSION_DENIED`).
+    pub admin_tls: Option<bourse_client::ClientTls>,
 }
 
 /// What a gateway sends up a link, handed over in process.
@@ -112,6 +121,8 @@ impl GatewayConfig {
             probe: false,
             open: false,
             local_node: None,
+            tls: None,
+            admin_tls: None,
         }
     }
 

@@ -91,7 +91,10 @@ enum Failure {
 type Up = mpsc::UnboundedSender<proto::GatewayUp>;
 
 /// A connection to a node: no Nagle, keep-alive pings so a vanished node is noticed.
-pub(crate) async fn channel(target: &str) -> Result<tonic::transport::Channel, String> {
+pub(crate) async fn channel(
+    target: &str,
+    tls: Option<&bourse_client::ClientTls>,
+) -> Result<tonic::transport::Channel, String> {
     let uri = if target.contains("://") { target.to_owned() } else { format!("http://{target}") };
     let endpoint = Endpoint::from_shared(uri)
         .map_err(|e| e.to_string())?
@@ -99,7 +102,13 @@ pub(crate) async fn channel(target: &str) -> Result<tonic::transport::Channel, S
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_millis(500))
         .keep_alive_timeout(Duration::from_secs(1));
-    tokio::time::timeout(CONNECT_TIMEOUT, endpoint.connect())
+    let connecting = async {
+        match tls {
+            Some(tls) => endpoint.connect_with_connector(tls.0.clone()).await,
+            None => endpoint.connect().await,
+        }
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| e.to_string())
@@ -115,7 +124,7 @@ async fn connect(state: &State, target: &str) -> Result<(Up, NodeStream<proto::G
         let inbound = (node.link)(Box::pin(UnboundedReceiverStream::new(receiver))).map_err(refused)?;
         return Ok((up, inbound));
     }
-    let channel = channel(target).await.map_err(Failure::Retry)?;
+    let channel = channel(target, state.config.tls.as_ref()).await.map_err(Failure::Retry)?;
     let up_stream = UnboundedReceiverStream::new(receiver);
     let response = tokio::time::timeout(OPEN_TIMEOUT, GatewayLinkClient::new(channel).link(up_stream))
         .await

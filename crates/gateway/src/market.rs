@@ -104,7 +104,14 @@ impl Market {
             })?
         };
         let sink = Sink { handoff, wake: releaser.thread().clone(), link, clock, hold_ns };
-        tokio::spawn(read_feed(config.feed_sources(), config.local_node.clone(), sink, shutdown, config.id));
+        tokio::spawn(read_feed(
+            config.feed_sources(),
+            config.local_node.clone(),
+            config.tls.clone(),
+            sink,
+            shutdown,
+            config.id,
+        ));
         Ok(market)
     }
 
@@ -193,6 +200,7 @@ impl Link {
 async fn read_feed(
     sources: Vec<String>,
     local: Option<LocalNode>,
+    tls: Option<bourse_client::ClientTls>,
     mut line: Sink,
     mut stop: watch::Receiver<bool>,
     id: u32,
@@ -211,7 +219,7 @@ async fn read_feed(
                 tracing::info!(gateway = id, %source, "feed open (in process)");
                 return forward(&mut stream, &mut line).await;
             }
-            let channel = crate::link::channel(source).await?;
+            let channel = crate::link::channel(source, tls.as_ref()).await?;
             if avoid_leader {
                 let status = proto::cluster_client::ClusterClient::new(channel.clone())
                     .status(proto::ClusterStatusRequest {})

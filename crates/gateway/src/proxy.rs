@@ -41,7 +41,8 @@ impl QueryProxy {
         let shared = {
             let mut guard = self.client.lock().await;
             if guard.is_none() {
-                let client = QueryClient::connect(self.state.config.cluster.clone(), ClientOptions::default())
+                let options = ClientOptions { tls: self.state.config.tls.clone(), ..ClientOptions::default() };
+                let client = QueryClient::connect(self.state.config.cluster.clone(), options)
                     .await
                     .map_err(|e| Status::unavailable(e.to_string()))?;
                 *guard = Some(client);
@@ -216,7 +217,8 @@ impl proto::admin_server::Admin for AdminProxy {
                     Some(found) => found.clone(),
                     None => {
                         let target = targets[0].clone();
-                        let channel = match crate::link::channel(&target).await {
+                        let tls = self.state.config.admin_tls.as_ref().or(self.state.config.tls.as_ref());
+                        let channel = match crate::link::channel(&target, tls).await {
                             Ok(channel) => channel,
                             Err(reason) => {
                                 last = reason;

@@ -52,6 +52,9 @@ pub struct Follower {
     first: Option<proto::LogChunk>,
     /// Ask for a snapshot when the log asked for is pruned (a new, empty history only).
     snapshot_if_pruned: bool,
+    /// Mutual TLS to the members (an `observer` certificate: nodes with the cluster's
+    /// PKI serve `Log.Follow` to observers and nodes only).
+    tls: Option<bourse_pki::grpc::Connector>,
 }
 
 /// Where a new history begins when the log before it is gone: (index, engine snapshot).
@@ -75,7 +78,17 @@ impl Follower {
         from_index: u64,
         snapshot_if_pruned: bool,
     ) -> Result<(Follower, EngineConfig, StartSnapshot), SinkError> {
-        Follower::start(nodes, None, from_index, snapshot_if_pruned).await
+        Follower::start(nodes, None, None, from_index, snapshot_if_pruned).await
+    }
+
+    /// [`Follower::connect`] over mutual TLS with `tls`'s certificate.
+    pub async fn connect_tls(
+        nodes: Vec<String>,
+        tls: Option<bourse_pki::grpc::Connector>,
+        from_index: u64,
+        snapshot_if_pruned: bool,
+    ) -> Result<(Follower, EngineConfig, StartSnapshot), SinkError> {
+        Follower::start(nodes, None, tls, from_index, snapshot_if_pruned).await
     }
 
     /// [`Follower::connect`] to the member in this process.
@@ -84,12 +97,14 @@ impl Follower {
         from_index: u64,
         snapshot_if_pruned: bool,
     ) -> Result<(Follower, EngineConfig, StartSnapshot), SinkError> {
-        Follower::start(vec!["the node in this process".into()], Some(local), from_index, snapshot_if_pruned).await
+        Follower::start(vec!["the node in this process".into()], Some(local), None, from_index, snapshot_if_pruned)
+            .await
     }
 
     async fn start(
         nodes: Vec<String>,
         local: Option<LocalLog>,
+        tls: Option<bourse_pki::grpc::Connector>,
         from_index: u64,
         snapshot_if_pruned: bool,
     ) -> Result<(Follower, EngineConfig, StartSnapshot), SinkError> {
@@ -104,6 +119,7 @@ impl Follower {
             stream: None,
             first: None,
             snapshot_if_pruned,
+            tls,
         };
         let (mut rounds, mut pruned) = (0, 0);
         loop {
@@ -151,7 +167,7 @@ impl Follower {
         };
         let mut stream = match &self.local {
             Some(local) => local(request).await.map_err(|status| classify(&node, status))?,
-            None => open_remote(&node, request).await?,
+            None => open_remote(&node, self.tls.as_ref(), request).await?,
         };
         let first = match stream.next().await.transpose() {
             Ok(Some(chunk)) => chunk,
@@ -241,13 +257,19 @@ impl Follower {
 }
 
 /// Opens `Log.Follow` on `node` over the network.
-async fn open_remote(node: &str, request: proto::FollowLogRequest) -> Result<ChunkStream, Failure> {
-    let channel = tonic::transport::Endpoint::from_shared(node.to_owned())
+async fn open_remote(
+    node: &str,
+    tls: Option<&bourse_pki::grpc::Connector>,
+    request: proto::FollowLogRequest,
+) -> Result<ChunkStream, Failure> {
+    let endpoint = tonic::transport::Endpoint::from_shared(node.to_owned())
         .map_err(|e| Failure::Fatal(SinkError::Source(format!("{node}: {e}"))))?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|e| Failure::Retry(format!("{node}: {e}")))?;
+        .connect_timeout(CONNECT_TIMEOUT);
+    let channel = match tls {
+        Some(tls) => endpoint.connect_with_connector(tls.clone()).await,
+        None => endpoint.connect().await,
+    }
+    .map_err(|e| Failure::Retry(format!("{node}: {e}")))?;
     let mut client = proto::log_client::LogClient::new(channel).max_decoding_message_size(256 << 20);
     match client.follow(request).await {
         Ok(response) => Ok(Box::pin(response.into_inner())),
@@ -287,17 +309,28 @@ impl Following {
     /// Opens the store at `url`, connects to a member of `nodes` from where the store
     /// stands, and starts the sink. Must run inside a tokio runtime.
     pub async fn start(nodes: Vec<String>, url: &str, config: SinkConfig) -> Result<Following, SinkError> {
-        Following::begin(nodes, None, url, config).await
+        Following::begin(nodes, None, None, url, config).await
+    }
+
+    /// [`Following::start`] over mutual TLS with `tls`'s certificate (an observer's).
+    pub async fn start_tls(
+        nodes: Vec<String>,
+        tls: Option<bourse_pki::grpc::Connector>,
+        url: &str,
+        config: SinkConfig,
+    ) -> Result<Following, SinkError> {
+        Following::begin(nodes, None, tls, url, config).await
     }
 
     /// [`Following::start`] on the node in this process, without the network.
     pub async fn start_local(local: LocalLog, url: &str, config: SinkConfig) -> Result<Following, SinkError> {
-        Following::begin(Vec::new(), Some(local), url, config).await
+        Following::begin(Vec::new(), Some(local), None, url, config).await
     }
 
     async fn begin(
         nodes: Vec<String>,
         local: Option<LocalLog>,
+        tls: Option<bourse_pki::grpc::Connector>,
         url: &str,
         config: SinkConfig,
     ) -> Result<Following, SinkError> {
@@ -310,7 +343,7 @@ impl Following {
         let from = opened.from_index();
         let (follower, engine, snapshot) = match local {
             Some(local) => Follower::connect_local(local, from, true).await?,
-            None => Follower::connect(nodes, from, true).await?,
+            None => Follower::connect_tls(nodes, tls, from, true).await?,
         };
         if let Some((index, bytes)) = snapshot {
             opened.start_at_member_snapshot(index, bytes)?;

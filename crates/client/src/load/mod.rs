@@ -104,6 +104,10 @@ pub struct LoadConfig {
     pub symbol: SymbolSetup,
     /// Options of every connection (its `inflight_max` is the pipelining depth).
     pub client: ClientOptions,
+    /// Options of the market's set-up (`Admin.Submit` of its assets and symbol): nodes
+    /// with the cluster's PKI take those from operators, while the flow's sessions are a
+    /// gateway's. None: `client`'s.
+    pub setup: Option<ClientOptions>,
     /// How long to wait for answers still owed after `seconds`.
     pub drain_max: Duration,
     /// Print a progress line to stderr every second.
@@ -123,6 +127,7 @@ impl Default for LoadConfig {
             open_orders_per_connection: 250,
             symbol: SymbolSetup::default(),
             client: ClientOptions::default(),
+            setup: None,
             drain_max: Duration::from_secs(10),
             progress: true,
         }
@@ -157,7 +162,8 @@ impl LoadConfig {
 /// Sets up the market, runs the flow on every connection and reports.
 pub async fn run_load(config: LoadConfig) -> Result<LoadReport> {
     config.validate()?;
-    let (market, assets) = setup_market(&config.endpoints, &config.symbol, &config.client).await?;
+    let setup = config.setup.as_ref().unwrap_or(&config.client);
+    let (market, assets) = setup_market(&config.endpoints, &config.symbol, setup).await?;
     let mut connections = Vec::with_capacity(config.connections);
     for index in 0..config.connections {
         connections.push(setup_connection(&config, index, market, assets).await?);
