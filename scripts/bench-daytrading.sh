@@ -15,6 +15,9 @@
 # BOURSE_DT_LAYOUT (one: the gateway and service in the node's process, the default;
 # two: in a `bourse gateway run` process of their own, linked to the node over gRPC).
 set -euo pipefail
+# Loopback benchmarks of the node itself: plaintext gRPC (`serve` runs mutual TLS by
+# default since issue 23; builds before it know no --plaintext and serve plaintext).
+plaintext() { "$1" serve --help 2>/dev/null | grep -q -- '--plaintext' && echo --plaintext || true; }
 cd "$(dirname "$0")/.."
 bourse=${BOURSE_BIN:-./target/release/bourse}
 folder=${BOURSE_DT_WORKLOADS:-../shared/workloads/seng462}
@@ -46,12 +49,12 @@ for workload in "$@"; do
   service_flags=(--day-trading "$service_at" --dt-latency "$latency" --dt-sessions "$sessions"
     --dt-history "$data/node/history.sqlite" --dt-dump-dir "$data/dumps")
   if [ "$layout" = one ]; then
-    "$bourse" serve --data "$data/node" --listen "$node_at" --gateway "$gateway_at" --open --hold-us 0 \
+    "$bourse" serve $(plaintext "$bourse") --data "$data/node" --listen "$node_at" --gateway "$gateway_at" --open --hold-us 0 \
       "${service_flags[@]}" >"$data/gateway.out" 2>"$data/node.log" &
     node=$!
     gateway=$node
   else
-    "$bourse" serve --data "$data/node" --listen "$node_at" 2>"$data/node.log" &
+    "$bourse" serve $(plaintext "$bourse") --data "$data/node" --listen "$node_at" 2>"$data/node.log" &
     node=$!
     for _ in $(seq 1 100); do "$bourse" markets --node "$node_at" >/dev/null 2>&1 && break; sleep 0.1; done
     "$bourse" gateway run --id 1 --open --listen "$gateway_at" --cluster "$node_at" --hold-us 0 \

@@ -10,6 +10,9 @@
 # run also reports how far the history was behind when the load stopped and how long
 # it took to catch up.
 set -euo pipefail
+# Loopback benchmarks of the node itself: plaintext gRPC (`serve` runs mutual TLS by
+# default since issue 23; builds before it know no --plaintext and serve plaintext).
+plaintext() { "$1" serve --help 2>/dev/null | grep -q -- '--plaintext' && echo --plaintext || true; }
 cd "$(dirname "$0")/.."
 rounds=$1
 seconds=$2
@@ -23,7 +26,7 @@ for _ in $(seq 1 "$rounds"); do
       flags=(--history "$history")
       [ "$history" = default ] && flags=()
       [ "$history" = normal ] && flags=(--history-priority normal)
-      "$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 "${flags[@]}" 2>"$data.log" &
+      "$bourse" serve $(plaintext "$bourse") --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 "${flags[@]}" 2>"$data.log" &
       node=$!
       for _ in $(seq 1 100); do "$bourse" markets --node 127.0.0.1:7410 >/dev/null 2>&1 && break; sleep 0.1; done
       node_before=$(cpu_ticks $node)

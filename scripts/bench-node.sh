@@ -8,6 +8,9 @@
 # default); BOURSE_HISTORY=postgres://… writes into that database, which must be empty
 # (a history ahead of the fresh node's log is refused).
 set -euo pipefail
+# Loopback benchmarks of the node itself: plaintext gRPC (`serve` runs mutual TLS by
+# default since issue 23; builds before it know no --plaintext and serve plaintext).
+plaintext() { "$1" serve --help 2>/dev/null | grep -q -- '--plaintext' && echo --plaintext || true; }
 cd "$(dirname "$0")/.."
 connections=${1:-32}
 seconds=${2:-10}
@@ -15,7 +18,7 @@ bourse=./target/release/bourse
 data=$(mktemp -d -t bourse-bench-node-XXXXXX)
 history=(--history "${BOURSE_HISTORY:-none}")
 [ "${BOURSE_HISTORY:-}" = sqlite ] && history=()
-"$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 "${history[@]}" 2>"$data.log" &
+"$bourse" serve $(plaintext "$bourse") --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 "${history[@]}" 2>"$data.log" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data" "$data.log"' EXIT
 for _ in $(seq 1 100); do "$bourse" markets --node 127.0.0.1:7410 >/dev/null 2>&1 && break; sleep 0.1; done

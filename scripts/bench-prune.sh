@@ -5,11 +5,14 @@
 # which prunes what the first covers). Prints throughput and ack latency in ms.
 # Usage: scripts/bench-prune.sh [BOURSE_BINARY] [RATE]
 set -euo pipefail
+# Loopback benchmarks of the node itself: plaintext gRPC (`serve` runs mutual TLS by
+# default since issue 23; builds before it know no --plaintext and serve plaintext).
+plaintext() { "$1" serve --help 2>/dev/null | grep -q -- '--plaintext' && echo --plaintext || true; }
 cd "$(dirname "$0")/.."
 bourse=${1:-./target/release/bourse}
 rate=${2:-350000}
 data=$(mktemp -d -p "${BENCH_DIR:-$PWD/target}" bourse-bench-prune-XXXXXX)
-"$bourse" serve --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 --history "${BOURSE_HISTORY:-none}" \
+"$bourse" serve $(plaintext "$bourse") --data "$data" --listen 127.0.0.1:7410 --metrics-listen 127.0.0.1:7411 --history "${BOURSE_HISTORY:-none}" \
   --snapshot-every-commands 4000000 2>"$data.log" &
 node=$!
 trap 'kill -TERM $node 2>/dev/null; wait $node 2>/dev/null; rm -rf "$data" "$data.log"' EXIT

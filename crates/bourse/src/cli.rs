@@ -29,13 +29,67 @@ pub struct Target {
     /// The API key a gateway asks for (nodes ignore it).
     #[arg(long, global = true, env = "BOURSE_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// The cluster's CA directory (`bourse pki init`, or DATA/pki of `cluster up` and
+    /// the demo). A node serves with the certificate issued there to `node ID`; every
+    /// other command dials nodes over mutual TLS with the one issued to `--as`.
+    #[arg(long, global = true, env = "BOURSE_PKI", value_name = "DIR")]
+    pub pki: Option<std::path::PathBuf>,
+    /// The identity this command presents to nodes, ROLE:ID (its certificate is
+    /// DIR/issued/ROLE-ID.pem). Default: operator:admin for the CLI's verbs and
+    /// `cluster`, gateway:ID for `gateway run`, observer:history for `history run`.
+    #[arg(long = "as", global = true, env = "BOURSE_AS", value_name = "ROLE:ID")]
+    pub identity: Option<String>,
 }
 
 impl Target {
-    /// Client options carrying the API key, if one was given.
+    /// Client options carrying the API key, if one was given, and this process's
+    /// certificate ([`credentials`]), if it has one.
     pub fn options(&self) -> ClientOptions {
-        ClientOptions { api_key: self.api_key.clone().map(bourse_client::ApiKey), ..ClientOptions::default() }
+        ClientOptions {
+            api_key: self.api_key.clone().map(bourse_client::ApiKey),
+            tls: credentials(),
+            ..ClientOptions::default()
+        }
     }
+
+    /// The identity to present: `--as`, or `default` (`role:id`).
+    pub fn identity_or(&self, default: &str) -> Result<bourse_pki::Identity, String> {
+        parse_identity(self.identity.as_deref().unwrap_or(default))
+    }
+
+    /// With `--pki`, makes the certificate of `--as` (or `default`) this process's
+    /// [`credentials`].
+    pub fn use_credentials(&self, default: &str) -> Result<(), String> {
+        let Some(dir) = &self.pki else { return Ok(()) };
+        set_credentials(dir, &self.identity_or(default)?)
+    }
+}
+
+/// `ROLE:ID` as an identity.
+pub fn parse_identity(text: &str) -> Result<bourse_pki::Identity, String> {
+    let (role, id) = text.split_once(':').ok_or_else(|| format!("--as {text:?}: expected ROLE:ID"))?;
+    let role: bourse_pki::Role = role.parse().map_err(|e| format!("--as {text:?}: {e}"))?;
+    bourse_pki::Identity::new(role, id).map_err(|e| format!("--as {text:?}: {e}"))
+}
+
+/// The certificate this process dials nodes with: one process, one identity (set once,
+/// by the command from `--pki` and `--as`, or by `cluster up` and the demo from the CA
+/// they made).
+static CREDENTIALS: std::sync::OnceLock<bourse_client::ClientTls> = std::sync::OnceLock::new();
+
+/// Loads the certificate `bourse pki` issued to `identity` in `dir` as this process's
+/// credentials (a second call keeps the first).
+pub fn set_credentials(dir: &std::path::Path, identity: &bourse_pki::Identity) -> Result<(), String> {
+    if CREDENTIALS.get().is_none() {
+        let tls = bourse_client::ClientTls::issued(dir, identity).map_err(|e| e.to_string())?;
+        let _ = CREDENTIALS.set(tls);
+    }
+    Ok(())
+}
+
+/// This process's credentials, if it has any.
+pub fn credentials() -> Option<bourse_client::ClientTls> {
+    CREDENTIALS.get().cloned()
 }
 
 #[derive(Subcommand, Debug)]

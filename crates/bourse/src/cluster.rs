@@ -33,11 +33,6 @@ pub struct NodeArgs {
     /// Source address for connections to other members.
     #[arg(long)]
     bind_ip: Option<IpAddr>,
-    /// The cluster's CA directory (`bourse pki init`): the Raft transport is mutual TLS
-    /// with the certificate issued there to `node ID`. Without it the transport is
-    /// plaintext, refused on any address but loopback.
-    #[arg(long, value_name = "DIR")]
-    pki: Option<PathBuf>,
     /// Initialize a new cluster with these members (id=api/raft, comma separated) when
     /// this node is the first of them and has an empty log.
     #[arg(long, value_delimiter = ',')]
@@ -70,7 +65,10 @@ pub struct NodeArgs {
     temporary_dir: Option<PathBuf>,
 }
 
-pub fn node(args: NodeArgs) -> Result<(), String> {
+/// `bourse node`: with `--pki DIR` (a global flag) both its ports are mutual TLS with the
+/// certificate issued there to `node ID`; without, both are plaintext, refused on any
+/// address but loopback.
+pub fn node(args: NodeArgs, target: &crate::cli::Target) -> Result<(), String> {
     let mut config = args.serve.config()?;
     // Dropped last, after the runtime: the node's files are closed before the last
     // holder removes the directory.
@@ -90,7 +88,7 @@ pub fn node(args: NodeArgs) -> Result<(), String> {
     raft.advertise = args.advertise_raft.or(raft.advertise);
     raft.advertise_api = args.advertise_api.or(raft.advertise_api);
     raft.bind_ip = args.bind_ip.or(raft.bind_ip);
-    raft.pki = args.pki.or(raft.pki);
+    raft.pki = target.pki.clone().or(raft.pki);
     if !args.bootstrap.is_empty() {
         raft.bootstrap = args.bootstrap;
     }
@@ -119,7 +117,7 @@ async fn run_node(
 ) -> Result<(), String> {
     // With the cluster's CA, SIGHUP re-reads the certificates and the revocation list
     // (a daemon's reload); without it, it stops the node like SIGTERM.
-    let reloads = config.raft.as_ref().is_some_and(|raft| raft.pki.is_some());
+    let reloads = config.pki_dir().is_some();
     let node = bourse_node::Node::start(config).await.map_err(|e| e.to_string())?;
     let mut signals = crate::history::Signals::install()?;
     println!("bourse node listening on {}", node.addr);
@@ -322,6 +320,24 @@ pub(crate) fn member_certificates(
     std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
+/// Issues each of `identities` (`role:id`) a client certificate from the CA in `dir`
+/// (made by [`member_certificates`]), unless it has one already, and makes the first
+/// this process's credentials.
+pub(crate) fn client_certificates(dir: &Path, identities: &[&str]) -> Result<(), String> {
+    let ca = bourse_pki::Ca::open(dir).map_err(|e| format!("the cluster's CA in {}: {e}", dir.display()))?;
+    let issued = dir.join(bourse_pki::ISSUED_DIR);
+    for (n, text) in identities.iter().enumerate() {
+        let identity = crate::cli::parse_identity(text)?;
+        if !bourse_pki::TlsFiles::issued(dir, &identity).cert.exists() {
+            ca.issue(&identity, &[], &issued).map_err(|e| format!("issuing {identity}'s certificate: {e}"))?;
+        }
+        if n == 0 {
+            crate::cli::set_credentials(dir, &identity)?;
+        }
+    }
+    Ok(())
+}
+
 /// The file `cluster up` writes: who it started.
 fn cluster_file(data: &Path) -> PathBuf {
     data.join("cluster.json")
@@ -339,7 +355,15 @@ pub fn run(target: crate::cli::Target, command: ClusterCommand) -> Result<(), St
             ClusterCommand::Restart { data, id } => restart(&data, id),
             ClusterCommand::Status { data } => {
                 let addresses = match data {
-                    Some(data) => members_of(&data)?.into_iter().map(|m| m.1).collect(),
+                    Some(data) => {
+                        // The CA `cluster up` made, unless --pki named another.
+                        let pki = data.join("pki");
+                        if crate::cli::credentials().is_none() && pki.join(bourse_pki::CA_CERT_FILE).exists() {
+                            let identity = target.identity_or("operator:admin")?;
+                            crate::cli::set_credentials(&pki, &identity)?;
+                        }
+                        members_of(&data)?.into_iter().map(|m| m.1).collect()
+                    }
                     None => target.nodes.clone(),
                 };
                 status(&addresses, target.json).await
@@ -429,6 +453,12 @@ async fn up(nodes: u64, data: &Path, base_port: u16, options: &UpOptions, as_jso
     if !options.plaintext {
         // Mutual TLS between the members, from a CA of the cluster's own.
         let pki = member_certificates(&data.join("pki"), 1..=nodes, &["127.0.0.1".to_string()])?;
+        // An operator for the CLI (and this command's own calls), an observer for a
+        // history sink, and gateways 1 to 3.
+        client_certificates(
+            &pki,
+            &["operator:admin", "observer:history", "gateway:1", "gateway:2", "gateway:3", "gateway:load"],
+        )?;
         extra.extend(["--pki".to_string(), pki.display().to_string()]);
     }
     for id in 1..=nodes {
@@ -460,6 +490,16 @@ async fn up(nodes: u64, data: &Path, base_port: u16, options: &UpOptions, as_jso
         }
         println!("leader: node {} at {}", leader.id, leader.api);
         println!("addresses: {}", addresses.join(","));
+        if !options.plaintext {
+            let pki = data.join("pki");
+            println!(
+                "mutual TLS: certificates in {} (operator:admin, observer:history, gateway:1-3, gateway:load); e.g. \
+                 bourse --pki {} --node {} cluster status",
+                pki.display(),
+                pki.display(),
+                addresses.join(",")
+            );
+        }
         println!("stop with: bourse cluster down --data {}", data.display());
     }
     Ok(())
@@ -525,7 +565,11 @@ pub(crate) async fn connect(address: &str) -> Result<ClusterClient<tonic::transp
         .map_err(|e| format!("{address}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(10));
-    let channel = endpoint.connect().await.map_err(|e| format!("{address}: {e}"))?;
+    let channel = match crate::cli::credentials() {
+        Some(tls) => endpoint.connect_with_connector(tls.0).await,
+        None => endpoint.connect().await,
+    }
+    .map_err(|e| format!("{address}: {e}"))?;
     Ok(ClusterClient::new(channel))
 }
 

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use bourse_client::ApiKey;
+use bourse_client::{ApiKey, ClientTls};
 use bourse_fairness::{Profile, ProfileSpec};
 use bourse_fix::{FixConfig, FixServer};
 use bourse_gateway::keys::{append, entry_for, generate_key};
@@ -38,6 +38,11 @@ pub struct RunArgs {
     /// last first).
     #[arg(long, value_delimiter = ',')]
     feed: Vec<String>,
+    /// With --pki: the operator certificate (ROLE:ID, e.g. operator:ops) under which the
+    /// gateway relays its admin keys' Admin.Submit calls. Nodes take Admin calls from
+    /// operators only, so without it those calls are refused.
+    #[arg(long, value_name = "ROLE:ID")]
+    admin_as: Option<String>,
     /// The API key file (see `bourse gateway key-add`).
     #[arg(long)]
     keys: Option<PathBuf>,
@@ -117,9 +122,9 @@ pub struct KeyAddArgs {
     admin: bool,
 }
 
-pub fn run(command: GatewayCommand) -> Result<(), String> {
+pub fn run(command: GatewayCommand, target: &crate::cli::Target) -> Result<(), String> {
     match command {
-        GatewayCommand::Run(args) => run_gateway(*args),
+        GatewayCommand::Run(args) => run_gateway(*args, target),
         GatewayCommand::KeyAdd(args) => {
             let key = generate_key();
             append(&args.keys, entry_for(&key, &args.name, args.account, args.admin)).map_err(|e| e.to_string())?;
@@ -130,7 +135,7 @@ pub fn run(command: GatewayCommand) -> Result<(), String> {
     }
 }
 
-fn run_gateway(args: RunArgs) -> Result<(), String> {
+fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String> {
     let keys = match (&args.keys, args.open) {
         (Some(path), _) => KeyStore::load(path).map_err(|e| e.to_string())?,
         (None, true) => KeyStore::default(),
@@ -148,6 +153,17 @@ fn run_gateway(args: RunArgs) -> Result<(), String> {
     config.burst = args.burst;
     config.in_flight_max = args.in_flight_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
+    if let Some(dir) = &target.pki {
+        // Nodes with the cluster's PKI take this gateway's link under its own id only.
+        let identity = target.identity_or(&format!("gateway:{}", args.id))?;
+        config.tls = Some(ClientTls::issued(dir, &identity).map_err(|e| format!("--pki: {e}"))?);
+        if let Some(admin) = &args.admin_as {
+            let identity = crate::cli::parse_identity(admin)?;
+            config.admin_tls = Some(ClientTls::issued(dir, &identity).map_err(|e| format!("--admin-as: {e}"))?);
+        }
+    } else if args.admin_as.is_some() {
+        return Err("--admin-as names a certificate in --pki DIR: give --pki too".into());
+    }
     if args.history.is_some() && args.http.is_none() && !args.xml.wanted() {
         return Err("--history is read by --http or --xml: give one of them".into());
     }

@@ -89,9 +89,21 @@ pub struct TradesArgs {
     limit: usize,
 }
 
-pub fn run(command: HistoryCommand) -> Result<(), String> {
+pub fn run(command: HistoryCommand, target: &crate::cli::Target) -> Result<(), String> {
     match command {
-        HistoryCommand::Run(args) => run_sink(args),
+        HistoryCommand::Run(args) => {
+            // Nodes with the cluster's PKI serve their log to observers.
+            let tls = match &target.pki {
+                Some(dir) => {
+                    let identity = target.identity_or("observer:history")?;
+                    let connector = bourse_pki::grpc::Connector::issued(dir, &identity, bourse_pki::Role::Node)
+                        .map_err(|e| format!("--pki {} as {identity}: {e}", dir.display()))?;
+                    Some(connector)
+                }
+                None => None,
+            };
+            run_sink(args, tls)
+        }
         HistoryCommand::Rebuild(args) => rebuild(args),
         HistoryCommand::Statement(args) => {
             let mut store = Store::open(&args.db).map_err(|e| e.to_string())?;
@@ -253,12 +265,12 @@ fn hangup_ignored() -> bool {
     mask.and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()).is_some_and(|bits| bits & 1 != 0)
 }
 
-fn run_sink(args: RunArgs) -> Result<(), String> {
+fn run_sink(args: RunArgs, tls: Option<bourse_pki::grpc::Connector>) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         let signals = Signals::install()?;
         let following =
-            Following::start(args.node, &args.db, SinkConfig::default()).await.map_err(|e| e.to_string())?;
+            Following::start_tls(args.node, tls, &args.db, SinkConfig::default()).await.map_err(|e| e.to_string())?;
         println!("history sink writing {}", args.db);
         if let Some(listen) = args.metrics_listen {
             let status = Arc::clone(&following.status);

@@ -34,6 +34,15 @@ pub struct LoadArgs {
     json: bool,
 }
 
+/// With `--pki`: the market is set up as `operator:admin` (Admin calls are operators'),
+/// while the flow runs as `--as` (default `gateway:load`: order entry is gateways').
+fn setup_options(target: &crate::cli::Target) -> Result<Option<ClientOptions>, String> {
+    let Some(dir) = &target.pki else { return Ok(None) };
+    let identity = crate::cli::parse_identity("operator:admin")?;
+    let tls = bourse_client::ClientTls::issued(dir, &identity).map_err(|e| e.to_string())?;
+    Ok(Some(ClientOptions { tls: Some(tls), ..target.options() }))
+}
+
 /// `target` gives the global flags; its `--api-key` is sent when the target is a gateway.
 pub fn run(args: LoadArgs, target: &crate::cli::Target) -> Result<(), String> {
     let config = LoadConfig {
@@ -43,6 +52,7 @@ pub fn run(args: LoadArgs, target: &crate::cli::Target) -> Result<(), String> {
         rate: args.rate,
         seed: args.seed,
         client: ClientOptions { inflight_max: args.inflight, batch_len_max: args.batch, ..target.options() },
+        setup: setup_options(target)?,
         ..LoadConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;

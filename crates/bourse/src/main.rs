@@ -91,16 +91,31 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| log_default.into()))
         .init();
+    // The verbs and `cluster`'s calls go to nodes as an operator, the load driver's as
+    // a gateway (order entry is for gateways), unless --as says else.
+    let identity = match &cli.command {
+        // `cluster up` dials its new nodes with the CA it makes.
+        TopCommand::Cluster { command: cluster::ClusterCommand::Up { .. } } => None,
+        TopCommand::Verb(_) | TopCommand::Cluster { .. } => Some("operator:admin"),
+        TopCommand::Load(_) => Some("gateway:load"),
+        _ => None,
+    };
+    if let Some(identity) = identity {
+        if let Err(message) = cli.target.use_credentials(identity) {
+            eprintln!("bourse: {message}");
+            return ExitCode::FAILURE;
+        }
+    }
     let result = match cli.command {
         TopCommand::Bench { target } => bench::run(target),
-        TopCommand::Serve(args) => serve::serve(args),
+        TopCommand::Serve(args) => serve::serve(args, &cli.target),
         TopCommand::Replay(args) => serve::replay(args),
-        TopCommand::Node(args) => cluster::node(args),
+        TopCommand::Node(args) => cluster::node(args, &cli.target),
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Load(args) => load::run(args, &cli.target),
-        TopCommand::History { command } => history::run(command),
+        TopCommand::History { command } => history::run(command, &cli.target),
         TopCommand::Workload(args) => daytrading::workload(args),
-        TopCommand::Gateway { command } => gateway::run(command),
+        TopCommand::Gateway { command } => gateway::run(command, &cli.target),
         TopCommand::Demo(args) => demo::run(args),
         TopCommand::Pki { command } => pki::run(command, cli.target.json),
         TopCommand::Verb(verb) => cli::run(cli.target, verb),
@@ -109,6 +124,13 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("bourse: {message}");
+            if cli::credentials().is_none() && message.contains("no node reachable") {
+                // A plaintext client meets a TLS node as a connection that breaks at once.
+                eprintln!(
+                    "bourse: (a node with the cluster's PKI takes mutual TLS only: give --pki DIR, or \
+                     BOURSE_PKI, as `serve` and `cluster up` print)"
+                );
+            }
             ExitCode::FAILURE
         }
     }

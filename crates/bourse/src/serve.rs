@@ -110,6 +110,11 @@ pub enum HistoryPriority {
 pub struct ServeCmd {
     #[command(flatten)]
     node: ServeArgs,
+    /// Serve gRPC in plaintext, without the mutual TLS `serve` sets up by default (a CA
+    /// in DATA/pki, unless --pki names one): for loopback benchmarks and tests only (a
+    /// non-loopback --listen is refused).
+    #[arg(long)]
+    plaintext: bool,
     /// The history store this node's sink writes: a SQLite file (`sqlite:PATH` or a
     /// path), `postgres://…`, or `none`. Default: `DATA/history.sqlite`.
     #[arg(long)]
@@ -142,14 +147,37 @@ pub struct ServeCmd {
     day_trading: crate::daytrading::DayTradingArgs,
 }
 
-pub fn serve(args: ServeCmd) -> Result<(), String> {
-    let config = args.node.config()?;
+pub fn serve(args: ServeCmd, target: &crate::cli::Target) -> Result<(), String> {
+    let mut config = args.node.config()?;
+    if args.plaintext && target.pki.is_some() {
+        return Err("--plaintext and --pki: choose one".into());
+    }
+    config.pki = target.pki.clone().or(config.pki);
+    if config.pki.is_none() && !args.plaintext {
+        // Secure by default: a CA of the node's own, its certificate for the listen
+        // address, and the CLI's, the load driver's and the gateway's beside it.
+        let mut hosts = vec!["127.0.0.1".to_string()];
+        if !config.listen.ip().is_unspecified() && !config.listen.ip().is_loopback() {
+            hosts.push(config.listen.ip().to_string());
+        }
+        let pki = crate::cluster::member_certificates(&config.data.join("pki"), [1], &hosts)?;
+        crate::cluster::client_certificates(
+            &pki,
+            &["operator:admin", "observer:history", "gateway:1", "gateway:load"],
+        )?;
+        eprintln!(
+            "mutual TLS on the node's gRPC port: certificates in {} (for the CLI: export BOURSE_PKI={})",
+            pki.display(),
+            pki.display()
+        );
+        config.pki = Some(pki);
+    }
     let history = crate::history::serve_history_url(args.history.as_deref(), &config.data);
     if args.day_trading.wanted() && args.gateway.is_none() {
         return Err("--day-trading runs in the gateway: give --gateway ADDR too".into());
     }
     let gateway = match args.gateway {
-        Some(listen) => Some(InProcessGateway::new(listen, &args, history.as_deref())?),
+        Some(listen) => Some(InProcessGateway::new(listen, &args, history.as_deref(), config.pki.as_deref())?),
         None => None,
     };
     // No --history: the node's own file, which it may set aside and write anew.
@@ -213,10 +241,18 @@ struct InProcessGateway {
     hold_us: u64,
     day_trading: crate::daytrading::DayTradingArgs,
     dt_key: Option<ApiKey>,
+    /// The node's CA: the gateway reaches the node (its admin relay, its queries) as
+    /// gateway 1, and relays admin keys' calls as operator admin.
+    pki: Option<PathBuf>,
 }
 
 impl InProcessGateway {
-    fn new(listen: SocketAddr, args: &ServeCmd, history: Option<&str>) -> Result<InProcessGateway, String> {
+    fn new(
+        listen: SocketAddr,
+        args: &ServeCmd,
+        history: Option<&str>,
+        pki: Option<&std::path::Path>,
+    ) -> Result<InProcessGateway, String> {
         let mut keys = match (&args.keys, args.open) {
             (Some(path), _) => KeyStore::load(path).map_err(|e| e.to_string())?,
             (None, true) => KeyStore::default(),
@@ -235,6 +271,7 @@ impl InProcessGateway {
             hold_us: args.hold_us,
             day_trading,
             dt_key,
+            pki: pki.map(std::path::Path::to_path_buf),
         })
     }
 
@@ -244,6 +281,14 @@ impl InProcessGateway {
         let mut config = GatewayConfig::new(1, self.listen, vec![node.addr.to_string()]);
         config.open = self.open;
         config.hold_us = self.hold_us;
+        if let Some(pki) = &self.pki {
+            let tls = |identity: &str| {
+                let identity = crate::cli::parse_identity(identity)?;
+                bourse_client::ClientTls::issued(pki, &identity).map_err(|e| format!("--gateway: {e}"))
+            };
+            config.tls = Some(tls("gateway:1")?);
+            config.admin_tls = Some(tls("operator:admin")?);
+        }
         config.local_node = Some(LocalNode {
             addr: node.addr.to_string(),
             link: Arc::new(move |up| link.link(up)),

@@ -310,7 +310,16 @@ async fn start_history(args: &DemoArgs, data: &std::path::Path, nodes: &Nodes) -
     let url = crate::history::serve_history_url(args.history.as_deref(), data)?;
     // In the process of the gateways and traders: the sink takes only CPU time they leave.
     let config = SinkConfig { background: true, ..SinkConfig::default() };
-    match Following::start(nodes.addresses(), &url, config).await {
+    let pki = nodes.pki();
+    let observer = bourse_pki::Identity::new(bourse_pki::Role::Observer, "history").expect("an identity");
+    let tls = match bourse_pki::grpc::Connector::issued(&pki, &observer, bourse_pki::Role::Node) {
+        Ok(tls) => tls,
+        Err(error) => {
+            say!("  (no history: no observer certificate: {error})");
+            return None;
+        }
+    };
+    match Following::start_tls(nodes.addresses(), Some(tls), &url, config).await {
         Ok(following) => {
             say!("  history sink following the cluster into {url}");
             Some((url, following))
@@ -351,6 +360,14 @@ async fn start_gateways(
         config.hold_us = args.hold_us;
         config.probe = true;
         config.inject = Profile::for_gateway(spec, id - 1, args.seed);
+        // Each gateway links as itself; its admin key's calls (the market's set-up) go
+        // to the nodes as the demo's operator.
+        let pki = nodes.pki();
+        let identity =
+            bourse_pki::Identity::new(bourse_pki::Role::Gateway, id.to_string()).map_err(|e| e.to_string())?;
+        config.tls = Some(bourse_client::ClientTls::issued(&pki, &identity).map_err(|e| e.to_string())?);
+        let operator = bourse_pki::Identity::new(bourse_pki::Role::Operator, "admin").map_err(|e| e.to_string())?;
+        config.admin_tls = Some(bourse_client::ClientTls::issued(&pki, &operator).map_err(|e| e.to_string())?);
         let mut store = KeyStore::from_entries(keys.entries.clone()).map_err(|e| e.to_string())?;
         if id == 1 {
             http_key = store.add_process_key("http-front-end", false);

@@ -38,6 +38,8 @@ pub struct Nodes {
     extra: Vec<String>,
     members: Mutex<Vec<Member>>,
     restart_after: Duration,
+    /// The cluster's CA directory, with every certificate the demo uses.
+    pki: PathBuf,
 }
 
 /// A free TCP port on loopback (bound then released; the node binds it a moment later),
@@ -63,6 +65,12 @@ impl Nodes {
         }
         // Mutual TLS between the members, from a CA in the demo's data directory.
         let pki = crate::cluster::member_certificates(&data.join("pki"), 1..=count, &["127.0.0.1".to_string()])?;
+        // The demo's own calls (status, the kill button's checks) as an operator; the
+        // history sink as an observer; the gateways in this process each as itself.
+        let mut identities = vec!["operator:admin".to_string(), "observer:history".to_string()];
+        identities.extend((1..=16).map(|g| format!("gateway:{g}")));
+        let identities: Vec<&str> = identities.iter().map(String::as_str).collect();
+        crate::cluster::client_certificates(&pki, &identities)?;
         extra.extend(["--pki".to_string(), pki.display().to_string()]);
         let mut members = Vec::new();
         for id in 1..=count {
@@ -75,7 +83,7 @@ impl Nodes {
         let bootstrap: Vec<String> =
             members.iter().map(|m| format!("{}={}/{}", m.node.id, m.node.api, m.node.raft)).collect();
         let nodes =
-            Nodes { exe, bootstrap: bootstrap.join(","), extra, members: Mutex::new(Vec::new()), restart_after };
+            Nodes { exe, bootstrap: bootstrap.join(","), extra, members: Mutex::new(Vec::new()), restart_after, pki };
         for member in &mut members {
             member.child = Some(nodes.spawn(member)?);
         }
@@ -87,6 +95,11 @@ impl Nodes {
         let mut extra = vec!["--metrics-listen".to_string(), member.metrics.clone()];
         extra.extend(self.extra.iter().cloned());
         spawn_tethered_node(&self.exe, &member.node, &self.bootstrap, &extra)
+    }
+
+    /// The cluster's CA directory (`issued/` holds the demo's certificates).
+    pub fn pki(&self) -> PathBuf {
+        self.pki.clone()
     }
 
     /// Every node's client address.
