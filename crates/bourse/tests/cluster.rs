@@ -116,7 +116,7 @@ async fn three_nodes_kill_pause_isolate() {
     let _one = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let mut h = ClusterHarness::start("three", 3, HarnessOptions::default()).await;
-    let options = WorkloadOptions { seed: 0x3_0001, ..WorkloadOptions::default() };
+    let options = WorkloadOptions { seed: 0x3_0001, tls: h.tls(), ..WorkloadOptions::default() };
     let w = Workload::start("three", h.endpoints(), options).await;
     w.wait_progress(&h, "the start", PROGRESS_DELTA, PROGRESS_MAX).await;
     let all = h.all();
@@ -177,7 +177,7 @@ async fn five_nodes_kill_two_and_split() {
     let _one = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let mut h = ClusterHarness::start("five", 5, HarnessOptions::default()).await;
-    let options = WorkloadOptions { seed: 0x5_0001, ..WorkloadOptions::default() };
+    let options = WorkloadOptions { seed: 0x5_0001, tls: h.tls(), ..WorkloadOptions::default() };
     let w = Workload::start("five", h.endpoints(), options).await;
     w.wait_progress(&h, "the start", PROGRESS_DELTA, PROGRESS_MAX).await;
     let all = h.all();
@@ -228,7 +228,7 @@ async fn wiped_node_rejoins_by_snapshot() {
     let started = Instant::now();
     let options = HarnessOptions { config_toml: Some(SNAPSHOT_CONFIG.into()), ..HarnessOptions::default() };
     let mut h = ClusterHarness::start("snapshot", 3, options).await;
-    let options = WorkloadOptions { seed: 0x5_4a9, ..WorkloadOptions::default() };
+    let options = WorkloadOptions { seed: 0x5_4a9, tls: h.tls(), ..WorkloadOptions::default() };
     let w = Workload::start("snapshot", h.endpoints(), options).await;
     let all = h.all();
 
@@ -286,7 +286,7 @@ async fn wiped_node_rejoins_by_snapshot() {
 async fn isolated_leader_clients_fail_over() {
     let _one = ONE_AT_A_TIME.lock().await;
     let h = ClusterHarness::start("strict", 3, HarnessOptions::default()).await;
-    let options = WorkloadOptions { seed: 0x5_7121, traders: 0, ..WorkloadOptions::default() };
+    let options = WorkloadOptions { seed: 0x5_7121, traders: 0, tls: h.tls(), ..WorkloadOptions::default() };
     let w = Workload::start("strict", h.endpoints(), options).await;
     w.wait_progress(&h, "the start", PROGRESS_DELTA, PROGRESS_MAX).await;
     let (leader, _) = h.leader().await;
@@ -312,6 +312,7 @@ async fn a_gateway_follows_the_leader() {
     let mut h = ClusterHarness::start("gateway", 3, HarnessOptions::default()).await;
     let mut config = bourse_gateway::GatewayConfig::new(1, "127.0.0.1:0".parse().expect("an address"), h.endpoints());
     config.open = true;
+    config.tls = Some(h.client_tls("gateway:1"));
     let gateway = bourse_gateway::Gateway::start(config, bourse_gateway::KeyStore::default()).await.expect("a gateway");
     let options = WorkloadOptions { seed: 0x6_a7e1, ..WorkloadOptions::default() };
     let w = Workload::start("gateway", vec![gateway.addr().to_string()], options).await;
@@ -376,6 +377,7 @@ async fn chaos_long() {
         traders: 3,
         trader_accounts: 6,
         trader_rate: if fast { 1500.0 } else { 250.0 },
+        tls: h.tls(),
     };
     let w = Workload::start("chaos", h.endpoints(), workload).await;
     w.wait_progress(&h, "the start", PROGRESS_DELTA, PROGRESS_MAX).await;

@@ -106,3 +106,56 @@ fn bad_input_fails_with_a_clear_message() {
     pki_fails(&["issue", "--dir", dir, "--role", "node", "--id", "1", "--days", "0"], "--days");
     assert!(list(dir).is_empty());
 }
+
+/// `bourse serve` is secure by default: with no flag it makes a CA in DATA/pki, serves
+/// its gRPC port over mutual TLS, and issues the CLI's certificates beside it; the CLI
+/// with `--pki` administers and reads, as another role it is refused by name, and a
+/// non-loopback address without TLS is refused before anything starts.
+#[test]
+fn serve_runs_mutual_tls_by_default_and_the_cli_dials_with_its_certificates() {
+    use std::io::BufRead;
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    let port = bourse_node::ports::free_local_port().unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let bin = env!("CARGO_BIN_EXE_bourse");
+    let mut serve = Command::new(bin)
+        .args(["serve", "--history", "none", "--listen", &listen, "--data"])
+        .arg(&data)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(serve.stdout.take().unwrap());
+    let listening = stdout.lines().map_while(Result::ok).any(|line| line.starts_with("bourse node listening on"));
+    assert!(listening, "serve did not start");
+    let pki = data.join("pki");
+    for file in ["ca.pem", "crl.pem", "issued/node-1.pem", "issued/operator-admin.pem", "issued/gateway-load.pem"] {
+        assert!(pki.join(file).exists(), "serve made no {file}");
+    }
+    let cli = |args: &[&str]| {
+        let output = Command::new(bin).arg("--pki").arg(&pki).args(["--node", &listen]).args(args).output().unwrap();
+        let text = |bytes: Vec<u8>| String::from_utf8(bytes).unwrap();
+        (output.status.success(), text(output.stdout), text(output.stderr))
+    };
+    let (ok, stdout, stderr) = cli(&["asset-create", "USD"]);
+    assert!(ok && stdout.contains("asset ok"), "{stdout}\n{stderr}");
+    let (ok, stdout, stderr) = cli(&["--as", "observer:history", "asset-create", "EUR"]);
+    assert!(!ok, "an observer created an asset: {stdout}");
+    assert!(stderr.contains("PermissionDenied") && stderr.contains("observer history"), "{stderr}");
+    let (ok, stdout, stderr) = cli(&["asset-create", "EUR"]);
+    assert!(ok && stdout.contains("asset ok: id 1"), "the refused EUR took no id: {stdout}\n{stderr}");
+    let (ok, stdout, stderr) = cli(&["markets"]);
+    assert!(ok, "an operator reads the markets: {stdout}\n{stderr}");
+    let _ = serve.kill();
+    let _ = serve.wait();
+
+    // Plaintext only on loopback.
+    let output = Command::new(bin)
+        .args(["serve", "--plaintext", "--listen", "0.0.0.0:0", "--data"])
+        .arg(temp.path().join("open"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!output.status.success() && stderr.contains("not a loopback address"), "{stderr}");
+}

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bourse_client::load::{FlowMarket, OrderFlow};
-use bourse_client::{Client, ClientOptions, SessionEvent};
+use bourse_client::{Client, ClientOptions, ClientTls, SessionEvent};
 use bourse_cluster::fault::FaultProxy;
 use bourse_engine::command::{CommandBody, MatchPolicy, SymbolSpec};
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, Outcome, Px, Qty, SymbolId};
@@ -241,6 +241,24 @@ impl ClusterHarness {
         dir
     }
 
+    /// A client certificate from the harness's CA for `identity` (ROLE:ID), issued the
+    /// first time it is asked for.
+    pub fn client_tls(&self, identity: &str) -> ClientTls {
+        let dir = self.dir.path().join("pki");
+        let (role, id) = identity.split_once(':').expect("ROLE:ID");
+        let identity = bourse_pki::Identity::new(role.parse().expect("a role"), id).expect("identity");
+        if !bourse_pki::TlsFiles::issued(&dir, &identity).cert.exists() {
+            let ca = bourse_pki::Ca::open_or_init(&dir).expect("the harness's CA");
+            ca.issue(&identity, &[], &dir.join(bourse_pki::ISSUED_DIR)).expect("issue");
+        }
+        ClientTls::issued(&dir, &identity).expect("the harness's client certificate")
+    }
+
+    /// The workload's clients' certificate: a gateway's (order entry is for gateways).
+    pub fn tls(&self) -> Option<ClientTls> {
+        Some(self.client_tls("gateway:99"))
+    }
+
     pub fn all(&self) -> Vec<usize> {
         (0..self.slots.len()).collect()
     }
@@ -345,6 +363,22 @@ impl ClusterHarness {
         assert!(sent.success(), "kill -{signal} {pid} failed");
     }
 
+    /// SIGHUP to every running node: each re-reads its certificates and the CA's
+    /// revocation list, and ends the connections made before.
+    pub fn reload_certificates(&self) {
+        for slot in self.all() {
+            if self.slots[slot].running() {
+                self.signal(slot, "HUP");
+            }
+        }
+        say!(self.name, "SIGHUP to every node: certificates reloaded");
+    }
+
+    /// The harness's CA directory.
+    pub fn pki_dir(&self) -> PathBuf {
+        self.dir.path().join("pki")
+    }
+
     /// SIGKILL: the node dies at once; its data directory stays.
     pub fn kill(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
@@ -440,7 +474,7 @@ impl ClusterHarness {
     pub async fn status(&self, slot: usize) -> Result<proto::ClusterStatus, String> {
         let api = self.slots[slot].api;
         let call = async {
-            let channel = connect_api(api).await?;
+            let channel = connect_api(api, self.client_tls("operator:harness")).await?;
             ClusterClient::new(channel)
                 .status(proto::ClusterStatusRequest {})
                 .await
@@ -593,7 +627,7 @@ impl ClusterHarness {
             let api = self.slots[slot].api;
             let remaining = bound.saturating_sub(started.elapsed()).max(Duration::from_millis(100));
             let attempt = async {
-                let channel = connect_api(api).await?;
+                let channel = connect_api(api, self.client_tls("operator:harness")).await?;
                 call(ClusterClient::new(channel)).await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))
             };
             match tokio::time::timeout(remaining, attempt).await {
@@ -674,11 +708,11 @@ impl Drop for ClusterHarness {
 }
 
 /// A channel to a node's client address.
-async fn connect_api(api: std::net::SocketAddr) -> Result<tonic::transport::Channel, String> {
+async fn connect_api(api: std::net::SocketAddr, tls: ClientTls) -> Result<tonic::transport::Channel, String> {
     Endpoint::from_shared(format!("http://{api}"))
         .map_err(|e| e.to_string())?
         .connect_timeout(STATUS_WAIT_MAX)
-        .connect()
+        .connect_with_connector(tls.0)
         .await
         .map_err(|e| format!("connect: {e}"))
 }
@@ -717,6 +751,9 @@ pub struct WorkloadOptions {
     pub trader_accounts: u32,
     /// Commands per second per trader.
     pub trader_rate: f64,
+    /// The clients' mutual TLS: a harness cluster's nodes take order entry from gateway
+    /// certificates only ([`ClusterHarness::tls`]); none for a gateway's client port.
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for WorkloadOptions {
@@ -729,6 +766,7 @@ impl Default for WorkloadOptions {
             traders: 2,
             trader_accounts: 4,
             trader_rate: 250.0,
+            tls: None,
         }
     }
 }
@@ -738,8 +776,9 @@ const TRADER_USD: i64 = 1_000_000_000_000;
 const TRADER_ACME: i64 = 1_000_000_000;
 
 /// Client options of the workload: fail over quickly, never give up within a test.
-pub fn client_options(inflight_max: usize) -> ClientOptions {
+pub fn client_options(inflight_max: usize, tls: &Option<ClientTls>) -> ClientOptions {
     ClientOptions {
+        tls: tls.clone(),
         inflight_max,
         connect_timeout: Duration::from_millis(700),
         request_timeout: Duration::from_millis(1500),
@@ -796,6 +835,7 @@ pub struct Workload {
     /// Probe deposits acknowledged (all of them: a probe submits one at a time).
     pub probe_acked: AtomicU64,
     probes: AtomicU64,
+    tls: Option<ClientTls>,
 }
 
 /// Every task's error so far (the first wins).
@@ -812,9 +852,10 @@ fn check_answer(
 impl Workload {
     /// Sets up the market and accounts (before any fault), then starts the clients.
     pub async fn start(name: &str, endpoints: Vec<String>, options: WorkloadOptions) -> Workload {
-        let setup_client = Client::connect(endpoints.clone(), ClientId(0xC0FF_EE00 ^ options.seed), client_options(64))
-            .await
-            .expect("setup client connects");
+        let setup_client =
+            Client::connect(endpoints.clone(), ClientId(0xC0FF_EE00 ^ options.seed), client_options(64, &options.tls))
+                .await
+                .expect("setup client connects");
         let ok = |reply: bourse_client::Reply, what: &str| -> u64 {
             reply.ok_id().unwrap_or_else(|| panic!("setup: {what} refused: {:?}", reply.outcome))
         };
@@ -881,14 +922,18 @@ impl Workload {
             seed: options.seed,
             probe_acked: AtomicU64::new(0),
             probes: AtomicU64::new(0),
+            tls: options.tls.clone(),
         };
         for (i, &account) in market.counter_accounts.iter().enumerate() {
             let stats = Arc::new(CounterStats::default());
             let client_id = ClientId(0xC0_0000_0000 + options.seed.wrapping_mul(1000) + i as u64);
-            let client =
-                Client::connect(endpoints.clone(), client_id, client_options(options.counter_depth.max(1) * 2))
-                    .await
-                    .expect("counter connects");
+            let client = Client::connect(
+                endpoints.clone(),
+                client_id,
+                client_options(options.counter_depth.max(1) * 2, &options.tls),
+            )
+            .await
+            .expect("counter connects");
             let task = tokio::spawn(counter_run(
                 client,
                 account,
@@ -904,7 +949,8 @@ impl Workload {
         for (i, accounts) in market.trader_accounts.iter().enumerate() {
             let stats = Arc::new(TraderStats::default());
             let client_id = ClientId(0x7_0000_0000 + options.seed.wrapping_mul(1000) + i as u64);
-            let client = Client::connect(endpoints.clone(), client_id, client_options(32)).await.expect("trader");
+            let client =
+                Client::connect(endpoints.clone(), client_id, client_options(32, &options.tls)).await.expect("trader");
             let flow_market = FlowMarket { symbol, tick: 1, lot: 1, px_mid: 10_000, band_ticks: 200 };
             let flow = OrderFlow::new(options.seed.wrapping_add(i as u64 * 7919), flow_market, accounts.clone(), 100);
             let task = tokio::spawn(trader_run(
@@ -1000,7 +1046,8 @@ impl Workload {
         let body =
             CommandBody::Deposit { account: self.market.probe_account, asset: self.market.usd, amount: Amount(1) };
         let run = async {
-            let client = Client::connect(endpoints, client_id, client_options(1)).await.map_err(|e| e.to_string())?;
+            let client =
+                Client::connect(endpoints, client_id, client_options(1, &self.tls)).await.map_err(|e| e.to_string())?;
             for _ in 0..delta {
                 let reply = client.submit(body.clone()).await.map_err(|e| e.to_string())?;
                 if !matches!(reply.outcome, Outcome::Ok { .. }) {
@@ -1234,12 +1281,12 @@ struct Books {
     assets: BTreeMap<u32, (i64, i64)>,
 }
 
-async fn read_books(api: SocketAddr) -> Result<Books, String> {
+async fn read_books(api: SocketAddr, tls: ClientTls) -> Result<Books, String> {
     let channel = Endpoint::from_shared(format!("http://{api}"))
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(5))
-        .connect()
+        .connect_with_connector(tls.0)
         .await
         .map_err(|e| format!("connect {api}: {e}"))?;
     let mut query = QueryService::new(channel);
@@ -1280,7 +1327,7 @@ pub async fn check_state(harness: &ClusterHarness, workload: &Workload, slots: &
     let name = &harness.name;
     let mut first: Option<(usize, Books)> = None;
     for &slot in slots {
-        let books = match read_books(harness.slots[slot].api).await {
+        let books = match read_books(harness.slots[slot].api, harness.client_tls("observer:harness")).await {
             Ok(books) => books,
             Err(error) => harness.fail(&format!("reading balances of slot {slot}: {error}")).await,
         };

@@ -131,6 +131,8 @@ impl NodeProcess {
             .arg(data)
             .arg("--listen")
             .arg(listen.to_string())
+            // These tests are about the node, not its TLS (tests/security.rs, pki_cli.rs).
+            .arg("--plaintext")
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

@@ -1,0 +1,340 @@
+//! Forged and unauthorised calls on every port of a running cluster (issue 23): three
+//! `bourse node` processes with the cluster's PKI (the harness's CA), and callers that
+//! try what they may not. Each attempt must be refused with a clear status, and no
+//! replica's state may change: after the whole matrix every replica reports the state
+//! hash it had before it.
+//!
+//! Each refusal has a positive control beside it (the same call by a caller that may
+//! make it succeeds), so a port that refused everything would not pass.
+
+#[macro_use]
+#[path = "support/cluster.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use bourse_client::ClientTls;
+use bourse_engine::command::CommandBody;
+use bourse_pki::grpc::Connector;
+use bourse_pki::{Ca, Identity, Role};
+use bourse_protocol::proto;
+use harness::{ClusterHarness, HarnessOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+
+/// How long one call may take.
+const CALL_MAX: Duration = Duration::from_secs(10);
+
+async fn channel(api: std::net::SocketAddr, tls: Option<&ClientTls>) -> Result<Channel, String> {
+    let endpoint = Endpoint::from_shared(format!("http://{api}")).expect("uri").connect_timeout(CALL_MAX);
+    match tls {
+        Some(tls) => endpoint.connect_with_connector(tls.0.clone()).await,
+        None => endpoint.connect().await,
+    }
+    .map_err(|e| format!("{e:?}"))
+}
+
+/// Cluster.Status on `api` as `tls` (none: plaintext): the status, or why not.
+async fn status(api: std::net::SocketAddr, tls: Option<&ClientTls>) -> Result<proto::ClusterStatus, String> {
+    let call = async {
+        let channel = channel(api, tls).await?;
+        proto::cluster_client::ClusterClient::new(channel)
+            .status(proto::ClusterStatusRequest {})
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+    };
+    tokio::time::timeout(CALL_MAX, call).await.unwrap_or_else(|_| Err("timed out".into()))
+}
+
+fn submit_request(client_id: u64, body: &CommandBody) -> proto::SubmitRequest {
+    let body = proto::client_command::Body::from(body);
+    proto::SubmitRequest { client_id, command: Some(proto::ClientCommand { seq: 1, body: Some(body) }) }
+}
+
+/// Admin.Submit of `body` on `api` as `tls`.
+async fn admin_submit(
+    api: std::net::SocketAddr,
+    tls: &ClientTls,
+    body: &CommandBody,
+) -> Result<proto::Ack, tonic::Status> {
+    let channel = channel(api, Some(tls)).await.map_err(tonic::Status::unavailable)?;
+    let mut client = proto::admin_client::AdminClient::new(channel).max_encoding_message_size(64 << 20);
+    let call = client.submit(submit_request(0x5EC_0000 + rand_id(), body));
+    tokio::time::timeout(CALL_MAX, call)
+        .await
+        .map_err(|_| tonic::Status::deadline_exceeded("timed out"))?
+        .map(|r| r.into_inner())
+}
+
+/// A client id of its own for each call (each call is a new client).
+fn rand_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Asserts `result` was refused with `code`, its message containing `words`.
+fn refused<T: std::fmt::Debug>(what: &str, result: Result<T, tonic::Status>, code: Code, words: &str) {
+    match result {
+        Ok(value) => panic!("{what}: accepted ({value:?}), expected {code:?}"),
+        Err(status) => {
+            assert_eq!(status.code(), code, "{what}: {status:?}");
+            assert!(status.message().contains(words), "{what}: {status:?} does not say {words:?}");
+            println!("refused as it must be: {what}: {:?}: {}", status.code(), status.message());
+        }
+    }
+}
+
+/// Opens GatewayLink.Link on `api` as `tls`, sends `first`, and returns what the node
+/// answers within `wait`: `Ok(())` if the link is still open then.
+async fn link(
+    api: std::net::SocketAddr,
+    tls: &ClientTls,
+    first: proto::GatewayUp,
+    wait: Duration,
+) -> Result<(), tonic::Status> {
+    let channel = channel(api, Some(tls)).await.map_err(tonic::Status::unavailable)?;
+    let (up, rx) = tokio::sync::mpsc::channel(16);
+    let gateway = first.gateway;
+    up.send(first).await.expect("send");
+    // Heartbeats keep a good link from being ended for silence.
+    let beats = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let heartbeat = proto::GatewayUp { gateway, watermark: now_ns(), ..Default::default() };
+            if up.send(heartbeat).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut client = proto::gateway_link_client::GatewayLinkClient::new(channel);
+    let opened = client.link(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
+    let result = match opened {
+        Err(status) => Err(status),
+        Ok(response) => {
+            let mut down = response.into_inner();
+            match tokio::time::timeout(wait, down.message()).await {
+                Err(_) => Ok(()),
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(status)) => Err(status),
+            }
+        }
+    };
+    beats.abort();
+    result
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_nanos() as u64
+}
+
+/// Whether the peer closes a raw connection to `addr` after we send `bytes` (within 7 s:
+/// the Raft port's handshake bound is 5 s).
+async fn raw_closed(addr: std::net::SocketAddr, bytes: &[u8]) -> bool {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let _ = stream.write_all(bytes).await;
+    let mut buf = [0u8; 4096];
+    let closed = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => {} // a TLS alert, say: read on until the close
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(7), closed).await.unwrap_or(false)
+}
+
+/// A TLS handshake with the Raft port as `identity` of `ca_dir`, then a frame: whether the
+/// member closes the connection (it takes node certificates of its own CA only).
+async fn raft_as(addr: std::net::SocketAddr, ca_dir: &std::path::Path, identity: &Identity) -> bool {
+    let config = bourse_pki::client_config(&bourse_pki::TlsFiles::issued(ca_dir, identity)).expect("config");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let mut stream = match connector.connect(name, tcp).await {
+        Ok(stream) => stream,
+        Err(_) => return true, // refused in the handshake
+    };
+    // A snapshot frame header claiming 4 GiB: never read, the connection is already gone.
+    let _ = stream.write_all(&[0x07, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]).await;
+    let mut buf = [0u8; 1024];
+    let closed = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(7), closed).await.unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_forged_or_unauthorised_call_is_refused_and_no_state_changes() {
+    let h = ClusterHarness::start("security", 3, HarnessOptions::default()).await;
+    let (leader, _) = h.leader().await;
+    let api = h.slots[leader].api;
+    let operator = h.client_tls("operator:harness");
+    let observer = h.client_tls("observer:audit");
+    let gateway1 = h.client_tls("gateway:1");
+
+    // Positive controls, and a state worth protecting: an operator creates an asset.
+    let asset = CommandBody::CreateAsset { name: "SEC".into(), decimals: 2 };
+    let ack = admin_submit(api, &operator, &asset).await.expect("an operator may submit");
+    assert!(ack.outcome.is_some(), "{ack:?}");
+    for slot in h.all() {
+        status(h.slots[slot].api, Some(&observer)).await.expect("an observer reads the status");
+    }
+    let (index_before, hash_before) = h.wait_converged(&h.all(), Duration::from_secs(30)).await;
+    println!("before the matrix: index {index_before} hash {hash_before}");
+
+    // 1. No certificate: plaintext gRPC is refused at the TLS handshake, on every member.
+    for slot in h.all() {
+        let answer = status(h.slots[slot].api, None).await;
+        assert!(answer.is_err(), "plaintext Status on slot {slot} answered: {answer:?}");
+    }
+
+    // 2. A certificate from another CA, with a gateway identity the cluster knows.
+    let other = tempfile::tempdir().expect("tempdir");
+    let other_ca = Ca::init(&other.path().join("ca")).expect("another CA");
+    let impostor = Identity::new(Role::Operator, "harness").expect("identity");
+    other_ca.issue(&impostor, &[], &other.path().join("ca").join(bourse_pki::ISSUED_DIR)).expect("issue");
+    let foreign = ClientTls(Connector::issued(&other.path().join("ca"), &impostor, Role::Node).expect("connector"));
+    let answer = status(api, Some(&foreign)).await;
+    assert!(answer.is_err(), "another CA's certificate was let in: {answer:?}");
+    let forged = admin_submit(api, &foreign, &CommandBody::CreateAsset { name: "FORGED".into(), decimals: 0 }).await;
+    assert!(forged.is_err(), "another CA's operator submitted: {forged:?}");
+
+    // 3. Roles: each call that is not the caller's is PERMISSION_DENIED by name.
+    let deposit = CommandBody::Deposit {
+        account: bourse_engine::AccountId(0),
+        asset: bourse_engine::AssetId(0),
+        amount: bourse_engine::Amount(1_000_000),
+    };
+    refused(
+        "a gateway calling Admin.Submit",
+        admin_submit(api, &gateway1, &deposit).await,
+        Code::PermissionDenied,
+        "gateway 1",
+    );
+    refused(
+        "an observer calling Admin.Submit",
+        admin_submit(api, &observer, &deposit).await,
+        Code::PermissionDenied,
+        "observer audit",
+    );
+    let observer_session = async {
+        let channel = channel(api, Some(&observer)).await.map_err(tonic::Status::unavailable)?;
+        let batch =
+            proto::ClientBatch { client_id: 77, commands: vec![submit_request(77, &deposit).command.expect("cmd")] };
+        proto::order_entry_client::OrderEntryClient::new(channel)
+            .session(tokio_stream::iter(vec![batch]))
+            .await
+            .map(|_| ())
+    };
+    refused("an observer opening an order entry session", observer_session.await, Code::PermissionDenied, "OrderEntry");
+    let transfer = async {
+        let channel = channel(api, Some(&gateway1)).await.map_err(tonic::Status::unavailable)?;
+        proto::cluster_client::ClusterClient::new(channel)
+            .transfer_leader(proto::TransferLeaderRequest { to: h.slots[(leader + 1) % 3].id })
+            .await
+            .map(|_| ())
+    };
+    refused("a gateway transferring leadership", transfer.await, Code::PermissionDenied, "TransferLeader");
+    let follow = |tls: ClientTls| async move {
+        let channel = channel(api, Some(&tls)).await.map_err(tonic::Status::unavailable)?;
+        let mut stream = proto::log_client::LogClient::new(channel)
+            .max_decoding_message_size(256 << 20)
+            .follow(proto::FollowLogRequest { from_index: 1, snapshot_if_pruned: true })
+            .await?
+            .into_inner();
+        stream.message().await.map(|chunk| chunk.map(|c| c.entries.len()))
+    };
+    refused(
+        "a gateway reading every account's orders via Log.Follow",
+        follow(gateway1.clone()).await,
+        Code::PermissionDenied,
+        "Log/Follow",
+    );
+    follow(observer.clone()).await.expect("an observer follows the log");
+
+    // 4. A gateway link under another gateway's id, and stamps outside the bound.
+    let hello = |gateway: u32, watermark: u64| proto::GatewayUp { gateway, watermark, ..Default::default() };
+    link(api, &gateway1, hello(1, now_ns()), Duration::from_millis(800)).await.expect("gateway 1 links as itself");
+    refused(
+        "gateway 1 linking as gateway 2",
+        link(api, &gateway1, hello(2, now_ns()), Duration::from_secs(3)).await,
+        Code::PermissionDenied,
+        "may not link as gateway 2",
+    );
+    refused(
+        "an observer linking as a gateway",
+        link(api, &observer, hello(1, now_ns()), Duration::from_secs(3)).await,
+        Code::PermissionDenied,
+        "GatewayLink",
+    );
+    refused(
+        "a gateway stamping 10 s ahead of the node's clock",
+        link(api, &gateway1, hello(1, now_ns() + 10_000_000_000), Duration::from_secs(3)).await,
+        Code::OutOfRange,
+        "ahead of this node's clock",
+    );
+
+    // 5. An oversize message: refused by the decoder, before any service sees it.
+    let huge = CommandBody::CreateAsset { name: "X".repeat(5 << 20), decimals: 0 };
+    let oversize = admin_submit(api, &operator, &huge).await;
+    let too_big = oversize.expect_err("a 5 MiB message was taken");
+    assert!(matches!(too_big.code(), Code::OutOfRange | Code::ResourceExhausted | Code::Internal), "{too_big:?}");
+    println!("refused as it must be: an oversize message: {:?}: {}", too_big.code(), too_big.message());
+
+    // 6. The Raft port: plaintext bytes, a gateway's certificate, another CA's node.
+    let raft = h.slots[leader].raft_listen;
+    assert!(raw_closed(raft, b"\x07\xff\xff\xff\xffnot TLS at all").await, "the Raft port kept a plaintext connection");
+    let pki = h.pki_dir();
+    assert!(
+        raft_as(raft, &pki, &Identity::new(Role::Gateway, "1").expect("identity")).await,
+        "the Raft port kept a gateway's connection"
+    );
+    let node_elsewhere = Identity::new(Role::Node, "9").expect("identity");
+    other_ca
+        .issue(&node_elsewhere, &["127.0.0.1".into()], &other.path().join("ca").join(bourse_pki::ISSUED_DIR))
+        .expect("issue");
+    assert!(raft_as(raft, &other.path().join("ca"), &node_elsewhere).await, "the Raft port took another CA's node");
+
+    // 7. Revocation: an operator's open connection is ended by the reload that follows its
+    //    revocation, and it cannot connect again; others reconnect and carry on.
+    let doomed = h.client_tls("operator:doomed");
+    let open = channel(api, Some(&doomed)).await.expect("the doomed operator connects");
+    let mut doomed_client = proto::cluster_client::ClusterClient::new(open);
+    doomed_client.status(proto::ClusterStatusRequest {}).await.expect("before its revocation");
+    let ca = Ca::open(&pki).expect("the harness's CA");
+    let serial = ca
+        .list()
+        .expect("list")
+        .into_iter()
+        .find(|c| c.identity.to_string() == "operator doomed")
+        .expect("issued")
+        .serial;
+    ca.revoke(&serial).expect("revoke");
+    h.reload_certificates();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = tokio::time::timeout(CALL_MAX, doomed_client.status(proto::ClusterStatusRequest {})).await;
+    assert!(!matches!(after, Ok(Ok(_))), "a revoked operator's open connection still answers: {after:?}");
+    assert!(status(api, Some(&doomed)).await.is_err(), "a revoked operator connected again");
+    // TLS 1.3: the client's side of the handshake completes before the server has
+    // checked its certificate, so the refusal arrives as the server's alert (or, when
+    // the close wins the race, as the connection closed).
+    let revoked = admin_submit(api, &doomed, &deposit).await.expect_err("a revoked operator submitted");
+    let why = format!("{revoked:?}");
+    assert!(why.contains("CertificateRevoked") || why.contains("connection closed"), "{why}");
+    println!("refused as it must be: a revoked operator submitting: {revoked:?}");
+    let (_, _) = h.leader().await; // the others reconnect and find the leader again
+    status(api, Some(&operator)).await.expect("an operator in good standing carries on");
+
+    // Nothing forged changed anything: every replica has the hash it had before.
+    let (index_after, hash_after) = h.wait_converged(&h.all(), Duration::from_secs(30)).await;
+    println!("after the matrix: index {index_after} hash {hash_after}");
+    assert_eq!(hash_after, hash_before, "a refused call changed the state");
+}
