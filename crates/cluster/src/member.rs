@@ -39,6 +39,9 @@ pub struct MemberConfig {
     pub log_kept_after_snapshot: u64,
     /// Mutual TLS on the Raft transport, both ways (`None`: plaintext).
     pub tls: Option<crate::tls::MemberTls>,
+    /// The largest snapshot this member accepts from its leader, in bytes (at most the
+    /// frame's `u32` length field allows); a longer one is refused from its length.
+    pub snapshot_bytes_max: u32,
 }
 
 /// Why a member could not start or a request failed.
@@ -133,7 +136,13 @@ impl<M: Machine> Member<M> {
             let _ = transport_stop.wait_for(|stop| *stop).await;
         };
         let server_tls = config.tls.clone();
-        tasks.push(tokio::spawn(crate::transport::serve(listener, raft.clone(), server_tls, transport_stopping)));
+        tasks.push(tokio::spawn(crate::transport::serve(
+            listener,
+            raft.clone(),
+            server_tls,
+            config.snapshot_bytes_max,
+            transport_stopping,
+        )));
 
         if config.bootstrap.first().is_some_and(|(id, _)| *id == config.id) {
             let initialized = raft.is_initialized().await.map_err(raft_error)?;

@@ -64,7 +64,7 @@ pub const MAX_FRAME_LEN: u32 = 128 << 20;
 /// Bound on the snapshot frame: the whole state machine travels in one frame (the length
 /// field is a `u32`, so about 4 GiB). The receiver grows its buffer as the bytes arrive
 /// and never reserves what the length field claims, and with TLS only a member may send
-/// one.
+/// one. A server takes at most its configured `snapshot_bytes_max` (below this).
 pub const MAX_SNAPSHOT_FRAME_LEN: u32 = u32::MAX;
 
 /// How long a peer has to finish the TLS handshake.
@@ -211,6 +211,16 @@ fn finish_len(kind: FrameKind, mut buf: Vec<u8>) -> Result<Vec<u8>, FrameError> 
 /// Not cancel-safe: a frame abandoned half-read leaves the stream unusable, so callers
 /// drop the connection when they drop this future.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Frame>, FrameError> {
+    read_frame_within(r, MAX_SNAPSHOT_FRAME_LEN).await
+}
+
+/// [`read_frame`] taking a snapshot frame of at most `snapshot_max` bytes (a server's
+/// configured limit): a longer one is refused from its length field, before any of its
+/// data is read.
+pub async fn read_frame_within<R: AsyncRead + Unpin>(
+    r: &mut R,
+    snapshot_max: u32,
+) -> Result<Option<Frame>, FrameError> {
     let mut head = [0u8; 5];
     if r.read(&mut head[..1]).await? == 0 {
         return Ok(None);
@@ -221,8 +231,9 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Frame>
         return Err(FrameError::Empty);
     }
     let kind = FrameKind::from_byte(head[4]).ok_or(FrameError::UnknownKind(head[4]))?;
-    if len > kind.max_len() {
-        return Err(FrameError::TooLarge { kind, len: u64::from(len), max: kind.max_len() });
+    let max = if kind == FrameKind::Snapshot { kind.max_len().min(snapshot_max) } else { kind.max_len() };
+    if len > max {
+        return Err(FrameError::TooLarge { kind, len: u64::from(len), max });
     }
     let body = u64::from(len - 1);
     if kind != FrameKind::Snapshot {
@@ -270,6 +281,7 @@ pub async fn serve<SM>(
     listener: TcpListener,
     raft: Raft<SM>,
     tls: Option<MemberTls>,
+    snapshot_bytes_max: u32,
     shutdown: impl Future<Output = ()> + Send,
 ) where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
@@ -292,7 +304,7 @@ pub async fn serve<SM>(
                                     // A reload ends the connection: the peer comes back
                                     // through a new handshake.
                                     Ok(stream) => tokio::select! {
-                                        served = serve_conn(stream, raft) => served,
+                                        served = serve_conn(stream, raft, snapshot_bytes_max) => served,
                                         _ = reloads.changed() => Ok(()),
                                     },
                                     Err(refused) => {
@@ -302,7 +314,7 @@ pub async fn serve<SM>(
                                 }
                             }
                             None => match stream.set_nodelay(true) {
-                                Ok(()) => serve_conn(stream, raft).await,
+                                Ok(()) => serve_conn(stream, raft, snapshot_bytes_max).await,
                                 Err(e) => Err(e.into()),
                             },
                         };
@@ -341,14 +353,14 @@ async fn accept_member(
     }
 }
 
-async fn serve_conn<SM, S>(stream: S, raft: Raft<SM>) -> Result<(), FrameError>
+async fn serve_conn<SM, S>(stream: S, raft: Raft<SM>, snapshot_bytes_max: u32) -> Result<(), FrameError>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
     S: AsyncRead + AsyncWrite + Send + Unpin,
 {
     let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(64 << 10, rd);
-    let res = conn_loop(&mut rd, &mut wr, &raft).await;
+    let res = conn_loop(&mut rd, &mut wr, &raft, snapshot_bytes_max).await;
     if let Err(e) = &res {
         if !matches!(e, FrameError::Io(_)) {
             // Best effort: tell the peer why before closing.
@@ -360,13 +372,13 @@ where
     res
 }
 
-async fn conn_loop<SM, R, W>(rd: &mut R, wr: &mut W, raft: &Raft<SM>) -> Result<(), FrameError>
+async fn conn_loop<SM, R, W>(rd: &mut R, wr: &mut W, raft: &Raft<SM>, snapshot_bytes_max: u32) -> Result<(), FrameError>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
     R: AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
-    while let Some(frame) = read_frame(rd).await? {
+    while let Some(frame) = read_frame_within(rd, snapshot_bytes_max).await? {
         let reply = match frame.kind {
             FrameKind::Append => {
                 let req: AppendEntriesRequest = frame.decode()?;

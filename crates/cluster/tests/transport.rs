@@ -17,7 +17,8 @@ use bourse_cluster::fault::FaultProxy;
 use bourse_cluster::network::{Network, NetworkConfig, PeerClient};
 use bourse_cluster::tls::MemberTls;
 use bourse_cluster::transport::{
-    encode_frame, encode_snapshot_head, read_frame, serve, Frame, FrameError, FrameKind, MAX_FRAME_LEN,
+    encode_frame, encode_snapshot_head, read_frame, read_frame_within, serve, Frame, FrameError, FrameKind,
+    MAX_FRAME_LEN,
 };
 use bourse_cluster::types::{
     AppendEntriesRequest, AppendEntriesResponse, Applied, Entry, LogId, LogState, Raft, Snapshot, SnapshotData,
@@ -312,7 +313,7 @@ impl Cluster {
             let sm = MemSm::default();
             let raft = Raft::new(id, config.clone(), net, MemLog::default(), sm.clone()).await.unwrap();
             let (stop, stopped) = oneshot::channel::<()>();
-            let server = tokio::spawn(serve(listener, raft.clone(), None, async move {
+            let server = tokio::spawn(serve(listener, raft.clone(), None, u32::MAX, async move {
                 let _ = stopped.await;
             }));
             nodes.push(Node { id, raft, sm, stop: Some(stop), server });
@@ -406,7 +407,7 @@ async fn lone_node_with(tls: Option<MemberTls>) -> (Raft<MemSm>, SocketAddr, one
             .await
             .unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(serve(listener, raft.clone(), tls, async move {
+    tokio::spawn(serve(listener, raft.clone(), tls, u32::MAX, async move {
         let _ = stopped.await;
     }));
     (raft, addr, stop)
@@ -559,6 +560,15 @@ async fn frames_round_trip_and_bad_frames_are_rejected() {
     assert!(matches!(read_frame(&mut &oversize[..]).await, Err(FrameError::TooLarge { .. })));
     let huge_snapshot = [&u32::MAX.to_le_bytes()[..], &[FrameKind::Snapshot as u8], &[0, 0, 0, 0]].concat();
     assert!(read_frame(&mut &huge_snapshot[..]).await.is_err(), "truncated snapshot frame");
+    // A server's configured limit refuses a snapshot from its length field alone.
+    let over_limit = [&(2u32 << 20).to_le_bytes()[..], &[FrameKind::Snapshot as u8]].concat();
+    match read_frame_within(&mut &over_limit[..], 1 << 20).await {
+        Err(FrameError::TooLarge { kind: FrameKind::Snapshot, len, max }) => assert_eq!((len, max), (2 << 20, 1 << 20)),
+        other => panic!("a snapshot over the limit: {other:?}"),
+    }
+    let mut within = &wire[..];
+    read_frame_within(&mut within, 1 << 20).await.unwrap().unwrap();
+    assert_eq!(read_frame_within(&mut within, 1 << 20).await.unwrap().unwrap().data, data, "under the limit");
     let bad_header = [&20u32.to_le_bytes()[..], &[FrameKind::Snapshot as u8], &100u32.to_le_bytes()].concat();
     assert!(matches!(read_frame(&mut &bad_header[..]).await, Err(FrameError::Malformed(_))));
     assert!(matches!(read_frame(&mut &[0u8, 0, 0, 0, 1][..]).await, Err(FrameError::Empty)));

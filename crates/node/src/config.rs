@@ -182,6 +182,11 @@ pub struct RaftConfig {
     /// Log entries kept behind a snapshot, so a briefly lagging follower catches up
     /// from the log rather than by snapshot.
     pub log_kept_after_snapshot: u64,
+    /// The largest state machine snapshot this member installs from a leader, in bytes
+    /// (at most 4 GiB − 1, the transport's length field): a longer one is refused from
+    /// its length, before any of it is read. Every member must allow the snapshots its
+    /// cluster makes (the size of the files in `DATA/raft/snapshots`). Default 1 GiB.
+    pub snapshot_bytes_max: u64,
     /// The cluster's CA directory (`bourse pki init`): the Raft transport is mutual TLS
     /// with the certificate issued there to `node ID` (`DIR/issued/node-ID.pem`, `.key`),
     /// and takes only node certificates of that CA. Without it the transport is
@@ -203,6 +208,7 @@ impl Default for RaftConfig {
             election_max_ms: 100,
             snapshot_every_entries: 20_000,
             log_kept_after_snapshot: 2_000,
+            snapshot_bytes_max: 1 << 30,
             pki: None,
         }
     }
@@ -334,6 +340,9 @@ impl NodeConfig {
             }
             if raft.snapshot_every_entries == 0 {
                 return Err(ConfigError("raft.snapshot_every_entries must be at least 1".into()));
+            }
+            if !(1 << 20..=u64::from(u32::MAX)).contains(&raft.snapshot_bytes_max) {
+                return Err(ConfigError("raft.snapshot_bytes_max must be between 1 MiB and 4 GiB - 1".into()));
             }
             let members = raft.members()?;
             if self.pki_dir().is_none() {

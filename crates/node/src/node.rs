@@ -409,6 +409,7 @@ impl Node {
             snapshot_every_entries: raft.snapshot_every_entries,
             log_kept_after_snapshot: raft.log_kept_after_snapshot,
             tls,
+            snapshot_bytes_max: u32::try_from(raft.snapshot_bytes_max).unwrap_or(u32::MAX),
         };
         let (refused_core, refused_sessions) = (core_sender.clone(), Arc::clone(&sessions));
         let on_refused = move |_commands: usize| {
