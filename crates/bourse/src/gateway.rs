@@ -182,7 +182,19 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     let day_trading = args.day_trading.clone();
     let keys_path = args.keys.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    // With certificates, SIGHUP re-reads them (new connections to the nodes use the new
+    // ones); without, it stops the gateway like SIGTERM.
+    let configs: Vec<_> = [&config.tls, &config.admin_tls]
+        .into_iter()
+        .flatten()
+        .map(|tls| std::sync::Arc::clone(tls.0.config()))
+        .collect();
+    let reload = (!configs.is_empty()).then(|| {
+        Box::new(move || configs.iter().try_for_each(|c| c.reload()).map_err(|e| e.to_string()))
+            as crate::history::Reload
+    });
     runtime.block_on(async move {
+        let signals = crate::history::Signals::install_reloading(reload)?;
         let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
         println!("bourse gateway listening on {}", gateway.addr());
         if let Some(metrics) = gateway.metrics_addr() {
@@ -216,7 +228,7 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
         };
         let xml_servers =
             if xml.wanted() { xml.start(gateway.addr(), xml_key, xml_history.as_deref()).await? } else { Vec::new() };
-        bourse_gateway::wait_for_signal().await.map_err(|e| e.to_string())?;
+        signals.wait().await;
         if let Some(server) = day_trading {
             server.shutdown().await;
         }

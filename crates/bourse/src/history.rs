@@ -219,9 +219,22 @@ pub(crate) struct Signals {
     /// it was ignored when the process started (`nohup`): then it stays ignored, as the
     /// user asked, instead of a handler replacing the inherited `SIG_IGN`.
     hangup: Option<tokio::signal::unix::Signal>,
+    /// What SIGHUP does instead of stopping (a client's certificates re-read).
+    on_hangup: Option<Reload>,
 }
 
+/// A reload run on SIGHUP.
+pub(crate) type Reload = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 impl Signals {
+    /// [`Signals::install`], where SIGHUP runs `reload` (a daemon's reload: new
+    /// certificates, a new CRL) and [`Signals::wait`] goes on waiting.
+    pub(crate) fn install_reloading(reload: Option<Reload>) -> Result<Signals, String> {
+        let mut signals = Signals::install()?;
+        signals.on_hangup = reload;
+        Ok(signals)
+    }
+
     pub(crate) fn install() -> Result<Signals, String> {
         use tokio::signal::unix::{signal, SignalKind};
         let hangup =
@@ -230,12 +243,13 @@ impl Signals {
             interrupt: signal(SignalKind::interrupt()).map_err(|e| e.to_string())?,
             terminate: signal(SignalKind::terminate()).map_err(|e| e.to_string())?,
             hangup,
+            on_hangup: None,
         })
     }
 
     /// The next SIGINT, SIGTERM or SIGHUP, by name (cancel-safe: a `select!` branch).
     pub(crate) async fn recv(&mut self) -> &'static str {
-        let Signals { interrupt, terminate, hangup } = self;
+        let Signals { interrupt, terminate, hangup, .. } = self;
         let hangup = async {
             match hangup.as_mut() {
                 Some(signal) => {
@@ -252,8 +266,19 @@ impl Signals {
     }
 
     pub(crate) async fn wait(mut self) {
-        let name = self.recv().await;
-        tracing::info!("{name}: shutting down");
+        loop {
+            let name = self.recv().await;
+            match (&self.on_hangup, name) {
+                (Some(reload), "SIGHUP") => match reload() {
+                    Ok(()) => tracing::info!("SIGHUP: certificates and revocation list reloaded"),
+                    Err(error) => tracing::error!(%error, "SIGHUP: reload failed; the old certificates stay"),
+                },
+                _ => {
+                    tracing::info!("{name}: shutting down");
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -268,7 +293,12 @@ fn hangup_ignored() -> bool {
 fn run_sink(args: RunArgs, tls: Option<bourse_pki::grpc::Connector>) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
-        let signals = Signals::install()?;
+        // With certificates, SIGHUP re-reads them (the next connection uses the new ones).
+        let reload = tls.as_ref().map(|tls| {
+            let config = std::sync::Arc::clone(tls.config());
+            Box::new(move || config.reload().map_err(|e| e.to_string())) as Reload
+        });
+        let signals = Signals::install_reloading(reload)?;
         let following =
             Following::start_tls(args.node, tls, &args.db, SinkConfig::default()).await.map_err(|e| e.to_string())?;
         println!("history sink writing {}", args.db);
