@@ -31,7 +31,8 @@ pub struct Target {
     pub api_key: Option<String>,
     /// The cluster's CA directory (`bourse pki init`, or DATA/pki of `cluster up` and
     /// the demo). A node serves with the certificate issued there to `node ID`; every
-    /// other command dials nodes over mutual TLS with the one issued to `--as`.
+    /// other command dials nodes over mutual TLS with the one issued to `--as` (not with
+    /// --api-key: a gateway's client port takes keys, not certificates).
     #[arg(long, global = true, env = "BOURSE_PKI", value_name = "DIR")]
     pub pki: Option<std::path::PathBuf>,
     /// The identity this command presents to nodes, ROLE:ID (its certificate is

@@ -100,6 +100,9 @@ fn main() -> ExitCode {
         TopCommand::Load(_) => Some("gateway:load"),
         _ => None,
     };
+    // With an API key the target is a gateway's client port, which takes keys, not
+    // certificates (its TLS is issue 25's).
+    let identity = identity.filter(|_| cli.target.api_key.is_none());
     if let Some(identity) = identity {
         if let Err(message) = cli.target.use_credentials(identity) {
             eprintln!("bourse: {message}");
