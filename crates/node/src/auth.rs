@@ -8,7 +8,7 @@
 //!
 //! | service, method                        | roles                               |
 //! |----------------------------------------|-------------------------------------|
-//! | `OrderEntry.Session`                   | gateway                             |
+//! | `OrderEntry.Session`                   | gateway, operator                   |
 //! | `GatewayLink.Link`                     | gateway (under its own id only)     |
 //! | `GatewayLink.Feed`                     | gateway, observer                   |
 //! | `Admin.Submit`                         | operator                            |
@@ -16,6 +16,12 @@
 //! | `Cluster.Status`                       | node, gateway, operator, observer   |
 //! | `Query.*`, `MarketData.*`              | gateway, operator, observer         |
 //! | `Log.Follow`                           | observer, node                      |
+//!
+//! Inside order entry and the link, administrative commands (everything but placing,
+//! cancelling, reducing and moving orders) are taken from operators, and from the
+//! gateways the node's configuration names (`admin_gateways`: those that relay their
+//! admin keys' commands); from any other gateway they are refused before the log with
+//! code 1004 `not_authorized` ([`may_administer`]).
 //!
 //! Without the PKI (a loopback benchmark: the configuration refuses anything else)
 //! connections carry no identity and every call is let through.
@@ -38,7 +44,7 @@ pub fn allowed(path: &str) -> Option<&'static [Role]> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     let service = service.strip_prefix("bourse.v1.")?;
     Some(match (service, method) {
-        ("OrderEntry", _) => &[Gateway],
+        ("OrderEntry", _) => &[Gateway, Operator],
         ("GatewayLink", "Link") => &[Gateway],
         ("GatewayLink", _) => &[Gateway, Observer],
         ("Admin", _) => &[Operator],
@@ -77,6 +83,27 @@ pub fn check_gateway_id(identity: Option<&Identity>, claimed: u32) -> Result<(),
             "{identity} may not link as gateway {claimed}: a link is opened under the id its certificate names"
         ))),
     }
+}
+
+/// Whether `identity` may send administrative commands in order entry or on its link:
+/// no identity (in process, plaintext on loopback), an operator, or a gateway named in
+/// `admin_gateways`.
+pub fn may_administer(identity: Option<&Identity>, admin_gateways: &[u32]) -> bool {
+    match identity {
+        None => true,
+        Some(identity) if identity.role == Operator => true,
+        Some(identity) if identity.role == Gateway => {
+            identity.id.parse::<u32>().is_ok_and(|id| admin_gateways.contains(&id))
+        }
+        Some(_) => false,
+    }
+}
+
+/// Whether `body` is an administrative command: anything but an order's place, cancel,
+/// reduce or move.
+pub fn is_administrative(body: &bourse_engine::command::CommandBody) -> bool {
+    use bourse_engine::command::CommandBody::{Cancel, Move, Place, Reduce};
+    !matches!(body, Place(_) | Cancel { .. } | Reduce { .. } | Move { .. })
 }
 
 /// The client id a caller's `client` stands for in the engine: its exactly-once session
@@ -178,7 +205,8 @@ mod tests {
         let ok = |path: &str, who: &Identity| authorize(path, who).is_ok();
         assert!(ok("/bourse.v1.OrderEntry/Session", &gateway));
         assert!(!ok("/bourse.v1.OrderEntry/Session", &observer));
-        assert!(!ok("/bourse.v1.OrderEntry/Session", &operator));
+        assert!(ok("/bourse.v1.OrderEntry/Session", &operator));
+        assert!(!ok("/bourse.v1.OrderEntry/Session", &node));
         assert!(ok("/bourse.v1.Admin/Submit", &operator));
         assert!(!ok("/bourse.v1.Admin/Submit", &gateway));
         assert!(!ok("/bourse.v1.Admin/Submit", &node));
@@ -214,6 +242,23 @@ mod tests {
         assert_eq!(mine, client_in_namespace(Some(&ops), 42), "the same every time, on every node");
         assert_ne!(mine, client_in_namespace(Some(&other), 42));
         assert_ne!(mine, client_in_namespace(Some(&ops), 43));
+    }
+
+    #[test]
+    fn administrative_commands_come_from_operators_and_named_gateways_only() {
+        let admin_gateways = [1, 7];
+        assert!(may_administer(None, &admin_gateways));
+        assert!(may_administer(Some(&who(Operator, "ops")), &admin_gateways));
+        assert!(may_administer(Some(&who(Gateway, "7")), &admin_gateways));
+        assert!(!may_administer(Some(&who(Gateway, "2")), &admin_gateways));
+        assert!(!may_administer(Some(&who(Gateway, "load")), &admin_gateways));
+        assert!(!may_administer(Some(&who(Observer, "1")), &admin_gateways));
+        use bourse_engine::command::CommandBody;
+        use bourse_engine::{AccountId, OrderId, SymbolId};
+        let cancel = CommandBody::Cancel { account: AccountId(0), symbol: SymbolId(0), order: OrderId(0) };
+        assert!(!is_administrative(&cancel));
+        assert!(is_administrative(&CommandBody::CreateAccount));
+        assert!(is_administrative(&CommandBody::CloseDay));
     }
 
     #[test]

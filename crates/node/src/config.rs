@@ -52,6 +52,12 @@ pub struct NodeConfig {
     /// gateway that back-dates its batches gains this much at most, while commands
     /// resent with their first stamp after a failover still go through.
     pub link_stamp_bound_ms: u64,
+    /// Gateways (by id) that may relay administrative commands (accounts, deposits,
+    /// assets, symbols, the day's close, day-trading) in their sessions and links: those
+    /// that host admin keys, a day-trading service or an XML front end. Any other
+    /// gateway's are refused before the log (1004 `not_authorized`); operators' are
+    /// always taken. Matters only with the PKI (without it callers have no identity).
+    pub admin_gateways: Vec<u32>,
     /// The cluster's CA directory (`bourse pki init`): the gRPC port is mutual TLS with
     /// the certificate issued there to `node ID` (ID: `raft.id`, 1 for a single node),
     /// and every call is authorised by the caller's role (docs/SECURITY.md). For a
@@ -124,6 +130,7 @@ impl Default for NodeConfig {
             sequencer_capacity: 65_536,
             link_outbox_max: 16_384,
             link_stamp_bound_ms: 250,
+            admin_gateways: Vec::new(),
             pki: None,
             raft: None,
             virtual_clock: None,

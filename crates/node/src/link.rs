@@ -25,7 +25,7 @@ use tonic::{Request as GrpcRequest, Response, Status, Streaming};
 use crate::core::Request;
 use crate::fair::Inbound;
 use crate::outbox::{FeedItem, LinkSender, Outbox, SessionHandle};
-use crate::service::{async_stream, convert_command, wait_shutdown, BoxStream, Shared, INBOUND_DRAIN_MAX};
+use crate::service::{async_stream, convert_command_as, wait_shutdown, BoxStream, Shared, INBOUND_DRAIN_MAX};
 
 /// A link silent this long is ended. A gateway sends its clock every heartbeat (1 ms by
 /// default, at most 1 s by its configuration); a link that stops while connected would
@@ -72,6 +72,7 @@ impl GatewayLinkService {
         let session = shared.session_ids.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             shared.metrics.links_open.fetch_add(1, Ordering::Relaxed);
+            let may_administer = crate::auth::may_administer(identity.as_ref(), &shared.admin_gateways);
             let mut reader = LinkReader {
                 shared: &shared,
                 down,
@@ -80,6 +81,7 @@ impl GatewayLinkService {
                 gateway: None,
                 attached: Default::default(),
                 identity,
+                may_administer,
             };
             let closed = reader.down.clone();
             let end = tokio::select! {
@@ -152,6 +154,8 @@ struct LinkReader<'a> {
     gateway: Option<u32>,
     attached: FxHashSet<u64>,
     identity: Option<bourse_pki::Identity>,
+    /// Whether its administrative commands are taken (`auth::may_administer`).
+    may_administer: bool,
 }
 
 impl LinkReader<'_> {
@@ -199,7 +203,8 @@ impl LinkReader<'_> {
                 self.attach(batch.client_id)?;
                 let ts = self.bounded(batch.gateway_ts)?;
                 let stamp = Stamp { ts, gateway: up.gateway, gateway_seq: batch.gateway_seq };
-                let items = batch.commands.iter().map(|c| (c.seq, convert_command(c))).collect();
+                let may_administer = self.may_administer;
+                let items = batch.commands.iter().map(|c| (c.seq, convert_command_as(c, may_administer))).collect();
                 self.send(Inbound::Batch { stamp, client: ClientId(batch.client_id), items }).await?;
             }
             if up.watermark > 0 {

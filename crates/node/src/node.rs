@@ -560,6 +560,7 @@ impl Shared {
             log,
             engine: config.engine,
             stamp_bound_ns: config.link_stamp_bound_ms.saturating_mul(1_000_000),
+            admin_gateways: config.admin_gateways.clone().into(),
         };
         Ok((shared, shutdown))
     }

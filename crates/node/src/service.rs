@@ -51,6 +51,8 @@ pub struct Shared {
     pub engine: bourse_engine::EngineConfig,
     /// How far a gateway stamp may be from this node's clock (`link_stamp_bound_ms`).
     pub stamp_bound_ns: u64,
+    /// Gateways that may relay administrative commands (`admin_gateways`).
+    pub admin_gateways: Arc<[u32]>,
 }
 
 impl Shared {
@@ -91,6 +93,19 @@ pub(crate) fn convert_command(command: &proto::ClientCommand) -> Result<CommandB
     CommandBody::try_from(body)
 }
 
+/// [`convert_command`] for a caller that may or may not send administrative commands
+/// (`auth::may_administer`): one it may not is refused before the log.
+pub(crate) fn convert_command_as(
+    command: &proto::ClientCommand,
+    may_administer: bool,
+) -> Result<CommandBody, ConvertError> {
+    let body = convert_command(command)?;
+    if !may_administer && crate::auth::is_administrative(&body) {
+        return Err(ConvertError::NotAuthorized { field: "ClientCommand.body" });
+    }
+    Ok(body)
+}
+
 /// How long a session that stopped being read keeps draining its request stream.
 pub(crate) const INBOUND_DRAIN_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -107,6 +122,8 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         request: GrpcRequest<Streaming<proto::ClientBatch>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         self.0.require_leader()?;
+        let identity = crate::auth::identity_of(&request).cloned();
+        let may_administer = crate::auth::may_administer(identity.as_ref(), &self.0.admin_gateways);
         let mut inbound = request.into_inner();
         let shared = self.0.clone();
         let (outbox, outgoing) = mpsc::channel(shared.session_outbox_max);
@@ -121,7 +138,14 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         };
         tokio::spawn(async move {
             shared.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
-            let mut reader = SessionReader { shared: &shared, handle: Some(handle), client: None, session };
+            let mut reader = SessionReader {
+                shared: &shared,
+                handle: Some(handle),
+                client: None,
+                session,
+                identity,
+                may_administer,
+            };
             let end = tokio::select! {
                 end = reader.read(&mut inbound) => end,
                 _ = stop_reading.notified() => ReadEnd::Stopped,
@@ -187,6 +211,9 @@ struct SessionReader<'a> {
     handle: Option<SessionHandle>,
     client: Option<ClientId>,
     session: u64,
+    /// The caller's, from its certificate: its client id lives in its namespace.
+    identity: Option<bourse_pki::Identity>,
+    may_administer: bool,
 }
 
 impl SessionReader<'_> {
@@ -203,8 +230,9 @@ impl SessionReader<'_> {
             if batch.commands.is_empty() {
                 continue;
             }
-            let client = ClientId(batch.client_id);
-            let items = batch.commands.iter().map(|c| (c.seq, convert_command(c))).collect();
+            let client = self.client.expect("registered by check");
+            let may_administer = self.may_administer;
+            let items = batch.commands.iter().map(|c| (c.seq, convert_command_as(c, may_administer))).collect();
             if self.shared.send(Request::Commands { client, items, reply: Reply::Session }).await.is_err() {
                 // The core has stopped: the node is shutting down and ends the stream.
                 return ReadEnd::Stopped;
@@ -215,19 +243,19 @@ impl SessionReader<'_> {
 
     /// One client id per stream (registered at the first batch) and bounded batches.
     fn check(&mut self, batch: &proto::ClientBatch) -> Result<(), Status> {
-        let id = ClientId(batch.client_id);
+        if batch.client_id == 0 {
+            return Err(Status::invalid_argument("client_id 0 is reserved"));
+        }
+        let id = ClientId(crate::auth::client_in_namespace(self.identity.as_ref(), batch.client_id));
         match self.client {
             None => {
-                if id.0 == 0 {
-                    return Err(Status::invalid_argument("client_id 0 is reserved"));
-                }
                 let handle = self.handle.take().expect("registered once");
                 debug_assert_eq!(handle.session, self.session);
                 self.shared.sessions.register(id, handle);
                 self.client = Some(id);
             }
             Some(first) if first != id => {
-                return Err(Status::invalid_argument(format!("client_id {} changed to {} mid-stream", first.0, id.0)));
+                return Err(Status::invalid_argument(format!("client_id changed to {} mid-stream", batch.client_id)));
             }
             Some(_) => {}
         }

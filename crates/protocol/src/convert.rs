@@ -47,6 +47,9 @@ pub enum ConvertError {
     EnumUnknown { field: &'static str, value: i64 },
     /// A number does not fit the engine's type (for example `decimals` above 255).
     ValueOutOfRange { field: &'static str, value: u64 },
+    /// The caller may not send this command (an administrative command from a gateway
+    /// the node does not let relay them): code 1004, as a gateway refuses a key's.
+    NotAuthorized { field: &'static str },
 }
 
 impl ConvertError {
@@ -58,6 +61,8 @@ impl ConvertError {
     pub const CODE_ENUM_UNKNOWN: u32 = 1002;
     /// [`proto::RejectInfo`] code of [`ConvertError::ValueOutOfRange`].
     pub const CODE_VALUE_OUT_OF_RANGE: u32 = 1003;
+    /// [`proto::RejectInfo`] code of [`ConvertError::NotAuthorized`].
+    pub const CODE_NOT_AUTHORIZED: u32 = 1004;
 
     /// The offending field, as `Message.field`.
     pub fn field(&self) -> &'static str {
@@ -65,7 +70,8 @@ impl ConvertError {
             ConvertError::FieldMissing { field }
             | ConvertError::EnumUnspecified { field }
             | ConvertError::EnumUnknown { field, .. }
-            | ConvertError::ValueOutOfRange { field, .. } => field,
+            | ConvertError::ValueOutOfRange { field, .. }
+            | ConvertError::NotAuthorized { field } => field,
         }
     }
 
@@ -76,6 +82,7 @@ impl ConvertError {
             ConvertError::EnumUnspecified { .. } => Self::CODE_ENUM_UNSPECIFIED,
             ConvertError::EnumUnknown { .. } => Self::CODE_ENUM_UNKNOWN,
             ConvertError::ValueOutOfRange { .. } => Self::CODE_VALUE_OUT_OF_RANGE,
+            ConvertError::NotAuthorized { .. } => Self::CODE_NOT_AUTHORIZED,
         }
     }
 
@@ -86,6 +93,7 @@ impl ConvertError {
             ConvertError::EnumUnspecified { .. } => "enum_unspecified",
             ConvertError::EnumUnknown { .. } => "enum_unknown",
             ConvertError::ValueOutOfRange { .. } => "value_out_of_range",
+            ConvertError::NotAuthorized { .. } => "not_authorized",
         }
     }
 }
@@ -97,6 +105,9 @@ impl std::fmt::Display for ConvertError {
             ConvertError::EnumUnspecified { field } => write!(f, "{field} is unspecified"),
             ConvertError::EnumUnknown { field, value } => write!(f, "{field} has unknown value {value}"),
             ConvertError::ValueOutOfRange { field, value } => write!(f, "{field} value {value} is out of range"),
+            ConvertError::NotAuthorized { field } => {
+                write!(f, "{field}: an administrative command, from a gateway that may not relay them")
+            }
         }
     }
 }
