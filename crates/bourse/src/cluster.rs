@@ -460,6 +460,10 @@ async fn up(nodes: u64, data: &Path, base_port: u16, options: &UpOptions, as_jso
             &["operator:admin", "observer:history", "gateway:1", "gateway:2", "gateway:3", "gateway:load"],
         )?;
         extra.extend(["--pki".to_string(), pki.display().to_string()]);
+        // Gateway 1 may relay its admin keys' commands (day trading, XML, REST admin).
+        if !extra.iter().any(|a| a.starts_with("--admin-gateways")) {
+            extra.push("--admin-gateways=1".to_string());
+        }
     }
     for id in 1..=nodes {
         let (api, raft) = member(id);

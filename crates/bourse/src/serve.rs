@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// in microseconds (0: gateway batches are sequenced as they arrive).
     #[arg(long)]
     sequencer_window_us: Option<u64>,
+    /// With the PKI: the gateways (ids, comma separated) whose sessions and links may
+    /// carry administrative commands (those hosting admin keys, a day-trading service or
+    /// an XML front end); any other gateway's are refused before the log.
+    #[arg(long, value_delimiter = ',', value_name = "ID,…")]
+    admin_gateways: Option<Vec<u32>>,
     /// Tests only: stamp log index i at T0_MS + i × STEP_MS instead of the wall clock
     /// (deterministic day-trading golden runs), e.g. 1732270000000,1000.
     #[arg(long, value_name = "T0_MS,STEP_MS")]
@@ -82,6 +87,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.sequencer_window_us {
             config.sequencer_window_us = n;
+        }
+        if let Some(ids) = &self.admin_gateways {
+            config.admin_gateways = ids.clone();
         }
         if self.virtual_clock.is_some() {
             config.virtual_clock = self.virtual_clock;

@@ -72,6 +72,9 @@ impl Nodes {
         let identities: Vec<&str> = identities.iter().map(String::as_str).collect();
         crate::cluster::client_certificates(&pki, &identities)?;
         extra.extend(["--pki".to_string(), pki.display().to_string()]);
+        // The demo's gateways host its admin key, day trading and the REST admin calls.
+        let gateways: Vec<String> = (1..=16).map(|g| g.to_string()).collect();
+        extra.push(format!("--admin-gateways={}", gateways.join(",")));
         let mut members = Vec::new();
         for id in 1..=count {
             let api = format!("127.0.0.1:{}", free_port()?);

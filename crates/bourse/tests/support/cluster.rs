@@ -254,9 +254,10 @@ impl ClusterHarness {
         ClientTls::issued(&dir, &identity).expect("the harness's client certificate")
     }
 
-    /// The workload's clients' certificate: a gateway's (order entry is for gateways).
+    /// The workload's clients' certificate: an operator's (its counters deposit, which
+    /// gateways do only when the nodes name them in `--admin-gateways`).
     pub fn tls(&self) -> Option<ClientTls> {
-        Some(self.client_tls("gateway:99"))
+        Some(self.client_tls("operator:workload"))
     }
 
     pub fn all(&self) -> Vec<usize> {
@@ -296,6 +297,8 @@ impl ClusterHarness {
         }
         // Mutual TLS between members, as `cluster up` runs them: a CA of the harness's own.
         command.arg("--pki").arg(self.member_certificate(s.id));
+        // Gateway 1 (a_gateway_follows_the_leader's) relays administrative commands.
+        command.arg("--admin-gateways=1");
         if let Some(path) = &self.config_path {
             command.arg("--config").arg(path);
         }

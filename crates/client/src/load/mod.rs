@@ -104,9 +104,9 @@ pub struct LoadConfig {
     pub symbol: SymbolSetup,
     /// Options of every connection (its `inflight_max` is the pipelining depth).
     pub client: ClientOptions,
-    /// Options of the market's set-up (`Admin.Submit` of its assets and symbol): nodes
-    /// with the cluster's PKI take those from operators, while the flow's sessions are a
-    /// gateway's. None: `client`'s.
+    /// Options of the set-up (the assets and symbol by `Admin.Submit`, the accounts and
+    /// their money in a session of its own): nodes with the cluster's PKI take those from
+    /// operators, while the flow's sessions are a gateway's. None: `client`'s.
     pub setup: Option<ClientOptions>,
     /// How long to wait for answers still owed after `seconds`.
     pub drain_max: Duration,
@@ -287,7 +287,18 @@ async fn setup_connection(
 ) -> Result<Connection> {
     let client = Client::connect(config.endpoints.clone(), random_client_id(), config.client.clone()).await?;
     let events = client.events().expect("a new client has its events");
-    let accounts = funded_accounts(&client, config.accounts_per_connection, (base, quote), &config.symbol).await?;
+    // Accounts and money are administrative: with set-up options of their own (an
+    // operator's, where the flow's are a gateway's) a session of those makes them.
+    let accounts = match &config.setup {
+        Some(setup) => {
+            let funder = Client::connect(config.endpoints.clone(), random_client_id(), setup.clone()).await?;
+            let accounts =
+                funded_accounts(&funder, config.accounts_per_connection, (base, quote), &config.symbol).await;
+            funder.close().await?;
+            accounts?
+        }
+        None => funded_accounts(&client, config.accounts_per_connection, (base, quote), &config.symbol).await?,
+    };
     let seed = config.seed.wrapping_add(index as u64);
     let flow = OrderFlow::new(seed, market, accounts, config.open_orders_per_connection);
     Ok(Connection { client, events, flow })
