@@ -569,11 +569,10 @@ pub(crate) async fn connect(address: &str) -> Result<ClusterClient<tonic::transp
         .map_err(|e| format!("{address}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
         .timeout(Duration::from_secs(10));
-    let channel = match crate::cli::credentials() {
-        Some(tls) => endpoint.connect_with_connector(tls.0).await,
-        None => endpoint.connect().await,
-    }
-    .map_err(|e| format!("{address}: {e}"))?;
+    let tls = crate::cli::credentials();
+    let channel = bourse_pki::grpc::connect(endpoint, tls.as_ref().map(|tls| &tls.0))
+        .await
+        .map_err(|e| format!("{address}: {e}"))?;
     Ok(ClusterClient::new(channel))
 }
 

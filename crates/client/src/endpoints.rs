@@ -127,13 +127,7 @@ impl Endpoints {
             Some(channel) => channel.clone(),
             None => {
                 let endpoint = self.endpoints[self.current].clone();
-                let tls = self.options.tls.clone();
-                let connecting = async move {
-                    match tls {
-                        Some(tls) => endpoint.connect_with_connector(tls.0).await,
-                        None => endpoint.connect().await,
-                    }
-                };
+                let connecting = bourse_pki::grpc::connect(endpoint, self.options.tls.as_ref().map(|tls| &tls.0));
                 let channel = tokio::time::timeout(self.options.connect_timeout, connecting)
                     .await
                     .map_err(|_| AttemptError::Retry("connect timed out".into()))?

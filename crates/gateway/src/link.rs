@@ -102,12 +102,7 @@ pub(crate) async fn channel(
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_millis(500))
         .keep_alive_timeout(Duration::from_secs(1));
-    let connecting = async {
-        match tls {
-            Some(tls) => endpoint.connect_with_connector(tls.0.clone()).await,
-            None => endpoint.connect().await,
-        }
-    };
+    let connecting = bourse_pki::grpc::connect(endpoint, tls.map(|tls| &tls.0));
     tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
         .map_err(|_| "connect timed out".to_string())?

@@ -265,11 +265,7 @@ async fn open_remote(
     let endpoint = tonic::transport::Endpoint::from_shared(node.to_owned())
         .map_err(|e| Failure::Fatal(SinkError::Source(format!("{node}: {e}"))))?
         .connect_timeout(CONNECT_TIMEOUT);
-    let channel = match tls {
-        Some(tls) => endpoint.connect_with_connector(tls.clone()).await,
-        None => endpoint.connect().await,
-    }
-    .map_err(|e| Failure::Retry(format!("{node}: {e}")))?;
+    let channel = bourse_pki::grpc::connect(endpoint, tls).await.map_err(|e| Failure::Retry(format!("{node}: {e}")))?;
     let mut client = proto::log_client::LogClient::new(channel).max_decoding_message_size(256 << 20);
     match client.follow(request).await {
         Ok(response) => Ok(Box::pin(response.into_inner())),

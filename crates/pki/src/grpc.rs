@@ -298,6 +298,18 @@ impl Connector {
     }
 }
 
+/// Connects `endpoint`: over mutual TLS with `tls`, in plaintext without (the one
+/// place every gRPC client of the project chooses between the two).
+pub async fn connect(
+    endpoint: tonic::transport::Endpoint,
+    tls: Option<&Connector>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    match tls {
+        Some(tls) => endpoint.connect_with_connector(tls.clone()).await,
+        None => endpoint.connect().await,
+    }
+}
+
 impl std::fmt::Debug for Connector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Connector({}, expecting {})", self.config.files().cert.display(), self.expect)
