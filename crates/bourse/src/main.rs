@@ -85,7 +85,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo talks to a person on the terminal: only errors are logged (RUST_LOG=warn
     // shows the gateways' reconnections during a failover).
-    let log_default = if matches!(cli.command, TopCommand::Demo(_)) { "error" } else { "info" };
+    let log_default = match &cli.command {
+        TopCommand::Demo(_) => "error",
+        // Hundreds of client sessions open and close in each round: their lines would
+        // bury the figures.
+        TopCommand::Bench { target: bench::BenchCommand::OrderLatency(_) } => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -120,3 +120,34 @@ fn history_on_a_named_server_writes_into_new_databases_and_drops_them() {
     let left = admin.query("SELECT datname FROM pg_database WHERE datname LIKE 'bourse_bench_%'", &[]).unwrap();
     assert!(left.is_empty(), "databases left behind: {left:?}");
 }
+
+/// `bench order-latency` on a real 3-node cluster, briefly: every round of both paths
+/// is reported, its orders acknowledged and none lost, and the disk's fdatasync is
+/// measured beside them.
+#[test]
+fn order_latency_reports_every_round_of_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["bench", "order-latency", "--clients", "1,4", "--seconds", "1", "--json"];
+    let output = Command::new(env!("CARGO_BIN_EXE_bourse"))
+        .args(args)
+        .arg("--data")
+        .arg(dir.path())
+        .output()
+        .expect("bourse runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "bench order-latency failed: {}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    assert!(assert_number(&report, "/fdatasync_p50_us") > 0.0);
+    let rounds = report["rounds"].as_array().expect("rounds");
+    let shape: Vec<(String, u64)> =
+        rounds.iter().map(|r| (r["via"].as_str().unwrap().to_string(), r["clients"].as_u64().unwrap())).collect();
+    let expected = [("nodes", 1), ("nodes", 4), ("gateway", 1), ("gateway", 4)];
+    assert_eq!(shape, expected.map(|(v, c)| (v.to_string(), c)).to_vec());
+    for round in rounds {
+        assert!(assert_number(round, "/acked") > 0.0, "{round}");
+        assert_eq!(round["errors"], 0, "{round}");
+        assert!(assert_number(round, "/latency_us/p50") > 0.0, "{round}");
+        assert!(assert_number(round, "/nodes_cpu_us_per_order") > 0.0, "{round}");
+    }
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the scratch directory is removed");
+}

@@ -17,6 +17,7 @@ mod host;
 mod http;
 mod measure;
 mod memory;
+mod order_latency;
 mod phases;
 mod recovery;
 mod report;
@@ -48,6 +49,10 @@ pub enum BenchCommand {
     /// The history sink: rows per second into SQLite and PostgreSQL, and its lag behind
     /// a node under load.
     History(history::HistoryArgs),
+    /// One order at a time: N closed-loop clients with one order outstanding each, on a
+    /// 3-node cluster, direct and through a gateway; orders/s, ack latency, CPU per order
+    /// and the disk's fdatasync in the same run.
+    OrderLatency(order_latency::OrderLatencyArgs),
 }
 
 pub fn run(command: BenchCommand) -> Result<(), String> {
@@ -61,5 +66,6 @@ pub fn run(command: BenchCommand) -> Result<(), String> {
         BenchCommand::Fix(args) => fix::run(&args),
         BenchCommand::Xml(args) => xml::run(&args),
         BenchCommand::History(args) => history::run(&args),
+        BenchCommand::OrderLatency(args) => order_latency::run(&args),
     }
 }
