@@ -93,6 +93,8 @@ pub struct Conn {
     peer: PeerInfo,
     /// Resolves at the next reload of the server's TLS: the connection then fails.
     reloaded: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+    /// Set when `reloaded` resolved.
+    ended: bool,
 }
 
 enum Io {
@@ -105,15 +107,20 @@ impl Conn {
         &self.peer
     }
 
-    /// An error once the server's TLS was reloaded after this connection was made.
+    /// An error once the server's TLS was reloaded after this connection was made (and
+    /// on every call after: the finished future is dropped, never polled again).
     fn check_reload(&mut self, cx: &mut Context<'_>) -> Result<(), io::Error> {
         if let Some(reloaded) = self.reloaded.as_mut() {
             if reloaded.as_mut().poll(cx).is_ready() {
-                return Err(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    "the certificates were reloaded: connect again through a new handshake",
-                ));
+                self.reloaded = None;
+                self.ended = true;
             }
+        }
+        if self.ended {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the certificates were reloaded: connect again through a new handshake",
+            ));
         }
         Ok(())
     }
@@ -214,6 +221,7 @@ pub fn incoming(
                     io: Io::Plain(tcp),
                     peer: PeerInfo { remote: Some(remote), identity: None },
                     reloaded: None,
+                    ended: false,
                 };
                 if accepted.send(Ok(conn)).await.is_err() {
                     return;
@@ -228,7 +236,8 @@ pub fn incoming(
                     Ok(Ok(stream)) => match peer_identity(stream.get_ref().1) {
                         Some(identity) => {
                             let peer = PeerInfo { remote: Some(remote), identity: Some(identity) };
-                            let conn = Conn { io: Io::Tls(Box::new(stream)), peer, reloaded: Some(reloaded) };
+                            let conn =
+                                Conn { io: Io::Tls(Box::new(stream)), peer, reloaded: Some(reloaded), ended: false };
                             let _ = accepted.send(Ok(conn)).await;
                             return;
                         }
