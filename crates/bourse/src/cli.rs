@@ -66,6 +66,13 @@ impl Target {
     }
 }
 
+/// The certificate `bourse pki` issued to `identity` (`ROLE:ID`) in the CA directory
+/// `dir`, to dial nodes with.
+pub fn client_tls(dir: &std::path::Path, identity: &str) -> Result<bourse_client::ClientTls, String> {
+    let identity = parse_identity(identity)?;
+    bourse_client::ClientTls::issued(dir, &identity).map_err(|e| e.to_string())
+}
+
 /// `ROLE:ID` as an identity.
 pub fn parse_identity(text: &str) -> Result<bourse_pki::Identity, String> {
     let (role, id) = text.split_once(':').ok_or_else(|| format!("--as {text:?}: expected ROLE:ID"))?;

@@ -38,8 +38,7 @@ pub struct LoadArgs {
 /// while the flow runs as `--as` (default `gateway:load`: order entry is gateways').
 fn setup_options(target: &crate::cli::Target) -> Result<Option<ClientOptions>, String> {
     let Some(dir) = target.pki.as_ref().filter(|_| target.api_key.is_none()) else { return Ok(None) };
-    let identity = crate::cli::parse_identity("operator:admin")?;
-    let tls = bourse_client::ClientTls::issued(dir, &identity).map_err(|e| e.to_string())?;
+    let tls = crate::cli::client_tls(dir, "operator:admin")?;
     Ok(Some(ClientOptions { tls: Some(tls), ..target.options() }))
 }
 

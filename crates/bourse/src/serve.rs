@@ -290,10 +290,7 @@ impl InProcessGateway {
         config.open = self.open;
         config.hold_us = self.hold_us;
         if let Some(pki) = &self.pki {
-            let tls = |identity: &str| {
-                let identity = crate::cli::parse_identity(identity)?;
-                bourse_client::ClientTls::issued(pki, &identity).map_err(|e| format!("--gateway: {e}"))
-            };
+            let tls = |identity: &str| crate::cli::client_tls(pki, identity).map_err(|e| format!("--gateway: {e}"));
             config.tls = Some(tls("gateway:1")?);
             config.admin_tls = Some(tls("operator:admin")?);
         }

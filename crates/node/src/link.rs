@@ -192,6 +192,8 @@ impl LinkReader<'_> {
             for &client in &up.attach {
                 self.attach(client)?;
             }
+            // One read of the clock for the whole message, not one per batch.
+            let now = crate::core::wall_clock_ns();
             for batch in up.batches {
                 let max = self.shared.client_batch_commands_max;
                 if batch.commands.len() > max {
@@ -201,25 +203,24 @@ impl LinkReader<'_> {
                     )));
                 }
                 self.attach(batch.client_id)?;
-                let ts = self.bounded(batch.gateway_ts)?;
+                let ts = self.bounded(batch.gateway_ts, now)?;
                 let stamp = Stamp { ts, gateway: up.gateway, gateway_seq: batch.gateway_seq };
                 let may_administer = self.may_administer;
                 let items = batch.commands.iter().map(|c| (c.seq, convert_command_as(c, may_administer))).collect();
                 self.send(Inbound::Batch { stamp, client: ClientId(batch.client_id), items }).await?;
             }
             if up.watermark > 0 {
-                let ts = self.bounded(up.watermark)?;
+                let ts = self.bounded(up.watermark, now)?;
                 self.send(Inbound::Watermark { gateway: up.gateway, ts }).await?;
             }
             self.shared.fair.wake();
         }
     }
 
-    /// A gateway stamp (or watermark) checked against this node's clock: one ahead by
+    /// A gateway stamp (or watermark) checked against this node's clock (`now`): one ahead by
     /// more than the bound ends the link; one behind by more is moved up to the bound,
     /// so back-dating gains a gateway at most the bound over the others.
-    fn bounded(&self, ts: u64) -> Result<u64, Status> {
-        let now = crate::core::wall_clock_ns();
+    fn bounded(&self, ts: u64, now: u64) -> Result<u64, Status> {
         let bound = self.shared.stamp_bound_ns;
         if ts > now.saturating_add(bound) {
             self.shared.metrics.stamps_ahead.fetch_add(1, Ordering::Relaxed);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bourse_client::load::{run_load, LoadConfig, LoadReport};
-use bourse_client::{ClientOptions, ClientTls};
+use bourse_client::ClientOptions;
 use bourse_protocol::proto;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
@@ -99,9 +99,7 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
 
     let pki = crate::cluster::member_certificates(&data.join("pki"), 1..=3, &["127.0.0.1".to_string()])?;
     crate::cluster::client_certificates(&pki, &["operator:admin", "gateway:1", "gateway:load"])?;
-    let tls = |identity: &str| -> Result<ClientTls, String> {
-        ClientTls::issued(&pki, &crate::cli::parse_identity(identity)?).map_err(|e| e.to_string())
-    };
+    let tls = |identity: &str| crate::cli::client_tls(&pki, identity);
     let cluster = start_cluster(data, &pki, args.base_port).await?;
     eprintln!("order-latency: 3 nodes up at {}", cluster.addresses.join(","));
 

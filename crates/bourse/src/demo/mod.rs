@@ -363,11 +363,8 @@ async fn start_gateways(
         // Each gateway links as itself; its admin key's calls (the market's set-up) go
         // to the nodes as the demo's operator.
         let pki = nodes.pki();
-        let identity =
-            bourse_pki::Identity::new(bourse_pki::Role::Gateway, id.to_string()).map_err(|e| e.to_string())?;
-        config.tls = Some(bourse_client::ClientTls::issued(&pki, &identity).map_err(|e| e.to_string())?);
-        let operator = bourse_pki::Identity::new(bourse_pki::Role::Operator, "admin").map_err(|e| e.to_string())?;
-        config.admin_tls = Some(bourse_client::ClientTls::issued(&pki, &operator).map_err(|e| e.to_string())?);
+        config.tls = Some(crate::cli::client_tls(&pki, &format!("gateway:{id}"))?);
+        config.admin_tls = Some(crate::cli::client_tls(&pki, "operator:admin")?);
         let mut store = KeyStore::from_entries(keys.entries.clone()).map_err(|e| e.to_string())?;
         if id == 1 {
             http_key = store.add_process_key("http-front-end", false);
