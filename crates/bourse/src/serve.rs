@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// an XML front end); any other gateway's are refused before the log.
     #[arg(long, value_delimiter = ',', value_name = "ID,…")]
     admin_gateways: Option<Vec<u32>>,
+    /// With the PKI: the gateways' API key file (`bourse gateway key-add`). A gateway
+    /// may then carry a client of a key only with the key to prove it, so no gateway
+    /// can take over a session of a key it was never shown. Re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    client_keys: Option<PathBuf>,
     /// Tests only: stamp log index i at T0_MS + i × STEP_MS instead of the wall clock
     /// (deterministic day-trading golden runs), e.g. 1732270000000,1000.
     #[arg(long, value_name = "T0_MS,STEP_MS")]
@@ -90,6 +95,9 @@ impl ServeArgs {
         }
         if let Some(ids) = &self.admin_gateways {
             config.admin_gateways = ids.clone();
+        }
+        if self.client_keys.is_some() {
+            config.client_keys.clone_from(&self.client_keys);
         }
         if self.virtual_clock.is_some() {
             config.virtual_clock = self.virtual_clock;

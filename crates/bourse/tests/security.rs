@@ -148,6 +148,107 @@ async fn link(
     result
 }
 
+/// Opens GatewayLink.Link on `api` as `tls`, sends `first`, and gathers what the node
+/// sends down within `wait` (the link heartbeating meanwhile).
+async fn link_downs(
+    api: std::net::SocketAddr,
+    tls: &ClientTls,
+    first: proto::GatewayUp,
+    wait: Duration,
+) -> Result<Vec<proto::GatewayDown>, tonic::Status> {
+    let channel = channel(api, Some(tls)).await.map_err(tonic::Status::unavailable)?;
+    let (up, rx) = tokio::sync::mpsc::channel(16);
+    let gateway = first.gateway;
+    up.send(first).await.expect("send");
+    let beats = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let heartbeat = proto::GatewayUp { gateway, watermark: now_ns(), ..Default::default() };
+            if up.send(heartbeat).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut client = proto::gateway_link_client::GatewayLinkClient::new(channel);
+    let mut down = client.link(tokio_stream::wrappers::ReceiverStream::new(rx)).await?.into_inner();
+    let mut downs = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    while let Ok(message) = tokio::time::timeout_at(deadline, down.message()).await {
+        match message? {
+            Some(message) => downs.push(message),
+            None => break,
+        }
+    }
+    beats.abort();
+    Ok(downs)
+}
+
+/// A link message that claims `claim` and sends one command under its client id.
+fn claimed_batch(
+    gateway: u32,
+    claim: Option<proto::SessionClaim>,
+    client_id: u64,
+    body: &CommandBody,
+) -> proto::GatewayUp {
+    let command = submit_request(0, body).command.expect("a command");
+    let ts = now_ns();
+    proto::GatewayUp {
+        gateway,
+        watermark: ts,
+        claims: Vec::new(),
+        batches: vec![proto::StampedBatch {
+            client_id,
+            gateway_ts: ts,
+            gateway_seq: 1,
+            commands: vec![command],
+            claim,
+        }],
+    }
+}
+
+fn as_proto(claim: bourse_gateway::keys::Claim) -> proto::SessionClaim {
+    proto::SessionClaim { client_id: claim.client_id, key: claim.key, local_id: claim.local_id }
+}
+
+/// Asserts the node dropped `client`'s batch on the link and told the gateway why.
+fn claim_refused(what: &str, downs: Result<Vec<proto::GatewayDown>, tonic::Status>, client: u64, words: &str) {
+    let downs = downs.unwrap_or_else(|status| panic!("{what}: the link itself ended: {status:?}"));
+    let acked: Vec<_> = downs.iter().flat_map(|d| &d.replies).filter(|r| r.client_id == client).collect();
+    assert!(acked.is_empty(), "{what}: the node answered the batch: {acked:?}");
+    let refusal = downs
+        .iter()
+        .flat_map(|d| &d.refused)
+        .find(|r| r.client_id == client)
+        .unwrap_or_else(|| panic!("{what}: no refusal came down: {downs:?}"));
+    assert!(refusal.reason.contains(words), "{what}: {refusal:?} does not say {words:?}");
+    println!("refused as it must be: {what}: {}", refusal.reason);
+}
+
+/// One command in an order entry session of a gateway's client port, with `key`, as
+/// client `client_id`: its ack.
+async fn gateway_command(
+    gateway: std::net::SocketAddr,
+    key: &str,
+    client_id: u64,
+    seq: u64,
+    body: &CommandBody,
+) -> Result<proto::Ack, tonic::Status> {
+    let channel = channel(gateway, None).await.map_err(tonic::Status::unavailable)?;
+    let mut command = submit_request(0, body).command.expect("a command");
+    command.seq = seq;
+    let (up, rx) = tokio::sync::mpsc::channel(1);
+    up.send(proto::ClientBatch { client_id, commands: vec![command] }).await.expect("send");
+    let mut request = tonic::Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    request.metadata_mut().insert("authorization", format!("Bearer {key}").parse().expect("header"));
+    let mut down = proto::order_entry_client::OrderEntryClient::new(channel).session(request).await?.into_inner();
+    let batch = tokio::time::timeout(CALL_MAX, down.message())
+        .await
+        .map_err(|_| tonic::Status::deadline_exceeded("no ack"))??
+        .ok_or_else(|| tonic::Status::aborted("the session ended without an ack"))?;
+    drop(up);
+    batch.acks.into_iter().next().ok_or_else(|| tonic::Status::internal("a batch without an ack"))
+}
+
 fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_nanos() as u64
 }
@@ -196,7 +297,18 @@ async fn raft_as(addr: std::net::SocketAddr, ca_dir: &std::path::Path, identity:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_forged_or_unauthorised_call_is_refused_and_no_state_changes() {
-    let h = ClusterHarness::start("security", 3, HarnessOptions::default()).await;
+    // The nodes know one API key, alice's; the gateways know alice's and bob's.
+    let keys_dir = tempfile::tempdir().expect("tempdir");
+    let keys_file = keys_dir.path().join("keys.toml");
+    let (alice_key, bob_key) = (bourse_gateway::keys::generate_key(), bourse_gateway::keys::generate_key());
+    let alice_entry = bourse_gateway::keys::entry_for(&alice_key, "alice", vec![0, 1, 2], false);
+    let bob_entry = bourse_gateway::keys::entry_for(&bob_key, "bob", vec![0, 1, 2], false);
+    bourse_gateway::keys::append(&keys_file, alice_entry.clone()).expect("the nodes' key file");
+    let options = HarnessOptions {
+        node_args: vec!["--client-keys".into(), keys_file.display().to_string()],
+        ..HarnessOptions::default()
+    };
+    let h = ClusterHarness::start("security", 3, options).await;
     let (leader, _) = h.leader().await;
     let api = h.slots[leader].api;
     let operator = h.client_tls("operator:harness");
@@ -215,6 +327,50 @@ async fn every_forged_or_unauthorised_call_is_refused_and_no_state_changes() {
     let account = CommandBody::CreateAccount;
     let relayed = order_entry(api, &gateway1, &account).await.expect("gateway 1's session");
     assert!(relayed.log_index > 0 && matches!(relayed.outcome, Some(proto::ack::Outcome::OkId(_))), "{relayed:?}");
+
+    // Sessions through real gateways (2 and 3), which check keys the nodes check again.
+    let gateway_keys =
+        || bourse_gateway::KeyStore::from_entries(vec![alice_entry.clone(), bob_entry.clone()]).expect("gateway keys");
+    let mut gateways = Vec::new();
+    for id in [2, 3] {
+        let mut config = bourse_gateway::GatewayConfig::new(id, "127.0.0.1:0".parse().expect("addr"), h.endpoints());
+        config.tls = Some(h.client_tls(&format!("gateway:{id}")));
+        gateways.push(bourse_gateway::Gateway::start(config, gateway_keys()).await.expect("a gateway"));
+    }
+    let cancel = CommandBody::Cancel {
+        account: bourse_engine::AccountId(0),
+        symbol: bourse_engine::SymbolId(0),
+        order: bourse_engine::OrderId(424_242),
+    };
+    // Alice's client 9 through gateway 2, then the same command again through gateway
+    // 3 (a client whose gateway went away): one session, so the resend is a duplicate.
+    let first = gateway_command(gateways[0].addr(), &alice_key, 9, 1, &cancel).await.expect("alice via gateway 2");
+    assert!(first.log_index > 0 && !first.duplicate, "{first:?}");
+    let again = gateway_command(gateways[1].addr(), &alice_key, 9, 1, &cancel).await.expect("alice via gateway 3");
+    assert!(again.duplicate && again.outcome == first.outcome, "moved to gateway 3: {again:?} after {first:?}");
+    // Bob's key is the gateways', not the nodes': his session is refused by the node.
+    refused(
+        "a session of a key the nodes' key file lacks",
+        gateway_command(gateways[0].addr(), &bob_key, 9, 1, &cancel).await,
+        Code::PermissionDenied,
+        "not in the nodes' key file",
+    );
+    for gateway in gateways {
+        gateway.shutdown().await;
+    }
+    // A gateway's own sessions (its front ends') are claimed in its namespace.
+    let own = bourse_gateway::Principal::open().claim("", 1, 5);
+    let downs = link_downs(
+        api,
+        &gateway1,
+        claimed_batch(1, Some(as_proto(own.clone())), own.client_id, &cancel),
+        Duration::from_secs(2),
+    )
+    .await
+    .expect("gateway 1's link");
+    let acked = downs.iter().flat_map(|d| &d.replies).any(|r| r.client_id == own.client_id);
+    assert!(acked, "gateway 1's own session was not answered: {downs:?}");
+
     let (index_before, hash_before) = h.wait_converged(&h.all(), Duration::from_secs(30)).await;
     println!("before the matrix: index {index_before} hash {hash_before}");
 
@@ -322,6 +478,50 @@ async fn every_forged_or_unauthorised_call_is_refused_and_no_state_changes() {
         "ahead of this node's clock",
     );
 
+    // 4b. Claims of clients on a link: another gateway's own client, a key's client
+    //     without the key or with another key, another client of the key, no claim.
+    let alice = bourse_gateway::KeyStore::from_entries(vec![alice_entry.clone()]).expect("keys");
+    let alice = alice.verify(&alice_key).expect("alice");
+    let wait = Duration::from_secs(2);
+    let stolen = as_proto(own.clone());
+    claim_refused(
+        "gateway 2 claiming gateway 1's own client",
+        link_downs(api, &gateway2, claimed_batch(2, Some(stolen), own.client_id, &cancel), wait).await,
+        own.client_id,
+        "not in gateway 2's namespace",
+    );
+    let victim = alice.claim(&alice_key, 2, 9);
+    let mut keyless = as_proto(victim.clone());
+    keyless.key.clear();
+    claim_refused(
+        "gateway 2 claiming alice's client without her key",
+        link_downs(api, &gateway2, claimed_batch(2, Some(keyless), victim.client_id, &cancel), wait).await,
+        victim.client_id,
+        "not in gateway 2's namespace",
+    );
+    let mut wrong_key = as_proto(victim.clone());
+    wrong_key.key = bob_key.clone();
+    claim_refused(
+        "gateway 2 claiming alice's client with bob's key",
+        link_downs(api, &gateway2, claimed_batch(2, Some(wrong_key), victim.client_id, &cancel), wait).await,
+        victim.client_id,
+        "not in the nodes' key file",
+    );
+    let mut other_client = as_proto(victim.clone());
+    other_client.local_id = 10;
+    claim_refused(
+        "gateway 2 claiming alice's client 9 as her client 10",
+        link_downs(api, &gateway2, claimed_batch(2, Some(other_client), victim.client_id, &cancel), wait).await,
+        victim.client_id,
+        "not a client of the key",
+    );
+    claim_refused(
+        "gateway 2 sending for alice's client without a claim",
+        link_downs(api, &gateway2, claimed_batch(2, None, victim.client_id, &cancel), wait).await,
+        victim.client_id,
+        "not claimed on this link",
+    );
+
     // 5. An oversize message: refused by the decoder, before any service sees it.
     let huge = CommandBody::CreateAsset { name: "X".repeat(5 << 20), decimals: 0 };
     let oversize = admin_submit(api, &operator, &huge).await;
@@ -377,4 +577,14 @@ async fn every_forged_or_unauthorised_call_is_refused_and_no_state_changes() {
     let (index_after, hash_after) = h.wait_converged(&h.all(), Duration::from_secs(30)).await;
     println!("after the matrix: index {index_after} hash {hash_after}");
     assert_eq!(hash_after, hash_before, "a refused call changed the state");
+
+    // A key added to the nodes' file is taken once they re-read it (SIGHUP).
+    bourse_gateway::keys::append(&keys_file, bob_entry.clone()).expect("add bob's key");
+    h.reload_certificates();
+    let mut config = bourse_gateway::GatewayConfig::new(3, "127.0.0.1:0".parse().expect("addr"), h.endpoints());
+    config.tls = Some(h.client_tls("gateway:3"));
+    let gateway = bourse_gateway::Gateway::start(config, gateway_keys()).await.expect("a gateway");
+    let bob = gateway_command(gateway.addr(), &bob_key, 9, 1, &cancel).await.expect("bob after the reload");
+    assert!(bob.log_index > 0 && !bob.duplicate, "{bob:?}");
+    gateway.shutdown().await;
 }

@@ -20,7 +20,7 @@
 //! command.
 
 pub mod config;
-pub mod keys;
+pub use bourse_keys as keys;
 mod link;
 pub mod market;
 pub mod metrics;
@@ -88,6 +88,9 @@ struct SessionEntry {
     session: u64,
     outbox: mpsc::Sender<Result<proto::ServerBatch, tonic::Status>>,
     in_flight: Mutex<BTreeMap<u64, InFlight>>,
+    /// Which client it is, for the nodes: set at its first batch, sent up with it and on
+    /// every new link.
+    claim: std::sync::OnceLock<proto::SessionClaim>,
 }
 
 /// What the gateway's tasks share.
@@ -107,8 +110,15 @@ struct State {
 }
 
 impl State {
-    /// Stamps `commands` of `client` and sends them up; they wait as in flight.
-    fn forward(&self, client: u64, entry: &SessionEntry, commands: Vec<proto::ClientCommand>) {
+    /// Stamps `commands` of `client` and sends them up (with the session's `claim` on
+    /// its first batch); they wait as in flight.
+    fn forward(
+        &self,
+        client: u64,
+        entry: &SessionEntry,
+        commands: Vec<proto::ClientCommand>,
+        claim: Option<proto::SessionClaim>,
+    ) {
         let mut pipe = self.pipe.lock().expect("pipe lock");
         let gateway_ts = pipe.stamp(&self.clock);
         pipe.next_seq += 1;
@@ -120,7 +130,7 @@ impl State {
             }
         }
         self.metrics.commands_forwarded.fetch_add(commands.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        let batch = proto::StampedBatch { client_id: client, gateway_ts, gateway_seq, commands };
+        let batch = proto::StampedBatch { client_id: client, gateway_ts, gateway_seq, commands, claim };
         // Fails only if the line's thread died; the commands stay in flight and are
         // resent when the link next reconnects.
         let _ = pipe.line.send(UpItem::Batch(batch));
@@ -158,6 +168,20 @@ impl State {
     fn any_in_flight(&self) -> bool {
         let sessions = self.sessions.lock().expect("sessions lock");
         sessions.values().any(|entry| !entry.in_flight.lock().expect("in-flight lock").is_empty())
+    }
+
+    /// The node refused a session's claim (its key is not in the nodes' key file, or
+    /// the id is not this gateway's to claim): the session ends with the node's reason.
+    fn refuse_session(&self, refused: proto::ClaimRefused) {
+        let entry = self.sessions.lock().expect("sessions lock").remove(&refused.client_id);
+        if let Some(entry) = entry {
+            tracing::warn!(gateway = self.config.id, client = refused.client_id, reason = %refused.reason,
+                "the node refused a session");
+            let status =
+                tonic::Status::permission_denied(format!("the exchange refused this session: {}", refused.reason));
+            let _ = entry.outbox.try_send(Err(status));
+            self.metrics.sessions_refused_by_node.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     fn drop_session(&self, client: u64, session: u64, reason: &str) {

@@ -4,8 +4,8 @@
 //! messages in pipe order. Down: every attached client's acks, fills and cancels.
 //!
 //! Failover: when the link breaks or the node says it is not the leader, the gateway
-//! connects to the leader it was told of (or the next address), attaches every session
-//! it holds, and resends every unanswered command that an earlier link carried, with
+//! connects to the leader it was told of (or the next address), claims every session
+//! it holds (`GatewayUp.claims`), and resends every unanswered command that an earlier link carried, with
 //! its original stamp and gateway_seq; what the pipe still holds follows as usual.
 
 use std::sync::atomic::Ordering;
@@ -109,7 +109,7 @@ pub(crate) async fn channel(
         .map_err(|e| e.to_string())
 }
 
-/// Opens a Link stream and sends the first message: every session attached and every
+/// Opens a Link stream and sends the first message: every session claimed and every
 /// unanswered command resent. The node in this process, when `target` is its address,
 /// is reached without a socket.
 async fn connect(state: &State, target: &str) -> Result<(Up, NodeStream<proto::GatewayDown>), Failure> {
@@ -139,14 +139,14 @@ fn refused(status: tonic::Status) -> Failure {
     }
 }
 
-/// Every session attached, and every unanswered command resent with its stamp.
+/// Every session claimed, and every unanswered command resent with its stamp.
 fn first_message(state: &State) -> proto::GatewayUp {
     let sessions: Vec<(u64, Arc<crate::SessionEntry>)> =
         state.sessions.lock().expect("sessions lock").iter().map(|(id, e)| (*id, Arc::clone(e))).collect();
     let mut message = proto::GatewayUp { gateway: state.config.id, ..Default::default() };
     let sent_through = state.sent_through.load(Ordering::Acquire);
     for (client, entry) in sessions {
-        message.attach.push(client);
+        message.claims.extend(entry.claim.get().cloned());
         let in_flight = entry.in_flight.lock().expect("in-flight lock");
         for flight in in_flight.values().filter(|f| f.gateway_seq <= sent_through) {
             match message.batches.last_mut() {
@@ -158,6 +158,7 @@ fn first_message(state: &State) -> proto::GatewayUp {
                     gateway_ts: flight.gateway_ts,
                     gateway_seq: flight.gateway_seq,
                     commands: vec![flight.command.clone()],
+                    claim: None,
                 }),
             }
         }
@@ -206,6 +207,9 @@ async fn pump(
                     liveness.heard(tokio::time::Instant::now());
                     for reply in down.replies {
                         state.deliver(reply);
+                    }
+                    for refused in down.refused {
+                        state.refuse_session(refused);
                     }
                 }
                 None => return "the leader ended the link".into(),

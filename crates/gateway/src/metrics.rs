@@ -12,6 +12,8 @@ use crate::probe::Probe;
 pub struct Metrics {
     pub sessions_open: AtomicI64,
     pub sessions_dropped_slow: AtomicU64,
+    /// Sessions ended because the node refused their claim (a key the nodes do not know).
+    pub sessions_refused_by_node: AtomicU64,
     /// Commands stamped and sent up.
     pub commands_forwarded: AtomicU64,
     pub refused_not_authorized: AtomicU64,
@@ -50,6 +52,13 @@ impl Metrics {
             "Sessions dropped for not reading their acks.",
             "counter",
             u(&self.sessions_dropped_slow),
+        );
+        line(
+            &mut out,
+            "sessions_refused_by_node_total",
+            "Sessions ended because the node refused their claim (a key the nodes' key file lacks).",
+            "counter",
+            u(&self.sessions_refused_by_node),
         );
         line(
             &mut out,

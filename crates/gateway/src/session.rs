@@ -2,8 +2,9 @@
 //!
 //! The wire contract is the node's `OrderEntry.Session`; a client library written for a
 //! node works unchanged against a gateway once it sends an API key. The client id a
-//! client chooses is mapped to an exchange-wide one per key ([`Principal::client_id`]),
-//! so two keys' clients never share an exactly-once record.
+//! client chooses is mapped to an exchange-wide one per key ([`Principal::claim`]), so
+//! two keys' clients never share an exactly-once record; the session's first batch
+//! carries that claim to the node, which checks it (`bourse_keys::KeyStore::check_claim`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,8 +25,13 @@ pub(crate) struct OrderEntryService(pub Arc<State>);
 
 /// The key holder of a request, from `authorization: Bearer <key>`.
 pub(crate) fn authenticate<T>(state: &State, request: &Request<T>) -> Result<Arc<Principal>, Status> {
+    authenticate_with_key(state, request).map(|(principal, _)| principal)
+}
+
+/// The key holder of a request and the key it presented (empty on an open gateway).
+fn authenticate_with_key<T>(state: &State, request: &Request<T>) -> Result<(Arc<Principal>, String), Status> {
     if state.config.open {
-        return Ok(Arc::new(Principal::open()));
+        return Ok((Arc::new(Principal::open()), String::new()));
     }
     let header = request
         .metadata()
@@ -35,8 +41,10 @@ pub(crate) fn authenticate<T>(state: &State, request: &Request<T>) -> Result<Arc
         .to_str()
         .ok()
         .and_then(|value| value.strip_prefix("Bearer "))
-        .ok_or_else(|| Status::unauthenticated("authorization must be: Bearer <key>"))?;
-    state.keys.verify(key.trim()).ok_or_else(|| Status::unauthenticated("unknown API key"))
+        .ok_or_else(|| Status::unauthenticated("authorization must be: Bearer <key>"))?
+        .trim();
+    let principal = state.keys.verify(key).ok_or_else(|| Status::unauthenticated("unknown API key"))?;
+    Ok((principal, key.to_owned()))
 }
 
 #[tonic::async_trait]
@@ -47,8 +55,8 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         &self,
         request: Request<Streaming<proto::ClientBatch>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let principal = authenticate(&self.0, &request)?;
-        Ok(Response::new(open(Arc::clone(&self.0), principal, request.into_inner())))
+        let (principal, key) = authenticate_with_key(&self.0, &request)?;
+        Ok(Response::new(open(Arc::clone(&self.0), principal, key, request.into_inner())))
     }
 }
 
@@ -68,28 +76,35 @@ impl bourse_client::LocalOrderEntry for LocalEntry {
         if *self.0.shutdown.borrow() {
             return Err(Status::unavailable("the gateway is shutting down"));
         }
-        let principal = authenticate(&self.0, &request)?;
-        Ok(open(Arc::clone(&self.0), principal, request.into_inner()))
+        let (principal, key) = authenticate_with_key(&self.0, &request)?;
+        Ok(open(Arc::clone(&self.0), principal, key, request.into_inner()))
     }
 }
 
-/// Runs a session of `principal` reading `inbound` until it ends; what it answers is the
-/// returned stream.
-fn open<S>(state: Arc<State>, principal: Arc<Principal>, mut inbound: S) -> BoxStream<proto::ServerBatch>
+/// Runs a session of `principal` (which presented `key`) reading `inbound` until it
+/// ends; what it answers is the returned stream.
+fn open<S>(state: Arc<State>, principal: Arc<Principal>, key: String, mut inbound: S) -> BoxStream<proto::ServerBatch>
 where
     S: tokio_stream::Stream<Item = Result<proto::ClientBatch, Status>> + Send + Unpin + 'static,
 {
     let capacity = state.config.in_flight_max.max(64);
     let (outbox, outgoing) = mpsc::channel(capacity);
     let session = state.session_ids.fetch_add(1, Ordering::Relaxed);
-    let entry = Arc::new(SessionEntry { session, outbox: outbox.clone(), in_flight: Default::default() });
+    let entry = Arc::new(SessionEntry {
+        session,
+        outbox: outbox.clone(),
+        in_flight: Default::default(),
+        claim: Default::default(),
+    });
     tokio::spawn(async move {
         state.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
         let mut reader = Reader {
             state: &state,
             principal,
+            key,
             entry,
             client: None,
+            claim_unsent: None,
             bucket: Bucket::new(state.config.rate_per_sec, state.config.burst),
         };
         let mut stop = state.shutdown.clone();
@@ -122,9 +137,13 @@ where
 struct Reader<'a> {
     state: &'a State,
     principal: Arc<Principal>,
+    /// The API key the session presented: a claim for a key of the file carries it.
+    key: String,
     entry: Arc<SessionEntry>,
     /// The exchange-wide client id, set at the first batch.
     client: Option<u64>,
+    /// The session's claim until its first forwarded batch carries it up.
+    claim_unsent: Option<proto::SessionClaim>,
     bucket: Bucket,
 }
 
@@ -142,7 +161,11 @@ impl Reader<'_> {
                         return Err(Status::invalid_argument("client_id 0 is reserved"));
                     }
                     chosen = Some(batch.client_id);
-                    let client = self.principal.client_id(batch.client_id);
+                    let claim = self.principal.claim(&self.key, self.state.config.id, batch.client_id);
+                    let client = claim.client_id;
+                    let claim = proto::SessionClaim { client_id: client, key: claim.key, local_id: claim.local_id };
+                    let _ = self.entry.claim.set(claim.clone());
+                    self.claim_unsent = Some(claim);
                     self.client = Some(client);
                     let old =
                         self.state.sessions.lock().expect("sessions lock").insert(client, Arc::clone(&self.entry));
@@ -203,7 +226,7 @@ impl Reader<'_> {
             }
         }
         if !forward.is_empty() {
-            self.state.forward(client, &self.entry, forward);
+            self.state.forward(client, &self.entry, forward, self.claim_unsent.take());
         }
         if !refused.is_empty() {
             let batch = proto::ServerBatch { acks: refused, ..Default::default() };

@@ -86,8 +86,14 @@ fn stamped(gateway: u32, client: u64, ts: u64, gateway_seq: u64, command: proto:
     proto::GatewayUp {
         gateway,
         watermark: 0,
-        attach: vec![],
-        batches: vec![proto::StampedBatch { client_id: client, gateway_ts: ts, gateway_seq, commands: vec![command] }],
+        claims: vec![],
+        batches: vec![proto::StampedBatch {
+            client_id: client,
+            gateway_ts: ts,
+            gateway_seq,
+            commands: vec![command],
+            claim: None,
+        }],
     }
 }
 

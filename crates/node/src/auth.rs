@@ -23,6 +23,11 @@
 //! admin keys' commands); from any other gateway they are refused before the log with
 //! code 1004 `not_authorized` ([`may_administer`]).
 //!
+//! On a gateway link every client is claimed before its batches are taken, and the claim
+//! is checked ([`ClientKeys::check`]): a client of an API key, proved with the key, or
+//! one in the gateway's own namespace. A direct caller's client ids are namespaced by
+//! its identity ([`client_in_namespace`]).
+//!
 //! Without the PKI (a loopback benchmark: the configuration refuses anything else)
 //! connections carry no identity and every call is let through.
 
@@ -106,21 +111,20 @@ pub fn is_administrative(body: &bourse_engine::command::CommandBody) -> bool {
     !matches!(body, Place(_) | Cancel { .. } | Reduce { .. } | Move { .. })
 }
 
-/// The client id a caller's `client` stands for in the engine: its exactly-once session
-/// lives in the namespace of the caller's identity, so no caller can register, pre-empt
-/// or read another's session.
+/// The client id a direct caller's `client` (an `OrderEntry` session, an `Admin.Submit`)
+/// stands for in the engine: its exactly-once session lives in the namespace of the
+/// caller's identity, so no caller can register, pre-empt or read another's session.
 ///
 /// - Without an identity (in process, plaintext on loopback): `client` itself.
-/// - Gateways share one namespace, the exchange's: a gateway is the authority on its
-///   clients' ids (it derives them from their API keys, alike on every gateway), and a
-///   client that moves to another gateway must keep its session, or its resends would
-///   be applied twice. So `client` itself.
-/// - Every other identity (an operator's tools): a hash of the identity and `client`,
-///   which no other caller can reach but by a 2^64 search.
+/// - With one (an operator's tools, a load generator under a gateway certificate): a
+///   hash of the identity and `client`, which no other caller can reach but by a 2^64
+///   search.
+///
+/// The clients a gateway relays on its link are not namespaced here: the gateway
+/// claims each ([`ClientKeys::check`]), with its API key or in its own namespace.
 pub fn client_in_namespace(identity: Option<&Identity>, client: u64) -> u64 {
     match identity {
         None => client,
-        Some(identity) if identity.role == Gateway => client,
         Some(identity) => {
             let mut hasher = blake3::Hasher::new();
             hasher.update(b"bourse node client namespace\0");
@@ -129,6 +133,48 @@ pub fn client_in_namespace(identity: Option<&Identity>, client: u64) -> u64 {
             hasher.update(&client.to_le_bytes());
             let bytes = hasher.finalize();
             u64::from_le_bytes(bytes.as_bytes()[..8].try_into().expect("8 bytes")).max(1)
+        }
+    }
+}
+
+/// The API key file the node checks gateways' claims of clients against
+/// (`client_keys`; the file the gateways read), re-read on SIGHUP.
+pub struct ClientKeys {
+    path: Option<std::path::PathBuf>,
+    store: std::sync::RwLock<Option<Arc<bourse_keys::KeyStore>>>,
+}
+
+impl ClientKeys {
+    /// Reads the key file at `path`, if one is configured.
+    pub fn load(path: Option<&std::path::Path>) -> Result<ClientKeys, String> {
+        let keys = ClientKeys { path: path.map(std::path::Path::to_path_buf), store: Default::default() };
+        keys.reload()?;
+        Ok(keys)
+    }
+
+    /// Re-reads the key file: a key added since is claimable, a removed one no longer
+    /// (sessions claimed before keep their link until it ends).
+    pub fn reload(&self) -> Result<(), String> {
+        let Some(path) = &self.path else { return Ok(()) };
+        if !path.exists() {
+            tracing::warn!(path = %path.display(), "the client key file does not exist: no key's client can be claimed");
+        }
+        let store = bourse_keys::KeyStore::load(path).map_err(|e| e.to_string())?;
+        tracing::info!(path = %path.display(), keys = store.len(), "client keys read");
+        *self.store.write().expect("client keys lock") = Some(Arc::new(store));
+        Ok(())
+    }
+
+    /// Whether gateway `gateway` may carry the session `claim` names: a client of a key
+    /// in the file (with the key to prove it), or an id in the gateway's own namespace.
+    /// Without a key file, a claim with a key is the gateway's word (the gateways are
+    /// then trusted with their keys' clients); the gateway's own namespace holds still.
+    pub fn check(&self, gateway: u32, claim: &bourse_keys::Claim) -> Result<(), String> {
+        let store = self.store.read().expect("client keys lock").clone();
+        match store {
+            Some(store) => store.check_claim(gateway, claim),
+            None if claim.key.is_empty() => bourse_keys::KeyStore::default().check_claim(gateway, claim),
+            None => Ok(()),
         }
     }
 }
@@ -232,11 +278,12 @@ mod tests {
     }
 
     #[test]
-    fn operators_have_a_client_namespace_each_and_gateways_share_the_exchanges() {
+    fn every_direct_caller_has_a_client_namespace_of_its_own() {
         let (ops, other) = (who(Operator, "ops"), who(Operator, "other"));
         assert_eq!(client_in_namespace(None, 42), 42);
-        assert_eq!(client_in_namespace(Some(&who(Gateway, "1")), 42), 42);
-        assert_eq!(client_in_namespace(Some(&who(Gateway, "2")), 42), 42);
+        let gateway = client_in_namespace(Some(&who(Gateway, "1")), 42);
+        assert_ne!(gateway, 42);
+        assert_ne!(gateway, client_in_namespace(Some(&who(Gateway, "2")), 42));
         let mine = client_in_namespace(Some(&ops), 42);
         assert_ne!(mine, 42);
         assert_eq!(mine, client_in_namespace(Some(&ops), 42), "the same every time, on every node");

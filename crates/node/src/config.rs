@@ -58,6 +58,11 @@ pub struct NodeConfig {
     /// gateway's are refused before the log (1004 `not_authorized`); operators' are
     /// always taken. Matters only with the PKI (without it callers have no identity).
     pub admin_gateways: Vec<u32>,
+    /// The API key file the gateways read (`bourse gateway key-add`): a gateway's link
+    /// may carry a client of a key only with the key to prove it, so no gateway can
+    /// take over a session of a key it was never shown. Re-read on SIGHUP. Without it,
+    /// gateways are trusted with their keys' clients. Matters only with the PKI.
+    pub client_keys: Option<PathBuf>,
     /// The cluster's CA directory (`bourse pki init`): the gRPC port is mutual TLS with
     /// the certificate issued there to `node ID` (ID: `raft.id`, 1 for a single node),
     /// and every call is authorised by the caller's role (docs/SECURITY.md). For a
@@ -131,6 +136,7 @@ impl Default for NodeConfig {
             link_outbox_max: 16_384,
             link_stamp_bound_ms: 250,
             admin_gateways: Vec::new(),
+            client_keys: None,
             pki: None,
             raft: None,
             virtual_clock: None,

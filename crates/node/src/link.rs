@@ -1,10 +1,14 @@
 //! The gateways' side of a node: one Link stream per gateway into the fair sequencer,
 //! and the order-level Feed every member serves.
 //!
-//! A link carries many clients. Each client it attaches is registered with the node's
+//! A link carries many clients. Each client it claims is registered with the node's
 //! sessions under the link, so acks, fills and cancels of that client go down the link
 //! tagged with its id; a newer session of the same client (on another link, or direct)
-//! takes over its reports. A link is one stream: when it is too slow to take its
+//! takes over its reports. With the PKI a claim is checked first
+//! ([`crate::auth::ClientKeys::check`]): a client of an API key needs the key, any
+//! other is in the gateway's own namespace. A refused claim, or a batch of a client the
+//! link never claimed, is dropped and the gateway told (`GatewayDown.refused`), which
+//! ends that one session; the link and its other clients go on. A link is one stream: when it is too slow to take its
 //! replies, or leadership moves, the whole link ends and the gateway reconnects and
 //! resends what is unanswered (exactly-once makes the resends harmless). A link that
 //! sends nothing for [`LINK_SILENT_MAX`] is ended, which takes its gateway out of the
@@ -16,7 +20,7 @@ use std::sync::Arc;
 use bourse_engine::ClientId;
 use bourse_fairness::Stamp;
 use bourse_protocol::proto;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -80,6 +84,7 @@ impl GatewayLinkService {
                 session,
                 gateway: None,
                 attached: Default::default(),
+                refused: Default::default(),
                 identity,
                 may_administer,
             };
@@ -153,6 +158,9 @@ struct LinkReader<'a> {
     session: u64,
     gateway: Option<u32>,
     attached: FxHashSet<u64>,
+    /// Clients whose claim was refused (or that sent before claiming), with why; the
+    /// gateway is told once.
+    refused: FxHashMap<u64, String>,
     identity: Option<bourse_pki::Identity>,
     /// Whether its administrative commands are taken (`auth::may_administer`).
     may_administer: bool,
@@ -189,12 +197,13 @@ impl LinkReader<'_> {
                 }
                 Some(_) => {}
             }
-            for &client in &up.attach {
-                self.attach(client)?;
+            let mut refusals = Vec::new();
+            for claim in up.claims {
+                self.claim(claim, &mut refusals)?;
             }
             // One read of the clock for the whole message, not one per batch.
             let now = crate::core::wall_clock_ns();
-            for batch in up.batches {
+            for mut batch in up.batches {
                 let max = self.shared.client_batch_commands_max;
                 if batch.commands.len() > max {
                     return Err(Status::invalid_argument(format!(
@@ -202,12 +211,33 @@ impl LinkReader<'_> {
                         batch.commands.len()
                     )));
                 }
-                self.attach(batch.client_id)?;
+                if let Some(claim) = batch.claim.take() {
+                    if claim.client_id != batch.client_id {
+                        return Err(Status::invalid_argument(format!(
+                            "a batch of client {} carries a claim of client {}",
+                            batch.client_id, claim.client_id
+                        )));
+                    }
+                    self.claim(claim, &mut refusals)?;
+                }
+                if !self.attached.contains(&batch.client_id) {
+                    if self.identity.is_some() {
+                        let why = format!("client {} was not claimed on this link", batch.client_id);
+                        self.refuse(batch.client_id, why, &mut refusals);
+                        continue;
+                    }
+                    // No identity (in process, or plaintext on loopback): the gateway's word.
+                    self.attach(batch.client_id)?;
+                }
                 let ts = self.bounded(batch.gateway_ts, now)?;
                 let stamp = Stamp { ts, gateway: up.gateway, gateway_seq: batch.gateway_seq };
                 let may_administer = self.may_administer;
                 let items = batch.commands.iter().map(|c| (c.seq, convert_command_as(c, may_administer))).collect();
                 self.send(Inbound::Batch { stamp, client: ClientId(batch.client_id), items }).await?;
+            }
+            if !refusals.is_empty() {
+                let down = proto::GatewayDown { replies: Vec::new(), refused: refusals };
+                self.down.send(Ok(down)).await.map_err(|_| Status::cancelled("the link closed"))?;
             }
             if up.watermark > 0 {
                 let ts = self.bounded(up.watermark, now)?;
@@ -242,6 +272,35 @@ impl LinkReader<'_> {
     /// Hands one message to the sequencer; the reader wakes it once per `GatewayUp`.
     async fn send(&self, message: Inbound) -> Result<(), Status> {
         self.shared.fair.send_unwoken(message).await.map_err(|()| Status::unavailable("the node is shutting down"))
+    }
+
+    /// Takes a claim of a client: checked against the key file with the PKI (a refused
+    /// one is added to `refusals`), then the client is attached.
+    fn claim(&mut self, claim: proto::SessionClaim, refusals: &mut Vec<proto::ClaimRefused>) -> Result<(), Status> {
+        if claim.client_id == 0 {
+            return Err(Status::invalid_argument("client_id 0 is reserved"));
+        }
+        if self.identity.is_some() && !self.attached.contains(&claim.client_id) {
+            let gateway = self.gateway.expect("the gateway id is read before any claim");
+            let client = claim.client_id;
+            let claim = bourse_keys::Claim { client_id: client, key: claim.key, local_id: claim.local_id };
+            if let Err(why) = self.shared.client_keys.check(gateway, &claim) {
+                tracing::warn!(gateway, client, %why, "a gateway's claim of a client refused");
+                self.refuse(client, why, refusals);
+                return Ok(());
+            }
+            self.refused.remove(&client);
+        }
+        self.attach(claim.client_id)
+    }
+
+    /// Drops a client's batches on this link; the gateway hears why once.
+    fn refuse(&mut self, client: u64, why: String, refusals: &mut Vec<proto::ClaimRefused>) {
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.refused.entry(client) {
+            self.shared.metrics.claims_refused.fetch_add(1, Ordering::Relaxed);
+            entry.insert(why.clone());
+            refusals.push(proto::ClaimRefused { client_id: client, reason: why });
+        }
     }
 
     /// Routes the client's reports to this link from now on.

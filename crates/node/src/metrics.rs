@@ -45,6 +45,9 @@ pub struct Metrics {
     /// was moved up to it, and links ended for a stamp ahead of the node's clock by more.
     pub stamps_clamped: AtomicU64,
     pub stamps_ahead: AtomicU64,
+    /// Client claims on gateway links refused (`auth::ClientKeys::check`), and batches
+    /// of clients not claimed on their link.
+    pub claims_refused: AtomicU64,
     /// Calls refused by the role check (`auth.rs`), and TLS handshakes that failed.
     pub calls_refused: std::sync::Arc<AtomicU64>,
     pub handshakes_failed: std::sync::Arc<bourse_pki::grpc::AcceptStats>,
@@ -175,6 +178,14 @@ impl Metrics {
             "Gateway links ended for a stamp ahead of the bound.",
             "counter",
             ahead,
+        );
+        let claims = load(&self.claims_refused);
+        counter(
+            &mut out,
+            "link_claims_refused_total",
+            "Gateway link sessions refused: a client claimed without its key, or outside the gateway's namespace.",
+            "counter",
+            claims,
         );
         let refused = load(&self.calls_refused);
         counter(

@@ -202,6 +202,7 @@ pub struct Node {
     log: LocalLog,
     link: LocalLink,
     tls: Option<NodeTls>,
+    client_keys: Arc<crate::auth::ClientKeys>,
 }
 
 /// A node's mutual TLS: its certificate for the Raft transport and for the gRPC port.
@@ -238,9 +239,11 @@ impl Node {
 
     /// Re-reads the node's certificate, key, CA and revocation list and ends the open
     /// connections of both its ports, so every member, gateway and client comes back
-    /// through a new handshake, which a revoked one no longer passes (what `bourse node`
-    /// does on SIGHUP). False when the node has no TLS.
+    /// through a new handshake, which a revoked one no longer passes; and re-reads the
+    /// client key file (what `bourse node` does on SIGHUP). False when the node has no
+    /// TLS.
     pub fn reload_tls(&self) -> Result<bool, NodeError> {
+        self.client_keys.reload().map_err(|e| NodeError::Config(format!("reloading the client keys: {e}")))?;
         let Some(tls) = &self.tls else { return Ok(false) };
         tls.reload().map_err(|e| NodeError::Config(format!("reloading the node's certificates: {e}")))?;
         Ok(true)
@@ -300,23 +303,19 @@ impl Node {
         let tls = node_tls(&config)?;
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let Serving { shutdown, server, server_stop, metrics_addr, log, link } = Serving::start(
-            listener,
+        let shared = Shared::new(
             &config,
-            Shared::new(
-                &config,
-                core_sender.clone(),
-                &sessions,
-                market,
-                &metrics,
-                None,
-                addr.to_string(),
-                LogSource::Journal { dir: journal_dir(&config.data), group: group.handle() },
-            )?,
-            Some(group.handle()),
-            tls.as_ref().map(NodeTls::server),
-        )
-        .await?;
+            core_sender.clone(),
+            &sessions,
+            market,
+            &metrics,
+            None,
+            addr.to_string(),
+            LogSource::Journal { dir: journal_dir(&config.data), group: group.handle() },
+        )?;
+        let client_keys = Arc::clone(&shared.0.client_keys);
+        let Serving { shutdown, server, server_stop, metrics_addr, log, link } =
+            Serving::start(listener, &config, shared, Some(group.handle()), tls.as_ref().map(NodeTls::server)).await?;
         tracing::info!(%addr, ?metrics_addr, data = %config.data.display(), "serving");
         Ok(Node {
             addr,
@@ -334,6 +333,7 @@ impl Node {
             log,
             link,
             tls,
+            client_keys,
         })
     }
 
@@ -441,6 +441,7 @@ impl Node {
             advertise.api.clone(),
             log,
         )?;
+        let client_keys = Arc::clone(&shared.0.client_keys);
         let Serving { shutdown, server, server_stop, metrics_addr, log, link } =
             Serving::start(listener, &config, shared, None, node_tls.as_ref().map(NodeTls::server)).await?;
         tracing::info!(%addr, raft = %raft.listen, id = raft.id, data = %config.data.display(), "serving");
@@ -460,6 +461,7 @@ impl Node {
             log,
             link,
             tls: node_tls,
+            client_keys,
         })
     }
 
@@ -561,6 +563,10 @@ impl Shared {
             engine: config.engine,
             stamp_bound_ns: config.link_stamp_bound_ms.saturating_mul(1_000_000),
             admin_gateways: config.admin_gateways.clone().into(),
+            client_keys: Arc::new(
+                crate::auth::ClientKeys::load(config.client_keys.as_deref())
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?,
+            ),
         };
         Ok((shared, shutdown))
     }

@@ -95,7 +95,9 @@ impl Outbox {
             Outbox::Session(sender) => sender.try_send(Ok(batch)).map_err(|e| e.map_value()),
             Outbox::Link { client, sender } => {
                 let reply = proto::ClientReply { client_id: client.0, batch: Some(batch) };
-                sender.try_send(Ok(proto::GatewayDown { replies: vec![reply] })).map_err(|e| e.map_value())
+                sender
+                    .try_send(Ok(proto::GatewayDown { replies: vec![reply], refused: Vec::new() }))
+                    .map_err(|e| e.map_value())
             }
         }
     }

@@ -53,6 +53,8 @@ pub struct Shared {
     pub stamp_bound_ns: u64,
     /// Gateways that may relay administrative commands (`admin_gateways`).
     pub admin_gateways: Arc<[u32]>,
+    /// What gateways' claims of clients are checked against (`client_keys`).
+    pub client_keys: Arc<crate::auth::ClientKeys>,
 }
 
 impl Shared {

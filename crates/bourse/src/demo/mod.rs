@@ -187,12 +187,22 @@ async fn demo(
         scenario.agents.len()
     );
     say!("  nodes' data in {}", data.display());
-    let nodes = Nodes::start(&data, temporary, 3, args.node_args.clone(), Duration::from_secs(args.restart_after))?;
+    // The keys' hashes go to the nodes too, which check every session a gateway claims.
+    let keys = make_keys(scenario.agents.len());
+    let keys_file = data.join("keys.toml");
+    std::fs::create_dir_all(&data).map_err(|e| format!("{}: {e}", data.display()))?;
+    // This run's keys only (a kept --data directory holds the last run's).
+    let _ = std::fs::remove_file(&keys_file);
+    for entry in &keys.entries {
+        bourse_gateway::keys::append(&keys_file, entry.clone()).map_err(|e| e.to_string())?;
+    }
+    let mut node_args = args.node_args.clone();
+    node_args.extend(["--client-keys".to_string(), keys_file.display().to_string()]);
+    let nodes = Nodes::start(&data, temporary, 3, node_args, Duration::from_secs(args.restart_after))?;
     let leader = nodes.wait_leader(Duration::from_secs(60)).await?;
     say!("  3 nodes up (Raft), leader: node {leader}");
     let history = start_history(args, &data, &nodes).await;
 
-    let keys = make_keys(scenario.agents.len());
     let (gateways, http_key) = start_gateways(args, spec, &nodes, &keys).await?;
     let addresses: Vec<String> = gateways.iter().map(|g| g.addr().to_string()).collect();
     say!("  {} gateways up (profile {}): {}", gateways.len(), args.profile, addresses.join(" "));

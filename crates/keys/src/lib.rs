@@ -1,10 +1,22 @@
-//! API keys: who a session is, and what it may do.
+//! # bourse-keys
+//!
+//! API keys: who a client session is, what it may do, and which client ids it may claim.
 //!
 //! A key is a random secret shown once when it is made (`bourse gateway key-add`); the
 //! key file keeps only its BLAKE3 hash, with a name, the accounts the key trades for, and
 //! whether it may send administrative commands. Every gateway of an exchange reads the
-//! same file. Keys are 256-bit random strings, so a fast hash is the right one: there is
-//! nothing to guess.
+//! same file, and so do the nodes (`client_keys`), which check the sessions gateways
+//! claim for keys ([`Claim`]). Keys are 256-bit random strings, so a fast hash is the
+//! right one: there is nothing to guess.
+//!
+//! **Client ids.** A client picks its own id; the exchange-wide id is derived from it
+//! and the key's name ([`Principal::client_id`]), so the clients of two keys never share
+//! an exactly-once record, and a client that moves to another gateway finds its session
+//! there. A gateway tells the node which client a session is with a [`Claim`]: for a key
+//! of the file, the key itself (the node hashes it and derives the id again); for the
+//! gateway's own front ends (keys made in its process, or an open gateway), an id in the
+//! gateway's own namespace ([`gateway_client_id`]). So no gateway can register, pre-empt
+//! or read a session of a key it was never shown, or of another gateway's front ends.
 //!
 //! ```toml
 //! [[key]]
@@ -51,12 +63,15 @@ pub struct Principal {
     pub name: String,
     accounts: Vec<u32>,
     pub admin: bool,
+    /// A key of the gateway's own process (its front ends), or the holder of an open
+    /// gateway's sessions: its clients are the gateway's, in its namespace.
+    own: bool,
 }
 
 impl Principal {
     /// The holder every session is on a gateway that runs without keys.
     pub fn open() -> Principal {
-        Principal { name: "open".into(), accounts: Vec::new(), admin: true }
+        Principal { name: "open".into(), accounts: Vec::new(), admin: true, own: true }
     }
 
     /// Whether this key may send `body`. Trading commands need the account; the rest
@@ -102,6 +117,42 @@ impl Principal {
         let id = u64::from_le_bytes(bytes.as_bytes()[..8].try_into().expect("8 bytes"));
         id.max(1)
     }
+
+    /// What a gateway (`gateway`) tells the nodes about this principal's client
+    /// `client`, which authenticated with `key`: the exchange-wide id and its proof.
+    pub fn claim(&self, key: &str, gateway: u32, client: u64) -> Claim {
+        if self.own {
+            let inner = self.client_id(client);
+            Claim { client_id: gateway_client_id(gateway, inner), key: String::new(), local_id: inner }
+        } else {
+            Claim { client_id: self.client_id(client), key: key.to_owned(), local_id: client }
+        }
+    }
+}
+
+/// A gateway's word for which client a session is, checked by the nodes
+/// ([`KeyStore::check_claim`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// The exchange-wide client id the session's commands and reports carry.
+    pub client_id: u64,
+    /// The client's API key, for a key of the file; empty for a session of the
+    /// gateway's own (then `client_id` is in the gateway's namespace).
+    pub key: String,
+    /// The id `client_id` is derived from: the client's own choice (a key of the file),
+    /// or the principal's id of it (the gateway's own).
+    pub local_id: u64,
+}
+
+/// The id of a session of gateway `gateway`'s own front ends (or of an open gateway):
+/// `inner` in that gateway's namespace, which no other gateway can claim.
+pub fn gateway_client_id(gateway: u32, inner: u64) -> u64 {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"bourse gateway client id\0");
+    hasher.update(&gateway.to_le_bytes());
+    hasher.update(&inner.to_le_bytes());
+    let bytes = hasher.finalize();
+    u64::from_le_bytes(bytes.as_bytes()[..8].try_into().expect("8 bytes")).max(1)
 }
 
 /// A cancel of order 0: what a client sends to fill the seq of a command refused before
@@ -136,7 +187,8 @@ impl KeyStore {
             if entry.name.is_empty() {
                 return Err(bad("the name is empty"));
             }
-            let principal = Principal { name: entry.name.clone(), accounts: entry.accounts, admin: entry.admin };
+            let principal =
+                Principal { name: entry.name.clone(), accounts: entry.accounts, admin: entry.admin, own: false };
             if by_hash.insert(hash, Arc::new(principal)).is_some() {
                 return Err(bad("the same key appears twice"));
             }
@@ -160,9 +212,36 @@ impl KeyStore {
     /// the key.
     pub fn add_process_key(&mut self, name: &str, admin: bool) -> String {
         let key = generate_key();
-        let principal = Principal { name: name.to_owned(), accounts: Vec::new(), admin };
+        let principal = Principal { name: name.to_owned(), accounts: Vec::new(), admin, own: true };
         self.by_hash.insert(*blake3::hash(key.as_bytes()).as_bytes(), Arc::new(principal));
         key
+    }
+
+    /// Whether gateway `gateway` may claim `claim`: the key is one of this file's and
+    /// the id is its client's, or the id is in the gateway's own namespace.
+    pub fn check_claim(&self, gateway: u32, claim: &Claim) -> Result<(), String> {
+        let expected = if claim.key.is_empty() {
+            gateway_client_id(gateway, claim.local_id)
+        } else {
+            let principal = self.verify(&claim.key).ok_or_else(|| {
+                format!(
+                    "client {} is claimed with an API key that is not in the nodes' key file (client_keys: add \
+                     the key there and send the nodes SIGHUP)",
+                    claim.client_id
+                )
+            })?;
+            if principal.own {
+                return Err(format!("client {} is claimed with a key of a gateway's own", claim.client_id));
+            }
+            principal.client_id(claim.local_id)
+        };
+        if expected == claim.client_id {
+            Ok(())
+        } else if claim.key.is_empty() {
+            Err(format!("client {} is not in gateway {gateway}'s namespace", claim.client_id))
+        } else {
+            Err(format!("client {} is not a client of the key it is claimed with", claim.client_id))
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -283,6 +362,45 @@ mod tests {
         assert_eq!(alice.client_id(7), alice.client_id(7));
         assert_ne!(alice.client_id(7), bob.client_id(7));
         assert_ne!(alice.client_id(7), alice.client_id(8));
+    }
+
+    #[test]
+    fn claims_hold_only_for_the_key_or_the_gateway_they_name() {
+        let alice_key = generate_key();
+        let mut store = KeyStore::from_entries(vec![entry_for(&alice_key, "alice", vec![1], false)]).unwrap();
+        let front_end = store.add_process_key("xml-front-end", true);
+        let alice = store.verify(&alice_key).unwrap();
+
+        // A key's client: the same id from every gateway, and the key proves it.
+        let claim = alice.claim(&alice_key, 1, 7);
+        assert_eq!(claim, alice.claim(&alice_key, 2, 7), "alike on every gateway");
+        assert_eq!(claim.client_id, alice.client_id(7));
+        assert_eq!(store.check_claim(1, &claim), Ok(()));
+        assert_eq!(store.check_claim(2, &claim), Ok(()));
+        let mut forged = claim.clone();
+        forged.key = generate_key();
+        assert!(store.check_claim(1, &forged).unwrap_err().contains("not in the nodes' key file"));
+        let mut forged = claim.clone();
+        forged.local_id = 8;
+        assert!(store.check_claim(1, &forged).unwrap_err().contains("not a client of the key"));
+        // Without the key, the id can only be claimed in the gateway's own namespace.
+        let mut forged = claim.clone();
+        forged.key.clear();
+        assert!(store.check_claim(1, &forged).unwrap_err().contains("gateway 1's namespace"));
+
+        // A gateway's own front end: its namespace, which no other gateway can claim.
+        let own = store.verify(&front_end).unwrap().claim(&front_end, 1, 7);
+        assert!(own.key.is_empty(), "a process key never leaves its process");
+        assert_eq!(store.check_claim(1, &own), Ok(()));
+        assert!(store.check_claim(2, &own).is_err());
+        assert_ne!(own.client_id, store.verify(&front_end).unwrap().claim(&front_end, 2, 7).client_id);
+        let open = Principal::open();
+        assert_eq!(store.check_claim(3, &open.claim("", 3, 7)), Ok(()));
+        assert!(store.check_claim(4, &open.claim("", 3, 7)).is_err());
+        // A process key sent as if it were a file key is refused: it is not in the file
+        // the nodes read, and on a node that shares the gateway's store it is its own.
+        let smuggled = Claim { client_id: own.client_id, key: front_end.clone(), local_id: 7 };
+        assert!(store.check_claim(1, &smuggled).is_err());
     }
 
     #[test]
