@@ -138,7 +138,7 @@ async fn run_node(
             name = signals.recv() => {
                 if name == "SIGHUP" && reloads {
                     match node.reload_tls() {
-                        Ok(_) => tracing::info!("SIGHUP: the Raft transport's certificates and CRL reloaded"),
+                        Ok(_) => tracing::info!("SIGHUP: the certificates, the CRL and the client key file reloaded"),
                         Err(error) => tracing::error!(%error, "SIGHUP: reload failed; the previous ones stay"),
                     }
                     continue;
@@ -206,6 +206,13 @@ pub enum ClusterCommand {
         data: PathBuf,
         #[arg(long)]
         id: u64,
+    },
+    /// Send SIGHUP to the nodes `cluster up` started in DIR: each re-reads its
+    /// certificates, the CRL and the API key file (DIR/keys.toml), e.g. after
+    /// `bourse gateway key-add --keys DIR/keys.toml` or `bourse pki revoke`.
+    Reload {
+        #[arg(long)]
+        data: PathBuf,
     },
     /// Stop the nodes `cluster up` started in DIR (SIGTERM, then wait).
     Down {
@@ -352,6 +359,7 @@ pub fn run(target: crate::cli::Target, command: ClusterCommand) -> Result<(), St
                 up(count, &data, base_port, &options, target.json).await
             }
             ClusterCommand::Down { data } => down(&data),
+            ClusterCommand::Reload { data } => reload(&data),
             ClusterCommand::Restart { data, id } => restart(&data, id),
             ClusterCommand::Status { data } => {
                 let addresses = match data {
@@ -460,6 +468,11 @@ async fn up(nodes: u64, data: &Path, base_port: u16, options: &UpOptions, as_jso
             &["operator:admin", "observer:history", "gateway:1", "gateway:2", "gateway:3", "gateway:load"],
         )?;
         extra.extend(["--pki".to_string(), pki.display().to_string()]);
+        // The API key file of the gateways (`bourse gateway key-add --keys DATA/keys.toml`):
+        // the nodes check every session a gateway claims for a key against it.
+        if !extra.iter().any(|a| a.starts_with("--client-keys")) {
+            extra.extend(["--client-keys".to_string(), data.join("keys.toml").display().to_string()]);
+        }
         // Gateway 1 may relay its admin keys' commands (day trading, XML, REST admin).
         if !extra.iter().any(|a| a.starts_with("--admin-gateways")) {
             extra.push("--admin-gateways=1".to_string());
@@ -503,6 +516,12 @@ async fn up(nodes: u64, data: &Path, base_port: u16, options: &UpOptions, as_jso
                 pki.display(),
                 addresses.join(",")
             );
+            println!(
+                "API keys: bourse gateway key-add --keys {keys} …, then bourse cluster reload --data {data} \
+                 (the nodes check gateways' sessions against that file); gateways run with --keys {keys}",
+                keys = data.join("keys.toml").display(),
+                data = data.display()
+            );
         }
         println!("stop with: bourse cluster down --data {}", data.display());
     }
@@ -533,6 +552,27 @@ fn restart(data: &Path, id: u64) -> Result<(), String> {
     entry["pid"] = json!(child.id());
     println!("node {id} started again: pid {} api {}", child.id(), node.api);
     std::fs::write(&path, serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?).map_err(|e| e.to_string())
+}
+
+fn reload(data: &Path) -> Result<(), String> {
+    let members = members_of(data)?;
+    let mut signalled = 0;
+    for (id, _, pid) in &members {
+        let sent = Process::new("kill").arg("-HUP").arg(pid.to_string()).stderr(Stdio::null()).status();
+        if sent.is_ok_and(|s| s.success()) {
+            signalled += 1;
+        } else {
+            eprintln!("node {id} (pid {pid}) is not running");
+        }
+    }
+    println!(
+        "sent SIGHUP to {signalled} of {} nodes: they re-read their certificates, CRL and key file",
+        members.len()
+    );
+    if signalled < members.len() {
+        return Err("some nodes are not running".into());
+    }
+    Ok(())
 }
 
 fn down(data: &Path) -> Result<(), String> {
