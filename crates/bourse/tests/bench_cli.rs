@@ -148,6 +148,11 @@ fn order_latency_reports_every_round_of_both_paths() {
         assert_eq!(round["errors"], 0, "{round}");
         assert!(assert_number(round, "/latency_us/p50") > 0.0, "{round}");
         assert!(assert_number(round, "/nodes_cpu_us_per_order") > 0.0, "{round}");
+        // The breakdown from the nodes' /metrics: the leader committed what was acked,
+        // and the Raft logs were synced.
+        let (commit, fsync) = (assert_number(round, "/commit_mean_us"), assert_number(round, "/fsync_mean_us"));
+        assert!(fsync > 0.0 && commit > 0.0, "{round}");
+        assert!(commit < assert_number(round, "/latency_us/max"), "a commit is part of an ack's wait: {round}");
     }
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the scratch directory is removed");
 }

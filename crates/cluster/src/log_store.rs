@@ -499,6 +499,11 @@ impl Debug for LogReader {
 pub type CommandEntry = (u64, Vec<Vec<u8>>);
 
 impl LogReader {
+    /// The log store's counters since open (fdatasync latency among them).
+    pub fn stats(&self) -> LogStoreStats {
+        lock(&self.shared.state).stats.clone()
+    }
+
     /// The first index the log still holds (entries before it were purged).
     pub fn first_index(&self) -> u64 {
         lock(&self.shared.state).start

@@ -148,6 +148,9 @@ pub struct Core {
     sequencer: Sequencer,
     /// Unary submitters waiting for their command to be applied (replicated mode).
     unary: FxHashMap<(ClientId, u64), oneshot::Sender<proto::Ack>>,
+    /// Leader: when each batch still unapplied was proposed, oldest first (entries apply
+    /// in proposal order while one node leads), for `commit_ns`.
+    proposed_at: std::collections::VecDeque<Instant>,
     pending: Arc<Pending>,
     metrics: Arc<Metrics>,
     market: tokio::sync::broadcast::Sender<proto::MarketDataUpdate>,
@@ -203,6 +206,7 @@ impl Core {
             engine,
             sequencer,
             unary: FxHashMap::default(),
+            proposed_at: std::collections::VecDeque::new(),
             pending,
             metrics,
             market,
@@ -373,13 +377,18 @@ impl Core {
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
-                Request::Deposed => self.unary.clear(),
+                Request::Deposed => {
+                    self.unary.clear();
+                    self.proposed_at.clear();
+                }
                 Request::Shutdown => stop = true,
             }
         }
         self.pending.push(self.next_index - 1, outputs);
         let Sequencer::Raft(replica) = &self.sequencer else { unreachable!("replicated") };
+        let now = Instant::now();
         for batch in proposals {
+            self.proposed_at.push_back(now);
             if replica.proposer.send(batch).is_err() {
                 // The node is stopping; nothing proposed was acknowledged.
                 break;
@@ -497,6 +506,10 @@ impl Core {
             self.flush_feed(entry.index, self.ts_last, outputs);
             return;
         };
+        if let Some(proposed) = self.proposed_at.pop_front() {
+            let ns = u64::try_from(proposed.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.metrics.commit_ns.lock().expect("metrics lock").record(ns);
+        }
         for bytes in batch.iter() {
             let command = match committed_command(&self.engine, bytes) {
                 Ok(command) => command,

@@ -64,6 +64,11 @@ pub struct Metrics {
     pub fair_held: AtomicI64,
     /// How long each batch was held, in nanoseconds.
     pub fair_held_ns: std::sync::Mutex<Log2Histogram>,
+    /// Leader: from proposing a batch to applying it, in nanoseconds (Raft's append,
+    /// replication, both fdatasyncs and the commit; not the client's hops).
+    pub commit_ns: std::sync::Mutex<Log2Histogram>,
+    /// Replicated: the Raft log, whose fdatasync latency is rendered with the rest.
+    pub raft_log: std::sync::OnceLock<bourse_cluster::log_store::LogReader>,
     /// Text other parts of the process append at each scrape (an in-process history sink).
     pub extra: Extra,
 }
@@ -237,6 +242,19 @@ impl Metrics {
         histogram(&mut out, "sequencer_hold_seconds", "Time a gateway batch waited.", &held, 1e-9);
         let batch = self.batch_commands.lock().expect("metrics lock").clone();
         histogram(&mut out, "batch_commands", "Commands per core batch.", &batch, 1.0);
+        let commit = self.commit_ns.lock().expect("metrics lock").clone();
+        histogram(
+            &mut out,
+            "commit_seconds",
+            "Leader: from proposing a batch to applying it (append, replication, fdatasyncs, commit).",
+            &commit,
+            1e-9,
+        );
+        if let Some(log) = self.raft_log.get() {
+            let stats = log.stats();
+            counter(&mut out, "fsyncs_total", "fdatasync calls on the Raft log.", "counter", stats.journal.syncs);
+            histogram(&mut out, "fsync_seconds", "Raft log fdatasync latency.", &stats.journal.sync_latency_ns, 1e-9);
+        }
         if let Some(journal) = journal {
             let stats = journal.stats();
             counter(&mut out, "durable_index", "Highest log index made durable.", "gauge", stats.durable_index);

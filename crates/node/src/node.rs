@@ -427,6 +427,7 @@ impl Node {
             Arc::clone(&sessions),
             core_sender.clone(),
         ));
+        let _ = metrics.raft_log.set(member.log_reader());
         let log =
             LogSource::Raft { reader: member.log_reader(), snapshots: config.data.join("raft").join("snapshots") };
         let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });

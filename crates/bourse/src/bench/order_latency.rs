@@ -7,7 +7,11 @@
 //! the nodes (and this process, the clients) spent per order; direct to the nodes and
 //! through one gateway (in this process, linking as `gateway:1`, its clients on its
 //! plaintext client port). Beside them, the disk's `fdatasync` p50, measured in the
-//! same run on the same file system, which the one-client latency is held against.
+//! same run on the same file system, which the one-client latency is held against, and
+//! where an order's time goes, from the nodes' `/metrics` over the round: the mean
+//! Raft-log fdatasync of the three nodes, and the leader's mean time from proposing a
+//! batch to applying it (append, replication, both fdatasyncs, commit); the rest of an
+//! ack's latency is the hops between the client and the leader's core.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -69,6 +73,61 @@ pub fn run(args: &OrderLatencyArgs) -> Result<(), String> {
 struct Cluster {
     children: Vec<std::process::Child>,
     addresses: Vec<String>,
+    /// Each node's `/metrics` address.
+    metrics: Vec<String>,
+}
+
+/// Sums and counts of the nodes' `commit_seconds` and `fsync_seconds` (all nodes).
+#[derive(Clone, Copy, Debug, Default)]
+struct Timings {
+    commit_sum: f64,
+    commit_count: f64,
+    fsync_sum: f64,
+    fsync_count: f64,
+}
+
+impl Timings {
+    /// Scrapes every node (a node that does not answer adds nothing).
+    async fn scrape(cluster: &Cluster) -> Timings {
+        let mut sums = Timings::default();
+        for address in &cluster.metrics {
+            let Ok(text) = scrape(address).await else { continue };
+            for line in text.lines() {
+                let Some((name, value)) = line.split_once(' ') else { continue };
+                let Ok(value) = value.trim().parse::<f64>() else { continue };
+                match name {
+                    "bourse_commit_seconds_sum" => sums.commit_sum += value,
+                    "bourse_commit_seconds_count" => sums.commit_count += value,
+                    "bourse_fsync_seconds_sum" => sums.fsync_sum += value,
+                    "bourse_fsync_seconds_count" => sums.fsync_count += value,
+                    _ => {}
+                }
+            }
+        }
+        sums
+    }
+
+    /// Mean commit and fdatasync times in µs between `before` and `self`.
+    fn means_since(&self, before: &Timings) -> (Option<f64>, Option<f64>) {
+        let mean = |sum: f64, count: f64| (count > 0.0).then(|| sum * 1e6 / count);
+        (
+            mean(self.commit_sum - before.commit_sum, self.commit_count - before.commit_count),
+            mean(self.fsync_sum - before.fsync_sum, self.fsync_count - before.fsync_count),
+        )
+    }
+}
+
+/// GET /metrics of `address` (plain HTTP/1.0): the body.
+async fn scrape(address: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.map_err(|e| e.to_string())?;
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n").await.map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default())
+    };
+    tokio::time::timeout(Duration::from_secs(5), fetch).await.map_err(|_| "timed out".to_string())?
 }
 
 impl Cluster {
@@ -140,12 +199,23 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
 
     println!("fdatasync p50 {} µs (the cluster's file system, this run)", fsync.as_micros());
     println!(
-        "{:8} {:>7} {:>10} {:>9} {:>9} {:>9} {:>7} {:>13} {:>13}",
-        "via", "clients", "orders/s", "p50 µs", "p99 µs", "p99.9 µs", "p50/fs", "nodes µs CPU", "client µs CPU"
+        "{:8} {:>7} {:>10} {:>9} {:>9} {:>9} {:>7} {:>13} {:>13} {:>10} {:>10}",
+        "via",
+        "clients",
+        "orders/s",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "p50/fs",
+        "nodes µs CPU",
+        "client µs CPU",
+        "commit µs",
+        "fsync µs"
     );
+    let shown = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
     for r in &rounds {
         println!(
-            "{:8} {:>7} {:>10.0} {:>9} {:>9} {:>9} {:>7.2} {:>13.1} {:>13.1}",
+            "{:8} {:>7} {:>10.0} {:>9} {:>9} {:>9} {:>7.2} {:>13.1} {:>13.1} {:>10} {:>10}",
             r.via,
             r.clients,
             r.report.throughput,
@@ -155,6 +225,8 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
             r.report.latency_us.p50 as f64 / fsync.as_micros().max(1) as f64,
             r.nodes_cpu_us_per_order,
             r.clients_cpu_us_per_order,
+            shown(r.commit_mean_us),
+            shown(r.fsync_mean_us),
         );
     }
     if args.json {
@@ -179,6 +251,10 @@ struct Round {
     report: LoadReport,
     nodes_cpu_us_per_order: f64,
     clients_cpu_us_per_order: f64,
+    /// The leader's mean time from proposing a batch to applying it.
+    commit_mean_us: Option<f64>,
+    /// The nodes' mean Raft-log fdatasync.
+    fsync_mean_us: Option<f64>,
 }
 
 impl Round {
@@ -190,6 +266,7 @@ impl Round {
             "latency_us": { "p50": l.p50, "p99": l.p99, "p999": l.p999, "max": l.max },
             "nodes_cpu_us_per_order": self.nodes_cpu_us_per_order,
             "clients_cpu_us_per_order": self.clients_cpu_us_per_order,
+            "commit_mean_us": self.commit_mean_us, "fsync_mean_us": self.fsync_mean_us,
         })
     }
 }
@@ -221,9 +298,13 @@ async fn measure(
     };
     let nodes_before = cpu_seconds(&cluster.pids());
     let self_before = cpu_seconds(&[std::process::id()]);
+    let timings_before = Timings::scrape(cluster).await;
     let report = run_load(config).await.map_err(|e| format!("{via}, {clients} clients: {e}"))?;
+    let (commit_mean_us, fsync_mean_us) = Timings::scrape(cluster).await.means_since(&timings_before);
     let per_order = |seconds: f64| seconds * 1e6 / report.acked.max(1) as f64;
     let round = Round {
+        commit_mean_us,
+        fsync_mean_us,
         via,
         clients,
         nodes_cpu_us_per_order: per_order(cpu_seconds(&cluster.pids()) - nodes_before),
@@ -288,10 +369,19 @@ async fn start_cluster(data: &Path, pki: &Path, base_port: u16) -> Result<Cluste
         nodes.push(LocalNode { id, api: port(id)?, raft: port(100 + id)?, dir: data.join(format!("node{id}")) });
     }
     let bootstrap = nodes.iter().map(|n| format!("{}={}/{}", n.id, n.api, n.raft)).collect::<Vec<_>>().join(",");
-    let extra = vec!["--pki".to_string(), pki.display().to_string(), "--admin-gateways=1".to_string()];
-    let mut cluster = Cluster { children: Vec::new(), addresses: nodes.iter().map(|n| n.api.clone()).collect() };
+    let mut cluster =
+        Cluster { children: Vec::new(), addresses: nodes.iter().map(|n| n.api.clone()).collect(), metrics: Vec::new() };
     for node in &nodes {
+        let metrics = port(200 + node.id)?;
+        let extra = [
+            "--pki".to_string(),
+            pki.display().to_string(),
+            "--admin-gateways=1".to_string(),
+            "--metrics-listen".to_string(),
+            metrics.clone(),
+        ];
         cluster.children.push(spawn_tethered_node(&exe, node, &bootstrap, &extra)?);
+        cluster.metrics.push(metrics);
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
