@@ -152,6 +152,9 @@ fn order_latency_reports_every_round_of_both_paths() {
         // and the Raft logs were synced.
         let (commit, fsync) = (assert_number(round, "/commit_mean_us"), assert_number(round, "/fsync_mean_us"));
         assert!(fsync > 0.0 && commit > 0.0, "{round}");
+        // ... and the leader's replication round trips and the followers' service of them.
+        let trip = assert_number(round, "/append_round_trip_mean_us");
+        assert!(trip > 0.0 && assert_number(round, "/append_served_mean_us") > 0.0, "{round}");
         assert!(commit < assert_number(round, "/latency_us/max"), "a commit is part of an ack's wait: {round}");
     }
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the scratch directory is removed");

@@ -84,6 +84,8 @@ pub struct Member<M: Machine> {
     raft: Raft<StateMachine<M>>,
     /// Reads the log for the history's log stream.
     log: crate::log_store::LogReader,
+    /// Replication timings of the transport, both sides.
+    stats: Arc<crate::transport::TransportStats>,
     id: NodeId,
     leadership: watch::Receiver<Leadership>,
     stop: watch::Sender<bool>,
@@ -124,7 +126,13 @@ impl<M: Machine> Member<M> {
         let log_store = LogStore::open(&config.dir.join("raft-log")).map_err(raft_error)?;
         let log = log_store.reader();
         let client_tls = config.tls.clone();
-        let network_config = NetworkConfig { bind_ip: config.bind_ip, tls: client_tls, ..NetworkConfig::default() };
+        let stats = Arc::new(crate::transport::TransportStats::default());
+        let network_config = NetworkConfig {
+            bind_ip: config.bind_ip,
+            tls: client_tls,
+            stats: Arc::clone(&stats),
+            ..NetworkConfig::default()
+        };
         let network = Network::new(config.id, network_config);
         let raft =
             openraft::Raft::new(config.id, raft_config, network, log_store, state_machine).await.map_err(raft_error)?;
@@ -141,6 +149,7 @@ impl<M: Machine> Member<M> {
             raft.clone(),
             server_tls,
             config.snapshot_bytes_max,
+            Arc::clone(&stats),
             transport_stopping,
         )));
 
@@ -151,6 +160,27 @@ impl<M: Machine> Member<M> {
                 tracing::info!(members = members.len(), "initializing a new cluster");
                 raft.initialize(members).await.map_err(raft_error)?;
             }
+        }
+
+        // Diagnostics (feature `raft-stages`): openraft's per-stage latency of the
+        // entries (proposed, received, submitted, persisted, committed, applied) every N
+        // seconds in the log.
+        #[cfg(feature = "raft-stages")]
+        if let Some(secs) = std::env::var("BOURSE_RAFT_STAGES_SECS").ok().and_then(|v| v.parse::<u64>().ok()) {
+            let observed = raft.clone();
+            let mut stop = stopping.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(secs.max(1))) => {}
+                        _ = stop.wait_for(|stop| *stop) => return,
+                    }
+                    if let Ok(stats) = observed.runtime_stats().await {
+                        let stages = stats.log_stage.compute_histograms();
+                        tracing::info!("raft entry stages:\n{stages}");
+                    }
+                }
+            }));
         }
 
         let proposing = raft.clone();
@@ -225,12 +255,17 @@ impl<M: Machine> Member<M> {
                 }
             }
         }));
-        Ok(Member { raft, log, id: config.id, leadership, stop, tasks: std::sync::Mutex::new(tasks) })
+        Ok(Member { raft, log, stats, id: config.id, leadership, stop, tasks: std::sync::Mutex::new(tasks) })
     }
 
     /// A reader of this member's log (the history's log stream reads committed entries).
     pub fn log_reader(&self) -> crate::log_store::LogReader {
         self.log.clone()
+    }
+
+    /// Replication timings of the transport (`bourse_raft_*` in the node's metrics).
+    pub fn transport_stats(&self) -> Arc<crate::transport::TransportStats> {
+        Arc::clone(&self.stats)
     }
 
     pub fn id(&self) -> NodeId {

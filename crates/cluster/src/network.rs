@@ -70,6 +70,8 @@ pub struct NetworkConfig {
     /// certificate is presented, and every peer's is checked against the CA and its
     /// revocation list, for the address dialed, and must name the role `node`.
     pub tls: Option<MemberTls>,
+    /// Where replication round trips are recorded (shared with the transport's server).
+    pub stats: Arc<crate::transport::TransportStats>,
 }
 
 impl Default for NetworkConfig {
@@ -80,6 +82,7 @@ impl Default for NetworkConfig {
             snapshot_chunk: 1 << 20,
             reply_timeout_min: Duration::from_millis(500),
             tls: None,
+            stats: Arc::default(),
         }
     }
 }
@@ -529,7 +532,11 @@ impl Session<'_> {
         };
         self.progress = Some(Instant::now());
         match res {
-            Ok(Ok(matched)) => Some(Ok(Ok(matched))),
+            Ok(Ok(matched)) => {
+                let sent_at = sent_at.into_std();
+                crate::transport::TransportStats::record(&self.client.config.stats.append_round_trip_ns, sent_at);
+                Some(Ok(Ok(matched)))
+            }
             Ok(Err(refused)) => {
                 // openraft ends the session here; so does the server. Requests written
                 // after this one get no reply, so the connection cannot be reused.

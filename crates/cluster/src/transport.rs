@@ -38,6 +38,7 @@
 use std::future::Future;
 use std::io::Cursor;
 use std::pin::pin;
+use std::sync::Arc;
 
 use bourse_pki::{ReloadableServerConfig, Role};
 
@@ -275,6 +276,25 @@ async fn fill<R: AsyncRead + Unpin>(r: &mut R, v: &mut Vec<u8>, n: u64) -> Resul
 /// accepting and cuts every open connection (peers see the node as gone, as after a
 /// crash), and returns.
 ///
+/// Timings of replication as the transport sees them, on both sides (what the node's
+/// `/metrics` shows as `bourse_raft_*`).
+#[derive(Debug, Default)]
+pub struct TransportStats {
+    /// Follower: from reading an AppendEntries request of a stream to writing its reply
+    /// (openraft's append, the log's fdatasync, the reply), in nanoseconds.
+    pub append_served_ns: std::sync::Mutex<bourse_journal::Log2Histogram>,
+    /// Leader: from writing an AppendEntries request of a stream to reading its reply
+    /// (the network both ways and the follower's service), in nanoseconds.
+    pub append_round_trip_ns: std::sync::Mutex<bourse_journal::Log2Histogram>,
+}
+
+impl TransportStats {
+    pub(crate) fn record(histogram: &std::sync::Mutex<bourse_journal::Log2Histogram>, since: std::time::Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        histogram.lock().unwrap_or_else(std::sync::PoisonError::into_inner).record(ns);
+    }
+}
+
 /// Each connection is one task; a protocol error ends that connection only. Accept errors
 /// (for example out of file descriptors) are logged and retried after a short pause.
 pub async fn serve<SM>(
@@ -282,6 +302,7 @@ pub async fn serve<SM>(
     raft: Raft<SM>,
     tls: Option<MemberTls>,
     snapshot_bytes_max: u32,
+    stats: Arc<TransportStats>,
     shutdown: impl Future<Output = ()> + Send,
 ) where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
@@ -296,6 +317,7 @@ pub async fn serve<SM>(
                 Ok((stream, peer)) => {
                     let raft = raft.clone();
                     let tls = tls.clone();
+                    let stats = Arc::clone(&stats);
                     conns.spawn(async move {
                         let served = match tls {
                             Some(tls) => {
@@ -304,7 +326,7 @@ pub async fn serve<SM>(
                                     // A reload ends the connection: the peer comes back
                                     // through a new handshake.
                                     Ok(stream) => tokio::select! {
-                                        served = serve_conn(stream, raft, snapshot_bytes_max) => served,
+                                        served = serve_conn(stream, raft, snapshot_bytes_max, &stats) => served,
                                         _ = reloads.changed() => Ok(()),
                                     },
                                     Err(refused) => {
@@ -314,7 +336,7 @@ pub async fn serve<SM>(
                                 }
                             }
                             None => match stream.set_nodelay(true) {
-                                Ok(()) => serve_conn(stream, raft, snapshot_bytes_max).await,
+                                Ok(()) => serve_conn(stream, raft, snapshot_bytes_max, &stats).await,
                                 Err(e) => Err(e.into()),
                             },
                         };
@@ -353,14 +375,19 @@ async fn accept_member(
     }
 }
 
-async fn serve_conn<SM, S>(stream: S, raft: Raft<SM>, snapshot_bytes_max: u32) -> Result<(), FrameError>
+async fn serve_conn<SM, S>(
+    stream: S,
+    raft: Raft<SM>,
+    snapshot_bytes_max: u32,
+    stats: &TransportStats,
+) -> Result<(), FrameError>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
     S: AsyncRead + AsyncWrite + Send + Unpin,
 {
     let (rd, mut wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(64 << 10, rd);
-    let res = conn_loop(&mut rd, &mut wr, &raft, snapshot_bytes_max).await;
+    let res = conn_loop(&mut rd, &mut wr, &raft, snapshot_bytes_max, stats).await;
     if let Err(e) = &res {
         if !matches!(e, FrameError::Io(_)) {
             // Best effort: tell the peer why before closing.
@@ -372,7 +399,13 @@ where
     res
 }
 
-async fn conn_loop<SM, R, W>(rd: &mut R, wr: &mut W, raft: &Raft<SM>, snapshot_bytes_max: u32) -> Result<(), FrameError>
+async fn conn_loop<SM, R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    raft: &Raft<SM>,
+    snapshot_bytes_max: u32,
+    stats: &TransportStats,
+) -> Result<(), FrameError>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
     R: AsyncRead + Unpin,
@@ -407,7 +440,7 @@ where
                 encode_frame(FrameKind::SnapshotReply, &res)?
             }
             FrameKind::StreamAppend => {
-                stream_session(frame.decode()?, rd, wr, raft).await?;
+                stream_session(frame.decode()?, rd, wr, raft, stats).await?;
                 encode_frame(FrameKind::StreamEndAck, &())?
             }
             other => return Err(FrameError::Unexpected(other)),
@@ -425,12 +458,16 @@ async fn stream_session<SM, R, W>(
     rd: &mut R,
     wr: &mut W,
     raft: &Raft<SM>,
+    stats: &TransportStats,
 ) -> Result<(), FrameError>
 where
     SM: RaftStateMachine<TypeConfig, SnapshotData = SnapshotData>,
     R: AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
+    // When each request still unanswered was read: replies come in request order.
+    let read_at = std::sync::Mutex::new(std::collections::VecDeque::from([std::time::Instant::now()]));
+    let read_at = &read_at;
     let (tx, rx) = mpsc::channel::<AppendEntriesRequest>(STREAM_WINDOW);
     // The receiver is alive and the channel empty: this cannot fail.
     let _ = tx.try_send(first);
@@ -442,6 +479,10 @@ where
             let frame = read_frame(rd).await?.ok_or(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()))?;
             match frame.kind {
                 FrameKind::StreamAppend => {
+                    read_at
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push_back(std::time::Instant::now());
                     let req: AppendEntriesRequest = frame.decode()?;
                     // Fails once openraft has ended the session on an error reply: the
                     // client discards everything after that reply, so drop the request.
@@ -460,6 +501,10 @@ where
             let last = !matches!(item, Ok(Ok(_)));
             let item = item.map_err(|fatal| fatal.to_string());
             wr.write_all(&encode_frame(FrameKind::StreamReply, &item)?).await?;
+            let read = read_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
+            if let Some(read) = read {
+                TransportStats::record(&stats.append_served_ns, read);
+            }
             if last {
                 break;
             }

@@ -313,7 +313,7 @@ impl Cluster {
             let sm = MemSm::default();
             let raft = Raft::new(id, config.clone(), net, MemLog::default(), sm.clone()).await.unwrap();
             let (stop, stopped) = oneshot::channel::<()>();
-            let server = tokio::spawn(serve(listener, raft.clone(), None, u32::MAX, async move {
+            let server = tokio::spawn(serve(listener, raft.clone(), None, u32::MAX, Default::default(), async move {
                 let _ = stopped.await;
             }));
             nodes.push(Node { id, raft, sm, stop: Some(stop), server });
@@ -407,7 +407,7 @@ async fn lone_node_with(tls: Option<MemberTls>) -> (Raft<MemSm>, SocketAddr, one
             .await
             .unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(serve(listener, raft.clone(), tls, u32::MAX, async move {
+    tokio::spawn(serve(listener, raft.clone(), tls, u32::MAX, Default::default(), async move {
         let _ = stopped.await;
     }));
     (raft, addr, stop)

@@ -69,6 +69,8 @@ pub struct Metrics {
     pub commit_ns: std::sync::Mutex<Log2Histogram>,
     /// Replicated: the Raft log, whose fdatasync latency is rendered with the rest.
     pub raft_log: std::sync::OnceLock<bourse_cluster::log_store::LogReader>,
+    /// Replicated: the Raft transport's replication timings.
+    pub raft_transport: std::sync::OnceLock<std::sync::Arc<bourse_cluster::transport::TransportStats>>,
     /// Text other parts of the process append at each scrape (an in-process history sink).
     pub extra: Extra,
 }
@@ -254,6 +256,23 @@ impl Metrics {
             let stats = log.stats();
             counter(&mut out, "fsyncs_total", "fdatasync calls on the Raft log.", "counter", stats.journal.syncs);
             histogram(&mut out, "fsync_seconds", "Raft log fdatasync latency.", &stats.journal.sync_latency_ns, 1e-9);
+        }
+        if let Some(transport) = self.raft_transport.get() {
+            let lock = |h: &std::sync::Mutex<Log2Histogram>| h.lock().expect("metrics lock").clone();
+            histogram(
+                &mut out,
+                "raft_append_served_seconds",
+                "Follower: from reading an AppendEntries request to writing its reply.",
+                &lock(&transport.append_served_ns),
+                1e-9,
+            );
+            histogram(
+                &mut out,
+                "raft_append_round_trip_seconds",
+                "Leader: from writing an AppendEntries request to reading its reply.",
+                &lock(&transport.append_round_trip_ns),
+                1e-9,
+            );
         }
         if let Some(journal) = journal {
             let stats = journal.stats();

@@ -428,6 +428,7 @@ impl Node {
             core_sender.clone(),
         ));
         let _ = metrics.raft_log.set(member.log_reader());
+        let _ = metrics.raft_transport.set(member.transport_stats());
         let log =
             LogSource::Raft { reader: member.log_reader(), snapshots: config.data.join("raft").join("snapshots") };
         let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });

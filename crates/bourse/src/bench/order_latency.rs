@@ -10,8 +10,10 @@
 //! same run on the same file system, which the one-client latency is held against, and
 //! where an order's time goes, from the nodes' `/metrics` over the round: the mean
 //! Raft-log fdatasync of the three nodes, and the leader's mean time from proposing a
-//! batch to applying it (append, replication, both fdatasyncs, commit); the rest of an
-//! ack's latency is the hops between the client and the leader's core.
+//! batch to applying it (append, replication, both fdatasyncs, commit), within it the
+//! leader's round trip of an AppendEntries request on the replication stream and the
+//! follower's time serving one; the rest of an ack's latency is the hops between the
+//! client and the leader's core.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -84,6 +86,23 @@ struct Timings {
     commit_count: f64,
     fsync_sum: f64,
     fsync_count: f64,
+    round_trip_sum: f64,
+    round_trip_count: f64,
+    served_sum: f64,
+    served_count: f64,
+}
+
+/// Mean µs of each part of a commit over a round (`None`: nothing recorded).
+#[derive(Clone, Copy, Debug, Default)]
+struct Breakdown {
+    /// Leader: proposal to application.
+    commit: Option<f64>,
+    /// Every node's Raft-log fdatasync.
+    fsync: Option<f64>,
+    /// Leader: an AppendEntries request written to its reply read.
+    round_trip: Option<f64>,
+    /// Follower: an AppendEntries request read to its reply written.
+    served: Option<f64>,
 }
 
 impl Timings {
@@ -100,6 +119,10 @@ impl Timings {
                     "bourse_commit_seconds_count" => sums.commit_count += value,
                     "bourse_fsync_seconds_sum" => sums.fsync_sum += value,
                     "bourse_fsync_seconds_count" => sums.fsync_count += value,
+                    "bourse_raft_append_round_trip_seconds_sum" => sums.round_trip_sum += value,
+                    "bourse_raft_append_round_trip_seconds_count" => sums.round_trip_count += value,
+                    "bourse_raft_append_served_seconds_sum" => sums.served_sum += value,
+                    "bourse_raft_append_served_seconds_count" => sums.served_count += value,
                     _ => {}
                 }
             }
@@ -107,13 +130,18 @@ impl Timings {
         sums
     }
 
-    /// Mean commit and fdatasync times in µs between `before` and `self`.
-    fn means_since(&self, before: &Timings) -> (Option<f64>, Option<f64>) {
+    /// Mean times in µs between `before` and `self`.
+    fn means_since(&self, before: &Timings) -> Breakdown {
         let mean = |sum: f64, count: f64| (count > 0.0).then(|| sum * 1e6 / count);
-        (
-            mean(self.commit_sum - before.commit_sum, self.commit_count - before.commit_count),
-            mean(self.fsync_sum - before.fsync_sum, self.fsync_count - before.fsync_count),
-        )
+        Breakdown {
+            commit: mean(self.commit_sum - before.commit_sum, self.commit_count - before.commit_count),
+            fsync: mean(self.fsync_sum - before.fsync_sum, self.fsync_count - before.fsync_count),
+            round_trip: mean(
+                self.round_trip_sum - before.round_trip_sum,
+                self.round_trip_count - before.round_trip_count,
+            ),
+            served: mean(self.served_sum - before.served_sum, self.served_count - before.served_count),
+        }
     }
 }
 
@@ -199,7 +227,7 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
 
     println!("fdatasync p50 {} µs (the cluster's file system, this run)", fsync.as_micros());
     println!(
-        "{:8} {:>7} {:>10} {:>9} {:>9} {:>9} {:>7} {:>13} {:>13} {:>10} {:>10}",
+        "{:8} {:>7} {:>10} {:>9} {:>9} {:>9} {:>7} {:>13} {:>13} {:>10} {:>10} {:>10} {:>10}",
         "via",
         "clients",
         "orders/s",
@@ -210,12 +238,14 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
         "nodes µs CPU",
         "client µs CPU",
         "commit µs",
-        "fsync µs"
+        "fsync µs",
+        "r-trip µs",
+        "served µs"
     );
     let shown = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
     for r in &rounds {
         println!(
-            "{:8} {:>7} {:>10.0} {:>9} {:>9} {:>9} {:>7.2} {:>13.1} {:>13.1} {:>10} {:>10}",
+            "{:8} {:>7} {:>10.0} {:>9} {:>9} {:>9} {:>7.2} {:>13.1} {:>13.1} {:>10} {:>10} {:>10} {:>10}",
             r.via,
             r.clients,
             r.report.throughput,
@@ -225,8 +255,10 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
             r.report.latency_us.p50 as f64 / fsync.as_micros().max(1) as f64,
             r.nodes_cpu_us_per_order,
             r.clients_cpu_us_per_order,
-            shown(r.commit_mean_us),
-            shown(r.fsync_mean_us),
+            shown(r.breakdown.commit),
+            shown(r.breakdown.fsync),
+            shown(r.breakdown.round_trip),
+            shown(r.breakdown.served),
         );
     }
     if args.json {
@@ -251,10 +283,8 @@ struct Round {
     report: LoadReport,
     nodes_cpu_us_per_order: f64,
     clients_cpu_us_per_order: f64,
-    /// The leader's mean time from proposing a batch to applying it.
-    commit_mean_us: Option<f64>,
-    /// The nodes' mean Raft-log fdatasync.
-    fsync_mean_us: Option<f64>,
+    /// Where a commit's time went (means over the round).
+    breakdown: Breakdown,
 }
 
 impl Round {
@@ -266,7 +296,9 @@ impl Round {
             "latency_us": { "p50": l.p50, "p99": l.p99, "p999": l.p999, "max": l.max },
             "nodes_cpu_us_per_order": self.nodes_cpu_us_per_order,
             "clients_cpu_us_per_order": self.clients_cpu_us_per_order,
-            "commit_mean_us": self.commit_mean_us, "fsync_mean_us": self.fsync_mean_us,
+            "commit_mean_us": self.breakdown.commit, "fsync_mean_us": self.breakdown.fsync,
+            "append_round_trip_mean_us": self.breakdown.round_trip,
+            "append_served_mean_us": self.breakdown.served,
         })
     }
 }
@@ -300,11 +332,10 @@ async fn measure(
     let self_before = cpu_seconds(&[std::process::id()]);
     let timings_before = Timings::scrape(cluster).await;
     let report = run_load(config).await.map_err(|e| format!("{via}, {clients} clients: {e}"))?;
-    let (commit_mean_us, fsync_mean_us) = Timings::scrape(cluster).await.means_since(&timings_before);
+    let breakdown = Timings::scrape(cluster).await.means_since(&timings_before);
     let per_order = |seconds: f64| seconds * 1e6 / report.acked.max(1) as f64;
     let round = Round {
-        commit_mean_us,
-        fsync_mean_us,
+        breakdown,
         via,
         clients,
         nodes_cpu_us_per_order: per_order(cpu_seconds(&cluster.pids()) - nodes_before),
