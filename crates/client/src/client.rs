@@ -528,6 +528,11 @@ async fn run_stream(shared: &Shared, stream: &mut Stream) -> StreamEnd {
                     }
                 }
                 Ok(None) => return StreamEnd::Broken("the node ended the stream".into()),
+                // Refused, not broken: the same session would be refused again (a key the
+                // nodes do not know, a caller whose role may not do this).
+                Err(status) if matches!(status.code(), tonic::Code::PermissionDenied | tonic::Code::Unauthenticated) => {
+                    return StreamEnd::Fatal(status.into())
+                }
                 Err(status) => return StreamEnd::Broken(format!("{:?}: {}", status.code(), status.message())),
             },
             () = shared.wake.notified() => {}
