@@ -109,7 +109,7 @@ async fn order_entry(
     batch.acks.into_iter().next().ok_or_else(|| tonic::Status::internal("a batch without an ack"))
 }
 
-/// Opens GatewayLink.Link on `api` as `tls`, sends `first`, and returns what the node
+/// Opens GatewayLink.Link on `api` as `tls`, sends `first`, and returns how the node
 /// answers within `wait`: `Ok(())` if the link is still open then.
 async fn link(
     api: std::net::SocketAddr,
@@ -117,35 +117,7 @@ async fn link(
     first: proto::GatewayUp,
     wait: Duration,
 ) -> Result<(), tonic::Status> {
-    let channel = channel(api, Some(tls)).await.map_err(tonic::Status::unavailable)?;
-    let (up, rx) = tokio::sync::mpsc::channel(16);
-    let gateway = first.gateway;
-    up.send(first).await.expect("send");
-    // Heartbeats keep a good link from being ended for silence.
-    let beats = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let heartbeat = proto::GatewayUp { gateway, watermark: now_ns(), ..Default::default() };
-            if up.send(heartbeat).await.is_err() {
-                break;
-            }
-        }
-    });
-    let mut client = proto::gateway_link_client::GatewayLinkClient::new(channel);
-    let opened = client.link(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
-    let result = match opened {
-        Err(status) => Err(status),
-        Ok(response) => {
-            let mut down = response.into_inner();
-            match tokio::time::timeout(wait, down.message()).await {
-                Err(_) => Ok(()),
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(status)) => Err(status),
-            }
-        }
-    };
-    beats.abort();
-    result
+    link_downs(api, tls, first, wait).await.map(|_| ())
 }
 
 /// Opens GatewayLink.Link on `api` as `tls`, sends `first`, and gathers what the node
