@@ -277,6 +277,14 @@ pub fn entry_for(key: &str, name: &str, accounts: Vec<u32>, admin: bool) -> KeyE
 /// Adds an entry to the key file at `path` (created if absent), refusing a name that
 /// is already there.
 pub fn append(path: &Path, entry: KeyEntry) -> Result<(), KeyError> {
+    // The file is replaced by a rename: never do that to a device or a directory (a
+    // mistyped `--keys /dev/null` would otherwise put a regular file in its place).
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() {
+            let reason = "not a regular file: give the path of a key file (created if absent)".to_string();
+            return Err(KeyError::File { path: path.display().to_string(), reason });
+        }
+    }
     let mut file = read_file(path)?;
     if file.key.iter().any(|k| k.name == entry.name) {
         return Err(KeyError::Entry { name: entry.name, reason: "a key of this name exists".into() });
@@ -417,5 +425,9 @@ mod tests {
         assert!(KeyStore::from_entries(vec![bad]).is_err());
         std::fs::write(&path, "[[key]]\nname = 1\n").unwrap();
         assert!(matches!(KeyStore::load(&path), Err(KeyError::File { .. })));
+        // Not a regular file: refused, and left as it is.
+        let refused = append(dir.path(), entry_for("k", "bob", vec![], false)).unwrap_err();
+        assert!(refused.to_string().contains("not a regular file"), "{refused}");
+        assert!(dir.path().is_dir());
     }
 }
