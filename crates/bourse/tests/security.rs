@@ -455,44 +455,41 @@ async fn every_forged_or_unauthorised_call_is_refused_and_no_state_changes() {
     let alice = bourse_gateway::KeyStore::from_entries(vec![alice_entry.clone()]).expect("keys");
     let alice = alice.verify(&alice_key).expect("alice");
     let wait = Duration::from_secs(2);
-    let stolen = as_proto(own.clone());
-    claim_refused(
-        "gateway 2 claiming gateway 1's own client",
-        link_downs(api, &gateway2, claimed_batch(2, Some(stolen), own.client_id, &cancel), wait).await,
-        own.client_id,
-        "not in gateway 2's namespace",
-    );
     let victim = alice.claim(&alice_key, 2, 9);
-    let mut keyless = as_proto(victim.clone());
-    keyless.key.clear();
-    claim_refused(
-        "gateway 2 claiming alice's client without her key",
-        link_downs(api, &gateway2, claimed_batch(2, Some(keyless), victim.client_id, &cancel), wait).await,
-        victim.client_id,
-        "not in gateway 2's namespace",
-    );
-    let mut wrong_key = as_proto(victim.clone());
-    wrong_key.key = bob_key.clone();
-    claim_refused(
-        "gateway 2 claiming alice's client with bob's key",
-        link_downs(api, &gateway2, claimed_batch(2, Some(wrong_key), victim.client_id, &cancel), wait).await,
-        victim.client_id,
-        "not in the nodes' key file",
-    );
-    let mut other_client = as_proto(victim.clone());
-    other_client.local_id = 10;
-    claim_refused(
-        "gateway 2 claiming alice's client 9 as her client 10",
-        link_downs(api, &gateway2, claimed_batch(2, Some(other_client), victim.client_id, &cancel), wait).await,
-        victim.client_id,
-        "not a client of the key",
-    );
-    claim_refused(
-        "gateway 2 sending for alice's client without a claim",
-        link_downs(api, &gateway2, claimed_batch(2, None, victim.client_id, &cancel), wait).await,
-        victim.client_id,
-        "not claimed on this link",
-    );
+    let keyless = proto::SessionClaim { key: String::new(), ..as_proto(victim.clone()) };
+    let wrong_key = proto::SessionClaim { key: bob_key.clone(), ..as_proto(victim.clone()) };
+    let other_client = proto::SessionClaim { local_id: 10, ..as_proto(victim.clone()) };
+    let cases = [
+        (
+            "gateway 2 claiming gateway 1's own client",
+            Some(as_proto(own.clone())),
+            own.client_id,
+            "not in gateway 2's namespace",
+        ),
+        (
+            "gateway 2 claiming alice's client without her key",
+            Some(keyless),
+            victim.client_id,
+            "not in gateway 2's namespace",
+        ),
+        (
+            "gateway 2 claiming alice's client with bob's key",
+            Some(wrong_key),
+            victim.client_id,
+            "not in the nodes' key file",
+        ),
+        (
+            "gateway 2 claiming alice's client 9 as her client 10",
+            Some(other_client),
+            victim.client_id,
+            "not a client of the key",
+        ),
+        ("gateway 2 sending for alice's client without a claim", None, victim.client_id, "not claimed on this link"),
+    ];
+    for (what, claim, client, words) in cases {
+        let downs = link_downs(api, &gateway2, claimed_batch(2, claim, client, &cancel), wait).await;
+        claim_refused(what, downs, client, words);
+    }
 
     // 5. An oversize message: refused by the decoder, before any service sees it.
     let huge = CommandBody::CreateAsset { name: "X".repeat(5 << 20), decimals: 0 };
