@@ -11,9 +11,9 @@
 
 use bourse_engine::command::CommandBody;
 use bourse_engine::{ClientId, Reject};
-use bourse_protocol::convert::ConvertError;
 use bourse_protocol::proto;
 use bourse_protocol::proto::admin_client::AdminClient;
+use bourse_protocol::refusal::Refusal;
 
 use crate::endpoints::{AttemptError, Endpoints};
 use crate::error::{Error, Result};
@@ -74,7 +74,7 @@ impl AdminSession {
             _ => None,
         };
         match code {
-            Some(info) if info.code >= ConvertError::CODE_FIELD_MISSING => {
+            Some(info) if info.code >= Refusal::FieldMissing.code() => {
                 let refused = Error::Refused {
                     seq: ack.seq,
                     code: info.code,

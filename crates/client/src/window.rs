@@ -36,9 +36,10 @@ use std::collections::VecDeque;
 
 use bourse_engine::command::CommandBody;
 use bourse_engine::{Outcome, Reject};
-use bourse_protocol::convert::{self, ConvertError};
+use bourse_protocol::convert;
 use bourse_protocol::proto;
 use bourse_protocol::proto::client_command::Body;
+use bourse_protocol::refusal::Refusal;
 
 use crate::error::Error;
 use crate::reply::Reply;
@@ -230,7 +231,7 @@ impl<T> Window<T> {
             _ => None,
         };
         match rejected {
-            Some(info) if info.code >= ConvertError::CODE_FIELD_MISSING => self.on_ack_refused(index, ack.seq, info),
+            Some(info) if info.code >= Refusal::FieldMissing.code() => self.on_ack_refused(index, ack.seq, info),
             Some(info) if info.code == u32::from(Reject::SequenceGap.code()) => self.on_ack_gap(index, ack.seq),
             Some(info) if info.code == u32::from(Reject::SequenceTooOld.code()) => {
                 self.complete(index, Err(Error::OutcomeForgotten { seq: ack.seq }))
@@ -348,7 +349,7 @@ mod tests {
     }
 
     fn ack_refused(seq: u64) -> proto::Ack {
-        let error = ConvertError::FieldMissing { field: "ClientCommand.body" };
+        let error = bourse_protocol::convert::ConvertError::FieldMissing { field: "ClientCommand.body" };
         convert::ack_refused(seq, &error)
     }
 

@@ -19,7 +19,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::keys::Principal;
-use crate::{refusal, BoxStream, SessionEntry, State};
+use crate::{BoxStream, Refusal, SessionEntry, State};
 
 pub(crate) struct OrderEntryService(pub Arc<State>);
 
@@ -60,24 +60,36 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
     }
 }
 
-/// The order-entry service offered to front ends in the gateway's process: the same
-/// session as over gRPC, its batches passed as values (`bourse_client::local`).
-pub(crate) struct LocalEntry(pub Arc<State>);
+/// The services offered to front ends in the gateway's process: the same sessions,
+/// queries and market data as over gRPC, passed as values (`bourse_client::local`).
+pub(crate) struct LocalEntry {
+    pub(crate) state: Arc<State>,
+    pub(crate) query: Arc<crate::proxy::QueryProxy>,
+    pub(crate) market_data: Arc<crate::market::MarketDataService>,
+}
 
 impl bourse_client::LocalOrderEntry for LocalEntry {
     fn name(&self) -> String {
-        self.0.config.listen.to_string()
+        self.state.config.listen.to_string()
+    }
+
+    fn query(&self) -> Arc<dyn proto::query_server::Query> {
+        Arc::clone(&self.query) as Arc<dyn proto::query_server::Query>
+    }
+
+    fn market_data(&self) -> Arc<bourse_client::LocalMarketData> {
+        Arc::clone(&self.market_data) as Arc<bourse_client::LocalMarketData>
     }
 
     fn session(
         &self,
         request: Request<bourse_client::local::MessageStream<proto::ClientBatch>>,
     ) -> Result<bourse_client::local::MessageStream<proto::ServerBatch>, Status> {
-        if *self.0.shutdown.borrow() {
+        if *self.state.shutdown.borrow() {
             return Err(Status::unavailable("the gateway is shutting down"));
         }
-        let (principal, key) = authenticate_with_key(&self.0, &request)?;
-        Ok(open(Arc::clone(&self.0), principal, key, request.into_inner()))
+        let (principal, key) = authenticate_with_key(&self.state, &request)?;
+        Ok(open(Arc::clone(&self.state), principal, key, request.into_inner()))
     }
 }
 
@@ -205,14 +217,12 @@ impl Reader<'_> {
                 Check::Filler => None,
                 Check::Allowed if in_flight + forward.len() >= self.state.config.in_flight_max => Some(refuse(
                     command.seq,
-                    refusal::IN_FLIGHT_LIMIT,
-                    "in_flight_limit",
+                    Refusal::InFlightLimit,
                     "too many commands unanswered: wait for acks and resend",
                 )),
                 Check::Allowed if !self.bucket.take() => Some(refuse(
                     command.seq,
-                    refusal::RATE_LIMITED,
-                    "rate_limited",
+                    Refusal::RateLimited,
                     "the session's command rate is spent: wait and resend",
                 )),
                 Check::Allowed => None,
@@ -266,7 +276,7 @@ impl Reader<'_> {
             Err(error) => Check::Refused(convert::ack_refused(command.seq, &error)),
             Ok(body) if crate::keys::is_filler(&body) => Check::Filler,
             Ok(body) => match self.principal.refusal(&body) {
-                Some(why) => Check::Refused(refuse(command.seq, refusal::NOT_AUTHORIZED, "not_authorized", &why)),
+                Some(why) => Check::Refused(refuse(command.seq, Refusal::NotAuthorized, why)),
                 None => Check::Allowed,
             },
         }
@@ -275,10 +285,10 @@ impl Reader<'_> {
     fn count_refusal(&self, ack: &proto::Ack) {
         let metrics = &self.state.metrics;
         let counter = match &ack.outcome {
-            Some(proto::ack::Outcome::Rejected(info)) => match info.code {
-                refusal::NOT_AUTHORIZED => &metrics.refused_not_authorized,
-                refusal::RATE_LIMITED => &metrics.refused_rate_limited,
-                refusal::IN_FLIGHT_LIMIT => &metrics.refused_in_flight,
+            Some(proto::ack::Outcome::Rejected(info)) => match Refusal::from_code(info.code) {
+                Some(Refusal::NotAuthorized) => &metrics.refused_not_authorized,
+                Some(Refusal::RateLimited) => &metrics.refused_rate_limited,
+                Some(Refusal::InFlightLimit) => &metrics.refused_in_flight,
                 _ => &metrics.refused_shape,
             },
             _ => return,
@@ -287,8 +297,8 @@ impl Reader<'_> {
     }
 }
 
-fn refuse(seq: u64, code: u32, name: &str, detail: &str) -> proto::Ack {
-    let info = proto::RejectInfo { code, name: name.to_owned(), detail: detail.to_owned() };
+fn refuse(seq: u64, refusal: Refusal, detail: impl Into<String>) -> proto::Ack {
+    let info = refusal.info(detail);
     proto::Ack {
         day_trading: None,
         seq,

@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bourse_engine::Reject;
+use bourse_port::Refusal;
 
 use crate::model::{ErrorBody, ErrorDetail};
 
@@ -112,9 +113,9 @@ fn reject_status(reject: Reject) -> StatusCode {
 }
 
 fn refusal_status(code: u32) -> StatusCode {
-    match code {
-        1004 => StatusCode::FORBIDDEN,
-        1005 | 1006 => StatusCode::TOO_MANY_REQUESTS,
+    match Refusal::from_code(code) {
+        Some(Refusal::NotAuthorized) => StatusCode::FORBIDDEN,
+        Some(refusal) if refusal.is_transient() => StatusCode::TOO_MANY_REQUESTS,
         _ => StatusCode::BAD_REQUEST,
     }
 }

@@ -13,8 +13,8 @@
 //! (negative quantities, prices off the tick, unknown ids) pass through unchanged, so a
 //! client hears the engine's own rejection with its stable code.
 //!
-//! A [`ConvertError`] becomes a [`proto::RejectInfo`] with a code from 1000 up
-//! ([`ConvertError::code`]), above every engine [`Reject`] code; [`ack_refused`] builds
+//! A [`ConvertError`] becomes a [`proto::RejectInfo`] with a [`Refusal`] code from 1000
+//! up ([`ConvertError::refusal`]), above every engine [`Reject`] code; [`ack_refused`] builds
 //! the whole answer. Such a command never reaches the log and does not use up its seq.
 //!
 //! A command's envelope is split on the wire: `client_id` travels in the batch, `seq` in
@@ -30,6 +30,7 @@ use bourse_engine::{
 use crate::proto;
 use crate::proto::client_command::Body;
 use crate::proto::order_kind::Kind;
+use crate::refusal::Refusal;
 
 // -----------------------------------------------------------------------------------
 // Errors
@@ -53,17 +54,6 @@ pub enum ConvertError {
 }
 
 impl ConvertError {
-    /// [`proto::RejectInfo`] code of [`ConvertError::FieldMissing`].
-    pub const CODE_FIELD_MISSING: u32 = 1000;
-    /// [`proto::RejectInfo`] code of [`ConvertError::EnumUnspecified`].
-    pub const CODE_ENUM_UNSPECIFIED: u32 = 1001;
-    /// [`proto::RejectInfo`] code of [`ConvertError::EnumUnknown`].
-    pub const CODE_ENUM_UNKNOWN: u32 = 1002;
-    /// [`proto::RejectInfo`] code of [`ConvertError::ValueOutOfRange`].
-    pub const CODE_VALUE_OUT_OF_RANGE: u32 = 1003;
-    /// [`proto::RejectInfo`] code of [`ConvertError::NotAuthorized`].
-    pub const CODE_NOT_AUTHORIZED: u32 = 1004;
-
     /// The offending field, as `Message.field`.
     pub fn field(&self) -> &'static str {
         match self {
@@ -75,26 +65,25 @@ impl ConvertError {
         }
     }
 
+    /// The refusal this error is on the wire ([`Refusal`]: codes from 1000 up).
+    pub fn refusal(&self) -> Refusal {
+        match self {
+            ConvertError::FieldMissing { .. } => Refusal::FieldMissing,
+            ConvertError::EnumUnspecified { .. } => Refusal::EnumUnspecified,
+            ConvertError::EnumUnknown { .. } => Refusal::EnumUnknown,
+            ConvertError::ValueOutOfRange { .. } => Refusal::ValueOutOfRange,
+            ConvertError::NotAuthorized { .. } => Refusal::NotAuthorized,
+        }
+    }
+
     /// The stable code this error has on the wire, from 1000 up.
     pub fn code(&self) -> u32 {
-        match self {
-            ConvertError::FieldMissing { .. } => Self::CODE_FIELD_MISSING,
-            ConvertError::EnumUnspecified { .. } => Self::CODE_ENUM_UNSPECIFIED,
-            ConvertError::EnumUnknown { .. } => Self::CODE_ENUM_UNKNOWN,
-            ConvertError::ValueOutOfRange { .. } => Self::CODE_VALUE_OUT_OF_RANGE,
-            ConvertError::NotAuthorized { .. } => Self::CODE_NOT_AUTHORIZED,
-        }
+        self.refusal().code()
     }
 
     /// The stable snake_case name of [`ConvertError::code`].
     pub fn name(&self) -> &'static str {
-        match self {
-            ConvertError::FieldMissing { .. } => "field_missing",
-            ConvertError::EnumUnspecified { .. } => "enum_unspecified",
-            ConvertError::EnumUnknown { .. } => "enum_unknown",
-            ConvertError::ValueOutOfRange { .. } => "value_out_of_range",
-            ConvertError::NotAuthorized { .. } => "not_authorized",
-        }
+        self.refusal().name()
     }
 }
 
