@@ -1,6 +1,6 @@
-//! Order entry in the same process: a front end that runs inside a gateway's process
-//! (the day-trading service, say) opens its sessions on the gateway without a network
-//! hop. The gateway runs the very session it runs for a gRPC caller — the key from
+//! Order entry and queries in the same process: a front end that runs inside a
+//! gateway's process (REST, FIX, XML, day trading) opens its sessions and asks its
+//! queries on the gateway without a network hop. The gateway runs the very session it runs for a gRPC caller — the key from
 //! the request's metadata, its checks and limits, its stamp — and the [`Client`] keeps
 //! all of its own behaviour (window, exactly-once seqs, resends after a broken
 //! session); only protobuf encoding, HTTP/2 and the loopback socket are left out, and
@@ -13,10 +13,16 @@ use std::sync::Arc;
 
 use bourse_protocol::proto;
 
+/// The gateway's `MarketData` service, its subscription stream typed.
+pub type LocalMarketData =
+    dyn proto::market_data_server::MarketData<SubscribeStream = MessageStream<proto::MarketDataUpdate>>;
+
 /// A stream of messages or of the status that ended it: one direction of a session.
 pub type MessageStream<T> = Pin<Box<dyn tokio_stream::Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
 
-/// What a gateway offers to front ends in its process: `OrderEntry.Session`, typed.
+/// What a gateway offers to front ends in its process: `OrderEntry.Session`, and its
+/// `Query` and `MarketData` services, called as values. Each checks the API key in
+/// the request's metadata exactly as the gateway's listener does.
 pub trait LocalOrderEntry: Send + Sync + 'static {
     /// The gateway's name in logs (its listen address).
     fn name(&self) -> String;
@@ -27,6 +33,12 @@ pub trait LocalOrderEntry: Send + Sync + 'static {
         &self,
         request: tonic::Request<MessageStream<proto::ClientBatch>>,
     ) -> Result<MessageStream<proto::ServerBatch>, tonic::Status>;
+
+    /// The gateway's `Query` service (the key's accounts only; passed to the cluster).
+    fn query(&self) -> Arc<dyn proto::query_server::Query>;
+
+    /// The gateway's `MarketData` service (its held-and-released feed).
+    fn market_data(&self) -> Arc<LocalMarketData>;
 }
 
 /// A handle on a gateway in this process (cheap to clone).

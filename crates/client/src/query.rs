@@ -21,6 +21,7 @@ use tonic::transport::Channel;
 
 use crate::endpoints::{AttemptError, Endpoints};
 use crate::error::{Error, Result};
+use crate::local::{LocalGateway, MessageStream};
 use crate::options::ClientOptions;
 
 /// Queries and market data from the first of a list of nodes that answers. Cheap to
@@ -28,29 +29,51 @@ use crate::options::ClientOptions;
 /// than wait for one another; each clone fails over on its own.
 #[derive(Clone)]
 pub struct QueryClient {
-    endpoints: Endpoints,
+    source: Source,
     linearizable: bool,
+}
+
+/// Where queries go: nodes or gateways over the network, or a gateway in this process.
+#[derive(Clone)]
+enum Source {
+    Remote(Endpoints),
+    Local { gateway: LocalGateway, options: ClientOptions },
+}
+
+impl QueryClient {
+    /// `message` as a request with the key and, when asked, the linearizable mark.
+    fn request<T>(options: &ClientOptions, linearizable: bool, message: T) -> tonic::Request<T> {
+        let mut request = options.request(message);
+        if linearizable {
+            request.metadata_mut().insert("bourse-read", tonic::metadata::MetadataValue::from_static("linearizable"));
+        }
+        request
+    }
 }
 
 macro_rules! query {
     ($self:ident, $method:ident, $request:expr) => {{
         let request = $request;
-        let options = $self.endpoints.options().clone();
-        $self
-            .endpoints
-            .with_failover(|channel: Channel| {
-                let mut request = options.request(request.clone());
-                if $self.linearizable {
-                    request
-                        .metadata_mut()
-                        .insert("bourse-read", tonic::metadata::MetadataValue::from_static("linearizable"));
-                }
-                async move {
-                    let response = QueryService::new(channel).$method(request).await;
-                    response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
-                }
-            })
-            .await
+        let linearizable = $self.linearizable;
+        match &mut $self.source {
+            Source::Remote(endpoints) => {
+                let options = endpoints.options().clone();
+                endpoints
+                    .with_failover(|channel: Channel| {
+                        let request = QueryClient::request(&options, linearizable, request.clone());
+                        async move {
+                            let response = QueryService::new(channel).$method(request).await;
+                            response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
+                        }
+                    })
+                    .await
+            }
+            Source::Local { gateway, options } => {
+                let request = QueryClient::request(options, linearizable, request);
+                let service = gateway.0.query();
+                service.$method(request).await.map(tonic::Response::into_inner).map_err(Error::from)
+            }
+        }
     }};
 }
 
@@ -58,7 +81,14 @@ impl QueryClient {
     pub async fn connect(endpoints: Vec<String>, options: ClientOptions) -> Result<Self> {
         let mut endpoints = Endpoints::new(endpoints, &options)?;
         endpoints.with_failover(|_channel| async { Ok(()) }).await?;
-        Ok(QueryClient { endpoints, linearizable: false })
+        Ok(QueryClient { source: Source::Remote(endpoints), linearizable: false })
+    }
+
+    /// Queries and market data of a gateway in this process: the same services, keys
+    /// and checks as over its listener, without encoding or a socket.
+    pub fn connect_local(gateway: LocalGateway, options: ClientOptions) -> Result<Self> {
+        options.validate()?;
+        Ok(QueryClient { source: Source::Local { gateway, options }, linearizable: false })
     }
 
     /// Makes every later query linearizable (answered by the leader after a read-index
@@ -89,23 +119,31 @@ impl QueryClient {
         query!(self, get_depth, proto::GetDepthRequest { symbol: symbol.0, levels_max })
     }
 
-    /// Every symbol with its specification.
     /// A gateway's L2 book of `symbol` with the sequence number of its last update
     /// (gap recovery for a `Channel::L2` subscriber).
     pub async fn l2(&mut self, symbol: SymbolId, levels_max: u32) -> Result<proto::L2Snapshot> {
         let request = proto::GetDepthRequest { symbol: symbol.0, levels_max };
-        let options = self.endpoints.options().clone();
-        self.endpoints
-            .with_failover(|channel| {
-                let request = options.request(request);
-                async move {
-                    let response = MarketDataClient::new(channel).get_l2(request).await;
-                    response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
-                }
-            })
-            .await
+        match &mut self.source {
+            Source::Remote(endpoints) => {
+                let options = endpoints.options().clone();
+                endpoints
+                    .with_failover(|channel| {
+                        let request = options.request(request);
+                        async move {
+                            let response = MarketDataClient::new(channel).get_l2(request).await;
+                            response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
+                        }
+                    })
+                    .await
+            }
+            Source::Local { gateway, options } => {
+                let service = gateway.0.market_data();
+                service.get_l2(options.request(request)).await.map(tonic::Response::into_inner).map_err(Error::from)
+            }
+        }
     }
 
+    /// Every symbol with its specification.
     pub async fn symbols(&mut self) -> Result<proto::GetSymbolsReply> {
         query!(self, get_symbols, proto::GetSymbolsRequest {})
     }
@@ -158,30 +196,39 @@ impl QueryClient {
             symbols: symbols.iter().map(|symbol| symbol.0).collect(),
             channels: channels.iter().map(|&channel| channel as i32).collect(),
         };
-        let options = self.endpoints.options().clone();
-        let inner = self
-            .endpoints
-            .with_failover(|channel| {
-                let request = options.request(request.clone());
-                async move {
-                    let response = MarketDataClient::new(channel).subscribe(request).await;
-                    response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
-                }
-            })
-            .await?;
+        let inner: MessageStream<proto::MarketDataUpdate> = match &mut self.source {
+            Source::Remote(endpoints) => {
+                let options = endpoints.options().clone();
+                let streaming = endpoints
+                    .with_failover(|channel| {
+                        let request = options.request(request.clone());
+                        async move {
+                            let response = MarketDataClient::new(channel).subscribe(request).await;
+                            response.map(tonic::Response::into_inner).map_err(AttemptError::from_status)
+                        }
+                    })
+                    .await?;
+                Box::pin(streaming)
+            }
+            Source::Local { gateway, options } => {
+                let service = gateway.0.market_data();
+                service.subscribe(options.request(request)).await.map_err(Error::from)?.into_inner()
+            }
+        };
         Ok(MarketDataStream { inner })
     }
 }
 
 /// Market data updates as they happen; `seq` counts them from 1 without gaps.
 pub struct MarketDataStream {
-    inner: tonic::Streaming<proto::MarketDataUpdate>,
+    inner: MessageStream<proto::MarketDataUpdate>,
 }
 
 impl MarketDataStream {
     /// The next update, or `None` when the node ended the stream.
     pub async fn next_update(&mut self) -> Result<Option<proto::MarketDataUpdate>> {
-        self.inner.message().await.map_err(Error::from)
+        use tokio_stream::StreamExt;
+        self.inner.next().await.transpose().map_err(Error::from)
     }
 }
 
@@ -189,6 +236,6 @@ impl tokio_stream::Stream for MarketDataStream {
     type Item = Result<proto::MarketDataUpdate>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.inner).poll_next(cx).map(|item| item.map(|result| result.map_err(Error::from)))
+        self.inner.as_mut().poll_next(cx).map(|item| item.map(|result| result.map_err(Error::from)))
     }
 }

@@ -42,12 +42,9 @@ pub use config::{GatewayConfig, LocalNode};
 pub use keys::{KeyStore, Principal};
 pub use probe::Probe;
 
-/// Codes of the gateway's refusals (below the log, so they do not use up a seq).
-pub mod refusal {
-    pub const NOT_AUTHORIZED: u32 = 1004;
-    pub const RATE_LIMITED: u32 = 1005;
-    pub const IN_FLIGHT_LIMIT: u32 = 1006;
-}
+/// The gateway's refusals (below the log, so they do not use up a seq) are
+/// `not_authorized`, `rate_limited` and `in_flight_limit` of the one list of codes.
+pub use bourse_protocol::refusal::Refusal;
 
 /// A gRPC reply stream fed by a task.
 type BoxStream<T> = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
@@ -204,6 +201,9 @@ pub struct Gateway {
     shutdown: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     state: Arc<State>,
+    /// The Query and MarketData services, shared by the listener and in-process callers.
+    query: Arc<proxy::QueryProxy>,
+    market_data: Arc<market::MarketDataService>,
 }
 
 /// Why a gateway could not start.
@@ -256,9 +256,11 @@ impl Gateway {
         let addr = listener.local_addr()?;
         let market = Arc::clone(&state.market);
         let metrics = Arc::clone(&state.metrics);
-        let server = tokio::spawn(serve(listener, Arc::clone(&state)));
+        let query = Arc::new(proxy::QueryProxy::new(Arc::clone(&state)));
+        let market_data = Arc::new(market::MarketDataService(Arc::clone(&state.market)));
+        let server = tokio::spawn(serve(listener, Arc::clone(&state), Arc::clone(&query), Arc::clone(&market_data)));
         tracing::info!(%addr, "gateway serving");
-        Ok(Gateway { addr, metrics_addr, probe, market, metrics, shutdown, server, state })
+        Ok(Gateway { addr, metrics_addr, probe, market, metrics, shutdown, server, state, query, market_data })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -270,10 +272,15 @@ impl Gateway {
         self.metrics_addr
     }
 
-    /// Order entry for front ends in this process: sessions like those of the listen
-    /// address (keys, checks, limits, stamps), without the network in between.
+    /// Order entry, queries and market data for front ends in this process: sessions
+    /// like those of the listen address (keys, checks, limits, stamps), without the
+    /// network in between.
     pub fn local(&self) -> bourse_client::LocalGateway {
-        bourse_client::LocalGateway(Arc::new(session::LocalEntry(Arc::clone(&self.state))))
+        bourse_client::LocalGateway(Arc::new(session::LocalEntry {
+            state: Arc::clone(&self.state),
+            query: Arc::clone(&self.query),
+            market_data: Arc::clone(&self.market_data),
+        }))
     }
 
     /// Whether the gateway has its market state (its feed delivered an image).
@@ -302,12 +309,17 @@ impl Gateway {
     }
 }
 
-async fn serve(listener: tokio::net::TcpListener, state: Arc<State>) {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<State>,
+    query: Arc<proxy::QueryProxy>,
+    market_data: Arc<market::MarketDataService>,
+) {
     use bourse_protocol::proto::{market_data_server, order_entry_server, query_server};
     let mut stop = state.shutdown.clone();
     let order_entry = order_entry_server::OrderEntryServer::new(session::OrderEntryService(Arc::clone(&state)));
-    let market = market_data_server::MarketDataServer::new(market::MarketDataService(Arc::clone(&state.market)));
-    let query = query_server::QueryServer::new(proxy::QueryProxy::new(Arc::clone(&state)));
+    let market = market_data_server::MarketDataServer::from_arc(market_data);
+    let query = query_server::QueryServer::from_arc(query);
     let admin = bourse_protocol::proto::admin_server::AdminServer::new(proxy::AdminProxy::new(Arc::clone(&state)));
     let result = tonic::transport::Server::builder()
         .add_service(order_entry)
