@@ -205,7 +205,8 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
             day_trading.start(gateway.addr(), Some(gateway.local()), dt_key, keys_path.as_deref()).await?;
         let http = match http {
             Some(listen) => {
-                let mut config = HttpConfig::new(listen, vec![gateway.addr().to_string()]);
+                let mut config = HttpConfig::new(listen, Vec::new());
+                config.upstream = bourse_port::Upstream::InProcess(gateway.local());
                 config.service_key = service_key;
                 config.web_dir = web;
                 config.history = history;
@@ -218,7 +219,8 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
         };
         let fix = match fix {
             Some((listen, data, comp_id)) => {
-                let mut config = FixConfig::new(listen, vec![gateway.addr().to_string()], data);
+                let mut config = FixConfig::new(listen, Vec::new(), data);
+                config.upstream = bourse_port::Upstream::InProcess(gateway.local());
                 config.comp_id = comp_id;
                 let server = FixServer::start(config).await.map_err(|e| format!("--fix {listen}: {e}"))?;
                 println!("FIX 4.4 acceptor on {}", server.addr());
@@ -226,8 +228,11 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
             }
             None => None,
         };
-        let xml_servers =
-            if xml.wanted() { xml.start(gateway.addr(), xml_key, xml_history.as_deref()).await? } else { Vec::new() };
+        let xml_servers = if xml.wanted() {
+            xml.start(bourse_port::Upstream::InProcess(gateway.local()), xml_key, xml_history.as_deref()).await?
+        } else {
+            Vec::new()
+        };
         signals.wait().await;
         if let Some(server) = day_trading {
             server.shutdown().await;

@@ -71,15 +71,16 @@ impl XmlArgs {
         self.xml.is_some() || self.xml_framed.is_some()
     }
 
-    /// Starts the listeners asked for, sharing one link to the gateway at `upstream`;
+    /// Starts the listeners asked for, sharing one link to the gateway `upstream`;
     /// orders past the engine's memory are read from the history store at `history`.
     pub async fn start(
         &self,
-        upstream: SocketAddr,
+        upstream: bourse_port::Upstream,
         key: Option<ApiKey>,
         history: Option<&str>,
     ) -> Result<Vec<XmlServer>, String> {
-        let mut config = ExchangeConfig::new(vec![upstream.to_string()]);
+        let mut config = ExchangeConfig::new(Vec::new());
+        config.upstream = upstream;
         config.key = key;
         config.scales = Scales { quantity: self.xml_quantity_scale, price: self.xml_price_scale };
         config.self_trade = match self.xml_self_trade {

@@ -36,7 +36,7 @@ pub async fn run(service: Arc<Service>) {
             return;
         }
         if client.is_none() {
-            client = QueryClient::connect(config.upstream.clone(), config.client_options()).await.ok();
+            client = config.port_upstream().query(config.client_options()).await.ok();
         }
         let Some(query) = client.as_mut() else { continue };
         let armed = match query.day_trading_armed().await {

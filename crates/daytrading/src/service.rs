@@ -58,8 +58,8 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 65_536;
 pub struct ServiceConfig {
     /// The gateway's listen address (and others to fail over to).
     pub upstream: Vec<String>,
-    /// The gateway when it runs in this process: sessions are opened on it directly
-    /// (`bourse_client::local`) instead of at `upstream`.
+    /// The gateway when it runs in this process: sessions and queries go to it in
+    /// process (`bourse_port::Upstream::InProcess`) instead of to `upstream`.
     pub local: Option<LocalGateway>,
     /// The service's own key: an administrator's (it vouches for callers).
     pub key: Option<ApiKey>,
@@ -94,6 +94,14 @@ impl ServiceConfig {
             history: None,
             dump_wait: Duration::from_secs(600),
             sessions: 64,
+        }
+    }
+
+    /// Where the service's sessions and queries go on the front-end port.
+    pub(crate) fn port_upstream(&self) -> bourse_port::Upstream {
+        match &self.local {
+            Some(gateway) => bourse_port::Upstream::InProcess(gateway.clone()),
+            None => bourse_port::Upstream::Remote(self.upstream.clone()),
         }
     }
 
@@ -510,7 +518,7 @@ impl Service {
 /// cache cannot disagree with the cache.
 async fn engine_quote_ttl_ms(config: &ServiceConfig) -> Result<u64, String> {
     let read = async {
-        let mut query = bourse_client::QueryClient::connect(config.upstream.clone(), config.client_options()).await?;
+        let mut query = config.port_upstream().query(config.client_options()).await?;
         query.day_trading_config().await
     };
     let settings = read
@@ -522,11 +530,11 @@ async fn engine_quote_ttl_ms(config: &ServiceConfig) -> Result<u64, String> {
 impl Upstream {
     async fn connect(config: &ServiceConfig) -> Result<Arc<Upstream>, String> {
         let id = bourse_client::random_client_id();
-        let client = match &config.local {
-            Some(gateway) => Client::connect_local(gateway.clone(), id, config.client_options()).await,
-            None => Client::connect(config.upstream.clone(), id, config.client_options()).await,
-        }
-        .map_err(|e| format!("day trading: the gateway at {:?}: {e}", config.upstream))?;
+        let client = config
+            .port_upstream()
+            .client(id, config.client_options())
+            .await
+            .map_err(|e| format!("day trading: the gateway at {:?}: {e}", config.upstream))?;
         let events = client.events();
         Ok(Arc::new(Upstream { client, waiting: Mutex::default(), events: Mutex::new(events) }))
     }

@@ -41,8 +41,9 @@ use tokio::sync::watch;
 pub struct FixConfig {
     /// Where to accept FIX connections.
     pub listen: SocketAddr,
-    /// The gRPC addresses messages are translated to: the gateway's own listen address.
-    pub upstream: Vec<String>,
+    /// Where messages go: the gateway of this process (no network hop), or the gRPC
+    /// address of a gateway.
+    pub upstream: bourse_port::Upstream,
     /// Where the session stores (sequence numbers, sent messages) live.
     pub data: PathBuf,
     /// This side's CompID: what clients put in TargetCompID (56).
@@ -59,10 +60,12 @@ pub struct FixConfig {
 }
 
 impl FixConfig {
+    /// An acceptor sending to the gRPC addresses `upstream`; set [`FixConfig::upstream`]
+    /// to a gateway of this process instead where there is one.
     pub fn new(listen: SocketAddr, upstream: Vec<String>, data: PathBuf) -> Self {
         FixConfig {
             listen,
-            upstream,
+            upstream: bourse_port::Upstream::Remote(upstream),
             data,
             comp_id: "BOURSE".into(),
             outbox_max: 65_536,
@@ -92,6 +95,8 @@ pub(crate) struct Shared {
     /// kept while the process runs, so fills that arrive while a client is away are
     /// numbered, stored and resent when it returns.
     pub sessions: Mutex<HashMap<String, Arc<session::SessionCore>>>,
+    /// Symbol names, learned from the exchange.
+    pub catalog: Arc<bourse_port::Catalog>,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -111,7 +116,12 @@ impl FixServer {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_seen) = watch::channel(false);
-        let shared = Arc::new(Shared { config, sessions: Mutex::new(HashMap::new()), shutdown: shutdown_seen });
+        let shared = Arc::new(Shared {
+            config,
+            sessions: Mutex::new(HashMap::new()),
+            catalog: Arc::default(),
+            shutdown: shutdown_seen,
+        });
         let accept = tokio::spawn(session::accept_loop(Arc::clone(&shared), listener));
         tracing::info!(%addr, "FIX 4.4 acceptor listening");
         Ok(FixServer { addr, shutdown, accept, shared })

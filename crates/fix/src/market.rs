@@ -181,6 +181,14 @@ async fn follow(core: Arc<SessionCore>, request: Request, mut stream: bourse_cli
             }
             Some(proto::market_data_update::Update::L2Update(level)) => {
                 let Some(symbol) = names.get(&level.symbol) else { continue };
+                let entry_type = match bourse_protocol::convert::side_from_proto(level.side, "L2Update.side") {
+                    Ok(bourse_engine::Side::Buy) => "0",
+                    Ok(bourse_engine::Side::Sell) => "1",
+                    Err(error) => {
+                        tracing::error!(%error, "a book update this version cannot read: not sent");
+                        continue;
+                    }
+                };
                 let known = levels.entry(level.symbol).or_default();
                 let key = (level.side, level.px);
                 let action = if level.qty == 0 {
@@ -191,7 +199,6 @@ async fn follow(core: Arc<SessionCore>, request: Request, mut stream: bourse_cli
                 } else {
                     "1"
                 };
-                let entry_type = if level.side == proto::Side::Buy as i32 { "0" } else { "1" };
                 incremental(&request.id, action, entry_type, symbol, level.px, level.qty)
             }
             Some(proto::market_data_update::Update::Trade(trade)) => {

@@ -341,16 +341,24 @@ impl Orders {
     /// Day order is ExecType C (Expired), whatever cancel request was on its way.
     fn on_cancel(&mut self, cancel: &proto::CancelReport, out: &mut Vec<Message>) {
         let Some(mut order) = self.by_id.get(&cancel.order).cloned() else { return };
-        let reason = proto::CancelReason::try_from(cancel.reason).unwrap_or(proto::CancelReason::Unspecified);
+        // A reason this version does not know still cancelled the order: the report says
+        // so, and its Text says what could not be read.
+        let reason = bourse_protocol::convert::cancel_reason_from_proto(cancel.reason, "CancelReport.reason");
         let requested = self.cancels.remove(&cancel.order);
-        let expired = reason == proto::CancelReason::Expired;
+        let expired = reason == Ok(bourse_engine::CancelReason::Expired);
         let orig = requested.as_ref().filter(|_| !expired).map(|(cl, orig)| {
             order.cl_ord_id = cl.clone();
             orig.clone()
         });
         let exec_type = if expired { "C" } else { "4" };
         order.status = exec_type.into();
-        let text = reason.as_str_name().trim_start_matches("CANCEL_REASON_").to_ascii_lowercase();
+        let text = match reason {
+            Ok(reason) => proto::CancelReason::from(reason)
+                .as_str_name()
+                .trim_start_matches("CANCEL_REASON_")
+                .to_ascii_lowercase(),
+            Err(error) => error.to_string(),
+        };
         let report = self.report(&order, exec_type, orig.as_deref(), None, Some(&text));
         self.emit(out, report);
     }

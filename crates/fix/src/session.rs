@@ -22,10 +22,10 @@
 //! BodyLength or CheckSum) is dropped unanswered, as the protocol says.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bourse_client::{random_client_id, ApiKey, Client, ClientOptions, QueryClient};
+use bourse_client::{random_client_id, ApiKey, Client, QueryClient};
 use bourse_protocol::proto;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -49,45 +49,43 @@ pub struct Upstream {
     pub key: String,
     pub client: Client,
     pub query: tokio::sync::Mutex<QueryClient>,
-    symbols: RwLock<Vec<proto::SymbolInfo>>,
+    /// Symbol names, shared by every session of the front end.
+    catalog: Arc<bourse_port::Catalog>,
     /// Set when the order-entry session ended for good (its events stream closed).
     pub ended: AtomicBool,
 }
 
 impl Upstream {
     /// Proves `key` with a query (the gateway answers UNAUTHENTICATED for an unknown
-    /// one), then opens the order-entry session.
-    async fn connect(endpoints: Vec<String>, key: String) -> Result<(Upstream, bourse_client::Events), String> {
-        let options = ClientOptions { api_key: Some(ApiKey(key.clone())), ..ClientOptions::default() };
-        let mut query = QueryClient::connect(endpoints.clone(), options.clone()).await.map_err(|e| e.to_string())?;
+    /// one), then opens the order-entry session on the front-end port.
+    async fn connect(
+        upstream: &bourse_port::Upstream,
+        catalog: &Arc<bourse_port::Catalog>,
+        key: String,
+    ) -> Result<(Upstream, bourse_client::Events), String> {
+        let options = bourse_port::Port::options(Some(ApiKey(key.clone())));
+        let mut query = upstream.query(options.clone()).await.map_err(|e| e.to_string())?;
         let symbols = query.symbols().await.map_err(|e| match e {
             bourse_client::Error::Status { code: tonic::Code::Unauthenticated, .. } => "unknown API key".to_string(),
             other => other.to_string(),
         })?;
-        let client = Client::connect(endpoints, random_client_id(), options).await.map_err(|e| e.to_string())?;
+        catalog.learn_symbols(symbols.symbols);
+        let client = upstream.client(random_client_id(), options).await.map_err(|e| e.to_string())?;
         let events = client.events().expect("a new client's events");
-        let upstream = Upstream {
-            key,
-            client,
-            query: tokio::sync::Mutex::new(query),
-            symbols: RwLock::new(symbols.symbols),
-            ended: AtomicBool::new(false),
-        };
+        let catalog = Arc::clone(catalog);
+        let upstream =
+            Upstream { key, client, query: tokio::sync::Mutex::new(query), catalog, ended: AtomicBool::new(false) };
         Ok((upstream, events))
     }
 
     /// The symbol called `name`, asking the gateway when it is not known yet.
     pub async fn symbol(&self, name: &str) -> Option<proto::SymbolInfo> {
-        let find = |symbols: &[proto::SymbolInfo]| {
-            symbols.iter().find(|s| s.spec.as_ref().is_some_and(|spec| spec.name == name)).cloned()
-        };
-        if let Some(found) = find(&self.symbols.read().expect("symbols lock")) {
-            return Some(found);
+        if name.parse::<u32>().is_ok() {
+            // FIX names symbols; a number is no symbol's name (the catalog would take it as an id).
+            return None;
         }
-        let fresh = self.query.lock().await.symbols().await.ok()?.symbols;
-        let found = find(&fresh);
-        *self.symbols.write().expect("symbols lock") = fresh;
-        found
+        let mut query = self.query.lock().await.clone();
+        self.catalog.symbol(&mut query, name).await.ok().flatten()
     }
 }
 
@@ -599,7 +597,7 @@ async fn prove_key(
             return Ok(None);
         }
     }
-    Upstream::connect(shared.config.upstream.clone(), key).await.map(Some)
+    Upstream::connect(&shared.config.upstream, &shared.catalog, key).await.map(Some)
 }
 
 /// Gives `core` a new upstream session, then asks the exchange about the orders the

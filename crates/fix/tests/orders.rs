@@ -119,6 +119,7 @@ async fn what_cannot_be_expressed_is_rejected_with_a_reason_and_changes_nothing(
     // the refusal with its stable code, `name (code)`, which is what is checked.
     let cases: Vec<(&str, Fields, &str, &str)> = vec![
         ("good till date", with(limit("r1", 1, "1", 1, 150), 59, "6"), "11", "TimeInForce 6"),
+        ("unknown order type", with(limit("r1b", 1, "1", 1, 150), 40, "Z"), "11", "OrdType Z is not supported"),
         ("unknown symbol", with(limit("r2", 1, "1", 1, 150), 55, "NOPE/USD"), "1", "unknown symbol"),
         (
             "market buy without budget",

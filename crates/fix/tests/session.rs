@@ -40,6 +40,14 @@ async fn malformed_messages_get_protocol_errors_and_change_nothing() {
     let reject = fix.recv_app().await;
     assert_eq!((reject.msg_type(), get(&reject, 373), get(&reject, 371)), ("3", "4", "11"));
 
+    // A value FIX does not define for Side: Reject, ValueIncorrect (5), naming the tag
+    // and what it must be; never a guessed side. (An OrdType or TimeInForce Bourse does
+    // not support is an ExecutionReport rejection: tests/orders.rs.)
+    fix.send("D", &limit("x4", 1, "9", 1, 150)).await;
+    let reject = fix.recv_app().await;
+    assert_eq!((reject.msg_type(), get(&reject, 373), get(&reject, 371)), ("3", "5", "54"));
+    assert!(get(&reject, 58).contains("Side must be 1 (buy) or 2 (sell)"), "{}", get(&reject, 58));
+
     // An unsupported application message: BusinessMessageReject.
     fix.send("H", &f(&[(11, "x3")])).await;
     let reject = fix.recv_app().await;

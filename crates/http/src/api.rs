@@ -17,6 +17,7 @@ use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use bourse_engine::command::{CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
 use bourse_engine::{AccountId, Amount, AssetId, OrderId, Px, Qty, SymbolId};
+use bourse_protocol::convert::{self, ConvertError};
 use bourse_protocol::proto;
 use serde::de::DeserializeOwned;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -280,7 +281,7 @@ fn query_error(rejection: QueryRejection) -> ApiError {
 #[utoipa::path(get, path = "/health", tag = "market", security(()),
     responses((status = 200, description = "Serving", body = Health)))]
 async fn health(State(state): State<Shared>) -> Json<Health> {
-    Json(Health { status: "ok".into(), upstream: state.upstream.endpoints().to_vec() })
+    Json(Health { status: "ok".into(), upstream: state.upstream.endpoints() })
 }
 
 /// Every asset.
@@ -288,7 +289,7 @@ async fn health(State(state): State<Shared>) -> Json<Health> {
     responses((status = 200, body = [Asset]), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
 async fn list_assets(State(state): State<Shared>, Key(key): Key) -> ApiResult<Json<Vec<Asset>>> {
     let session = state.upstream.session(key).await?;
-    let assets = session.query().await.assets().await?.assets;
+    let assets = session.query().assets().await?.assets;
     state.upstream.learn(Some(assets.clone()), None);
     Ok(Json(assets.into_iter().map(asset_from).collect()))
 }
@@ -318,11 +319,12 @@ async fn create_asset(
 async fn list_symbols(State(state): State<Shared>, Key(key): Key) -> ApiResult<Json<Vec<Symbol>>> {
     let session = state.upstream.session(key).await?;
     let (symbols, assets) = {
-        let mut query = session.query().await;
+        let mut query = session.query();
         (query.symbols().await?.symbols, query.assets().await?.assets)
     };
     state.upstream.learn(Some(assets), Some(symbols.clone()));
-    Ok(Json(symbols.iter().filter_map(|info| symbol_from(&state, info)).collect()))
+    let symbols = symbols.iter().map(|info| symbol_from(&state, info)).collect::<ApiResult<_>>()?;
+    Ok(Json(symbols))
 }
 
 /// Creates a symbol (administrative key).
@@ -378,7 +380,7 @@ async fn get_balances(
     Param(account): Param<u32>,
 ) -> ApiResult<Json<Balances>> {
     let session = state.upstream.session(key).await?;
-    let reply = session.query().await.balances(AccountId(account)).await?;
+    let reply = session.query().balances(AccountId(account)).await?;
     let balances = reply
         .balances
         .into_iter()
@@ -403,8 +405,8 @@ async fn account_orders(
     Param(account): Param<u32>,
 ) -> ApiResult<Json<Orders>> {
     let session = state.upstream.session(key).await?;
-    let reply = session.query().await.open_orders(AccountId(account)).await?;
-    let orders = reply.orders.iter().map(|info| order_from(info, reply.log_index)).collect();
+    let reply = session.query().open_orders(AccountId(account)).await?;
+    let orders = reply.orders.iter().map(|info| order_from(info, reply.log_index)).collect::<ApiResult<_>>()?;
     Ok(Json(Orders { log_index: reply.log_index, orders }))
 }
 
@@ -658,7 +660,7 @@ async fn get_book(
     }
     let session = state.upstream.session(key).await?;
     let info = state.upstream.symbol(&session, &symbol).await?;
-    let depth = session.query().await.depth(SymbolId(info.id), levels).await?;
+    let depth = session.query().depth(SymbolId(info.id), levels).await?;
     let level = |l: &proto::Level| Level { px: l.px, qty: l.qty };
     Ok(Json(Book {
         symbol: info.id,
@@ -709,46 +711,52 @@ async fn close_day(State(state): State<Shared>, Key(key): Key) -> ApiResult<Json
 
 /// Reads an order (the gateway refuses another key's order).
 async fn read_order(session: &Session, order: u64) -> ApiResult<Order> {
-    let reply = session.query().await.order(OrderId(order)).await?;
+    let reply = session.query().order(OrderId(order)).await?;
     let info = reply.order.ok_or_else(|| ApiError::Upstream("an order reply without its order".into()))?;
-    Ok(order_from(&info, reply.log_index))
+    order_from(&info, reply.log_index)
 }
 
-pub fn side_from(value: i32) -> Side {
-    if value == proto::Side::Sell as i32 {
-        Side::Sell
-    } else {
-        Side::Buy
+/// An answer of the exchange that this version cannot read (an enum value it does not
+/// know, say): the request fails with 502 naming the field, never with a guess.
+pub fn unreadable(error: ConvertError) -> ApiError {
+    ApiError::Upstream(format!("the exchange answered what this server cannot read: {error}"))
+}
+
+/// A side as the exchange sent it (`field` names it in the error).
+pub fn side_from(value: i32, field: &'static str) -> Result<Side, ApiError> {
+    match convert::side_from_proto(value, field).map_err(unreadable)? {
+        bourse_engine::Side::Buy => Ok(Side::Buy),
+        bourse_engine::Side::Sell => Ok(Side::Sell),
     }
 }
 
-fn order_from(info: &proto::OrderInfo, log_index: u64) -> Order {
+fn order_from(info: &proto::OrderInfo, log_index: u64) -> ApiResult<Order> {
     use proto::order_kind::Kind;
     let (order_type, px, trigger, budget) = match info.kind.as_ref().and_then(|k| k.kind.as_ref()) {
         Some(Kind::Limit(limit)) => (OrderType::Limit, Some(limit.px), None, None),
         Some(Kind::Market(market)) => (OrderType::Market, None, None, market.budget),
         Some(Kind::StopLimit(stop)) => (OrderType::StopLimit, Some(stop.px), Some(stop.trigger), None),
         Some(Kind::StopMarket(stop)) => (OrderType::StopMarket, None, Some(stop.trigger), stop.budget),
-        None => (OrderType::Limit, None, None, None),
+        None => return Err(unreadable(ConvertError::FieldMissing { field: "OrderInfo.kind" })),
     };
-    let tif = match proto::Tif::try_from(info.tif) {
-        Ok(proto::Tif::Ioc) => TimeInForce::Ioc,
-        Ok(proto::Tif::Fok) => TimeInForce::Fok,
-        Ok(proto::Tif::Day) => TimeInForce::Day,
-        _ => TimeInForce::Gtc,
+    let tif = match convert::tif_from_proto(info.tif, "OrderInfo.tif").map_err(unreadable)? {
+        bourse_engine::command::Tif::Gtc => TimeInForce::Gtc,
+        bourse_engine::command::Tif::Ioc => TimeInForce::Ioc,
+        bourse_engine::command::Tif::Fok => TimeInForce::Fok,
+        bourse_engine::command::Tif::Day => TimeInForce::Day,
     };
-    let status = match proto::OrderStatus::try_from(info.status) {
-        Ok(proto::OrderStatus::Pending) => OrderStatus::Pending,
-        Ok(proto::OrderStatus::Filled) => OrderStatus::Filled,
-        Ok(proto::OrderStatus::Cancelled) => OrderStatus::Cancelled,
-        Ok(proto::OrderStatus::Expired) => OrderStatus::Expired,
-        _ => OrderStatus::Open,
+    let status = match convert::order_status_from_proto(info.status, "OrderInfo.status").map_err(unreadable)? {
+        bourse_engine::OrderStatus::Pending => OrderStatus::Pending,
+        bourse_engine::OrderStatus::Open => OrderStatus::Open,
+        bourse_engine::OrderStatus::Filled => OrderStatus::Filled,
+        bourse_engine::OrderStatus::Cancelled => OrderStatus::Cancelled,
+        bourse_engine::OrderStatus::Expired => OrderStatus::Expired,
     };
-    Order {
+    Ok(Order {
         id: info.id,
         account: info.account,
         symbol: info.symbol,
-        side: side_from(info.side),
+        side: side_from(info.side, "OrderInfo.side")?,
         order_type,
         px,
         trigger,
@@ -775,7 +783,7 @@ fn order_from(info: &proto::OrderInfo, log_index: u64) -> Order {
             })
             .collect(),
         log_index,
-    }
+    })
 }
 
 fn asset_from(info: proto::AssetInfo) -> Asset {
@@ -788,9 +796,13 @@ fn asset_from(info: proto::AssetInfo) -> Asset {
     }
 }
 
-fn symbol_from(state: &AppState, info: &proto::SymbolInfo) -> Option<Symbol> {
-    let spec = info.spec.as_ref()?;
-    Some(Symbol {
+fn symbol_from(state: &AppState, info: &proto::SymbolInfo) -> ApiResult<Symbol> {
+    let spec = info.spec.as_ref().ok_or(unreadable(ConvertError::FieldMissing { field: "SymbolInfo.spec" }))?;
+    let policy = match convert::match_policy_from_proto(spec.policy, "SymbolSpec.policy").map_err(unreadable)? {
+        bourse_engine::command::MatchPolicy::Fifo => crate::model::MatchPolicy::Fifo,
+        bourse_engine::command::MatchPolicy::ProRata => crate::model::MatchPolicy::ProRata,
+    };
+    Ok(Symbol {
         id: info.id,
         name: spec.name.clone(),
         base: spec.base,
@@ -803,11 +815,7 @@ fn symbol_from(state: &AppState, info: &proto::SymbolInfo) -> Option<Symbol> {
         px_max: spec.px_max,
         fee_maker: spec.fee_maker,
         fee_taker: spec.fee_taker,
-        policy: if spec.policy == proto::MatchPolicy::ProRata as i32 {
-            crate::model::MatchPolicy::ProRata
-        } else {
-            crate::model::MatchPolicy::Fifo
-        },
+        policy,
     })
 }
 

@@ -417,10 +417,12 @@ fn status_error(status: tonic::Status) -> ApiError {
     }
 }
 
-fn result_of(response: &proto::DayTradingResponse) -> DtResult {
+fn result_of(response: &proto::DayTradingResponse, kind: DtKind) -> ApiResult<DtResult> {
     let result = response.result.clone().unwrap_or_default();
-    let command = DtKind::from_code(u8::try_from(result.command).unwrap_or(0)).map_or("", DtKind::name);
-    DtResult {
+    let command = bourse_protocol::daytrading::kind_from_wire(result.command, "DayTradingResult.command")
+        .map_err(|e| DtApiError::new(kind, crate::api::unreadable(e)))?
+        .name();
+    Ok(DtResult {
         transaction_num: result.transaction_num,
         command: command.to_owned(),
         log_index: response.log_index,
@@ -432,7 +434,7 @@ fn result_of(response: &proto::DayTradingResponse) -> DtResult {
         expires_at: result.expires_at,
         quote_arrival: result.quote_arrival,
         quote_server_time: result.quote_server_time,
-    }
+    })
 }
 
 /// Runs a command for `user` and answers its result.
@@ -446,7 +448,7 @@ async fn command(
     let mut args = vec![user.clone()];
     args.extend(rest);
     let response = execute(state, key, &user, kind, args).await?;
-    Ok(Json(result_of(&response)))
+    Ok(Json(result_of(&response, kind)?))
 }
 
 /// ADD: creates the user on first use and adds cash; `amount` in the answer is the cash available after.

@@ -122,7 +122,7 @@ pub struct HistoryTrades {
 /// acts for it.
 async fn authorize_account(state: &Shared, key: Option<String>, account: u32) -> ApiResult<()> {
     let session = state.upstream.session(key).await?;
-    session.query().await.balances(AccountId(account)).await?;
+    session.query().balances(AccountId(account)).await?;
     Ok(())
 }
 

@@ -13,8 +13,9 @@
 //!   set headers). The key is passed upstream, so the gateway decides what it may do:
 //!   the same accounts, limits and refusals as over gRPC. Without a key a request is
 //!   sent as is, which an `--open` gateway accepts.
-//! - One upstream order-entry session per key ([`upstream`]), opened on first use and
-//!   opened again after it ended.
+//! - One upstream order-entry session per key ([`upstream`]) on the front-end port
+//!   (`bourse_port`), opened on first use and opened again after it ended; in the
+//!   gateway's process it calls the gateway in process, without gRPC.
 //! - Errors are typed JSON bodies carrying the engine's stable rejection code and name
 //!   ([`error`]).
 //! - `/openapi.json` is generated from the handlers' annotations ([`api`]).
@@ -46,9 +47,9 @@ use tokio::sync::watch;
 pub struct HttpConfig {
     /// Where to listen.
     pub listen: SocketAddr,
-    /// The gRPC addresses requests are translated to: a gateway (or any node of a
-    /// cluster, which then checks no keys).
-    pub upstream: Vec<String>,
+    /// Where requests go: the gateway of this process (no network hop), or gRPC
+    /// addresses of a gateway (or any node of a cluster, which then checks no keys).
+    pub upstream: bourse_port::Upstream,
     /// The key this server uses for its own market data feed (recent trades); a key
     /// with no accounts suffices. None against an open gateway or a node.
     pub service_key: Option<ApiKey>,
@@ -66,10 +67,12 @@ pub struct HttpConfig {
 }
 
 impl HttpConfig {
+    /// A front end sending to the gRPC addresses `upstream`; set
+    /// [`HttpConfig::upstream`] to a gateway of this process instead where there is one.
     pub fn new(listen: SocketAddr, upstream: Vec<String>) -> Self {
         HttpConfig {
             listen,
-            upstream,
+            upstream: bourse_port::Upstream::Remote(upstream),
             service_key: None,
             trades_kept: 1_000,
             ws_buffer: 4_096,

@@ -9,7 +9,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bourse_client::{ClientOptions, QueryClient};
+use bourse_client::ClientOptions;
+use bourse_port::Upstream;
 use bourse_protocol::proto;
 use bourse_protocol::proto::market_data_update::Update;
 use tokio::sync::watch;
@@ -45,24 +46,27 @@ impl Market {
         if kept.len() == self.kept {
             kept.pop_front();
         }
-        kept.push_back(trade_from(ts, trade));
+        match trade_from(ts, trade) {
+            Ok(trade) => kept.push_back(trade),
+            Err(error) => tracing::error!(%error, "a trade this version cannot read: not kept"),
+        }
     }
 }
 
 /// A trade update as JSON.
-pub fn trade_from(ts: u64, trade: &proto::TradeUpdate) -> Trade {
-    Trade {
+pub fn trade_from(ts: u64, trade: &proto::TradeUpdate) -> Result<Trade, crate::error::ApiError> {
+    Ok(Trade {
         symbol: trade.symbol,
         px: trade.px,
         qty: trade.qty,
-        taker_side: crate::api::side_from(trade.taker_side),
+        taker_side: crate::api::side_from(trade.taker_side, "TradeUpdate.taker_side")?,
         log_index: trade.log_index,
         trade_seq: trade.trade_seq,
         ts,
-    }
+    })
 }
 
-async fn follow(market: Arc<Market>, upstream: Vec<String>, options: ClientOptions, shutdown: watch::Receiver<bool>) {
+async fn follow(market: Arc<Market>, upstream: Upstream, options: ClientOptions, shutdown: watch::Receiver<bool>) {
     let mut backoff = Duration::from_millis(50);
     while !*shutdown.borrow() {
         match follow_once(&market, &upstream, &options).await {
@@ -74,8 +78,8 @@ async fn follow(market: Arc<Market>, upstream: Vec<String>, options: ClientOptio
     }
 }
 
-async fn follow_once(market: &Market, upstream: &[String], options: &ClientOptions) -> bourse_client::Result<()> {
-    let mut query = QueryClient::connect(upstream.to_vec(), options.clone()).await?;
+async fn follow_once(market: &Market, upstream: &Upstream, options: &ClientOptions) -> bourse_client::Result<()> {
+    let mut query = upstream.query(options.clone()).await?;
     let mut stream = query.subscribe_channels(&[], &[proto::Channel::Trades]).await?;
     while let Some(update) = stream.next_update().await? {
         if let Some(Update::Trade(trade)) = &update.update {

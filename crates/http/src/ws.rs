@@ -19,7 +19,6 @@ use std::time::Duration;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use bourse_client::SessionEvent;
 use bourse_engine::command::OrderRequest;
 use bourse_protocol::proto;
 use bourse_protocol::proto::market_data_update::Update;
@@ -157,38 +156,6 @@ pub fn publish_accepted(session: &Session, request: &OrderRequest, accepted: &Ac
         qty: request.qty.0,
         log_index: accepted.log_index,
     });
-}
-
-/// A fill or cancellation from the order-entry session, as an order event.
-pub fn order_event_from(event: SessionEvent) -> Option<WsOrderEvent> {
-    match event {
-        SessionEvent::Fill(fill) => Some(WsOrderEvent::Fill {
-            order: fill.order,
-            account: fill.account,
-            symbol: fill.symbol,
-            side: side_from(fill.side),
-            px: fill.px,
-            qty: fill.qty,
-            fee: fill.fee,
-            maker: fill.maker,
-            counter_order: fill.counter_order,
-            log_index: fill.log_index,
-            trade_seq: fill.trade_seq,
-            ts: fill.ts,
-        }),
-        SessionEvent::Cancel(cancel) => Some(WsOrderEvent::Cancelled {
-            order: cancel.order,
-            account: cancel.account,
-            symbol: cancel.symbol,
-            qty_cancelled: cancel.qty_cancelled,
-            reason: proto::CancelReason::try_from(cancel.reason)
-                .map(|r| r.as_str_name().trim_start_matches("CANCEL_REASON_").to_ascii_lowercase())
-                .unwrap_or_default(),
-            log_index: cancel.log_index,
-            ts: cancel.ts,
-        }),
-        SessionEvent::Reply(_) | SessionEvent::Failed { .. } => None,
-    }
 }
 
 /// The sending half shared by a connection's tasks: a full buffer closes the connection.
@@ -339,17 +306,19 @@ async fn forward_orders(mut events: tokio::sync::broadcast::Receiver<WsOrderEven
 async fn forward_market(session: Arc<Session>, symbols: Vec<u32>, channels: Vec<proto::Channel>, outbox: Outbox) {
     let ids: Vec<bourse_engine::SymbolId> = symbols.iter().map(|&id| bourse_engine::SymbolId(id)).collect();
     loop {
-        let subscribed = session.query().await.subscribe_channels(&ids, &channels).await;
+        let subscribed = session.query().subscribe_channels(&ids, &channels).await;
         let reason = match subscribed {
             Ok(mut stream) => loop {
                 match stream.next_update().await {
-                    Ok(Some(update)) => {
-                        if let Some(message) = market_message(update) {
+                    Ok(Some(update)) => match market_message(update) {
+                        Ok(Some(message)) => {
                             if !outbox.send(message) {
                                 return;
                             }
                         }
-                    }
+                        Ok(None) => {}
+                        Err(error) => break error.to_string(),
+                    },
                     Ok(None) => break "the upstream market data stream ended".to_owned(),
                     Err(error) => break error.to_string(),
                 }
@@ -364,9 +333,11 @@ async fn forward_market(session: Arc<Session>, symbols: Vec<u32>, channels: Vec<
     }
 }
 
-fn market_message(update: proto::MarketDataUpdate) -> Option<WsMessage> {
+/// An update as the WebSocket's; one this version cannot read is an error.
+fn market_message(update: proto::MarketDataUpdate) -> Result<Option<WsMessage>, crate::error::ApiError> {
     let level = |l: &proto::Level| Level { px: l.px, qty: l.qty };
-    Some(match update.update? {
+    let Some(inner) = update.update else { return Ok(None) };
+    Ok(Some(match inner {
         Update::L2Snapshot(s) => WsMessage::L2Snapshot {
             symbol: s.symbol,
             symbol_seq: s.symbol_seq,
@@ -377,12 +348,12 @@ fn market_message(update: proto::MarketDataUpdate) -> Option<WsMessage> {
         Update::L2Update(u) => WsMessage::L2Update {
             symbol: u.symbol,
             symbol_seq: u.symbol_seq,
-            side: side_from(u.side),
+            side: side_from(u.side, "L2Update.side")?,
             px: u.px,
             qty: u.qty,
             log_index: u.log_index,
         },
-        Update::Trade(trade) => WsMessage::Trade(crate::market::trade_from(update.ts, &trade)),
+        Update::Trade(trade) => WsMessage::Trade(crate::market::trade_from(update.ts, &trade)?),
         Update::Bbo(b) => WsMessage::Bbo {
             symbol: b.symbol,
             bid_px: b.bid_px,
@@ -393,8 +364,8 @@ fn market_message(update: proto::MarketDataUpdate) -> Option<WsMessage> {
             ts: update.ts,
         },
         Update::Heartbeat(_) => WsMessage::Heartbeat { ts: update.ts },
-        Update::Order(_) | Update::Stats(_) => return None,
-    })
+        Update::Order(_) | Update::Stats(_) => return Ok(None),
+    }))
 }
 
 fn error_message(error: &ApiError) -> WsMessage {

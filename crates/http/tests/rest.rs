@@ -119,6 +119,26 @@ async fn errors_are_typed_and_change_nothing() {
     let (status, body) = alice.request("POST", "/v1/orders", Some(no_px)).await;
     assert_eq!((status, code(&body).1), (400, json!("invalid_parameter")));
     assert!(body["error"]["message"].as_str().unwrap().contains("px is required"));
+    // An enum value the API does not define, or a number out of its type's range, is
+    // refused with what was wrong: never read as some default.
+    let order = |field: &str, value: serde_json::Value| {
+        let mut body = limit(1, "buy", 1, 151);
+        body[field] = value;
+        body
+    };
+    for (field, value, says) in [
+        ("side", json!("sideways"), "unknown variant `sideways`"),
+        ("type", json!("iceberg"), "unknown variant `iceberg`"),
+        ("tif", json!("gtd"), "unknown variant `gtd`"),
+        ("stp", json!("sometimes"), "unknown variant `sometimes`"),
+        ("account", json!(4_294_967_296_u64), "invalid value"),
+        ("qty", json!("1"), "invalid type"),
+    ] {
+        let (status, body) = alice.request("POST", "/v1/orders", Some(order(field, value))).await;
+        assert_eq!((status, code(&body)), (400, (2000, json!("invalid_body"))), "{field}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{field}: {message}");
+    }
     let (status, _) = alice.request("GET", "/v1/orders/not-a-number", None).await;
     assert_eq!(status, 400);
     let (status, _) = alice.request("GET", "/v1/books/0?levels=0", None).await;

@@ -1,8 +1,9 @@
 //! The way to the exchange: gRPC sessions to the gateway, and what the front end may
 //! remember of the exchange because it never changes.
 //!
-//! - **Commands** go through a pool of [`Client`] order-entry sessions (exactly-once,
-//!   resent across reconnects, answered only once committed). A request's commands all
+//! - **Commands** go through a pool of the front-end port's order-entry sessions
+//!   ([`KeySession`]: exactly-once, resent across reconnects, answered only once
+//!   committed; in the gateway's process they call it in process, without gRPC). A request's commands all
 //!   go through one session, one at a time, so each sees the effects of the one before.
 //!   A session that ended is replaced by a new one (new client id) on next use.
 //! - **Queries** go through a pool of [`QueryClient`]s. Read-your-writes: the front end
@@ -24,13 +25,14 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use bourse_client::{random_client_id, ApiKey, Client, ClientOptions, QueryClient};
+use bourse_client::{ApiKey, QueryClient};
 use bourse_engine::command::{CommandBody, MatchPolicy, Stp, SymbolSpec};
 use bourse_engine::{AccountId, Amount, AssetId, Outcome, Px, Qty, Reject, SymbolId};
+use bourse_port::{KeySession, Port, Upstream};
 use bourse_protocol::proto;
 use tokio::sync::Mutex;
 
@@ -39,8 +41,9 @@ use crate::value::Scales;
 /// Where the front end's commands and queries go, and in which units.
 #[derive(Clone, Debug)]
 pub struct ExchangeConfig {
-    /// gRPC addresses: the gateway's own listen address (or a node, which checks no keys).
-    pub upstream: Vec<String>,
+    /// Where commands and queries go: the gateway of this process (no network hop), or
+    /// gRPC addresses of a gateway (or a node, which checks no keys).
+    pub upstream: Upstream,
     /// The key made for this process (admin: it creates accounts, assets and symbols).
     pub key: Option<ApiKey>,
     pub scales: Scales,
@@ -56,9 +59,11 @@ pub struct ExchangeConfig {
 }
 
 impl ExchangeConfig {
+    /// A front end sending to the gRPC addresses `upstream`; set
+    /// [`ExchangeConfig::upstream`] to a gateway of this process instead where there is one.
     pub fn new(upstream: Vec<String>) -> Self {
         ExchangeConfig {
-            upstream,
+            upstream: Upstream::Remote(upstream),
             key: None,
             scales: Scales::DEFAULT,
             self_trade: Stp::Allow,
@@ -134,14 +139,13 @@ const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(5);
 /// The front end's link to the exchange.
 pub struct Exchange {
     config: ExchangeConfig,
-    options: ClientOptions,
-    sessions: Vec<Mutex<Option<Client>>>,
+    /// The front-end port: where commands and queries go, what was acknowledged.
+    port: Port,
+    sessions: Vec<KeySession>,
     next_session: AtomicUsize,
     /// The query connection; each query runs on a clone of it (one HTTP/2 connection
     /// carries them all at once), and a clone that found it broken replaces it.
     queries: Mutex<Option<QueryClient>>,
-    /// The highest log index of a command this front end had acknowledged.
-    acked: AtomicU64,
     quote: AssetId,
     accounts: RwLock<HashMap<u64, AccountId>>,
     symbols: RwLock<HashMap<String, SymbolIds>>,
@@ -156,14 +160,13 @@ impl Exchange {
     /// other amounts (pick another `quote_asset`).
     pub async fn connect(config: ExchangeConfig, history: Arc<dyn OrderHistory>) -> Result<Exchange, String> {
         config.validate()?;
-        let options = ClientOptions { api_key: config.key.clone(), ..ClientOptions::default() };
-        let sessions = (0..config.sessions).map(|_| Mutex::new(None)).collect();
+        let sessions =
+            (0..config.sessions).map(|_| KeySession::new(config.upstream.clone(), config.key.clone())).collect();
         let mut exchange = Exchange {
-            options,
+            port: Port::new(config.upstream.clone()),
             sessions,
             next_session: AtomicUsize::new(0),
             queries: Mutex::new(None),
-            acked: AtomicU64::new(0),
             quote: AssetId(0),
             accounts: RwLock::new(HashMap::new()),
             symbols: RwLock::new(HashMap::new()),
@@ -189,7 +192,7 @@ impl Exchange {
 
     /// The highest log index this front end has had acknowledged.
     pub fn acked_index(&self) -> u64 {
-        self.acked.load(Ordering::Acquire)
+        self.port.acked_index()
     }
 
     async fn quote_asset(&self) -> Result<AssetId, String> {
@@ -222,47 +225,13 @@ impl Exchange {
         self.next_session.fetch_add(1, Ordering::Relaxed) % self.sessions.len()
     }
 
-    async fn client(&self, session: usize) -> Result<Client, UpstreamError> {
-        let mut slot = self.sessions[session].lock().await;
-        if let Some(client) = slot.as_ref() {
-            return Ok(client.clone());
-        }
-        let client = Client::connect(self.config.upstream.clone(), random_client_id(), self.options.clone()).await?;
-        *slot = Some(client.clone());
-        Ok(client)
-    }
-
     /// Sends one command through `session` and waits until it is committed and applied:
     /// the engine's outcome and the log index. Refusals for the session's rate or
     /// in-flight limit are retried (they did not reach the log).
     pub async fn submit(&self, session: usize, body: CommandBody) -> Result<(Outcome, u64), UpstreamError> {
-        let started = tokio::time::Instant::now();
-        let mut pause = Duration::from_millis(1);
-        loop {
-            let client = self.client(session).await?;
-            match client.submit(body.clone()).await {
-                Ok(reply) => {
-                    self.acked.fetch_max(reply.log_index, Ordering::AcqRel);
-                    return Ok((reply.outcome, reply.log_index));
-                }
-                Err(bourse_client::Error::Refused { code: 1005 | 1006, .. })
-                    if started.elapsed() < REFUSAL_RETRY_MAX =>
-                {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(100));
-                }
-                Err(error) => {
-                    if matches!(error, bourse_client::Error::Closed | bourse_client::Error::Unavailable { .. }) {
-                        // That session is over: the next command opens a new one.
-                        let mut slot = self.sessions[session].lock().await;
-                        if slot.as_ref().is_some_and(|c| c.client_id() == client.client_id()) {
-                            slot.take();
-                        }
-                    }
-                    return Err(error.into());
-                }
-            }
-        }
+        let reply = self.sessions[session].submit_patiently(body, REFUSAL_RETRY_MAX).await?;
+        self.port.acked(reply.log_index);
+        Ok((reply.outcome, reply.log_index))
     }
 
     /// Runs a query; `linearizable` asks the leader after a read-index round.
@@ -273,7 +242,7 @@ impl Exchange {
         let shared = {
             let mut slot = self.queries.lock().await;
             if slot.is_none() {
-                *slot = Some(QueryClient::connect(self.config.upstream.clone(), self.options.clone()).await?);
+                *slot = Some(self.port.query(self.config.key.clone()).await?);
             }
             slot.clone().expect("connected above")
         };
@@ -341,10 +310,18 @@ impl Exchange {
         let reply = self
             .query_fresh(|r: &proto::GetOrderReply| r.log_index, move |c| Box::pin(c.order(bourse_engine::OrderId(id))))
             .await?;
-        match reply.and_then(|reply| reply.order) {
-            Some(order) => Ok(Some(order)),
-            None => self.history.order(id).await.map_err(UpstreamError),
-        }
+        let order = match reply.and_then(|reply| reply.order) {
+            Some(order) => order,
+            None => match self.history.order(id).await.map_err(UpstreamError)? {
+                Some(order) => order,
+                None => return Ok(None),
+            },
+        };
+        // The reports compare the status with known values: one this version does not
+        // know is the exchange's answer it cannot read, not a closed order.
+        bourse_protocol::convert::order_status_from_proto(order.status, "OrderInfo.status")
+            .map_err(|e| UpstreamError(format!("an answer this front end cannot read: {e}")))?;
+        Ok(Some(order))
     }
 
     /// The engine's ids of XML symbol `name`; with `create`, it is made if it does not

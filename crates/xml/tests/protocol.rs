@@ -527,3 +527,30 @@ async fn units_made_elsewhere_are_refused_not_misread() {
     assert!(reply.contains("<opened"), "{reply}");
     x.stop().await;
 }
+
+/// Numbers past what the engine's types hold are refused by name, never clamped or
+/// wrapped: an amount, a limit, an account id and a transaction id out of range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_range_values_are_refused_not_clamped() {
+    let x = Exchange2::start().await;
+    x.bare("<create><account id=\"1\" balance=\"100\"/><symbol sym=\"ACME\"><account id=\"1\">10</account></symbol></create>")
+        .await;
+    let reply = x
+        .bare(
+            "<transactions id=\"1\">\
+               <order sym=\"ACME\" amount=\"99999999999999999999\" limit=\"1\"/>\
+               <order sym=\"ACME\" amount=\"1\" limit=\"99999999999999999999\"/>\
+               <cancel id=\"18446744073709551616\"/>\
+             </transactions>",
+        )
+        .await;
+    let expected = results(&[
+        "  <error sym=\"ACME\" amount=\"99999999999999999999\" limit=\"1\">Invalid amount</error>",
+        "  <error sym=\"ACME\" amount=\"1\" limit=\"99999999999999999999\">Invalid limit</error>",
+        "  <error id=\"18446744073709551616\">Unknown transaction</error>",
+    ]);
+    assert_eq!(reply, expected);
+    let reply = x.bare("<create><account id=\"18446744073709551616\" balance=\"1\"/></create>").await;
+    assert!(reply.contains("<error id=\"18446744073709551616\""), "{reply}");
+    x.stop().await;
+}

@@ -99,11 +99,8 @@ async fn rounds(args: &FixArgs) -> Result<Vec<Round>, String> {
     gateway_config.rate_per_sec = u64::MAX / 2;
     gateway_config.burst = u64::MAX / 2;
     let gateway = Gateway::start(gateway_config, KeyStore::default()).await.map_err(|e| e.to_string())?;
-    let fix_config = FixConfig::new(
-        "127.0.0.1:0".parse().expect("an address"),
-        vec![gateway.addr().to_string()],
-        dir.path().join("fix"),
-    );
+    let mut fix_config = FixConfig::new("127.0.0.1:0".parse().expect("an address"), Vec::new(), dir.path().join("fix"));
+    fix_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
     let fix = FixServer::start(fix_config).await.map_err(|e| e.to_string())?;
     let mut rounds = Vec::new();
     for (index, &sessions) in args.sessions.iter().enumerate() {

@@ -85,12 +85,9 @@ async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
     gateway_config.rate_per_sec = u64::MAX / 2;
     gateway_config.burst = u64::MAX / 2;
     let gateway = Gateway::start(gateway_config, KeyStore::default()).await.map_err(|e| e.to_string())?;
-    let http = HttpServer::start(HttpConfig::new(
-        "127.0.0.1:0".parse().expect("an address"),
-        vec![gateway.addr().to_string()],
-    ))
-    .await
-    .map_err(|e| e.to_string())?;
+    let mut http_config = HttpConfig::new("127.0.0.1:0".parse().expect("an address"), Vec::new());
+    http_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
+    let http = HttpServer::start(http_config).await.map_err(|e| e.to_string())?;
     let symbol = market.symbol.0;
     let px = setup.px_mid;
     let mut rounds = Vec::new();

@@ -101,7 +101,8 @@ async fn rounds(args: &XmlArgs) -> Result<Vec<Round>, String> {
     gateway_config.rate_per_sec = u64::MAX / 2;
     gateway_config.burst = u64::MAX / 2;
     let gateway = Gateway::start(gateway_config, KeyStore::default()).await.map_err(|e| e.to_string())?;
-    let mut exchange_config = ExchangeConfig::new(vec![gateway.addr().to_string()]);
+    let mut exchange_config = ExchangeConfig::new(Vec::new());
+    exchange_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
     exchange_config.sessions = args.sessions;
     let exchange = Arc::new(Exchange::connect(exchange_config, Arc::new(NoHistory)).await?);
     let listen: SocketAddr = "127.0.0.1:0".parse().expect("an address");

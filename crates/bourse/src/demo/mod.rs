@@ -234,7 +234,8 @@ async fn demo(
     };
     let history_url = history.as_ref().map(|(url, _)| url.clone());
     let day_trading = start_day_trading(&addresses[0], &keys.admin, &data, history_url).await?;
-    let mut http_config = HttpConfig::new(args.http, vec![addresses[0].clone()]);
+    let mut http_config = HttpConfig::new(args.http, Vec::new());
+    http_config.upstream = bourse_port::Upstream::InProcess(gateways[0].local());
     http_config.service_key = Some(ApiKey(http_key));
     http_config.history = history.as_ref().map(|(url, _)| url.clone());
     http_config.day_trading = Some(day_trading.addr().to_string());

@@ -75,7 +75,9 @@ impl Exchange {
     /// (Re)starts the FIX front end on the same data directory (and address, after the
     /// first start).
     pub async fn start_fix(&mut self) {
-        let config = FixConfig::new(self.fix_addr, vec![self.gateway.addr().to_string()], self.fix_data.clone());
+        // In the gateway's process, as `bourse gateway run --fix` runs it.
+        let mut config = FixConfig::new(self.fix_addr, Vec::new(), self.fix_data.clone());
+        config.upstream = bourse_port::Upstream::InProcess(self.gateway.local());
         let server = FixServer::start(config).await.unwrap();
         self.fix_addr = server.addr();
         self.fix = Some(server);

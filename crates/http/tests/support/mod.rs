@@ -82,7 +82,9 @@ impl Exchange {
             assert!(Instant::now() < deadline, "the gateway's feed never started");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let mut http_config = HttpConfig::new("127.0.0.1:0".parse().unwrap(), vec![gateway.addr().to_string()]);
+        // In the gateway's process, as `bourse gateway run --http` runs it.
+        let mut http_config = HttpConfig::new("127.0.0.1:0".parse().unwrap(), Vec::new());
+        http_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
         http_config.service_key = Some(bourse_client::ApiKey(service));
         let mut history = None;
         if with_history {

@@ -59,7 +59,9 @@ impl Exchange2 {
         let mut gateway_config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
         gateway_config.hold_us = 0;
         let gateway = Gateway::start(gateway_config, keys).await.unwrap();
-        let mut exchange_config = ExchangeConfig::new(vec![gateway.addr().to_string()]);
+        // In the gateway's process, as `bourse gateway run --xml` runs it.
+        let mut exchange_config = ExchangeConfig::new(Vec::new());
+        exchange_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
         exchange_config.key = Some(bourse_client::ApiKey(service.clone()));
         (options.exchange)(&mut exchange_config);
         let exchange = Arc::new(Exchange::connect(exchange_config, Arc::new(NoHistory)).await.unwrap());

@@ -1,0 +1,159 @@
+//! The front-end port against a real node and gateway, in process and over gRPC: the
+//! same keys, checks, refusals, events and answers either way.
+
+use std::time::Duration;
+
+use bourse_client::load::{funded_accounts, setup_market, SymbolSetup};
+use bourse_client::{random_client_id, ApiKey, Client, ClientOptions, Error};
+use bourse_engine::command::{CommandBody, OrderRequest, Tif};
+use bourse_engine::{AccountId, CancelReason, Outcome, Px, Qty, Side, SymbolId};
+use bourse_gateway::keys::{entry_for, generate_key};
+use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
+use bourse_node::{Node, NodeConfig};
+use bourse_port::{KeySession, OrderEvent, Port, Refusal, Upstream};
+
+fn limit(account: AccountId, symbol: SymbolId, side: Side, px: i64) -> CommandBody {
+    CommandBody::Place(OrderRequest::limit(account, symbol, side, Px(px), Qty(1), Tif::Gtc))
+}
+
+/// The next order event within a few seconds.
+async fn next(events: &mut tokio::sync::broadcast::Receiver<OrderEvent>) -> OrderEvent {
+    tokio::time::timeout(Duration::from_secs(5), events.recv()).await.expect("an order event").unwrap()
+}
+
+/// A node with the load driver's market and `count` funded accounts.
+async fn node_with_accounts(dir: &std::path::Path, count: u32) -> (Node, SymbolId, Vec<AccountId>, SymbolSetup) {
+    let config = NodeConfig {
+        data: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        sequencer_window_us: 0,
+        ..NodeConfig::default()
+    };
+    let node = Node::start(config).await.unwrap();
+    let endpoints = vec![node.addr.to_string()];
+    let setup = SymbolSetup::default();
+    let (market, assets) = setup_market(&endpoints, &setup, &ClientOptions::default()).await.unwrap();
+    let admin = Client::connect(endpoints, random_client_id(), ClientOptions::default()).await.unwrap();
+    let accounts = funded_accounts(&admin, count, assets, &setup).await.unwrap();
+    admin.close().await.unwrap();
+    (node, market.symbol, accounts, setup)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_and_over_grpc_the_port_gives_the_same_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, symbol_id, accounts, setup) = node_with_accounts(dir.path(), 2).await;
+    let (alice, bob) = (generate_key(), generate_key());
+    let keys = KeyStore::from_entries(vec![
+        entry_for(&alice, "alice", vec![accounts[0].0], false),
+        entry_for(&bob, "bob", vec![accounts[1].0], false),
+    ])
+    .unwrap();
+    let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
+    config.hold_us = 0;
+    let gateway = Gateway::start(config, keys).await.unwrap();
+    let px = setup.px_mid;
+
+    let upstreams = [Upstream::InProcess(gateway.local()), Upstream::Remote(vec![gateway.addr().to_string()])];
+    for upstream in upstreams {
+        let how = upstream.describe().join(",");
+        let port = Port::new(upstream.clone());
+
+        // The catalog: a symbol by name, then by id without asking again.
+        let mut query = port.query(Some(ApiKey(alice.clone()))).await.unwrap();
+        let symbol = port.catalog().symbol(&mut query, &setup.symbol).await.unwrap().expect("the symbol");
+        assert_eq!(symbol.id, symbol_id.0, "{how}");
+        assert_eq!(port.catalog().find_symbol(&symbol.id.to_string()).map(|s| s.id), Some(symbol.id));
+        assert!(port.catalog().symbol(&mut query, "NOPE/USD").await.unwrap().is_none());
+
+        // Order entry: alice's sell rests, bob's buy takes it; both hear typed fills.
+        let alice_session = KeySession::new(upstream.clone(), Some(ApiKey(alice.clone())));
+        let bob_session = KeySession::new(upstream.clone(), Some(ApiKey(bob.clone())));
+        alice_session.client().await.unwrap();
+        bob_session.client().await.unwrap();
+        let (mut alice_events, mut bob_events) = (alice_session.subscribe(), bob_session.subscribe());
+        let sell = alice_session.submit(limit(accounts[0], symbol_id, Side::Sell, px)).await.unwrap();
+        let Outcome::Ok { id: sell_id } = sell.outcome else { panic!("{how}: {:?}", sell.outcome) };
+        let buy = bob_session.submit(limit(accounts[1], symbol_id, Side::Buy, px)).await.unwrap();
+        assert!(matches!(buy.outcome, Outcome::Ok { .. }), "{how}: {:?}", buy.outcome);
+        port.acked(buy.log_index);
+        match next(&mut alice_events).await {
+            OrderEvent::Fill { order, side, maker, qty, .. } => {
+                assert_eq!((order, side, maker, qty), (sell_id, Side::Sell, true, 1), "{how}")
+            }
+            other => panic!("{how}: {other:?}"),
+        }
+        assert!(matches!(next(&mut bob_events).await, OrderEvent::Fill { side: Side::Buy, maker: false, .. }));
+        // A cancellation is typed too.
+        let rest = alice_session.submit(limit(accounts[0], symbol_id, Side::Sell, px + 10)).await.unwrap();
+        let Outcome::Ok { id: rest_id } = rest.outcome else { panic!("{how}") };
+        let cancel =
+            CommandBody::Cancel { account: accounts[0], symbol: symbol_id, order: bourse_engine::OrderId(rest_id) };
+        alice_session.submit(cancel).await.unwrap();
+        match next(&mut alice_events).await {
+            OrderEvent::Cancelled { order, reason, .. } => {
+                assert_eq!((order, reason), (rest_id, CancelReason::Requested), "{how}")
+            }
+            other => panic!("{how}: {other:?}"),
+        }
+
+        // Read-your-writes: the balances are read at or after the acknowledged buy.
+        let bob_query = port.query(Some(ApiKey(bob.clone()))).await.unwrap();
+        let balances = port
+            .query_after(
+                &bob_query,
+                |r: &bourse_protocol::proto::GetBalancesReply| r.log_index,
+                |q| Box::pin(q.balances(accounts[1])),
+            )
+            .await
+            .unwrap();
+        assert!(balances.log_index >= port.acked_index(), "{how}");
+
+        // The gateway's refusals, the same in process: another key's account, before
+        // the log (1004), and another key's balances (permission denied).
+        match alice_session.submit(limit(accounts[1], symbol_id, Side::Buy, px)).await {
+            Err(Error::Refused { code, .. }) => assert_eq!(Refusal::from_code(code), Some(Refusal::NotAuthorized)),
+            other => panic!("{how}: {other:?}"),
+        }
+        match query.balances(accounts[1]).await {
+            Err(Error::Status { code, .. }) => assert_eq!(code, tonic::Code::PermissionDenied, "{how}"),
+            other => panic!("{how}: {other:?}"),
+        }
+        // An unknown key is refused at once: no query, no session, no endless retry.
+        let stranger = Some(ApiKey("not-a-key".into()));
+        let mut strange = port.query(stranger.clone()).await.unwrap();
+        match strange.assets().await {
+            Err(Error::Status { code, .. }) => assert_eq!(code, tonic::Code::Unauthenticated, "{how}"),
+            other => panic!("{how}: {other:?}"),
+        }
+        let strange_session = KeySession::new(upstream.clone(), stranger);
+        let tried = tokio::time::timeout(Duration::from_secs(10), strange_session.client()).await;
+        assert!(matches!(tried, Ok(Err(_))), "{how}: an unknown key's session must fail, and fast");
+    }
+    gateway.shutdown().await;
+}
+
+/// Refusals for the session's limits are transient: `submit` reports them with their
+/// code, `submit_patiently` sends again until the gateway takes the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_refusals_are_retried_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, symbol, accounts, setup) = node_with_accounts(dir.path(), 1).await;
+    let key = generate_key();
+    let keys = KeyStore::from_entries(vec![entry_for(&key, "slow", vec![accounts[0].0], false)]).unwrap();
+    let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
+    config.hold_us = 0;
+    config.rate_per_sec = 20;
+    config.burst = 1;
+    let gateway = Gateway::start(config, keys).await.unwrap();
+    let session = KeySession::new(Upstream::InProcess(gateway.local()), Some(ApiKey(key)));
+    let order = limit(accounts[0], symbol, Side::Buy, setup.px_mid - 100);
+    assert!(session.submit(order.clone()).await.is_ok(), "the burst allows one");
+    match session.submit(order.clone()).await {
+        Err(Error::Refused { code, .. }) => assert_eq!(Refusal::from_code(code), Some(Refusal::RateLimited)),
+        other => panic!("{other:?}"),
+    }
+    let reply = session.submit_patiently(order, Duration::from_secs(5)).await.unwrap();
+    assert!(matches!(reply.outcome, Outcome::Ok { .. }), "{:?}", reply.outcome);
+    gateway.shutdown().await;
+}
