@@ -39,6 +39,7 @@ pub mod load;
 pub mod local;
 pub mod options;
 pub mod query;
+pub mod query_pool;
 pub mod reply;
 pub mod window;
 
@@ -50,4 +51,5 @@ pub use error::{Error, Result};
 pub use local::{LocalGateway, LocalMarketData, LocalOrderEntry};
 pub use options::{ApiKey, ClientOptions, ClientTls};
 pub use query::{MarketDataStream, QueryClient};
+pub use query_pool::QueryPool;
 pub use reply::Reply;

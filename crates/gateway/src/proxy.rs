@@ -1,12 +1,11 @@
 //! Queries through a gateway: passed to the cluster (any member answers), for the
 //! accounts the session's key owns. A query carrying `bourse-read: linearizable` is
-//! passed on as one (the leader answers after a read-index round). Each query runs on
-//! a clone of the upstream query client (clones share one HTTP/2 connection), so
-//! queries do not wait for one another.
+//! passed on as one (the leader answers after a read-index round). Queries share one
+//! connection to the cluster ([`QueryPool`]), so they do not wait for one another.
 
 use std::sync::Arc;
 
-use bourse_client::{ClientOptions, QueryClient};
+use bourse_client::{ClientOptions, QueryClient, QueryPool};
 use bourse_engine::{AccountId, OrderId, SymbolId};
 use bourse_protocol::proto;
 use tokio::sync::Mutex;
@@ -17,8 +16,8 @@ use crate::State;
 
 pub(crate) struct QueryProxy {
     state: Arc<State>,
-    /// The upstream query client, connected on first use; each query takes a clone.
-    client: Mutex<Option<QueryClient>>,
+    /// The connection to the cluster, opened on first use.
+    pool: QueryPool,
 }
 
 /// Whether a request asks for a linearizable read.
@@ -28,7 +27,10 @@ fn linearizable<T>(request: &Request<T>) -> bool {
 
 impl QueryProxy {
     pub(crate) fn new(state: Arc<State>) -> Self {
-        QueryProxy { state, client: Mutex::new(None) }
+        let cluster = state.config.cluster.clone();
+        let options = ClientOptions { tls: state.config.tls.clone(), ..ClientOptions::default() };
+        let pool = QueryPool::new(move || QueryClient::connect(cluster.clone(), options.clone()));
+        QueryProxy { state, pool }
     }
 
     async fn call<T, F>(&self, linearizable: bool, f: F) -> Result<Response<T>, Status>
@@ -38,23 +40,7 @@ impl QueryProxy {
         )
             -> std::pin::Pin<Box<dyn std::future::Future<Output = bourse_client::Result<T>> + Send + 'a>>,
     {
-        let shared = {
-            let mut guard = self.client.lock().await;
-            if guard.is_none() {
-                let options = ClientOptions { tls: self.state.config.tls.clone(), ..ClientOptions::default() };
-                let client = QueryClient::connect(self.state.config.cluster.clone(), options)
-                    .await
-                    .map_err(|e| Status::unavailable(e.to_string()))?;
-                *guard = Some(client);
-            }
-            guard.clone().expect("connected above")
-        };
-        let mut client = shared.linearizable(linearizable);
-        let result = f(&mut client).await;
-        // The clone knows where it last got an answer (it may have failed over): the
-        // next query starts there. After a long outage the next one connects afresh.
-        let unavailable = matches!(result, Err(bourse_client::Error::Unavailable { .. }));
-        *self.client.lock().await = (!unavailable).then(|| client.linearizable(false));
+        let result = self.pool.call(linearizable, f).await;
         result.map(Response::new).map_err(to_status)
     }
 

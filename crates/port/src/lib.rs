@@ -16,7 +16,8 @@
 //!   once created, so only a miss is asked upstream.
 //! - **Read-your-writes** ([`Port::acked_index`]): the highest log index of any command
 //!   this front end had acknowledged; a query answered at a lower index is asked again
-//!   as a linearizable read ([`Port::query_after`]).
+//!   as a linearizable read ([`Port::query_after`]) on a shared connection
+//!   ([`Port::query_pool`]).
 //! - **Refusals** ([`Refusal`]): the codes 1000 and up, defined once in
 //!   `bourse_protocol::refusal`.
 //! - **Order events** ([`OrderEvent`]): fills and cancellations decoded to engine
@@ -28,7 +29,7 @@ mod session;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use bourse_client::{ApiKey, Client, ClientOptions, Error, LocalGateway, QueryClient, Reply};
+pub use bourse_client::{ApiKey, Client, ClientOptions, Error, LocalGateway, QueryClient, QueryPool, Reply};
 pub use bourse_protocol::refusal::Refusal;
 pub use catalog::Catalog;
 pub use events::{OrderEvent, OrderEvents};
@@ -115,24 +116,32 @@ impl Port {
         self.acked.load(Ordering::Acquire)
     }
 
-    /// Runs `call` on `query` so that it sees every command this front end had
+    /// A shared query connection acting with `key` ([`QueryPool`]).
+    pub fn query_pool(&self, key: Option<ApiKey>) -> QueryPool {
+        let upstream = self.upstream.clone();
+        QueryPool::new(move || {
+            let upstream = upstream.clone();
+            let options = Port::options(key.clone());
+            async move { upstream.query(options).await }
+        })
+    }
+
+    /// Runs `call` on `pool` so that it sees every command this front end had
     /// acknowledged: a reply read below [`Port::acked_index`] (a follower behind the
     /// leader) or a "not found" is asked again as a linearizable read. `index` says at
     /// which log index a reply was read.
-    pub async fn query_after<T, F>(&self, query: &QueryClient, index: fn(&T) -> u64, call: F) -> Result<T, Error>
+    pub async fn query_after<T, F>(&self, pool: &QueryPool, index: fn(&T) -> u64, call: F) -> Result<T, Error>
     where
         F: for<'a> Fn(
             &'a mut QueryClient,
         ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Error>> + Send + 'a>>,
     {
         let wanted = self.acked_index();
-        let mut plain = query.clone().linearizable(false);
-        match call(&mut plain).await {
+        match pool.call(false, &call).await {
             Ok(reply) if index(&reply) >= wanted => return Ok(reply),
             Ok(_) | Err(Error::NotFound(_)) => {}
             Err(error) => return Err(error),
         }
-        let mut strict = query.clone().linearizable(true);
-        call(&mut strict).await
+        pool.call(true, &call).await
     }
 }

@@ -98,10 +98,10 @@ async fn in_process_and_over_grpc_the_port_gives_the_same_answers() {
         }
 
         // Read-your-writes: the balances are read at or after the acknowledged buy.
-        let bob_query = port.query(Some(ApiKey(bob.clone()))).await.unwrap();
+        let bob_queries = port.query_pool(Some(ApiKey(bob.clone())));
         let balances = port
             .query_after(
-                &bob_query,
+                &bob_queries,
                 |r: &bourse_protocol::proto::GetBalancesReply| r.log_index,
                 |q| Box::pin(q.balances(accounts[1])),
             )

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use bourse_client::{ApiKey, QueryClient};
+use bourse_client::{ApiKey, QueryClient, QueryPool};
 use bourse_engine::command::{CommandBody, MatchPolicy, Stp, SymbolSpec};
 use bourse_engine::{AccountId, Amount, AssetId, Outcome, Px, Qty, Reject, SymbolId};
 use bourse_port::{KeySession, Port, Upstream};
@@ -143,9 +143,8 @@ pub struct Exchange {
     port: Port,
     sessions: Vec<KeySession>,
     next_session: AtomicUsize,
-    /// The query connection; each query runs on a clone of it (one HTTP/2 connection
-    /// carries them all at once), and a clone that found it broken replaces it.
-    queries: Mutex<Option<QueryClient>>,
+    /// The query connection, shared by every request.
+    queries: QueryPool,
     quote: AssetId,
     accounts: RwLock<HashMap<u64, AccountId>>,
     symbols: RwLock<HashMap<String, SymbolIds>>,
@@ -162,11 +161,13 @@ impl Exchange {
         config.validate()?;
         let sessions =
             (0..config.sessions).map(|_| KeySession::new(config.upstream.clone(), config.key.clone())).collect();
+        let port = Port::new(config.upstream.clone());
+        let queries = port.query_pool(config.key.clone());
         let mut exchange = Exchange {
-            port: Port::new(config.upstream.clone()),
+            port,
             sessions,
             next_session: AtomicUsize::new(0),
-            queries: Mutex::new(None),
+            queries,
             quote: AssetId(0),
             accounts: RwLock::new(HashMap::new()),
             symbols: RwLock::new(HashMap::new()),
@@ -234,40 +235,13 @@ impl Exchange {
         Ok((reply.outcome, reply.log_index))
     }
 
-    /// Runs a query; `linearizable` asks the leader after a read-index round.
-    async fn query<T, F>(&self, linearizable: bool, call: F) -> Result<T, bourse_client::Error>
-    where
-        F: for<'a> FnOnce(&'a mut QueryClient) -> Pin<Box<dyn Future<Output = bourse_client::Result<T>> + Send + 'a>>,
-    {
-        let shared = {
-            let mut slot = self.queries.lock().await;
-            if slot.is_none() {
-                *slot = Some(self.port.query(self.config.key.clone()).await?);
-            }
-            slot.clone().expect("connected above")
-        };
-        let mut client = shared.linearizable(linearizable);
-        let result = call(&mut client).await;
-        // The clone knows where it last got an answer (it may have failed over): the
-        // next query starts there. After a long outage the next one connects afresh.
-        let unavailable = matches!(result, Err(bourse_client::Error::Unavailable { .. }));
-        *self.queries.lock().await = (!unavailable).then(|| client.linearizable(false));
-        result
-    }
-
     /// A query that must see every command acknowledged so far (see the module
     /// documentation): `Ok(None)` for "not found".
     async fn query_fresh<T, F>(&self, index_of: fn(&T) -> u64, call: F) -> Result<Option<T>, UpstreamError>
     where
         F: for<'a> Fn(&'a mut QueryClient) -> Pin<Box<dyn Future<Output = bourse_client::Result<T>> + Send + 'a>>,
     {
-        let needed = self.acked_index();
-        match self.query(false, &call).await {
-            Ok(reply) if index_of(&reply) >= needed => return Ok(Some(reply)),
-            Ok(_) | Err(bourse_client::Error::NotFound(_)) => {}
-            Err(error) => return Err(error.into()),
-        }
-        match self.query(true, &call).await {
+        match self.port.query_after(&self.queries, index_of, call).await {
             Ok(reply) => Ok(Some(reply)),
             Err(bourse_client::Error::NotFound(_)) => Ok(None),
             Err(error) => Err(error.into()),
