@@ -99,11 +99,11 @@ impl XmlArgs {
         for (listen, framing) in [(self.xml, Framing::Bare), (self.xml_framed, Framing::Prefixed)] {
             let Some(listen) = listen else { continue };
             let mut config = XmlConfig::new(listen, framing);
-            config.max_request_bytes = self.xml_max_request_bytes;
+            config.limits.request_bytes_max = self.xml_max_request_bytes;
             config.max_children = self.xml_max_children;
-            config.read_timeout = Duration::from_millis(self.xml_read_timeout_ms);
-            config.idle_timeout = Duration::from_millis(self.xml_idle_timeout_ms);
-            config.max_connections = self.xml_max_connections;
+            config.limits.io_timeout = Duration::from_millis(self.xml_read_timeout_ms);
+            config.limits.idle_timeout = Duration::from_millis(self.xml_idle_timeout_ms);
+            config.limits.connections_max = self.xml_max_connections;
             let server =
                 XmlServer::start(config, Arc::clone(&exchange)).await.map_err(|e| format!("--xml {listen}: {e}"))?;
             let mode = if framing == Framing::Bare { "bare replies" } else { "length-prefixed replies" };

@@ -52,8 +52,11 @@ pub struct FixConfig {
     /// slowly that more wait is disconnected (what was queued stays in the store, to be
     /// resent after it logs on again).
     pub outbox_max: usize,
-    /// How long a new connection may take to send its Logon.
-    pub logon_timeout: Duration,
+    /// The listener's limits: `connections_max` connections at once, logged on or not
+    /// (10,000); `first_request_timeout` for the whole Logon to arrive (10 s), however
+    /// it trickles in. (Idle sessions are the heartbeat's business; FIX frames are
+    /// capped by the codec.)
+    pub limits: bourse_port::ListenerLimits,
     /// Whether the store is fsynced before messages go out (always, outside benchmarks
     /// that measure what fsync costs).
     pub fsync: bool,
@@ -69,7 +72,11 @@ impl FixConfig {
             data,
             comp_id: "BOURSE".into(),
             outbox_max: 65_536,
-            logon_timeout: Duration::from_secs(10),
+            limits: bourse_port::ListenerLimits {
+                connections_max: 10_000,
+                first_request_timeout: Duration::from_secs(10),
+                ..bourse_port::ListenerLimits::DEFAULT
+            },
             fsync: true,
         }
     }
@@ -113,7 +120,7 @@ impl FixServer {
     pub async fn start(config: FixConfig) -> std::io::Result<FixServer> {
         config.validate().map_err(std::io::Error::other)?;
         std::fs::create_dir_all(&config.data)?;
-        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let listener = bourse_port::Listener::bind(config.listen, "fix", &config.limits)?;
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_seen) = watch::channel(false);
         let shared = Arc::new(Shared {

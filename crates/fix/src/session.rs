@@ -29,7 +29,7 @@ use bourse_client::{random_client_id, ApiKey, Client, QueryClient};
 use bourse_protocol::proto;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
 use crate::codec::{self, FieldError, Message, RejectReason};
@@ -285,21 +285,16 @@ fn is_header_tag(tag: u32) -> bool {
 }
 
 /// Accepts connections until the server shuts down.
-pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: bourse_port::Listener) {
     loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                let shared = Arc::clone(&shared);
-                tokio::spawn(async move {
-                    tracing::debug!(%peer, "FIX connection");
-                    run_connection(shared, stream).await;
-                });
-            }
-            Err(error) => {
-                tracing::warn!(%error, "FIX accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+        let connection = listener.accept().await;
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            tracing::debug!(peer = %connection.peer, "FIX connection");
+            let (stream, slot) = connection.into_parts();
+            run_connection(shared, stream).await;
+            drop(slot);
+        });
     }
 }
 
@@ -350,11 +345,11 @@ impl Reader {
 }
 
 async fn run_connection(shared: Arc<Shared>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
     let (read, mut write) = stream.into_split();
     let mut reader = Reader { read, buf: Vec::with_capacity(READ_CHUNK), start: 0 };
-    let first = reader.next(shared.config.logon_timeout).await;
-    let Read::Message(logon, error) = first else {
+    // The whole Logon within the limit, however slowly its bytes arrive.
+    let wait = shared.config.limits.first_request_timeout;
+    let Ok(Read::Message(logon, error)) = tokio::time::timeout(wait, reader.next(wait)).await else {
         return;
     };
     let Some((mut connection, outbox)) = self::logon(&shared, logon, error, &mut write).await else {

@@ -349,3 +349,49 @@ async fn a_silent_client_gets_heartbeats_a_test_request_then_a_logout() {
     }
     exchange.stop().await;
 }
+
+/// The listener's limits hold before Logon: a connection that trickles its Logon a byte
+/// at a time is closed once `first_request_timeout` has passed (the limit is on the
+/// whole Logon, not each read), and no more than `connections_max` are served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_limits_hold_before_logon() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = Exchange::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = bourse_fix::FixConfig::new("127.0.0.1:0".parse().unwrap(), Vec::new(), dir.path().to_path_buf());
+    config.upstream = bourse_port::Upstream::InProcess(exchange.gateway.local());
+    config.limits.first_request_timeout = Duration::from_millis(500);
+    config.limits.connections_max = 2;
+    let server = bourse_fix::FixServer::start(config).await.unwrap();
+
+    // A byte every 100 ms: each read is quick, the Logon never completes.
+    let mut slow = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let started = std::time::Instant::now();
+    let closed = loop {
+        if slow.write_all(b"8").await.is_err() {
+            break true;
+        }
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_millis(100), slow.read(&mut byte)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            _ => {}
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            break false;
+        }
+    };
+    assert!(closed, "the trickling connection is still open after 5 s");
+    assert!(started.elapsed() < Duration::from_secs(3), "closed after {:?}", started.elapsed());
+
+    // Two silent connections hold both slots: a third is not served (its Logon is not
+    // read) until one of them times out and frees its slot.
+    let _a = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let _b = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sent = std::time::Instant::now();
+    let (_carol, answer) = FixClient::logon(server.addr(), "CAROL", &exchange.alice, false).await;
+    assert_eq!(answer.msg_type(), "A");
+    assert!(sent.elapsed() >= Duration::from_millis(300), "answered after {:?}: a slot was free", sent.elapsed());
+    server.shutdown().await;
+    exchange.stop().await;
+}

@@ -64,6 +64,10 @@ pub struct HttpConfig {
     /// The day-trading service (`host:port` of its gRPC `DayTrading`) the
     /// `/v1/daytrading` routes call; without one they answer 404.
     pub day_trading: Option<String>,
+    /// The listener's limits: connections at once (`connections_max`, 10,000) and the
+    /// largest request body (`request_bytes_max`, 2 MiB). (Its timeouts are not applied
+    /// yet: issue 25.)
+    pub limits: bourse_port::ListenerLimits,
 }
 
 impl HttpConfig {
@@ -79,6 +83,7 @@ impl HttpConfig {
             web_dir: None,
             history: None,
             day_trading: None,
+            limits: bourse_port::ListenerLimits { request_bytes_max: 2 << 20, ..bourse_port::ListenerLimits::DEFAULT },
         }
     }
 
@@ -92,6 +97,7 @@ impl HttpConfig {
         if !(16..=1 << 20).contains(&self.ws_buffer) {
             return Err(format!("ws_buffer = {} is outside 16..=1048576", self.ws_buffer));
         }
+        self.limits.validate()?;
         Ok(())
     }
 }
@@ -108,6 +114,24 @@ pub struct AppState {
     pub history: Option<Arc<history::HistoryDb>>,
     /// The day-trading service, when configured.
     pub day_trading: Option<daytrading::DayTradingClient>,
+}
+
+/// The port's listener (connection limit) as axum's.
+struct Limited(bourse_port::Listener);
+
+impl axum::serve::Listener for Limited {
+    type Io = bourse_port::Connection;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let connection = self.0.accept().await;
+        let peer = connection.peer;
+        (connection, peer)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
 }
 
 /// A running HTTP front end.
@@ -148,9 +172,10 @@ impl HttpServer {
             day_trading,
             config,
         });
-        let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
-        let addr = listener.local_addr()?;
-        let app = api::router(Arc::clone(&state));
+        let limits = &state.config.limits;
+        let listener = Limited(bourse_port::Listener::bind(state.config.listen, "http", limits)?);
+        let addr = listener.0.local_addr()?;
+        let app = api::router(Arc::clone(&state)).layer(axum::extract::DefaultBodyLimit::max(limits.request_bytes_max));
         let mut stop = shutdown_seen;
         let server = tokio::spawn(async move {
             let result = axum::serve(listener, app)

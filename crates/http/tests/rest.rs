@@ -139,6 +139,10 @@ async fn errors_are_typed_and_change_nothing() {
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{field}: {message}");
     }
+    // A body past the listener's cap (2 MiB) is refused, not read on.
+    let (status, body) = alice.raw("POST", "/v1/orders", Some("x".repeat(3 << 20))).await;
+    assert_eq!((status, code(&body).0), (400, 2000));
+    assert!(body["error"]["message"].as_str().unwrap().contains("length limit exceeded"), "{body}");
     let (status, _) = alice.request("GET", "/v1/orders/not-a-number", None).await;
     assert_eq!(status, 400);
     let (status, _) = alice.request("GET", "/v1/books/0?levels=0", None).await;

@@ -21,10 +21,13 @@
 //! - **Refusals** ([`Refusal`]): the codes 1000 and up, defined once in
 //!   `bourse_protocol::refusal`.
 //! - **Order events** ([`OrderEvent`]): fills and cancellations decoded to engine
-//!   types; an event the port cannot decode is logged and counted, never defaulted.
+//!   types; an event the port cannot decode is logged and skipped, never defaulted.
+//! - **Listeners** ([`listener`]): connection limits, timeouts and request caps, one
+//!   settings type and one accept loop for every front end.
 
 mod catalog;
 mod events;
+pub mod listener;
 mod session;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +36,7 @@ pub use bourse_client::{ApiKey, Client, ClientOptions, Error, LocalGateway, Quer
 pub use bourse_protocol::refusal::Refusal;
 pub use catalog::Catalog;
 pub use events::{OrderEvent, OrderEvents};
+pub use listener::{Connection, Listener, ListenerLimits};
 pub use session::KeySession;
 
 /// Where the gateway is.

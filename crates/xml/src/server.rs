@@ -1,8 +1,8 @@
 //! The TCP listener and its connections (spec sections 2 and 11).
 //!
 //! One task per connection, so a slow or broken connection delays no other. At most
-//! `max_connections` are served at once; further ones wait in the accept backlog (the
-//! listener is not polled while the limit is reached). Per connection:
+//! `limits.connections_max` are served at once; further ones wait in the accept backlog
+//! (`bourse_port::Listener` is not polled while the limit is reached). Per connection:
 //!
 //! - **bare**: one request, its reply, then the sending side is shut down and whatever
 //!   the client still sends is read and discarded for up to 1 s before closing, so that
@@ -14,15 +14,16 @@
 //! A framing error is answered when a reply makes sense (`Malformed length line`,
 //! `Request too large`) and closes the connection; a well-framed body that is not a
 //! valid request is answered and, in length-prefixed mode, the connection stays open.
-//! Writing a reply may take at most `read_timeout`.
+//! Writing a reply may take at most `limits.io_timeout` (the spec's read timeout).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bourse_port::Listener;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
 
 use crate::exchange::Exchange;
 use crate::framing::{prefixed, FrameError, FrameReader};
@@ -36,28 +37,15 @@ pub(crate) struct Shared {
     pub exchange: Arc<Exchange>,
 }
 
-pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let slots = Arc::new(Semaphore::new(shared.config.max_connections));
+pub(crate) async fn accept_loop(listener: Listener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+        let connection = tokio::select! {
+            connection = listener.accept() => connection,
             _ = stop.wait_for(|stopping| *stopping) => return,
-        };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = stop.wait_for(|stopping| *stopping) => return,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(error) => {
-                // Out of file descriptors and the like: wait rather than spin.
-                tracing::warn!(%error, "XML listener: accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
         };
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
+            let (stream, slot) = connection.into_parts();
             serve(stream, &shared).await;
             drop(slot);
         });
@@ -65,17 +53,17 @@ pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut 
 }
 
 async fn serve(stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_nodelay(true);
     let (read, mut write) = stream.into_split();
     let mut frames = FrameReader::new(read);
     let config = &shared.config;
     let framing = config.framing;
     loop {
-        let body = match frames.next(config.max_request_bytes, config.idle_timeout, config.read_timeout).await {
+        let limits = &config.limits;
+        let body = match frames.next(limits.request_bytes_max, limits.idle_timeout, limits.io_timeout).await {
             Ok(body) => body,
             Err(error) => {
                 if let Some(text) = error.reply_text() {
-                    let _ = send(&mut write, framing, &reply::request_error(text), config.read_timeout).await;
+                    let _ = send(&mut write, framing, &reply::request_error(text), limits.io_timeout).await;
                 }
                 if matches!(error, FrameError::Closed) {
                     return;
@@ -87,7 +75,7 @@ async fn serve(stream: TcpStream, shared: &Shared) {
             Ok(request) => reply::document(&execute::execute(&shared.exchange, request).await),
             Err(error) => reply::request_error(&error.to_string()),
         };
-        if send(&mut write, framing, &document, config.read_timeout).await.is_err() {
+        if send(&mut write, framing, &document, limits.io_timeout).await.is_err() {
             return;
         }
         if framing == Framing::Bare {

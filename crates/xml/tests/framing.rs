@@ -13,11 +13,11 @@ use tokio::net::TcpStream;
 fn small_limits() -> Options {
     Options {
         xml: |config| {
-            config.max_request_bytes = 1_000;
+            config.limits.request_bytes_max = 1_000;
             config.max_children = 3;
-            config.idle_timeout = Duration::from_millis(400);
-            config.read_timeout = Duration::from_millis(400);
-            config.max_connections = 4;
+            config.limits.idle_timeout = Duration::from_millis(400);
+            config.limits.io_timeout = Duration::from_millis(400);
+            config.limits.connections_max = 4;
         },
         ..Options::default()
     }
@@ -161,7 +161,7 @@ async fn idle_and_read_timeouts_close_without_a_reply() {
 async fn connections_past_the_bound_wait_to_be_served() {
     let mut options = small_limits();
     options.xml = |config| {
-        config.max_connections = 2;
+        config.limits.connections_max = 2;
     };
     let x = Exchange2::start_with(options).await;
     let mut first = x.connect().await;

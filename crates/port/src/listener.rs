@@ -1,0 +1,199 @@
+//! What every front end's listener needs, in one place: how many connections it
+//! serves at once, how long a connection may take and stay silent, how large a request
+//! may be ([`ListenerLimits`]), and the accept loop that holds to them ([`Listener`]).
+//!
+//! A connection holds its slot for as long as it lives ([`Connection`]); when every
+//! slot is taken the listener stops accepting, so further clients wait in the kernel's
+//! backlog rather than take memory here. Accept failures (out of descriptors, say)
+//! pause the loop briefly instead of spinning.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// A listener's limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerLimits {
+    /// Connections served at once.
+    pub connections_max: usize,
+    /// How long a new connection may take to send its first request (FIX: its Logon),
+    /// however it trickles in.
+    pub first_request_timeout: Duration,
+    /// How long a connection may stay silent between requests.
+    pub idle_timeout: Duration,
+    /// How long one request, once begun, may take to arrive, and one reply to be written.
+    pub io_timeout: Duration,
+    /// The largest request, in bytes.
+    pub request_bytes_max: usize,
+}
+
+impl ListenerLimits {
+    /// Defaults for a front end facing the network.
+    pub const DEFAULT: ListenerLimits = ListenerLimits {
+        connections_max: 10_000,
+        first_request_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(300),
+        io_timeout: Duration::from_secs(30),
+        request_bytes_max: 4 << 20,
+    };
+
+    /// Bounds every front end holds its settings to.
+    pub fn validate(&self) -> Result<(), String> {
+        let ms = |d: Duration| d.as_millis();
+        let checks = [
+            ("connections_max", self.connections_max as u128, 1, 1_000_000),
+            ("first_request_timeout_ms", ms(self.first_request_timeout), 1, 3_600_000),
+            ("idle_timeout_ms", ms(self.idle_timeout), 1, 86_400_000),
+            ("io_timeout_ms", ms(self.io_timeout), 1, 3_600_000),
+            ("request_bytes_max", self.request_bytes_max as u128, 1, 1 << 30),
+        ];
+        for (name, value, low, high) in checks {
+            if !(low..=high).contains(&value) {
+                return Err(format!("{name} = {value} is outside {low}..={high}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits::DEFAULT
+    }
+}
+
+/// Connections the kernel queues while every slot is taken.
+const ACCEPT_BACKLOG: u32 = 4096;
+
+/// A TCP listener that serves at most `connections_max` connections at once.
+pub struct Listener {
+    tcp: TcpListener,
+    slots: Arc<Semaphore>,
+    /// The front end's name in logs.
+    name: &'static str,
+}
+
+impl Listener {
+    /// Binds `addr` for the front end `name` (address reuse on, so a restarted front
+    /// end gets its port back at once; a deep backlog, for bursts of connections that
+    /// wait for a slot).
+    pub fn bind(addr: SocketAddr, name: &'static str, limits: &ListenerLimits) -> io::Result<Listener> {
+        limits.validate().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        let tcp = socket.listen(ACCEPT_BACKLOG)?;
+        Ok(Listener { tcp, slots: Arc::new(Semaphore::new(limits.connections_max)), name })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+
+    /// The next connection, once a slot is free. Never fails: an accept error is
+    /// logged and the loop pauses before trying again.
+    pub async fn accept(&self) -> Connection {
+        let slot = Arc::clone(&self.slots).acquire_owned().await.expect("the semaphore is never closed");
+        loop {
+            match self.tcp.accept().await {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Connection { stream, peer, slot };
+                }
+                Err(error) => {
+                    tracing::warn!(front_end = self.name, %error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Connections being served now.
+    pub fn connections(&self, limits: &ListenerLimits) -> usize {
+        limits.connections_max - self.slots.available_permits()
+    }
+}
+
+/// An accepted connection; its slot is free again when it is dropped.
+pub struct Connection {
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+    slot: OwnedSemaphorePermit,
+}
+
+impl Connection {
+    /// The stream and the slot, for a front end that splits the stream; keep the slot
+    /// as long as the connection is served.
+    pub fn into_parts(self) -> (TcpStream, OwnedSemaphorePermit) {
+        (self.stream, self.slot)
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_out_of_bounds_are_refused_by_name() {
+        assert_eq!(ListenerLimits::DEFAULT.validate(), Ok(()));
+        let none = ListenerLimits { connections_max: 0, ..ListenerLimits::DEFAULT };
+        assert!(none.validate().unwrap_err().contains("connections_max"));
+        let tiny = ListenerLimits { request_bytes_max: 0, ..ListenerLimits::DEFAULT };
+        assert!(tiny.validate().unwrap_err().contains("request_bytes_max"));
+    }
+
+    #[tokio::test]
+    async fn a_full_listener_accepts_again_only_when_a_connection_ends() {
+        let limits = ListenerLimits { connections_max: 1, ..ListenerLimits::DEFAULT };
+        let listener = Listener::bind("127.0.0.1:0".parse().unwrap(), "test", &limits).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _a = TcpStream::connect(addr).await.unwrap();
+        let _b = TcpStream::connect(addr).await.unwrap();
+        let first = listener.accept().await;
+        assert_eq!(listener.connections(&limits), 1);
+        let second = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(second.is_err(), "the second waits while the first is served");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(2), listener.accept()).await;
+        assert!(second.is_ok(), "and is accepted once the first ends");
+    }
+}
