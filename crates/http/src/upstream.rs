@@ -9,7 +9,7 @@
 //! are handed to the key's WebSocket subscribers through a broadcast channel.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use bourse_client::{ApiKey, QueryClient};
 use bourse_engine::command::CommandBody;
@@ -28,7 +28,10 @@ const EVENTS_BUFFER: usize = 4_096;
 /// The sessions of every key seen, and the port.
 pub struct Upstreams {
     port: Port,
-    sessions: Mutex<HashMap<Option<String>, Arc<Session>>>,
+    /// Read on every request: a plain lock, held for a lookup only.
+    sessions: RwLock<HashMap<Option<String>, Arc<Session>>>,
+    /// One key's first request at a time opens its session (it proves the key upstream).
+    opening: Mutex<()>,
 }
 
 /// One key's way upstream.
@@ -40,7 +43,7 @@ pub struct Session {
 
 impl Upstreams {
     pub fn new(upstream: Upstream) -> Self {
-        Upstreams { port: Port::new(upstream), sessions: Mutex::new(HashMap::new()) }
+        Upstreams { port: Port::new(upstream), sessions: RwLock::new(HashMap::new()), opening: Mutex::new(()) }
     }
 
     /// Where requests go, for the health page.
@@ -51,8 +54,11 @@ impl Upstreams {
     /// The session of `key`, opening its query client on first use. A key the
     /// gateway does not know is refused here (401), and not remembered.
     pub async fn session(&self, key: Option<String>) -> Result<Arc<Session>, ApiError> {
-        let mut sessions = self.sessions.lock().await;
-        if let Some(session) = sessions.get(&key) {
+        if let Some(session) = self.sessions.read().expect("sessions lock").get(&key) {
+            return Ok(Arc::clone(session));
+        }
+        let _one_at_a_time = self.opening.lock().await;
+        if let Some(session) = self.sessions.read().expect("sessions lock").get(&key) {
             return Ok(Arc::clone(session));
         }
         let api_key = key.clone().map(ApiKey);
@@ -76,18 +82,24 @@ impl Upstreams {
             }
         });
         let session = Arc::new(Session { orders, query, events });
-        sessions.insert(key, Arc::clone(&session));
+        self.sessions.write().expect("sessions lock").insert(key, Arc::clone(&session));
         Ok(session)
     }
 
     /// The symbol named `name` (or given as an id).
     pub async fn symbol(&self, session: &Session, name: &str) -> Result<proto::SymbolInfo, ApiError> {
+        if let Some(found) = self.port.catalog().find_symbol(name) {
+            return Ok(found);
+        }
         let found = self.port.catalog().symbol(&mut session.query(), name).await?;
         found.ok_or(ApiError::Rejected(Reject::SymbolUnknown))
     }
 
     /// The asset named `name` (or given as an id).
     pub async fn asset(&self, session: &Session, name: &str) -> Result<proto::AssetInfo, ApiError> {
+        if let Some(found) = self.port.catalog().find_asset(name) {
+            return Ok(found);
+        }
         let found = self.port.catalog().asset(&mut session.query(), name).await?;
         found.ok_or(ApiError::Rejected(Reject::AssetUnknown))
     }
