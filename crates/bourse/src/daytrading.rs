@@ -89,6 +89,11 @@ impl DayTradingArgs {
         self.day_trading.is_some()
     }
 
+    /// Where the service listens, if asked to.
+    pub fn listen(&self) -> Option<SocketAddr> {
+        self.day_trading
+    }
+
     /// DUMPLOG reads `history` unless `--dt-history` names another store.
     pub fn history_default(&mut self, history: Option<&str>) {
         if self.dt_history.is_none() {

@@ -141,6 +141,22 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
         (None, true) => KeyStore::default(),
         (None, false) => return Err("give --keys FILE (or --open, for loopback tests)".into()),
     };
+    if args.open {
+        // Without keys every session may do anything: nothing but this machine may reach it.
+        let front_ends = [
+            ("--listen", Some(args.listen)),
+            ("--http", args.http),
+            ("--fix", args.fix),
+            ("--day-trading", args.day_trading.listen()),
+        ];
+        let exposed = front_ends
+            .into_iter()
+            .chain(args.xml.listens())
+            .find_map(|(flag, addr)| addr.filter(|addr| !addr.ip().is_loopback()).map(|addr| (flag, addr)));
+        if let Some((flag, addr)) = exposed {
+            return Err(format!("--open serves without keys: {flag} must be a loopback address, not {addr}"));
+        }
+    }
     let spec: ProfileSpec = args.inject.parse().map_err(|e| format!("--inject: {e}"))?;
     let mut config = GatewayConfig::new(args.id, args.listen, args.cluster);
     config.feed = args.feed;

@@ -274,6 +274,9 @@ impl InProcessGateway {
             (None, true) => KeyStore::default(),
             (None, false) => return Err("--gateway needs --keys FILE (or --open, for loopback tests)".into()),
         };
+        if let Some(addr) = args.day_trading.listen().filter(|a| args.open && !a.ip().is_loopback()) {
+            return Err(format!("--open serves without keys: --day-trading must be a loopback address, not {addr}"));
+        }
         // The day-trading service vouches for its callers: its key is an admin's.
         let dt_key =
             (!args.open && args.day_trading.wanted()).then(|| ApiKey(keys.add_process_key("day-trading", true)));

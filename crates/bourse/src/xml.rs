@@ -71,6 +71,11 @@ impl XmlArgs {
         self.xml.is_some() || self.xml_framed.is_some()
     }
 
+    /// The listeners asked for, with their flags.
+    pub fn listens(&self) -> [(&'static str, Option<SocketAddr>); 2] {
+        [("--xml", self.xml), ("--xml-framed", self.xml_framed)]
+    }
+
     /// Starts the listeners asked for, sharing one link to the gateway `upstream`;
     /// orders past the engine's memory are read from the history store at `history`.
     pub async fn start(

@@ -146,6 +146,12 @@ impl GatewayConfig {
         if let Some(priority) = self.release_priority.filter(|p| !(1..=99).contains(p)) {
             return Err(format!("release_priority = {priority} is outside 1..=99"));
         }
+        if self.open && !self.listen.ip().is_loopback() {
+            return Err(format!(
+                "an open gateway (every session acts for every account, no key) listens on loopback only, not {}",
+                self.listen
+            ));
+        }
         Ok(())
     }
 
@@ -183,8 +189,21 @@ mod tests {
             config.release_priority = Some(priority);
             assert!(config.validate().unwrap_err().contains(&format!("release_priority = {priority}")));
         }
-        let mut config = base;
+        let mut config = base.clone();
         config.release_priority = Some(99);
         assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn an_open_gateway_listens_on_loopback_only() {
+        let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec!["127.0.0.1:1".into()]);
+        config.open = true;
+        assert!(config.validate().is_ok());
+        config.listen = "[::1]:7600".parse().unwrap();
+        assert!(config.validate().is_ok());
+        config.listen = "0.0.0.0:7600".parse().unwrap();
+        assert!(config.validate().unwrap_err().contains("loopback only, not 0.0.0.0:7600"));
+        config.open = false;
+        assert!(config.validate().is_ok(), "with keys any address will do");
     }
 }

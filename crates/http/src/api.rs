@@ -195,7 +195,12 @@ async fn not_found() -> ApiError {
 // Extractors whose failures are typed errors
 // ----------------------------------------------------------------------------------------
 
-/// The caller's API key: `Authorization: Bearer`, `X-API-Key`, or `?api_key=`.
+/// The WebSocket's path (as routed in [`router`]): the one route that takes its key in
+/// the URL.
+pub const WS_PATH: &str = "/v1/ws";
+
+/// The caller's API key: `Authorization: Bearer`, `X-API-Key`, or `?api_key=` on the
+/// WebSocket upgrade only.
 pub struct Key(pub Option<String>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Key {
@@ -215,6 +220,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Key {
         let from_query = parts.uri.query().and_then(|query| {
             query.split('&').find_map(|pair| pair.strip_prefix("api_key=").map(|key| key.to_owned()))
         });
+        // A key in a URL ends up in logs and histories: only the WebSocket upgrade,
+        // which browsers cannot give a header, may carry one.
+        if from_query.is_some() && parts.uri.path() != WS_PATH {
+            return Err(ApiError::Unauthenticated(format!(
+                "?api_key= is accepted only on {WS_PATH}: send Authorization: Bearer <key> or X-API-Key"
+            )));
+        }
         Ok(Key(from_query))
     }
 }

@@ -9,8 +9,8 @@
 //! loses nothing that was acknowledged.
 //!
 //! - Authentication: each request carries an API key (`Authorization: Bearer <key>` or
-//!   `X-API-Key: <key>`; `?api_key=` for WebSocket upgrades from browsers, which cannot
-//!   set headers). The key is passed upstream, so the gateway decides what it may do:
+//!   `X-API-Key: <key>`; `?api_key=` on the WebSocket upgrade only, for browsers,
+//!   which cannot set headers there; on any other route it is refused, 401). The key is passed upstream, so the gateway decides what it may do:
 //!   the same accounts, limits and refusals as over gRPC. Without a key a request is
 //!   sent as is, which an `--open` gateway accepts.
 //! - One upstream order-entry session per key ([`upstream`]) on the front-end port

@@ -153,6 +153,10 @@ async fn errors_are_typed_and_change_nothing() {
     assert_eq!((status, code(&body).1), (401, json!("unauthenticated")));
     let nobody = support::Http { addr: exchange.http.addr(), key: None };
     assert_eq!(nobody.request("GET", "/v1/symbols", None).await.0, 401);
+    // A key in the URL is taken on the WebSocket upgrade only (tests/websocket.rs).
+    let (status, body) = nobody.request("GET", &format!("/v1/symbols?api_key={}", exchange.alice), None).await;
+    assert_eq!(status, 401);
+    assert!(body["error"]["message"].as_str().unwrap().contains("only on /v1/ws"), "{body}");
 
     // None of it changed anything: no order, balances as deposited.
     let open = alice.expect(200, "GET", "/v1/accounts/1/orders", None).await;

@@ -181,11 +181,17 @@ pub enum KeyError {
 impl KeyStore {
     pub fn from_entries(entries: Vec<KeyEntry>) -> Result<Self, KeyError> {
         let mut by_hash = FxHashMap::default();
+        let mut names = rustc_hash::FxHashSet::default();
         for entry in entries {
             let bad = |reason: &str| KeyError::Entry { name: entry.name.clone(), reason: reason.to_owned() };
             let hash = decode_hex32(&entry.hash).ok_or_else(|| bad("hash must be 64 hex digits"))?;
             if entry.name.is_empty() {
                 return Err(bad("the name is empty"));
+            }
+            // A key's clients are numbered by its name (`Principal::claim`): two keys of
+            // one name would share, and could take over, each other's sessions.
+            if !names.insert(entry.name.clone()) {
+                return Err(bad("two keys have this name: each key needs its own"));
             }
             let principal =
                 Principal { name: entry.name.clone(), accounts: entry.accounts, admin: entry.admin, own: false };
@@ -357,6 +363,18 @@ mod tests {
             ))
         };
         assert!(principal.may(&place(4)) && !principal.may(&place(9)));
+    }
+
+    #[test]
+    fn a_file_with_two_keys_of_one_name_is_refused() {
+        let twice = vec![entry_for("k1", "alice", vec![1], false), entry_for("k2", "alice", vec![2], false)];
+        match KeyStore::from_entries(twice) {
+            Err(KeyError::Entry { name, reason }) => {
+                assert_eq!(name, "alice");
+                assert!(reason.contains("two keys have this name"), "{reason}");
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
     }
 
     #[test]

@@ -119,6 +119,12 @@ async fn in_process_and_over_grpc_the_port_gives_the_same_answers() {
             Err(Error::Status { code, .. }) => assert_eq!(code, tonic::Code::PermissionDenied, "{how}"),
             other => panic!("{how}: {other:?}"),
         }
+        // Another key's order reads exactly as a missing one: nothing says it exists.
+        let mut bob_reads = port.query(Some(ApiKey(bob.clone()))).await.unwrap();
+        let foreign = bob_reads.order(bourse_engine::OrderId(sell_id)).await.unwrap_err();
+        assert_eq!(foreign, Error::NotFound(format!("order {sell_id}")), "{how}");
+        let missing = bob_reads.order(bourse_engine::OrderId(u64::MAX)).await.unwrap_err();
+        assert_eq!(missing, Error::NotFound(format!("order {}", u64::MAX)), "{how}");
         // An unknown key is refused at once: no query, no session, no endless retry.
         let stranger = Some(ApiKey("not-a-key".into()));
         let mut strange = port.query(stranger.clone()).await.unwrap();
