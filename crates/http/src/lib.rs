@@ -64,9 +64,12 @@ pub struct HttpConfig {
     /// The day-trading service (`host:port` of its gRPC `DayTrading`) the
     /// `/v1/daytrading` routes call; without one they answer 404.
     pub day_trading: Option<String>,
-    /// The listener's limits: connections at once (`connections_max`, 10,000) and the
-    /// largest request body (`request_bytes_max`, 2 MiB). (Its timeouts are not applied
-    /// yet: issue 25.)
+    /// The listener's limits: connections at once (`connections_max`, 10,000), the time
+    /// for each request's headers, counted from the end of the last answer on a
+    /// keep-alive connection (`first_request_timeout`, 10 s), the most a connection may
+    /// go without a byte either way, say while a body is awaited (`idle_timeout`, 300 s;
+    /// a WebSocket's heartbeats keep it alive) and the largest request body
+    /// (`request_bytes_max`, 2 MiB).
     pub limits: bourse_port::ListenerLimits,
 }
 
@@ -116,21 +119,145 @@ pub struct AppState {
     pub day_trading: Option<daytrading::DayTradingClient>,
 }
 
-/// The port's listener (connection limit) as axum's.
-struct Limited(bourse_port::Listener);
+/// Serves HTTP/1.1 connections from `listener` (its connection cap) until shutdown,
+/// each held to `limits`: a request's headers must arrive within
+/// `first_request_timeout` (so a client trickling them cannot hold a connection), and
+/// a connection with no request for `idle_timeout` is closed. WebSocket upgrades are
+/// served on the same connections. At shutdown, connections finish the request in
+/// progress and close.
+async fn serve(
+    listener: bourse_port::Listener,
+    app: axum::Router,
+    limits: bourse_port::ListenerLimits,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let connection = tokio::select! {
+            connection = listener.accept() => connection,
+            _ = stop.wait_for(|stopping| *stopping) => return,
+        };
+        let app = app.clone();
+        let limits = limits.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                let mut app = app.clone();
+                // A Router is always ready: no poll_ready is needed before call.
+                tower::Service::call(&mut app, request)
+            });
+            let idle = IdleWatch::new(connection, limits.idle_timeout);
+            let watched = idle.clone_state();
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.first_request_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(idle), service)
+                .with_upgrades();
+            tokio::pin!(served);
+            let stopping = async move {
+                let _ = stop.wait_for(|stopping| *stopping).await;
+            };
+            let end = tokio::select! {
+                end = served.as_mut() => end,
+                () = stopping => {
+                    served.as_mut().graceful_shutdown();
+                    served.await
+                }
+                () = watched.expired() => Ok(()),
+            };
+            if let Err(error) = end {
+                tracing::debug!(%error, "HTTP connection ended");
+            }
+        });
+    }
+}
 
-impl axum::serve::Listener for Limited {
-    type Io = bourse_port::Connection;
-    type Addr = SocketAddr;
+/// A connection that notes when bytes last moved, so one idle for longer than its
+/// limit can be closed.
+struct IdleWatch {
+    connection: bourse_port::Connection,
+    state: Arc<IdleState>,
+}
 
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let connection = self.0.accept().await;
-        let peer = connection.peer;
-        (connection, peer)
+struct IdleState {
+    /// When bytes last moved, in ms since `start`.
+    last_ms: std::sync::atomic::AtomicU64,
+    start: std::time::Instant,
+    limit: std::time::Duration,
+}
+
+impl IdleWatch {
+    fn new(connection: bourse_port::Connection, limit: std::time::Duration) -> IdleWatch {
+        let state = IdleState { last_ms: 0.into(), start: std::time::Instant::now(), limit };
+        IdleWatch { connection, state: Arc::new(state) }
     }
 
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.0.local_addr()
+    fn clone_state(&self) -> Arc<IdleState> {
+        Arc::clone(&self.state)
+    }
+}
+
+impl IdleState {
+    fn touch(&self) {
+        let now = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Resolves once no byte has moved for the limit.
+    async fn expired(&self) {
+        loop {
+            let last = std::time::Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
+            let due = last + self.limit;
+            let now = self.start.elapsed();
+            if now >= due {
+                return;
+            }
+            tokio::time::sleep(due - now).await;
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for IdleWatch {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.connection).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.state.touch();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for IdleWatch {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.connection).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &polled {
+            if *n > 0 {
+                self.state.touch();
+            }
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.connection).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.connection).poll_shutdown(cx)
     }
 }
 
@@ -172,21 +299,11 @@ impl HttpServer {
             day_trading,
             config,
         });
-        let limits = &state.config.limits;
-        let listener = Limited(bourse_port::Listener::bind(state.config.listen, "http", limits)?);
-        let addr = listener.0.local_addr()?;
+        let limits = state.config.limits.clone();
+        let listener = bourse_port::Listener::bind(state.config.listen, "http", &limits)?;
+        let addr = listener.local_addr()?;
         let app = api::router(Arc::clone(&state)).layer(axum::extract::DefaultBodyLimit::max(limits.request_bytes_max));
-        let mut stop = shutdown_seen;
-        let server = tokio::spawn(async move {
-            let result = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|stopping| *stopping).await;
-                })
-                .await;
-            if let Err(error) = result {
-                tracing::error!(%error, "HTTP server stopped");
-            }
-        });
+        let server = tokio::spawn(serve(listener, app, limits, shutdown_seen));
         tracing::info!(%addr, "HTTP API serving");
         Ok(HttpServer { addr, shutdown, server })
     }

@@ -425,3 +425,74 @@ async fn day_orders_expire_when_an_admin_closes_the_day() {
     assert_eq!(again["expired"], 0);
     exchange.stop().await;
 }
+
+/// The listener's limits on REST: a client trickling its request headers is cut off
+/// once `first_request_timeout` has passed (the limit is on the whole header, not each
+/// read), and a keep-alive connection that sends nothing for `idle_timeout` is closed;
+/// an honest client on its own connection is answered all the while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickling_and_idle_connections_are_closed() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = Exchange::start().await;
+    let mut config = bourse_http::HttpConfig::new("127.0.0.1:0".parse().unwrap(), Vec::new());
+    config.upstream = bourse_port::Upstream::InProcess(exchange.gateway.local());
+    config.limits.first_request_timeout = Duration::from_millis(500);
+    config.limits.idle_timeout = Duration::from_secs(1);
+    let server = bourse_http::HttpServer::start(config).await.unwrap();
+    let addr = server.addr();
+
+    /// Reads until the server closes; how long that took (None: still open at 5 s).
+    async fn closed_after(stream: &mut tokio::net::TcpStream, started: Instant) -> Option<Duration> {
+        let mut buf = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+                Ok(Ok(_)) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    // Headers a byte every 100 ms: never complete, cut off after about 500 ms.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let started = Instant::now();
+    slow.write_all(b"GET /health HTTP/1.1\r\n").await.unwrap();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..40 {
+            if slow.write_all(b"X").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        slow
+    });
+    // Meanwhile an honest client is answered.
+    let honest = support::Http { addr, key: Some(exchange.alice.clone()) };
+    assert_eq!(honest.request("GET", "/v1/symbols", None).await.0, 200);
+    let mut slow = trickle.await.unwrap();
+    let took = closed_after(&mut slow, started).await.expect("the trickling connection was closed");
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+
+    // One request answered, then silence: a keep-alive connection waiting for its next
+    // request's headers is held to the same header limit.
+    let mut waiting = tokio::net::TcpStream::connect(addr).await.unwrap();
+    waiting.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = waiting.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+    let took = closed_after(&mut waiting, Instant::now()).await.expect("the waiting connection was closed");
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+
+    // Headers complete, the promised body never comes: no byte moves, so the
+    // connection is closed after the idle limit.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let started = Instant::now();
+    let headers =
+        "POST /v1/orders HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
+    silent.write_all(headers.as_bytes()).await.unwrap();
+    let took = closed_after(&mut silent, started).await.expect("the silent connection was closed");
+    assert!(took >= Duration::from_millis(800) && took < Duration::from_secs(3), "closed after {took:?}");
+    server.shutdown().await;
+    exchange.stop().await;
+}
