@@ -189,8 +189,21 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     let mut keys = keys;
     // The HTTP server reads market data for itself with a key of this process only.
     let service_key = (!args.open).then(|| ApiKey(keys.add_process_key("http-front-end", false)));
-    // The XML front end creates accounts, assets and symbols: its key is an admin's.
-    let xml_key = (!args.open && args.xml.wanted()).then(|| ApiKey(keys.add_process_key("xml-front-end", true)));
+    // The XML protocol carries no key: its listeners act with the rights of the key the
+    // operator names (`<create>` needs an admin's), and bind loopback unless told.
+    args.xml.check_exposure()?;
+    let xml_key = match (args.open, args.xml.wanted(), args.xml.acting_as()) {
+        (false, true, Some(name)) => Some(ApiKey(
+            keys.add_process_key_as("xml-front-end", name)
+                .ok_or_else(|| format!("--xml-as {name}: the key file has no key of that name"))?,
+        )),
+        (false, true, None) => {
+            return Err(
+                "--xml: name the key whose rights XML clients act with: --xml-as NAME (an admin's for <create>)".into(),
+            )
+        }
+        _ => None,
+    };
     let xml = args.xml.clone();
     // The day-trading service vouches for its callers (caller, admin): its key is an
     // admin's, and it checks callers' keys against the same file.

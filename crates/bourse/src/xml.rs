@@ -25,6 +25,15 @@ pub struct XmlArgs {
     /// Serve it here with length-prefixed replies on kept-open connections.
     #[arg(long)]
     xml_framed: Option<SocketAddr>,
+    /// With --keys: the name of the key (in --keys) whose rights the XML listeners act
+    /// with. The protocol carries no key, so every XML client acts as this key: its
+    /// accounts only, and `<create>` (accounts, money, shares) only if it is an admin's.
+    #[arg(long, value_name = "NAME")]
+    xml_as: Option<String>,
+    /// Serve XML on addresses other than loopback. Anyone who reaches the port acts with
+    /// the rights of --xml-as: put it behind a network that only trusted clients reach.
+    #[arg(long)]
+    xml_allow_remote: bool,
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     xml_max_request_bytes: usize,
@@ -69,6 +78,29 @@ enum SelfTrade {
 impl XmlArgs {
     pub fn wanted(&self) -> bool {
         self.xml.is_some() || self.xml_framed.is_some()
+    }
+
+    /// The name of the key the listeners act as (`--xml-as`).
+    pub fn acting_as(&self) -> Option<&str> {
+        self.xml_as.as_deref()
+    }
+
+    /// Refuses listeners that are not on loopback, unless `--xml-allow-remote`.
+    pub fn check_exposure(&self) -> Result<(), String> {
+        if self.xml_allow_remote {
+            return Ok(());
+        }
+        match self
+            .listens()
+            .into_iter()
+            .find_map(|(flag, addr)| addr.filter(|a| !a.ip().is_loopback()).map(|a| (flag, a)))
+        {
+            Some((flag, addr)) => Err(format!(
+                "{flag} {addr}: the XML protocol carries no key, so anyone who reaches the port acts as \
+                 --xml-as; it binds loopback unless you give --xml-allow-remote"
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The listeners asked for, with their flags.

@@ -223,6 +223,23 @@ impl KeyStore {
         key
     }
 
+    /// A key made for a front end of this process that acts with the rights of the
+    /// file's key `name` (its accounts, and admin if it is): the XML listener, whose
+    /// protocol carries no key, acts as the key the operator names. `None` when the
+    /// file has no key of that name.
+    pub fn add_process_key_as(&mut self, front_end: &str, name: &str) -> Option<String> {
+        let named = self.by_hash.values().find(|p| !p.own && p.name == name)?.clone();
+        let key = generate_key();
+        let principal = Principal {
+            name: format!("{front_end} as {name}"),
+            accounts: named.accounts.clone(),
+            admin: named.admin,
+            own: true,
+        };
+        self.by_hash.insert(*blake3::hash(key.as_bytes()).as_bytes(), Arc::new(principal));
+        Some(key)
+    }
+
     /// Whether gateway `gateway` may claim `claim`: the key is one of this file's and
     /// the id is its client's, or the id is in the gateway's own namespace.
     pub fn check_claim(&self, gateway: u32, claim: &Claim) -> Result<(), String> {
@@ -363,6 +380,22 @@ mod tests {
             ))
         };
         assert!(principal.may(&place(4)) && !principal.may(&place(9)));
+    }
+
+    #[test]
+    fn a_process_key_as_a_named_key_has_its_rights_only() {
+        let mut store = KeyStore::from_entries(vec![
+            entry_for("k1", "alice", vec![3], false),
+            entry_for("k2", "ops", vec![], true),
+        ])
+        .unwrap();
+        let as_alice = store.add_process_key_as("xml", "alice").unwrap();
+        let principal = store.verify(&as_alice).unwrap();
+        assert!(principal.may(&cancel(3)) && !principal.may(&cancel(4)));
+        assert!(!principal.may(&CommandBody::CloseDay), "alice is no admin");
+        let as_ops = store.add_process_key_as("xml", "ops").unwrap();
+        assert!(store.verify(&as_ops).unwrap().may(&CommandBody::CloseDay));
+        assert!(store.add_process_key_as("xml", "nobody").is_none());
     }
 
     #[test]
