@@ -257,7 +257,7 @@ impl Gateway {
         let market = Arc::clone(&state.market);
         let metrics = Arc::clone(&state.metrics);
         let query = Arc::new(proxy::QueryProxy::new(Arc::clone(&state)));
-        let market_data = Arc::new(market::MarketDataService(Arc::clone(&state.market)));
+        let market_data = Arc::new(market::MarketDataService(Arc::clone(&state.market), Arc::clone(&state)));
         let server = tokio::spawn(serve(listener, Arc::clone(&state), Arc::clone(&query), Arc::clone(&market_data)));
         tracing::info!(%addr, "gateway serving");
         Ok(Gateway { addr, metrics_addr, probe, market, metrics, shutdown, server, state, query, market_data })

@@ -440,7 +440,7 @@ impl Market {
 }
 
 /// The MarketData service of a gateway.
-pub(crate) struct MarketDataService(pub Arc<Market>);
+pub(crate) struct MarketDataService(pub Arc<Market>, pub Arc<crate::State>);
 
 /// How long an idle subscription waits before a heartbeat.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -453,6 +453,9 @@ impl proto::market_data_server::MarketData for MarketDataService {
         &self,
         request: Request<proto::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        // Market data is for key holders: a subscriber costs the gateway a buffer and
+        // the release thread's work, so an anonymous one could take both.
+        crate::session::authenticate(&self.1, &request)?;
         let request = request.into_inner();
         let symbols: HashSet<u32> = request.symbols.iter().copied().collect();
         let mut channels: HashSet<proto::Channel> = HashSet::new();
@@ -561,6 +564,7 @@ impl proto::market_data_server::MarketData for MarketDataService {
     }
 
     async fn get_l2(&self, request: Request<proto::GetDepthRequest>) -> Result<Response<proto::L2Snapshot>, Status> {
+        crate::session::authenticate(&self.1, &request)?;
         let request = request.into_inner();
         let state = self.0.state.lock().expect("market lock");
         let market = state.as_ref().ok_or_else(|| Status::unavailable("the gateway has no market data yet"))?;

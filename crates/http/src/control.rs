@@ -191,12 +191,40 @@ pub async fn cluster(State(state): State<Arc<AppState>>) -> Result<Json<ClusterV
     Ok(Json(control(&state)?.cluster().await))
 }
 
+/// A request a browser did not send from another site's page: no `Origin`, or this
+/// server's own (`http(s)://` + `Host`), and no `Sec-Fetch-Site` other than
+/// same-origin. A page elsewhere cannot make a visitor's browser press the demo's
+/// buttons; scripts and tools, which send no `Origin`, can.
+pub struct SameOrigin;
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SameOrigin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, ApiError> {
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let host = header("host").unwrap_or("");
+        let cross_origin = header("origin").is_some_and(|origin| {
+            origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) != Some(host)
+        });
+        let cross_site = header("sec-fetch-site").is_some_and(|site| site != "same-origin" && site != "none");
+        if cross_origin || cross_site {
+            return Err(ApiError::Forbidden("the demo's controls answer pages of this server only".into()));
+        }
+        Ok(SameOrigin)
+    }
+}
+
 /// Kills a node with SIGKILL to watch the failover (demo servers only).
 #[utoipa::path(post, path = "/v1/cluster/nodes/{id}/kill", tag = "cluster", security(()),
     params(("id" = u64, Path, description = "Node id")),
     responses((status = 200, body = Killed), (status = 400, body = crate::model::ErrorBody),
-        (status = 404, body = crate::model::ErrorBody), (status = 422, body = crate::model::ErrorBody)))]
-pub async fn kill(State(state): State<Arc<AppState>>, Param(id): Param<u64>) -> Result<Json<Killed>, ApiError> {
+        (status = 403, body = crate::model::ErrorBody), (status = 404, body = crate::model::ErrorBody),
+        (status = 422, body = crate::model::ErrorBody)))]
+pub async fn kill(
+    State(state): State<Arc<AppState>>,
+    _: SameOrigin,
+    Param(id): Param<u64>,
+) -> Result<Json<Killed>, ApiError> {
     let control = control(&state)?;
     control.kill(id).await.map_err(|message| ApiError::Invalid { code: 2009, name: "kill_refused", message })?;
     Ok(Json(Killed { killed: id }))
@@ -218,4 +246,31 @@ pub async fn stats(
     responses((status = 200, body = DemoGuest), (status = 404, body = crate::model::ErrorBody)))]
 pub async fn guest(State(state): State<Arc<AppState>>) -> Result<Json<DemoGuest>, ApiError> {
     control(&state)?.guest().map(Json).ok_or_else(|| ApiError::NotFound("this demo has no guest account".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::extract::FromRequestParts;
+
+    use super::SameOrigin;
+
+    async fn allowed(headers: &[(&str, &str)]) -> bool {
+        let mut request = axum::http::Request::post("/v1/cluster/nodes/1/kill");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let (mut parts, ()) = request.body(()).unwrap().into_parts();
+        SameOrigin::from_request_parts(&mut parts, &()).await.is_ok()
+    }
+
+    #[tokio::test]
+    async fn only_pages_of_this_server_and_tools_may_press_the_demo_buttons() {
+        let host = ("host", "127.0.0.1:8080");
+        assert!(allowed(&[host]).await, "a tool sends no Origin");
+        assert!(allowed(&[host, ("origin", "http://127.0.0.1:8080"), ("sec-fetch-site", "same-origin")]).await);
+        assert!(!allowed(&[host, ("origin", "http://evil.example")]).await, "another site's page");
+        assert!(!allowed(&[host, ("origin", "http://127.0.0.1:8081")]).await, "another port is another origin");
+        assert!(!allowed(&[host, ("sec-fetch-site", "cross-site")]).await, "a no-cors form post");
+        assert!(!allowed(&[host, ("origin", "null")]).await, "a sandboxed page");
+    }
 }

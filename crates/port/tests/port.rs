@@ -125,6 +125,18 @@ async fn in_process_and_over_grpc_the_port_gives_the_same_answers() {
         assert_eq!(foreign, Error::NotFound(format!("order {sell_id}")), "{how}");
         let missing = bob_reads.order(bourse_engine::OrderId(u64::MAX)).await.unwrap_err();
         assert_eq!(missing, Error::NotFound(format!("order {}", u64::MAX)), "{how}");
+        // Market data needs a key too: none is refused; alice's subscription is served.
+        let mut anonymous = port.query(None).await.unwrap();
+        match anonymous.subscribe_channels(&[symbol_id], &[]).await {
+            Err(Error::Status { code, .. }) => assert_eq!(code, tonic::Code::Unauthenticated, "{how}"),
+            Err(other) => panic!("{how}: {other:?}"),
+            Ok(_) => panic!("{how}: an anonymous subscription was served"),
+        }
+        assert!(matches!(
+            anonymous.l2(symbol_id, 5).await,
+            Err(Error::Status { code: tonic::Code::Unauthenticated, .. })
+        ));
+        assert!(query.subscribe_channels(&[symbol_id], &[]).await.is_ok(), "{how}");
         // An unknown key is refused at once: no query, no session, no endless retry.
         let stranger = Some(ApiKey("not-a-key".into()));
         let mut strange = port.query(stranger.clone()).await.unwrap();
