@@ -157,10 +157,15 @@ async fn order_read<T: Send + 'static>(
     let db = Arc::clone(history(state)?);
     let id = i64::try_from(order).map_err(|_| ApiError::invalid_parameter("order id out of range"))?;
     let found = db.run(move |store| read(store, id)).await?;
-    let found = found.ok_or_else(|| ApiError::NotFound(format!("order {order} is not in the history")))?;
+    let missing = || ApiError::NotFound(format!("order {order} is not in the history"));
+    let found = found.ok_or_else(missing)?;
     let account = u32::try_from(account_of(&found)).map_err(|_| ApiError::Upstream("an order of no account".into()))?;
-    authorize_account(state, key, account).await?;
-    Ok(found)
+    // Another key's order answers exactly as a missing one: a refusal would say that it
+    // exists, and whose it is.
+    match authorize_account(state, key, account).await {
+        Err(ApiError::Forbidden(_)) => Err(missing()),
+        other => other.map(|()| found),
+    }
 }
 
 /// An order as accepted, every state change (accepted, rested, triggered, refreshed,

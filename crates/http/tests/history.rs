@@ -88,6 +88,14 @@ async fn statement_order_history_query_and_trades() {
     alice.expect(400, "GET", "/v1/accounts/1/statement?from=soon", None).await;
     let error = alice.expect(404, "GET", "/v1/orders/999999/history", None).await;
     assert_eq!(error["error"]["name"], "not_found");
+    // Another key's order answers exactly as a missing one does.
+    let other = exchange.client(&exchange.dt_user_key);
+    for route in ["history", "query"] {
+        let foreign = other.expect(404, "GET", &format!("/v1/orders/{sell_id}/{route}"), None).await;
+        let missing = other.expect(404, "GET", &format!("/v1/orders/999999/{route}"), None).await;
+        assert_eq!(foreign["error"]["message"], format!("order {sell_id} is not in the history"));
+        assert_eq!(missing["error"]["message"], "order 999999 is not in the history");
+    }
     alice.expect(404, "GET", "/v1/history/trades/NOPE%2FUSD", None).await;
     let stranger = exchange.client("not-a-key");
     stranger.expect(401, "GET", "/v1/accounts/1/statement", None).await;
