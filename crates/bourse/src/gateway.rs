@@ -70,6 +70,15 @@ pub struct RunArgs {
     /// Unanswered commands per session, at most.
     #[arg(long, default_value_t = 1_024)]
     in_flight_max: usize,
+    /// Order-entry sessions one key may hold open at once (front ends of this process
+    /// are not held to it).
+    #[arg(long, default_value_t = 256)]
+    sessions_per_key_max: usize,
+    /// Market data subscriptions one key may hold open at once, and all keys together.
+    #[arg(long, default_value_t = 64)]
+    subscriptions_per_key_max: usize,
+    #[arg(long, default_value_t = 10_000)]
+    subscriptions_max: usize,
     /// Injected delays and clock error (measurement only): none, cloudex, huygens, ntp,
     /// or keys such as in=100us,jitter=20us,spikes=0/400/200@6s,offset=1ms.
     #[arg(long, default_value = "none")]
@@ -168,6 +177,9 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     config.rate_per_sec = args.rate_per_sec;
     config.burst = args.burst;
     config.in_flight_max = args.in_flight_max;
+    config.sessions_per_key_max = args.sessions_per_key_max;
+    config.subscriptions_per_key_max = args.subscriptions_per_key_max;
+    config.subscriptions_max = args.subscriptions_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
     if let Some(dir) = &target.pki {
         // Nodes with the cluster's PKI take this gateway's link under its own id only.

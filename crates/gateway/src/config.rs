@@ -44,6 +44,12 @@ pub struct GatewayConfig {
     pub batch_commands_max: usize,
     /// Market data releases buffered per subscriber before it is dropped as too slow.
     pub subscriber_buffer: usize,
+    /// Order-entry sessions one key may hold open at once (the gateway's own front ends,
+    /// which carry many users under their process keys, are not held to it).
+    pub sessions_per_key_max: usize,
+    /// Market data subscriptions one key may hold open at once, and all keys together.
+    pub subscriptions_per_key_max: usize,
+    pub subscriptions_max: usize,
     /// Injected delay and clock error (for measuring fairness on one machine).
     pub inject: Profile,
     /// Keep a record of every market data release (for `bourse bench fairness`).
@@ -117,6 +123,9 @@ impl GatewayConfig {
             in_flight_max: 1_024,
             batch_commands_max: 4_096,
             subscriber_buffer: 16_384,
+            sessions_per_key_max: 256,
+            subscriptions_per_key_max: 64,
+            subscriptions_max: 10_000,
             inject: Profile::for_gateway(&"none".parse::<ProfileSpec>().expect("a preset"), id, 0),
             probe: false,
             open: false,
@@ -130,7 +139,10 @@ impl GatewayConfig {
         if self.cluster.is_empty() {
             return Err("a gateway needs at least one cluster address".into());
         }
-        let checks: [(&str, u64, u64, u64); 6] = [
+        let checks: [(&str, u64, u64, u64); 9] = [
+            ("sessions_per_key_max", self.sessions_per_key_max as u64, 1, 1 << 20),
+            ("subscriptions_per_key_max", self.subscriptions_per_key_max as u64, 1, 1 << 20),
+            ("subscriptions_max", self.subscriptions_max as u64, 1, 1 << 24),
             ("hold_us", self.hold_us, 0, 10_000_000),
             ("heartbeat_us", self.heartbeat_us, 100, 1_000_000),
             ("rate_per_sec", self.rate_per_sec, 1, u64::MAX),

@@ -26,6 +26,7 @@ pub mod market;
 pub mod metrics;
 pub mod probe;
 mod proxy;
+mod quota;
 mod session;
 
 use std::collections::BTreeMap;
@@ -104,6 +105,10 @@ struct State {
     /// The highest gateway_seq handed to a link: after a reconnect, unanswered
     /// commands up to it are resent; later ones are still in the pipe.
     sent_through: std::sync::atomic::AtomicU64,
+    /// Order-entry sessions per key.
+    session_quota: Arc<quota::Quota>,
+    /// Market data subscriptions per key and in all.
+    subscription_quota: Arc<quota::Quota>,
 }
 
 impl State {
@@ -244,6 +249,20 @@ impl Gateway {
             sessions: Mutex::new(FxHashMap::default()),
             pipe: Mutex::new(Pipe { next_seq: 0, last_ts: 0, line }),
             market,
+            session_quota: quota::Quota::new(
+                "sessions",
+                config.sessions_per_key_max,
+                usize::MAX,
+                Arc::clone(&metrics),
+                |m| &m.sessions_refused_per_key,
+            ),
+            subscription_quota: quota::Quota::new(
+                "subscriptions",
+                config.subscriptions_per_key_max,
+                config.subscriptions_max,
+                Arc::clone(&metrics),
+                |m| &m.subscriptions_refused,
+            ),
             metrics,
             shutdown: shutdown_seen,
             session_ids: std::sync::atomic::AtomicU64::new(1),

@@ -455,7 +455,7 @@ impl proto::market_data_server::MarketData for MarketDataService {
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         // Market data is for key holders: a subscriber costs the gateway a buffer and
         // the release thread's work, so an anonymous one could take both.
-        crate::session::authenticate(&self.1, &request)?;
+        let principal = crate::session::authenticate(&self.1, &request)?;
         let request = request.into_inner();
         let symbols: HashSet<u32> = request.symbols.iter().copied().collect();
         let mut channels: HashSet<proto::Channel> = HashSet::new();
@@ -474,6 +474,8 @@ impl proto::market_data_server::MarketData for MarketDataService {
         if channels.is_empty() {
             channels.extend([proto::Channel::Trades, proto::Channel::Bbo]);
         }
+        // Held while the subscription lives: a key's subscriptions, and all of them, are capped.
+        let hold = self.1.subscription_quota.take(&principal)?;
         // The starting images and the broadcast are taken under one lock, so nothing
         // released falls between them.
         let (first, mut updates) = {
@@ -501,6 +503,7 @@ impl proto::market_data_server::MarketData for MarketDataService {
         let (out, receiver) = mpsc::channel(256);
         let metrics = Arc::clone(&self.0.metrics);
         tokio::spawn(async move {
+            let _hold = hold;
             metrics.subscribers_open.fetch_add(1, Ordering::Relaxed);
             let _open = Gauge(&metrics.subscribers_open);
             let mut seq = 0u64;

@@ -27,6 +27,10 @@ pub struct Metrics {
     pub link_resent: AtomicU64,
     pub subscribers_open: AtomicI64,
     pub subscribers_dropped_slow: AtomicU64,
+    /// Sessions refused because their key held its most.
+    pub sessions_refused_per_key: AtomicU64,
+    /// Subscriptions refused because their key, or the gateway, held its most.
+    pub subscriptions_refused: AtomicU64,
     /// Times the feed (re)started from an image.
     pub feed_starts: AtomicU64,
     /// 1 when the release thread runs under `SCHED_FIFO`.
@@ -95,6 +99,20 @@ impl Metrics {
             "Subscribers dropped for falling behind.",
             "counter",
             u(&self.subscribers_dropped_slow),
+        );
+        line(
+            &mut out,
+            "sessions_refused_per_key_total",
+            "Order-entry sessions refused because their key held its most (sessions_per_key_max).",
+            "counter",
+            u(&self.sessions_refused_per_key),
+        );
+        line(
+            &mut out,
+            "subscriptions_refused_total",
+            "Subscriptions refused because their key or the gateway held its most.",
+            "counter",
+            u(&self.subscriptions_refused),
         );
         line(
             &mut out,

@@ -56,7 +56,8 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         request: Request<Streaming<proto::ClientBatch>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let (principal, key) = authenticate_with_key(&self.0, &request)?;
-        Ok(Response::new(open(Arc::clone(&self.0), principal, key, request.into_inner())))
+        let hold = self.0.session_quota.take(&principal)?;
+        Ok(Response::new(open(Arc::clone(&self.0), principal, key, hold, request.into_inner())))
     }
 }
 
@@ -89,13 +90,20 @@ impl bourse_client::LocalOrderEntry for LocalEntry {
             return Err(Status::unavailable("the gateway is shutting down"));
         }
         let (principal, key) = authenticate_with_key(&self.state, &request)?;
-        Ok(open(Arc::clone(&self.state), principal, key, request.into_inner()))
+        let hold = self.state.session_quota.take(&principal)?;
+        Ok(open(Arc::clone(&self.state), principal, key, hold, request.into_inner()))
     }
 }
 
-/// Runs a session of `principal` (which presented `key`) reading `inbound` until it
-/// ends; what it answers is the returned stream.
-fn open<S>(state: Arc<State>, principal: Arc<Principal>, key: String, mut inbound: S) -> BoxStream<proto::ServerBatch>
+/// Runs a session of `principal` (which presented `key`, and holds `hold` of its
+/// sessions) reading `inbound` until it ends; what it answers is the returned stream.
+fn open<S>(
+    state: Arc<State>,
+    principal: Arc<Principal>,
+    key: String,
+    hold: crate::quota::Hold,
+    mut inbound: S,
+) -> BoxStream<proto::ServerBatch>
 where
     S: tokio_stream::Stream<Item = Result<proto::ClientBatch, Status>> + Send + Unpin + 'static,
 {
@@ -109,6 +117,7 @@ where
         claim: Default::default(),
     });
     tokio::spawn(async move {
+        let _hold = hold;
         state.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
         let mut reader = Reader {
             state: &state,

@@ -69,6 +69,12 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// Whether this is the gateway's own (a front end's key of its process, or an open
+    /// gateway's holder) rather than a key of the file.
+    pub fn is_own(&self) -> bool {
+        self.own
+    }
+
     /// The holder every session is on a gateway that runs without keys.
     pub fn open() -> Principal {
         Principal { name: "open".into(), accounts: Vec::new(), admin: true, own: true }

@@ -175,3 +175,61 @@ async fn rate_refusals_are_retried_only_when_asked() {
     assert!(matches!(reply.outcome, Outcome::Ok { .. }), "{:?}", reply.outcome);
     gateway.shutdown().await;
 }
+
+/// A key holds at most `sessions_per_key_max` order-entry sessions and
+/// `subscriptions_per_key_max` market data subscriptions at once; more are refused with
+/// the limit named, and a slot given back is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_holds_its_most_sessions_and_subscriptions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, symbol, accounts, _) = node_with_accounts(dir.path(), 1).await;
+    let key = generate_key();
+    let keys = KeyStore::from_entries(vec![entry_for(&key, "greedy", vec![accounts[0].0], false)]).unwrap();
+    let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
+    config.hold_us = 0;
+    config.sessions_per_key_max = 2;
+    config.subscriptions_per_key_max = 2;
+    let gateway = Gateway::start(config, keys).await.unwrap();
+    let local = gateway.local();
+    let options = ClientOptions {
+        api_key: Some(ApiKey(key.clone())),
+        unavailable_max: Duration::from_millis(300),
+        ..ClientOptions::default()
+    };
+
+    let first = Client::connect_local(local.clone(), random_client_id(), options.clone()).await.unwrap();
+    let _second = Client::connect_local(local.clone(), random_client_id(), options.clone()).await.unwrap();
+    match Client::connect_local(local.clone(), random_client_id(), options.clone()).await {
+        Err(Error::Unavailable { last, .. }) => assert!(last.contains("holds 2 sessions already"), "{last}"),
+        other => panic!("a third session: {:?}", other.map(|c| c.client_id())),
+    }
+    first.close().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let third = loop {
+        match Client::connect_local(local.clone(), random_client_id(), options.clone()).await {
+            Ok(client) => break client,
+            Err(error) => assert!(tokio::time::Instant::now() < deadline, "no slot freed: {error}"),
+        }
+    };
+    drop(third);
+
+    let mut query = bourse_client::QueryClient::connect_local(local.clone(), options.clone()).unwrap();
+    let one = query.subscribe_channels(&[symbol], &[]).await.unwrap();
+    let _two = query.subscribe_channels(&[symbol], &[]).await.unwrap();
+    match query.subscribe_channels(&[symbol], &[]).await {
+        Err(Error::Status { code, message }) => {
+            assert_eq!(code, tonic::Code::ResourceExhausted);
+            assert!(message.contains("holds 2 subscriptions already"), "{message}");
+        }
+        Err(other) => panic!("{other:?}"),
+        Ok(_) => panic!("a third subscription was served"),
+    }
+    // A subscription dropped frees its slot once the gateway notices (a heartbeat at most).
+    drop(one);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while query.subscribe_channels(&[symbol], &[]).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "the dropped subscription's slot was never freed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gateway.shutdown().await;
+}
