@@ -223,20 +223,32 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     let day_trading = args.day_trading.clone();
     let keys_path = args.keys.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    // With certificates, SIGHUP re-reads them (new connections to the nodes use the new
-    // ones); without, it stops the gateway like SIGTERM.
+    // SIGHUP re-reads the certificates (new connections to the nodes use the new ones)
+    // and the key file (keys added work at once, removed ones end their sessions);
+    // with neither, it stops the gateway like SIGTERM.
     let configs: Vec<_> = [&config.tls, &config.admin_tls]
         .into_iter()
         .flatten()
         .map(|tls| std::sync::Arc::clone(tls.0.config()))
         .collect();
-    let reload = (!configs.is_empty()).then(|| {
-        Box::new(move || configs.iter().try_for_each(|c| c.reload()).map_err(|e| e.to_string()))
-            as crate::history::Reload
+    let reloader: std::sync::Arc<std::sync::OnceLock<bourse_gateway::KeyReloader>> = Default::default();
+    let key_file = keys_path.clone();
+    let reload = (!configs.is_empty() || key_file.is_some()).then(|| {
+        let reloader = std::sync::Arc::clone(&reloader);
+        Box::new(move || {
+            configs.iter().try_for_each(|c| c.reload()).map_err(|e| e.to_string())?;
+            if let (Some(path), Some(reloader)) = (&key_file, reloader.get()) {
+                let file = KeyStore::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+                let ended = reloader.reload(file);
+                println!("keys reloaded from {} ({ended} sessions of removed keys ended)", path.display());
+            }
+            Ok(())
+        }) as crate::history::Reload
     });
     runtime.block_on(async move {
         let signals = crate::history::Signals::install_reloading(reload)?;
         let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
+        let _ = reloader.set(gateway.key_reloader());
         println!("bourse gateway listening on {}", gateway.addr());
         if let Some(metrics) = gateway.metrics_addr() {
             println!("metrics on http://{metrics}/metrics");

@@ -270,8 +270,8 @@ impl Signals {
             let name = self.recv().await;
             match (&self.on_hangup, name) {
                 (Some(reload), "SIGHUP") => match reload() {
-                    Ok(()) => tracing::info!("SIGHUP: certificates and revocation list reloaded"),
-                    Err(error) => tracing::error!(%error, "SIGHUP: reload failed; the old certificates stay"),
+                    Ok(()) => tracing::info!("SIGHUP: reloaded"),
+                    Err(error) => tracing::error!(%error, "SIGHUP: reload failed; what was loaded before stays"),
                 },
                 _ => {
                     tracing::info!("{name}: shutting down");

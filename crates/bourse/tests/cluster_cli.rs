@@ -2,7 +2,9 @@
 //! by default, with the nodes reading `DATA/keys.toml`), `cluster status`, a key added
 //! with `gateway key-add` and taken by the nodes after `cluster reload`, a gateway run
 //! with that file carrying a load with no error, and `cluster down`. A key the gateway
-//! knows but the nodes do not is refused by the nodes.
+//! knows but the nodes do not is refused by the nodes; a key added to both files works
+//! after SIGHUP to the nodes and the gateway, and a key removed from the gateway's file
+//! is refused by the gateway, without a restart.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -139,6 +141,29 @@ fn cluster_up_key_add_reload_gateway_load_down() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "a key the nodes do not know carried a load: {stderr}");
     assert!(stderr.contains("not in the nodes' key file"), "{stderr}");
+
+    // A key added to the nodes' file, copied to the gateway's (which drops stranger),
+    // works after SIGHUP to the nodes and to the gateway, without a restart; stranger
+    // is now refused by the gateway itself.
+    let late = add_key(&keys, "late");
+    std::fs::copy(&keys, &gateway_keys).expect("copy");
+    let reload = ok(&["cluster", "reload", "--data", &data_s]);
+    assert!(reload.contains("SIGHUP to 3 of 3"), "{reload}");
+    let pid = cleanup.gateway.as_ref().expect("the gateway").id().to_string();
+    assert!(Command::new("kill").args(["-HUP", &pid]).status().expect("kill").success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let taken = load(&late);
+        if taken.status.success() {
+            break;
+        }
+        let stderr = String::from_utf8_lossy(&taken.stderr).to_string();
+        assert!(Instant::now() < deadline, "the key added was not taken after SIGHUP: {stderr}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let refused = load(&stranger);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("unknown API key"), "{stderr}");
 
     // Every replica reaches one state hash.
     let deadline = Instant::now() + Duration::from_secs(20);

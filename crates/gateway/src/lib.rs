@@ -84,6 +84,10 @@ struct InFlight {
 /// A connected client session, by its exchange-wide client id.
 struct SessionEntry {
     session: u64,
+    /// The API key it presented ("" on an open gateway): a reload that drops the key
+    /// ends the session, through `revoked`.
+    key: String,
+    revoked: tokio::sync::Notify,
     outbox: mpsc::Sender<Result<proto::ServerBatch, tonic::Status>>,
     in_flight: Mutex<BTreeMap<u64, InFlight>>,
     /// Which client it is, for the nodes: set at its first batch, sent up with it and on
@@ -94,7 +98,9 @@ struct SessionEntry {
 /// What the gateway's tasks share.
 struct State {
     config: GatewayConfig,
-    keys: KeyStore,
+    /// Re-read on [`Gateway::reload_keys`]: a key added works at once, a removed one
+    /// ends its sessions.
+    keys: std::sync::RwLock<KeyStore>,
     clock: SkewedClock,
     sessions: Mutex<FxHashMap<u64, Arc<SessionEntry>>>,
     pipe: Mutex<Pipe>,
@@ -211,6 +217,39 @@ pub struct Gateway {
     market_data: Arc<market::MarketDataService>,
 }
 
+/// Re-reads a gateway's keys (cheap to clone).
+#[derive(Clone)]
+pub struct KeyReloader(Arc<State>);
+
+impl KeyReloader {
+    /// Takes a re-read key file (the front ends' process keys stay): keys added work
+    /// at once; sessions of keys no longer in it end with PERMISSION_DENIED. Returns how
+    /// many sessions ended.
+    pub fn reload(&self, file: KeyStore) -> usize {
+        let state = &self.0;
+        {
+            let mut keys = state.keys.write().expect("keys lock");
+            let merged = file.with_process_keys_of(&keys);
+            *keys = merged;
+        }
+        let keys = state.keys.read().expect("keys lock");
+        let mut sessions = state.sessions.lock().expect("sessions lock");
+        let revoked: Vec<u64> = sessions
+            .iter()
+            .filter(|(_, entry)| !entry.key.is_empty() && keys.verify(&entry.key).is_none())
+            .map(|(&client, _)| client)
+            .collect();
+        for client in &revoked {
+            if let Some(entry) = sessions.remove(client) {
+                // Its reader stops taking commands and ends the stream with the reason.
+                entry.revoked.notify_one();
+            }
+        }
+        tracing::info!(gateway = state.config.id, ended = revoked.len(), "key file reloaded");
+        revoked.len()
+    }
+}
+
 /// Why a gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -244,7 +283,7 @@ impl Gateway {
             },
         )?;
         let state = Arc::new(State {
-            keys,
+            keys: std::sync::RwLock::new(keys),
             clock,
             sessions: Mutex::new(FxHashMap::default()),
             pipe: Mutex::new(Pipe { next_seq: 0, last_ts: 0, line }),
@@ -300,6 +339,16 @@ impl Gateway {
             query: Arc::clone(&self.query),
             market_data: Arc::clone(&self.market_data),
         }))
+    }
+
+    /// Takes a re-read key file ([`KeyReloader::reload`]).
+    pub fn reload_keys(&self, file: KeyStore) -> usize {
+        self.key_reloader().reload(file)
+    }
+
+    /// A handle that re-reads keys into this gateway (for a signal handler).
+    pub fn key_reloader(&self) -> KeyReloader {
+        KeyReloader(Arc::clone(&self.state))
     }
 
     /// Whether the gateway has its market state (its feed delivered an image).

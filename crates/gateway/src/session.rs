@@ -43,7 +43,8 @@ fn authenticate_with_key<T>(state: &State, request: &Request<T>) -> Result<(Arc<
         .and_then(|value| value.strip_prefix("Bearer "))
         .ok_or_else(|| Status::unauthenticated("authorization must be: Bearer <key>"))?
         .trim();
-    let principal = state.keys.verify(key).ok_or_else(|| Status::unauthenticated("unknown API key"))?;
+    let principal =
+        state.keys.read().expect("keys lock").verify(key).ok_or_else(|| Status::unauthenticated("unknown API key"))?;
     Ok((principal, key.to_owned()))
 }
 
@@ -112,12 +113,15 @@ where
     let session = state.session_ids.fetch_add(1, Ordering::Relaxed);
     let entry = Arc::new(SessionEntry {
         session,
+        key: key.clone(),
+        revoked: tokio::sync::Notify::new(),
         outbox: outbox.clone(),
         in_flight: Default::default(),
         claim: Default::default(),
     });
     tokio::spawn(async move {
         let _hold = hold;
+        let watched = Arc::clone(&entry);
         state.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
         let mut reader = Reader {
             state: &state,
@@ -131,6 +135,7 @@ where
         let mut stop = state.shutdown.clone();
         let end = tokio::select! {
             end = reader.read(&mut inbound) => end,
+            () = watched.revoked.notified() => Err(Status::permission_denied("this API key was revoked")),
             _ = outbox.closed() => Ok(()),
             _ = stop.wait_for(|stopping| *stopping) => Ok(()),
         };
@@ -180,6 +185,11 @@ impl Reader<'_> {
                 None => {
                     if batch.client_id == 0 {
                         return Err(Status::invalid_argument("client_id 0 is reserved"));
+                    }
+                    // A key revoked since the session opened (before it was registered,
+                    // so the reload could not end it) goes no further.
+                    if !self.key.is_empty() && self.state.keys.read().expect("keys lock").verify(&self.key).is_none() {
+                        return Err(Status::permission_denied("this API key was revoked"));
                     }
                     chosen = Some(batch.client_id);
                     let claim = self.principal.claim(&self.key, self.state.config.id, batch.client_id);

@@ -229,6 +229,17 @@ impl KeyStore {
         key
     }
 
+    /// This file's keys with the process keys of `running` (the front ends' keys, made
+    /// at start and in no file): what a gateway takes when it re-reads its key file.
+    pub fn with_process_keys_of(mut self, running: &KeyStore) -> KeyStore {
+        for (hash, principal) in &running.by_hash {
+            if principal.own {
+                self.by_hash.insert(*hash, Arc::clone(principal));
+            }
+        }
+        self
+    }
+
     /// A key made for a front end of this process that acts with the rights of the
     /// file's key `name` (its accounts, and admin if it is): the XML listener, whose
     /// protocol carries no key, acts as the key the operator names. `None` when the

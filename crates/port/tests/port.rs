@@ -233,3 +233,40 @@ async fn a_key_holds_its_most_sessions_and_subscriptions() {
     }
     gateway.shutdown().await;
 }
+
+/// Keys re-read without a restart: a key added works at once; a removed key's open
+/// session ends with PERMISSION_DENIED and it can open no other; the others carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reloaded_key_file_adds_and_revokes_keys_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, symbol, accounts, setup) = node_with_accounts(dir.path(), 3).await;
+    let (alice, bob, carol) = (generate_key(), generate_key(), generate_key());
+    let entry = |key: &str, name: &str, account: usize| entry_for(key, name, vec![accounts[account].0], false);
+    let keys = KeyStore::from_entries(vec![entry(&alice, "alice", 0), entry(&bob, "bob", 1)]).unwrap();
+    let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![node.addr.to_string()]);
+    config.hold_us = 0;
+    let gateway = Gateway::start(config, keys).await.unwrap();
+    let upstream = Upstream::InProcess(gateway.local());
+    let session = |key: &str| KeySession::new(upstream.clone(), Some(ApiKey(key.to_owned())));
+    let order = |account: usize| limit(accounts[account], symbol, Side::Buy, setup.px_mid - 100);
+    let (alice_session, bob_session, carol_session) = (session(&alice), session(&bob), session(&carol));
+    assert!(alice_session.submit(order(0)).await.is_ok());
+    assert!(bob_session.submit(order(1)).await.is_ok());
+    assert!(tokio::time::timeout(Duration::from_secs(5), carol_session.client()).await.unwrap().is_err());
+
+    // alice out, carol in.
+    let file = KeyStore::from_entries(vec![entry(&bob, "bob", 1), entry(&carol, "carol", 2)]).unwrap();
+    assert_eq!(gateway.reload_keys(file), 1, "alice's one session ended");
+    match alice_session.submit(order(0)).await {
+        Err(Error::Status { code, message }) => {
+            assert_eq!(code, tonic::Code::PermissionDenied);
+            assert!(message.contains("revoked"), "{message}");
+        }
+        other => panic!("alice after the reload: {other:?}"),
+    }
+    let again = tokio::time::timeout(Duration::from_secs(5), session(&alice).submit(order(0))).await.unwrap();
+    assert!(matches!(again, Err(Error::Status { code: tonic::Code::Unauthenticated, .. })), "{again:?}");
+    assert!(bob_session.submit(order(1)).await.is_ok(), "bob's session carries on");
+    assert!(session(&carol).submit(order(2)).await.is_ok(), "carol's key works without a restart");
+    gateway.shutdown().await;
+}
