@@ -9,25 +9,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::BufReader;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use support::{bourse_run, GatewayProcess, NodeProcess};
+use support::{bourse_run, xml_request as request, GatewayProcess, NodeProcess};
 
 const WAIT_MAX: Duration = Duration::from_secs(30);
-
-/// One request on a length-prefixed connection; the reply document.
-fn request(conn: &mut BufReader<TcpStream>, body: &str) -> String {
-    let stream = conn.get_mut();
-    stream.write_all(format!("{}\n{body}", body.len()).as_bytes()).unwrap();
-    let mut line = String::new();
-    conn.read_line(&mut line).unwrap();
-    let len: usize = line.trim().parse().unwrap_or_else(|_| panic!("a length line, got {line:?}"));
-    let mut reply = vec![0; len];
-    conn.read_exact(&mut reply).unwrap();
-    String::from_utf8(reply).unwrap()
-}
 
 /// The ids of the `<opened …>` results of a reply, in order.
 fn opened_ids(reply: &str) -> Vec<String> {

@@ -5,22 +5,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::BufReader;
 use std::net::TcpStream;
 
-use support::{bourse_run, GatewayProcess, NodeProcess};
-
-/// One request on a length-prefixed connection; the reply document.
-fn request(conn: &mut BufReader<TcpStream>, body: &str) -> String {
-    let stream = conn.get_mut();
-    stream.write_all(format!("{}\n{body}", body.len()).as_bytes()).unwrap();
-    let mut line = String::new();
-    conn.read_line(&mut line).unwrap();
-    let len: usize = line.trim().parse().unwrap_or_else(|_| panic!("a length line, got {line:?}"));
-    let mut reply = vec![0; len];
-    conn.read_exact(&mut reply).unwrap();
-    String::from_utf8(reply).unwrap()
-}
+use support::{bourse_run, xml_request as request, GatewayProcess, NodeProcess};
 
 #[test]
 fn xml_acts_as_the_named_key_and_binds_loopback_unless_told() {

@@ -583,3 +583,16 @@ pub fn run_browser_script(
     println!("browser: {report}");
     (status, report)
 }
+
+/// One XML request on a length-prefixed connection (`--xml-framed`); the reply document.
+pub fn xml_request(conn: &mut std::io::BufReader<std::net::TcpStream>, body: &str) -> String {
+    use std::io::{BufRead, Read, Write};
+    let stream = conn.get_mut();
+    stream.write_all(format!("{}\n{body}", body.len()).as_bytes()).unwrap();
+    let mut line = String::new();
+    conn.read_line(&mut line).unwrap();
+    let len: usize = line.trim().parse().unwrap_or_else(|_| panic!("a length line, got {line:?}"));
+    let mut reply = vec![0; len];
+    conn.read_exact(&mut reply).unwrap();
+    String::from_utf8(reply).unwrap()
+}
