@@ -62,7 +62,7 @@ pub struct RunArgs {
     /// How often the gateway sends its clock to the sequencer when idle, in µs.
     #[arg(long, default_value_t = 1_000)]
     heartbeat_us: u64,
-    /// Commands per second per session on average, and in a burst.
+    /// Commands per second per key on average, and in a burst (over all its sessions).
     #[arg(long, default_value_t = 100_000)]
     rate_per_sec: u64,
     #[arg(long, default_value_t = 10_000)]

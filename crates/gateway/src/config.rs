@@ -35,7 +35,8 @@ pub struct GatewayConfig {
     pub release_priority: Option<u8>,
     /// How often an idle gateway tells the sequencer its clock (the watermark).
     pub heartbeat_us: u64,
-    /// Commands per second a session may send on average, and in a burst.
+    /// Commands per second a key may send on average, and in a burst, over all its
+    /// sessions (a session of the gateway's own front ends has its own).
     pub rate_per_sec: u64,
     pub burst: u64,
     /// Commands of one session forwarded and not yet answered, at most.

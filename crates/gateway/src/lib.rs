@@ -113,6 +113,8 @@ struct State {
     sent_through: std::sync::atomic::AtomicU64,
     /// Order-entry sessions per key.
     session_quota: Arc<quota::Quota>,
+    /// Each key's command rate, shared by its sessions (`session::rate_bucket`).
+    buckets: Mutex<FxHashMap<String, Arc<Mutex<session::Bucket>>>>,
     /// Market data subscriptions per key and in all.
     subscription_quota: Arc<quota::Quota>,
 }
@@ -288,6 +290,7 @@ impl Gateway {
             sessions: Mutex::new(FxHashMap::default()),
             pipe: Mutex::new(Pipe { next_seq: 0, last_ts: 0, line }),
             market,
+            buckets: Mutex::new(FxHashMap::default()),
             session_quota: quota::Quota::new(
                 "sessions",
                 config.sessions_per_key_max,

@@ -122,6 +122,7 @@ where
     tokio::spawn(async move {
         let _hold = hold;
         let watched = Arc::clone(&entry);
+        let principal_for_bucket = Arc::clone(&principal);
         state.metrics.sessions_open.fetch_add(1, Ordering::Relaxed);
         let mut reader = Reader {
             state: &state,
@@ -130,7 +131,7 @@ where
             entry,
             client: None,
             claim_unsent: None,
-            bucket: Bucket::new(state.config.rate_per_sec, state.config.burst),
+            bucket: rate_bucket(&state, &principal_for_bucket),
         };
         let mut stop = state.shutdown.clone();
         let end = tokio::select! {
@@ -170,7 +171,9 @@ struct Reader<'a> {
     client: Option<u64>,
     /// The session's claim until its first forwarded batch carries it up.
     claim_unsent: Option<proto::SessionClaim>,
-    bucket: Bucket,
+    /// The key's rate (shared by every session of the key), or the session's own for
+    /// the gateway's front ends.
+    bucket: Arc<std::sync::Mutex<Bucket>>,
 }
 
 impl Reader<'_> {
@@ -230,28 +233,33 @@ impl Reader<'_> {
         let mut refused = Vec::new();
         let mut forward = Vec::with_capacity(commands.len());
         let in_flight = self.entry.in_flight.lock().expect("in-flight lock").len();
-        for command in commands {
-            let refusal = match self.check(&command) {
-                Check::Refused(ack) => Some(ack),
-                Check::Filler => None,
-                Check::Allowed if in_flight + forward.len() >= self.state.config.in_flight_max => Some(refuse(
-                    command.seq,
-                    Refusal::InFlightLimit,
-                    "too many commands unanswered: wait for acks and resend",
-                )),
-                Check::Allowed if !self.bucket.take() => Some(refuse(
-                    command.seq,
-                    Refusal::RateLimited,
-                    "the session's command rate is spent: wait and resend",
-                )),
-                Check::Allowed => None,
-            };
-            match refusal {
-                Some(ack) => {
-                    self.count_refusal(&ack);
-                    refused.push(ack);
+        // One lock of the key's bucket for the whole batch, released before any await.
+        {
+            let shared = Arc::clone(&self.bucket);
+            let mut bucket = shared.lock().expect("bucket lock");
+            for command in commands {
+                let refusal = match self.check(&command) {
+                    Check::Refused(ack) => Some(ack),
+                    Check::Filler => None,
+                    Check::Allowed if in_flight + forward.len() >= self.state.config.in_flight_max => Some(refuse(
+                        command.seq,
+                        Refusal::InFlightLimit,
+                        "too many commands unanswered: wait for acks and resend",
+                    )),
+                    Check::Allowed if !bucket.take() => Some(refuse(
+                        command.seq,
+                        Refusal::RateLimited,
+                        "the key's command rate is spent: wait and resend",
+                    )),
+                    Check::Allowed => None,
+                };
+                match refusal {
+                    Some(ack) => {
+                        self.count_refusal(&ack);
+                        refused.push(ack);
+                    }
+                    None => forward.push(command),
                 }
-                None => forward.push(command),
             }
         }
         if !forward.is_empty() {
@@ -328,8 +336,20 @@ fn refuse(seq: u64, refusal: Refusal, detail: impl Into<String>) -> proto::Ack {
     }
 }
 
+/// The rate bucket a session of `principal` draws from: its key's, shared by all the
+/// key's sessions (a key cannot multiply its rate by opening sessions), or a bucket of
+/// its own for the gateway's front ends, whose process keys carry many users.
+fn rate_bucket(state: &State, principal: &Principal) -> Arc<std::sync::Mutex<Bucket>> {
+    let fresh = || Arc::new(std::sync::Mutex::new(Bucket::new(state.config.rate_per_sec, state.config.burst)));
+    if principal.is_own() {
+        return fresh();
+    }
+    let mut buckets = state.buckets.lock().expect("buckets lock");
+    Arc::clone(buckets.entry(principal.name.clone()).or_insert_with(fresh))
+}
+
 /// A token bucket: `rate` tokens a second, at most `burst` saved.
-struct Bucket {
+pub(crate) struct Bucket {
     rate: f64,
     burst: f64,
     tokens: f64,

@@ -152,7 +152,8 @@ async fn in_process_and_over_grpc_the_port_gives_the_same_answers() {
 }
 
 /// Refusals for the session's limits are transient: `submit` reports them with their
-/// code, `submit_patiently` sends again until the gateway takes the command.
+/// code, `submit_patiently` sends again until the gateway takes the command. The rate
+/// is the key's, shared by all its sessions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_refusals_are_retried_only_when_asked() {
     let dir = tempfile::tempdir().unwrap();
@@ -170,6 +171,12 @@ async fn rate_refusals_are_retried_only_when_asked() {
     match session.submit(order.clone()).await {
         Err(Error::Refused { code, .. }) => assert_eq!(Refusal::from_code(code), Some(Refusal::RateLimited)),
         other => panic!("{other:?}"),
+    }
+    // The rate is the key's, not a session's: another session of the key is refused too.
+    let other = KeySession::new(Upstream::InProcess(gateway.local()), session.key().cloned());
+    match other.submit(order.clone()).await {
+        Err(Error::Refused { code, .. }) => assert_eq!(Refusal::from_code(code), Some(Refusal::RateLimited)),
+        other => panic!("a second session of the key: {other:?}"),
     }
     let reply = session.submit_patiently(order, Duration::from_secs(5)).await.unwrap();
     assert!(matches!(reply.outcome, Outcome::Ok { .. }), "{:?}", reply.outcome);
