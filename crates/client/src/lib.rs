@@ -48,7 +48,7 @@ pub use client::{Client, ClientStats, Events, Permit, SessionEvent};
 pub use client_id::random_client_id;
 pub use endpoints::same_address;
 pub use error::{Error, Result};
-pub use local::{LocalGateway, LocalMarketData, LocalOrderEntry};
+pub use local::{KeyRights, LocalGateway, LocalMarketData, LocalOrderEntry};
 pub use options::{ApiKey, ClientOptions, ClientTls};
 pub use query::{MarketDataStream, QueryClient};
 pub use query_pool::QueryPool;

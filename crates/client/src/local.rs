@@ -39,6 +39,24 @@ pub trait LocalOrderEntry: Send + Sync + 'static {
 
     /// The gateway's `MarketData` service (its held-and-released feed).
     fn market_data(&self) -> Arc<LocalMarketData>;
+
+    /// What `key` may see (`None` for a key the gateway does not know): for front ends
+    /// that show other parties' data only to those entitled.
+    fn rights(&self, key: Option<&str>) -> Option<KeyRights>;
+}
+
+/// What a key may see: every account (`admin`), or its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRights {
+    pub admin: bool,
+    pub accounts: Vec<u32>,
+}
+
+impl KeyRights {
+    /// Whether the key may see `account`'s side of a trade.
+    pub fn sees(&self, account: u32) -> bool {
+        self.admin || self.accounts.contains(&account)
+    }
 }
 
 /// A handle on a gateway in this process (cheap to clone).

@@ -83,6 +83,15 @@ impl bourse_client::LocalOrderEntry for LocalEntry {
         Arc::clone(&self.market_data) as Arc<bourse_client::LocalMarketData>
     }
 
+    fn rights(&self, key: Option<&str>) -> Option<bourse_client::KeyRights> {
+        let principal = if self.state.config.open {
+            Arc::new(Principal::open())
+        } else {
+            self.state.keys.read().expect("keys lock").verify(key?)?
+        };
+        Some(bourse_client::KeyRights { admin: principal.admin, accounts: principal.accounts().to_vec() })
+    }
+
     fn session(
         &self,
         request: Request<bourse_client::local::MessageStream<proto::ClientBatch>>,

@@ -113,9 +113,55 @@ impl HistoryParams {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct HistoryTrades {
     pub symbol: u32,
-    pub trades: Vec<query::Execution>,
+    pub trades: Vec<HistoryTrade>,
     /// More trades matched than were returned.
     pub truncated: bool,
+}
+
+/// One trade. Who traded is shown side by side to whom it concerns: an admin key sees
+/// both sides; another key sees the account, order and fee of its own side only (the
+/// other side's are null), as the live trade feed shows no account at all.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct HistoryTrade {
+    pub log_index: i64,
+    pub pos: i64,
+    pub ts: i64,
+    pub symbol: i64,
+    pub px: i64,
+    pub qty: i64,
+    pub taker_side: String,
+    pub maker_order: Option<i64>,
+    pub taker_order: Option<i64>,
+    pub maker_account: Option<i64>,
+    pub taker_account: Option<i64>,
+    pub fee_maker: Option<i64>,
+    pub fee_taker: Option<i64>,
+    /// Whether the trade filled the maker order (null with the maker side).
+    pub maker_done: Option<bool>,
+}
+
+impl HistoryTrade {
+    /// `execution` as `rights` may see it (none: only what anyone may see).
+    pub fn shown(execution: query::Execution, rights: Option<&bourse_port::KeyRights>) -> HistoryTrade {
+        let sees = |account: i64| rights.is_some_and(|r| u32::try_from(account).is_ok_and(|account| r.sees(account)));
+        let (maker, taker) = (sees(execution.maker_account), sees(execution.taker_account));
+        HistoryTrade {
+            log_index: execution.log_index,
+            pos: execution.pos,
+            ts: execution.ts,
+            symbol: execution.symbol,
+            px: execution.px,
+            qty: execution.qty,
+            taker_side: execution.taker_side,
+            maker_order: maker.then_some(execution.maker_order),
+            taker_order: taker.then_some(execution.taker_order),
+            maker_account: maker.then_some(execution.maker_account),
+            taker_account: taker.then_some(execution.taker_account),
+            fee_maker: maker.then_some(execution.fee_maker),
+            fee_taker: taker.then_some(execution.fee_taker),
+            maker_done: maker.then_some(execution.maker_done),
+        }
+    }
 }
 
 /// Asks the gateway about `account` with the caller's key: refused unless the key
@@ -214,9 +260,11 @@ pub async fn trades(
 ) -> ApiResult<Json<HistoryTrades>> {
     let db = Arc::clone(history(&state)?);
     let (from, to, limit) = params.window()?;
+    let rights = state.upstream.rights(key.as_deref());
     let session = state.upstream.session(key).await?;
     let info = state.upstream.symbol(&session, &symbol).await?;
     let id = info.id;
     let (trades, truncated) = db.run(move |store| query::trades(store, i64::from(id), from, to, limit)).await?;
+    let trades = trades.into_iter().map(|trade| HistoryTrade::shown(trade, rights.as_ref())).collect();
     Ok(Json(HistoryTrades { symbol: id, trades, truncated }))
 }

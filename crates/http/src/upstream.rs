@@ -46,6 +46,11 @@ impl Upstreams {
         Upstreams { port: Port::new(upstream), sessions: RwLock::new(HashMap::new()), opening: Mutex::new(()) }
     }
 
+    /// What `key` may see (in the gateway's process; `None` over gRPC or for an unknown key).
+    pub fn rights(&self, key: Option<&str>) -> Option<bourse_port::KeyRights> {
+        self.port.upstream().rights(key)
+    }
+
     /// Where requests go, for the health page.
     pub fn endpoints(&self) -> Vec<String> {
         self.port.upstream().describe()

@@ -79,6 +79,21 @@ async fn statement_order_history_query_and_trades() {
     assert_eq!(trades["trades"][0]["px"], 150);
     let none = alice.expect(200, "GET", &format!("/v1/history/trades/0?from={}", last_ts + 1), None).await;
     assert_eq!(none["trades"], json!([]));
+    // Who traded is shown to whom it concerns: alice owns both sides (accounts 0 and 1),
+    // the admin sees everything, a key of neither account sees price and size only.
+    let both = |trade: &Value| {
+        (trade["maker_account"].clone(), trade["taker_account"].clone(), trade["fee_taker"].clone())
+    };
+    assert_eq!(both(&trades["trades"][0]), (json!(0), json!(1), json!(4)));
+    let seen = admin.expect(200, "GET", "/v1/history/trades/ACME%2FUSD", None).await;
+    assert_eq!(both(&seen["trades"][0]), (json!(0), json!(1), json!(4)));
+    let other = exchange.client(&exchange.dt_user_key);
+    let seen = other.expect(200, "GET", "/v1/history/trades/ACME%2FUSD", None).await;
+    let trade = &seen["trades"][0];
+    assert_eq!((trade["px"].clone(), trade["qty"].clone()), (json!(150), json!(4)));
+    for field in ["maker_account", "taker_account", "maker_order", "taker_order", "fee_maker", "fee_taker"] {
+        assert_eq!(trade[field], Value::Null, "{field} shown to a key of neither side: {trade}");
+    }
 
     // Permissions and typed errors; nothing changes.
     let error = alice.expect(403, "GET", "/v1/accounts/2/statement", None).await;

@@ -69,6 +69,11 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// The accounts the key acts for (an admin key acts for every account).
+    pub fn accounts(&self) -> &[u32] {
+        &self.accounts
+    }
+
     /// Whether this is the gateway's own (a front end's key of its process, or an open
     /// gateway's holder) rather than a key of the file.
     pub fn is_own(&self) -> bool {

@@ -32,7 +32,7 @@ mod session;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use bourse_client::{ApiKey, Client, ClientOptions, Error, LocalGateway, QueryClient, QueryPool, Reply};
+pub use bourse_client::{ApiKey, Client, ClientOptions, Error, KeyRights, LocalGateway, QueryClient, QueryPool, Reply};
 pub use bourse_protocol::refusal::Refusal;
 pub use catalog::Catalog;
 pub use events::{OrderEvent, OrderEvents};
@@ -60,6 +60,15 @@ impl Upstream {
     /// Whether there is nowhere to go (a remote upstream with no address).
     pub fn is_empty(&self) -> bool {
         matches!(self, Upstream::Remote(endpoints) if endpoints.is_empty())
+    }
+
+    /// What `key` may see, when the gateway is in this process; over gRPC the port
+    /// cannot tell (`None`), and a front end shows only what anyone may see.
+    pub fn rights(&self, key: Option<&str>) -> Option<KeyRights> {
+        match self {
+            Upstream::InProcess(gateway) => gateway.0.rights(key),
+            Upstream::Remote(_) => None,
+        }
     }
 
     /// Opens an order-entry session of client `id`.
