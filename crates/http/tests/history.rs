@@ -81,9 +81,8 @@ async fn statement_order_history_query_and_trades() {
     assert_eq!(none["trades"], json!([]));
     // Who traded is shown to whom it concerns: alice owns both sides (accounts 0 and 1),
     // the admin sees everything, a key of neither account sees price and size only.
-    let both = |trade: &Value| {
-        (trade["maker_account"].clone(), trade["taker_account"].clone(), trade["fee_taker"].clone())
-    };
+    let both =
+        |trade: &Value| (trade["maker_account"].clone(), trade["taker_account"].clone(), trade["fee_taker"].clone());
     assert_eq!(both(&trades["trades"][0]), (json!(0), json!(1), json!(4)));
     let seen = admin.expect(200, "GET", "/v1/history/trades/ACME%2FUSD", None).await;
     assert_eq!(both(&seen["trades"][0]), (json!(0), json!(1), json!(4)));
