@@ -28,6 +28,20 @@ pub enum CancelReason {
     Expired,
 }
 
+impl CancelReason {
+    /// The stable snake_case name every API shows (`budget_exhausted`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CancelReason::Requested => "requested",
+            CancelReason::Unfilled => "unfilled",
+            CancelReason::BudgetExhausted => "budget_exhausted",
+            CancelReason::SelfTrade => "self_trade",
+            CancelReason::ReducedToZero => "reduced_to_zero",
+            CancelReason::Expired => "expired",
+        }
+    }
+}
+
 /// The first answer to a command, remembered for exactly-once replies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Outcome {

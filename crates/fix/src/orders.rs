@@ -353,10 +353,7 @@ impl Orders {
         let exec_type = if expired { "C" } else { "4" };
         order.status = exec_type.into();
         let text = match reason {
-            Ok(reason) => proto::CancelReason::from(reason)
-                .as_str_name()
-                .trim_start_matches("CANCEL_REASON_")
-                .to_ascii_lowercase(),
+            Ok(reason) => reason.name().to_owned(),
             Err(error) => error.to_string(),
         };
         let report = self.report(&order, exec_type, orig.as_deref(), None, Some(&text));

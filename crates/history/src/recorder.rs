@@ -20,7 +20,7 @@
 
 use bourse_engine::codec;
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, Tif};
-use bourse_engine::{CancelReason, Engine, EngineConfig, Event, OrderId, OrderStatus, Side};
+use bourse_engine::{Engine, EngineConfig, Event, OrderId, OrderStatus, Side};
 use rustc_hash::FxHashMap;
 
 use crate::rows::{AccountRow, AssetRow, BalanceRow, ExecutionRow, OrderEventRow, OrderRow, RowKey, Rows, SymbolRow};
@@ -375,7 +375,7 @@ impl Recorder {
                 self.cancelled.push(order);
                 rows.order_events.push(OrderEventRow {
                     qty: Some(qty_cancelled.0),
-                    reason: Some(cancel_reason(reason)),
+                    reason: Some(reason.name()),
                     ..order_event(order, "cancelled")
                 });
             }
@@ -507,16 +507,5 @@ pub(crate) fn side_name(side: Side) -> &'static str {
     match side {
         Side::Buy => "buy",
         Side::Sell => "sell",
-    }
-}
-
-fn cancel_reason(reason: CancelReason) -> &'static str {
-    match reason {
-        CancelReason::Requested => "requested",
-        CancelReason::Unfilled => "unfilled",
-        CancelReason::BudgetExhausted => "budget_exhausted",
-        CancelReason::SelfTrade => "self_trade",
-        CancelReason::ReducedToZero => "reduced_to_zero",
-        CancelReason::Expired => "expired",
     }
 }

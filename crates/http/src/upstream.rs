@@ -193,10 +193,7 @@ fn order_event_from(event: OrderEvent) -> WsOrderEvent {
                 account,
                 symbol,
                 qty_cancelled,
-                reason: proto::CancelReason::from(reason)
-                    .as_str_name()
-                    .trim_start_matches("CANCEL_REASON_")
-                    .to_ascii_lowercase(),
+                reason: reason.name().to_owned(),
                 log_index,
                 ts,
             }
