@@ -71,7 +71,7 @@ impl Subscriptions {
             }
         };
         if request.kind == b'0' {
-            let mut query = self.upstream.query.lock().await;
+            let mut query = self.upstream.query.clone();
             for symbol in &request.symbols {
                 match query.l2(bourse_engine::SymbolId(symbol.id), request.depth).await {
                     Ok(l2) => self.core.send(snapshot(&request.id, name(symbol), &l2, request.depth)),
@@ -88,7 +88,7 @@ impl Subscriptions {
             channels.push(proto::Channel::Trades);
         }
         let ids: Vec<_> = request.symbols.iter().map(|s| bourse_engine::SymbolId(s.id)).collect();
-        let stream = self.upstream.query.lock().await.subscribe_channels(&ids, &channels).await;
+        let stream = self.upstream.query.clone().subscribe_channels(&ids, &channels).await;
         let stream = match stream {
             Ok(stream) => stream,
             Err(error) => {

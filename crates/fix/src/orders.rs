@@ -415,7 +415,7 @@ fn order_fields(report: &mut Message, order: &OrderState) {
 pub(crate) async fn reconcile(core: &Arc<SessionCore>, upstream: &Upstream) {
     let open: Vec<u64> = core.lock().orders.by_id.values().filter(|o| !o.done()).map(|o| o.id).collect();
     for id in open {
-        let info = match upstream.query.lock().await.order(OrderId(id)).await {
+        let info = match upstream.query.clone().order(OrderId(id)).await {
             Ok(reply) => reply.order,
             Err(error) => {
                 tracing::warn!(session = %core.their_id, order = id, %error, "FIX: an open order could not be read");

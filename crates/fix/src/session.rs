@@ -48,7 +48,8 @@ const WRITE_BATCH_MAX: usize = 1 << 20;
 pub struct Upstream {
     pub key: String,
     pub client: Client,
-    pub query: tokio::sync::Mutex<QueryClient>,
+    /// Queries of this session (a clone per call: clones share the connection).
+    pub query: QueryClient,
     /// Symbol names, shared by every session of the front end.
     catalog: Arc<bourse_port::Catalog>,
     /// Set when the order-entry session ended for good (its events stream closed).
@@ -73,8 +74,7 @@ impl Upstream {
         let client = upstream.client(random_client_id(), options).await.map_err(|e| e.to_string())?;
         let events = client.events().expect("a new client's events");
         let catalog = Arc::clone(catalog);
-        let upstream =
-            Upstream { key, client, query: tokio::sync::Mutex::new(query), catalog, ended: AtomicBool::new(false) };
+        let upstream = Upstream { key, client, query, catalog, ended: AtomicBool::new(false) };
         Ok((upstream, events))
     }
 
@@ -84,8 +84,7 @@ impl Upstream {
             // FIX names symbols; a number is no symbol's name (the catalog would take it as an id).
             return None;
         }
-        let mut query = self.query.lock().await.clone();
-        self.catalog.symbol(&mut query, name).await.ok().flatten()
+        self.catalog.symbol(&self.query, name).await.ok().flatten()
     }
 }
 

@@ -93,19 +93,13 @@ impl Upstreams {
 
     /// The symbol named `name` (or given as an id).
     pub async fn symbol(&self, session: &Session, name: &str) -> Result<proto::SymbolInfo, ApiError> {
-        if let Some(found) = self.port.catalog().find_symbol(name) {
-            return Ok(found);
-        }
-        let found = self.port.catalog().symbol(&mut session.query(), name).await?;
+        let found = self.port.catalog().symbol(&session.query, name).await?;
         found.ok_or(ApiError::Rejected(Reject::SymbolUnknown))
     }
 
     /// The asset named `name` (or given as an id).
     pub async fn asset(&self, session: &Session, name: &str) -> Result<proto::AssetInfo, ApiError> {
-        if let Some(found) = self.port.catalog().find_asset(name) {
-            return Ok(found);
-        }
-        let found = self.port.catalog().asset(&mut session.query(), name).await?;
+        let found = self.port.catalog().asset(&session.query, name).await?;
         found.ok_or(ApiError::Rejected(Reject::AssetUnknown))
     }
 

@@ -37,21 +37,23 @@ impl Catalog {
             .cloned()
     }
 
-    /// The asset named `name` (or given as its id), asking upstream on a miss.
-    pub async fn asset(&self, query: &mut QueryClient, name: &str) -> Result<Option<proto::AssetInfo>, Error> {
+    /// The asset named `name` (or given as its id), asking upstream with (a clone of)
+    /// `query` on a miss only.
+    pub async fn asset(&self, query: &QueryClient, name: &str) -> Result<Option<proto::AssetInfo>, Error> {
         if let Some(found) = self.find_asset(name) {
             return Ok(Some(found));
         }
-        self.learn_assets(query.assets().await?.assets);
+        self.learn_assets(query.clone().assets().await?.assets);
         Ok(self.find_asset(name))
     }
 
-    /// The symbol named `name` (or given as its id), asking upstream on a miss.
-    pub async fn symbol(&self, query: &mut QueryClient, name: &str) -> Result<Option<proto::SymbolInfo>, Error> {
+    /// The symbol named `name` (or given as its id), asking upstream with (a clone of)
+    /// `query` on a miss only.
+    pub async fn symbol(&self, query: &QueryClient, name: &str) -> Result<Option<proto::SymbolInfo>, Error> {
         if let Some(found) = self.find_symbol(name) {
             return Ok(Some(found));
         }
-        self.learn_symbols(query.symbols().await?.symbols);
+        self.learn_symbols(query.clone().symbols().await?.symbols);
         Ok(self.find_symbol(name))
     }
 

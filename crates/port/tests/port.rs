@@ -61,10 +61,10 @@ async fn in_process_and_over_grpc_the_port_gives_the_same_answers() {
 
         // The catalog: a symbol by name, then by id without asking again.
         let mut query = port.query(Some(ApiKey(alice.clone()))).await.unwrap();
-        let symbol = port.catalog().symbol(&mut query, &setup.symbol).await.unwrap().expect("the symbol");
+        let symbol = port.catalog().symbol(&query, &setup.symbol).await.unwrap().expect("the symbol");
         assert_eq!(symbol.id, symbol_id.0, "{how}");
         assert_eq!(port.catalog().find_symbol(&symbol.id.to_string()).map(|s| s.id), Some(symbol.id));
-        assert!(port.catalog().symbol(&mut query, "NOPE/USD").await.unwrap().is_none());
+        assert!(port.catalog().symbol(&query, "NOPE/USD").await.unwrap().is_none());
 
         // Order entry: alice's sell rests, bob's buy takes it; both hear typed fills.
         let alice_session = KeySession::new(upstream.clone(), Some(ApiKey(alice.clone())));
