@@ -73,6 +73,14 @@ pub fn client_tls(dir: &std::path::Path, identity: &str) -> Result<bourse_client
     bourse_client::ClientTls::issued(dir, &identity).map_err(|e| e.to_string())
 }
 
+/// The first of `listens` (a flag and the address it was given) that is not a loopback
+/// address: where a listener without keys must not be.
+pub fn exposed<'a>(
+    listens: impl IntoIterator<Item = (&'a str, Option<std::net::SocketAddr>)>,
+) -> Option<(&'a str, std::net::SocketAddr)> {
+    listens.into_iter().find_map(|(flag, addr)| addr.filter(|addr| !addr.ip().is_loopback()).map(|addr| (flag, addr)))
+}
+
 /// `ROLE:ID` as an identity.
 pub fn parse_identity(text: &str) -> Result<bourse_pki::Identity, String> {
     let (role, id) = text.split_once(':').ok_or_else(|| format!("--as {text:?}: expected ROLE:ID"))?;

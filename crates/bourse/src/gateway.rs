@@ -151,18 +151,10 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
         (None, false) => return Err("give --keys FILE (or --open, for loopback tests)".into()),
     };
     if args.open {
-        // Without keys every session may do anything: nothing but this machine may reach it.
-        let front_ends = [
-            ("--listen", Some(args.listen)),
-            ("--http", args.http),
-            ("--fix", args.fix),
-            ("--day-trading", args.day_trading.listen()),
-        ];
-        let exposed = front_ends
-            .into_iter()
-            .chain(args.xml.listens())
-            .find_map(|(flag, addr)| addr.filter(|addr| !addr.ip().is_loopback()).map(|addr| (flag, addr)));
-        if let Some((flag, addr)) = exposed {
+        // Without keys every session may do anything: nothing but this machine may reach
+        // it (the gateway's own --listen is held to that by GatewayConfig::validate).
+        let front_ends = [("--http", args.http), ("--fix", args.fix), ("--day-trading", args.day_trading.listen())];
+        if let Some((flag, addr)) = crate::cli::exposed(front_ends.into_iter().chain(args.xml.listens())) {
             return Err(format!("--open serves without keys: {flag} must be a loopback address, not {addr}"));
         }
     }

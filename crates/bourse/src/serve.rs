@@ -274,8 +274,10 @@ impl InProcessGateway {
             (None, true) => KeyStore::default(),
             (None, false) => return Err("--gateway needs --keys FILE (or --open, for loopback tests)".into()),
         };
-        if let Some(addr) = args.day_trading.listen().filter(|a| args.open && !a.ip().is_loopback()) {
-            return Err(format!("--open serves without keys: --day-trading must be a loopback address, not {addr}"));
+        if let Some((flag, addr)) =
+            crate::cli::exposed([("--day-trading", args.day_trading.listen())]).filter(|_| args.open)
+        {
+            return Err(format!("--open serves without keys: {flag} must be a loopback address, not {addr}"));
         }
         // The day-trading service vouches for its callers: its key is an admin's.
         let dt_key =

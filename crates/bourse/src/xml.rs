@@ -90,11 +90,7 @@ impl XmlArgs {
         if self.xml_allow_remote {
             return Ok(());
         }
-        match self
-            .listens()
-            .into_iter()
-            .find_map(|(flag, addr)| addr.filter(|a| !a.ip().is_loopback()).map(|a| (flag, a)))
-        {
+        match crate::cli::exposed(self.listens()) {
             Some((flag, addr)) => Err(format!(
                 "{flag} {addr}: the XML protocol carries no key, so anyone who reaches the port acts as \
                  --xml-as; it binds loopback unless you give --xml-allow-remote"

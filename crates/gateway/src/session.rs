@@ -244,8 +244,7 @@ impl Reader<'_> {
         let in_flight = self.entry.in_flight.lock().expect("in-flight lock").len();
         // One lock of the key's bucket for the whole batch, released before any await.
         {
-            let shared = Arc::clone(&self.bucket);
-            let mut bucket = shared.lock().expect("bucket lock");
+            let mut bucket = self.bucket.lock().expect("bucket lock");
             for command in commands {
                 let refusal = match self.check(&command) {
                     Check::Refused(ack) => Some(ack),

@@ -172,9 +172,10 @@ async fn serve(
 }
 
 /// A connection that notes when bytes last moved, so one idle for longer than its
-/// limit can be closed.
+/// limit can be closed; it holds the listener's slot while it lives.
 struct IdleWatch {
-    connection: bourse_port::Connection,
+    stream: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
     state: Arc<IdleState>,
 }
 
@@ -187,8 +188,9 @@ struct IdleState {
 
 impl IdleWatch {
     fn new(connection: bourse_port::Connection, limit: std::time::Duration) -> IdleWatch {
+        let (stream, slot) = connection.into_parts();
         let state = IdleState { last_ms: 0.into(), start: std::time::Instant::now(), limit };
-        IdleWatch { connection, state: Arc::new(state) }
+        IdleWatch { stream, _slot: slot, state: Arc::new(state) }
     }
 
     fn clone_state(&self) -> Arc<IdleState> {
@@ -200,6 +202,13 @@ impl IdleState {
     fn touch(&self) {
         let now = self.start.elapsed().as_millis() as u64;
         self.last_ms.store(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Touches when a write moved bytes.
+    fn touch_if_moved(&self, polled: &std::task::Poll<std::io::Result<usize>>) {
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if *n > 0) {
+            self.touch();
+        }
     }
 
     /// Resolves once no byte has moved for the limit.
@@ -223,7 +232,7 @@ impl tokio::io::AsyncRead for IdleWatch {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        let polled = std::pin::Pin::new(&mut self.connection).poll_read(cx, buf);
+        let polled = std::pin::Pin::new(&mut self.stream).poll_read(cx, buf);
         if buf.filled().len() > before {
             self.state.touch();
         }
@@ -237,27 +246,37 @@ impl tokio::io::AsyncWrite for IdleWatch {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        let polled = std::pin::Pin::new(&mut self.connection).poll_write(cx, buf);
-        if let std::task::Poll::Ready(Ok(n)) = &polled {
-            if *n > 0 {
-                self.state.touch();
-            }
-        }
+        let polled = std::pin::Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.state.touch_if_moved(&polled);
         polled
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.state.touch_if_moved(&polled);
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
     }
 
     fn poll_flush(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.connection).poll_flush(cx)
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
     }
 
     fn poll_shutdown(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.connection).poll_shutdown(cx)
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
