@@ -13,7 +13,7 @@ test: deps
 deps:
 	./scripts/test-deps.sh
 
-# A living market with the dashboard at http://127.0.0.1:8080/ (until Ctrl-C on a terminal),
+# A living market with the dashboard at https://127.0.0.1:8080/ (until Ctrl-C on a terminal),
 # then the engine and fairness benchmarks in brief (scripts/demo.sh).
 demo: build
 	./scripts/demo.sh

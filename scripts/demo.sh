@@ -6,7 +6,7 @@
 #    data in a temporary directory), four gateways with CloudEx's injected delays, 48
 #    simulated traders (CloudEx's population: a market maker, 43 random traders, 4
 #    mean-reversion traders over 10 stocks), the REST + WebSocket API and the dashboard
-#    at http://127.0.0.1:8080/ (a kill button per node: watch the failover), and a
+#    at https://127.0.0.1:8080/ (a kill button per node: watch the failover), and a
 #    trading page at /trade.html (with the account's statement from a history sink that
 #    follows the cluster into DATA/history.sqlite) and a day-trading page at
 #    /daytrading.html. From a terminal it runs until Ctrl-C; otherwise for

@@ -40,6 +40,11 @@ pub struct Target {
     /// `cluster`, gateway:ID for `gateway run`, observer:history for `history run`.
     #[arg(long = "as", global = true, env = "BOURSE_AS", value_name = "ROLE:ID")]
     pub identity: Option<String>,
+    /// With --api-key: dial the gateway over TLS, verifying its certificate against the
+    /// CA certificate(s) in this PEM file. Default with --pki: DIR/ca.pem. With neither,
+    /// the gateway is dialed in plaintext (a gateway on loopback without a certificate).
+    #[arg(long, global = true, env = "BOURSE_CA", value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
 }
 
 impl Target {
@@ -56,6 +61,19 @@ impl Target {
     /// The identity to present: `--as`, or `default` (`role:id`).
     pub fn identity_or(&self, default: &str) -> Result<bourse_pki::Identity, String> {
         parse_identity(self.identity.as_deref().unwrap_or(default))
+    }
+
+    /// For a gateway's client port (with `--api-key`): with `--ca FILE`, or `--pki DIR`
+    /// (DIR/ca.pem), this process dials over TLS trusting that CA ([`credentials`]).
+    pub fn use_gateway_trust(&self) -> Result<(), String> {
+        let ca = match (&self.ca, &self.pki) {
+            (Some(ca), _) => ca.clone(),
+            (None, Some(dir)) => bourse_pki::EdgeFiles::ca_of(dir),
+            (None, None) => return Ok(()),
+        };
+        let tls = bourse_client::ClientTls::trusting(&ca).map_err(|e| e.to_string())?;
+        let _ = CREDENTIALS.set(tls);
+        Ok(())
     }
 
     /// With `--pki`, makes the certificate of `--as` (or `default`) this process's

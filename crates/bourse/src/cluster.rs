@@ -327,16 +327,27 @@ pub(crate) fn member_certificates(
     std::path::absolute(dir).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
+/// The hosts a gateway's certificate is issued for where this machine's commands make
+/// it: its client listeners (HTTPS, FIX and XML over TLS) present it on loopback.
+const GATEWAY_HOSTS: [&str; 2] = ["127.0.0.1", "localhost"];
+
 /// Issues each of `identities` (`role:id`) a client certificate from the CA in `dir`
 /// (made by [`member_certificates`]), unless it has one already, and makes the first
-/// this process's credentials.
+/// this process's credentials. A gateway's is also valid for [`GATEWAY_HOSTS`] (one
+/// issued before without hosts is issued again).
 pub(crate) fn client_certificates(dir: &Path, identities: &[&str]) -> Result<(), String> {
     let ca = bourse_pki::Ca::open(dir).map_err(|e| format!("the cluster's CA in {}: {e}", dir.display()))?;
     let issued = dir.join(bourse_pki::ISSUED_DIR);
     for (n, text) in identities.iter().enumerate() {
         let identity = crate::cli::parse_identity(text)?;
-        if !bourse_pki::TlsFiles::issued(dir, &identity).cert.exists() {
-            ca.issue(&identity, &[], &issued).map_err(|e| format!("issuing {identity}'s certificate: {e}"))?;
+        let cert = bourse_pki::TlsFiles::issued(dir, &identity).cert;
+        let hosts: Vec<String> = match identity.role {
+            bourse_pki::Role::Gateway => GATEWAY_HOSTS.map(String::from).to_vec(),
+            _ => Vec::new(),
+        };
+        let hostless = || bourse_pki::certificate_hosts(&cert).map(|named| named.is_empty()).unwrap_or(true);
+        if !cert.exists() || (!hosts.is_empty() && hostless()) {
+            ca.issue(&identity, &hosts, &issued).map_err(|e| format!("issuing {identity}'s certificate: {e}"))?;
         }
         if n == 0 {
             crate::cli::set_credentials(dir, &identity)?;

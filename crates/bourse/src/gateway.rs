@@ -104,6 +104,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "BOURSE")]
     fix_comp_id: String,
     #[command(flatten)]
+    edge: crate::edge::EdgeArgs,
+    #[command(flatten)]
     xml: crate::xml::XmlArgs,
     #[command(flatten)]
     day_trading: crate::daytrading::DayTradingArgs,
@@ -158,6 +160,25 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
             return Err(format!("--open serves without keys: {flag} must be a loopback address, not {addr}"));
         }
     }
+    // TLS for the client listeners that have it, when there is a certificate; plaintext
+    // ones (and every listener without one) bind loopback unless --allow-plaintext.
+    let gateway_identity = match &target.pki {
+        Some(_) => Some(target.identity_or(&format!("gateway:{}", args.id))?),
+        None => None,
+    };
+    let edge_tls = args.edge.load(target.pki.as_deref().zip(gateway_identity.as_ref()))?;
+    let listen = |flag, addr, tls_capable| crate::edge::Listen { flag, addr, tls_capable };
+    let listens = [
+        listen("--listen", Some(args.listen), true),
+        listen("--day-trading", args.day_trading.listen(), false),
+        listen("--http", args.http, true),
+        listen("--fix", args.fix, true),
+    ];
+    let xml_listens = args.xml.listens_all().map(|(flag, addr, tls)| listen(flag, addr, tls));
+    // XML carries no key at all: its own rule (loopback unless --xml-allow-remote) first.
+    args.xml.check_exposure()?;
+    args.edge.check_plaintext(edge_tls.is_some(), listens.into_iter().chain(xml_listens))?;
+    let scheme = if edge_tls.is_some() { "https" } else { "http" };
     let spec: ProfileSpec = args.inject.parse().map_err(|e| format!("--inject: {e}"))?;
     let mut config = GatewayConfig::new(args.id, args.listen, args.cluster);
     config.feed = args.feed;
@@ -173,9 +194,10 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     config.subscriptions_per_key_max = args.subscriptions_per_key_max;
     config.subscriptions_max = args.subscriptions_max;
     config.inject = Profile::for_gateway(&spec, args.id.saturating_sub(1), args.seed);
+    config.edge_tls = edge_tls.clone();
     if let Some(dir) = &target.pki {
         // Nodes with the cluster's PKI take this gateway's link under its own id only.
-        let identity = target.identity_or(&format!("gateway:{}", args.id))?;
+        let identity = gateway_identity.clone().expect("read with --pki");
         config.tls = Some(ClientTls::issued(dir, &identity).map_err(|e| format!("--pki: {e}"))?);
         if let Some(admin) = &args.admin_as {
             let identity = crate::cli::parse_identity(admin)?;
@@ -194,8 +216,8 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     // The HTTP server reads market data for itself with a key of this process only.
     let service_key = (!args.open).then(|| ApiKey(keys.add_process_key("http-front-end", false)));
     // The XML protocol carries no key: its listeners act with the rights of the key the
-    // operator names (`<create>` needs an admin's), and bind loopback unless told.
-    args.xml.check_exposure()?;
+    // operator names (`<create>` needs an admin's), and bind loopback unless told
+    // (checked above).
     let xml_key = match (args.open, args.xml.wanted(), args.xml.acting_as()) {
         (false, true, Some(name)) => Some(ApiKey(
             keys.add_process_key_as("xml-front-end", name)
@@ -215,20 +237,25 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     let day_trading = args.day_trading.clone();
     let keys_path = args.keys.clone();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    // SIGHUP re-reads the certificates (new connections to the nodes use the new ones)
-    // and the key file (keys added work at once, removed ones end their sessions);
+    // SIGHUP re-reads the certificates (new connections to the nodes, and new client
+    // handshakes, use the new ones) and the key file (keys added work at once, removed ones end their sessions);
     // with neither, it stops the gateway like SIGTERM.
     let configs: Vec<_> = [&config.tls, &config.admin_tls]
         .into_iter()
         .flatten()
-        .map(|tls| std::sync::Arc::clone(tls.0.config()))
+        .filter_map(|tls| tls.0.config().map(std::sync::Arc::clone))
         .collect();
     let reloader: std::sync::Arc<std::sync::OnceLock<bourse_gateway::KeyReloader>> = Default::default();
     let key_file = keys_path.clone();
-    let reload = (!configs.is_empty() || key_file.is_some()).then(|| {
+    let edge = edge_tls.clone();
+    let reload = (!configs.is_empty() || key_file.is_some() || edge.is_some()).then(|| {
         let reloader = std::sync::Arc::clone(&reloader);
         Box::new(move || {
             configs.iter().try_for_each(|c| c.reload()).map_err(|e| e.to_string())?;
+            // The client ports' certificate: new handshakes present the renewed one.
+            if let Some(edge) = &edge {
+                edge.reload().map_err(|e| format!("the client listeners' certificate: {e}"))?;
+            }
             if let (Some(path), Some(reloader)) = (&key_file, reloader.get()) {
                 let file = KeyStore::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
                 let ended = reloader.reload(file);
@@ -241,7 +268,8 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
         let signals = crate::history::Signals::install_reloading(reload)?;
         let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
         let _ = reloader.set(gateway.key_reloader());
-        println!("bourse gateway listening on {}", gateway.addr());
+        let over = if edge_tls.is_some() { " (TLS)" } else { "" };
+        println!("bourse gateway listening on {}{over}", gateway.addr());
         if let Some(metrics) = gateway.metrics_addr() {
             println!("metrics on http://{metrics}/metrics");
         }
@@ -256,8 +284,9 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
                 config.web_dir = web;
                 config.history = history;
                 config.day_trading = day_trading.as_ref().map(|server| server.addr().to_string());
+                config.tls = edge_tls.clone();
                 let server = HttpServer::start(config).await.map_err(|e| format!("--http {listen}: {e}"))?;
-                println!("REST + WebSocket API on http://{}/ (OpenAPI: /openapi.json)", server.addr());
+                println!("REST + WebSocket API on {scheme}://{}/ (OpenAPI: /openapi.json)", server.addr());
                 Some(server)
             }
             None => None,
@@ -267,14 +296,17 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
                 let mut config = FixConfig::new(listen, Vec::new(), data);
                 config.upstream = bourse_port::Upstream::InProcess(gateway.local());
                 config.comp_id = comp_id;
+                config.tls = edge_tls.clone();
                 let server = FixServer::start(config).await.map_err(|e| format!("--fix {listen}: {e}"))?;
-                println!("FIX 4.4 acceptor on {}", server.addr());
+                let over = if edge_tls.is_some() { " (TLS)" } else { "" };
+                println!("FIX 4.4 acceptor on {}{over}", server.addr());
                 Some(server)
             }
             None => None,
         };
         let xml_servers = if xml.wanted() {
-            xml.start(bourse_port::Upstream::InProcess(gateway.local()), xml_key, xml_history.as_deref()).await?
+            let upstream = bourse_port::Upstream::InProcess(gateway.local());
+            xml.start(upstream, xml_key, xml_history.as_deref(), edge_tls.clone()).await?
         } else {
             Vec::new()
         };

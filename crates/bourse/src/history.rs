@@ -294,8 +294,8 @@ fn run_sink(args: RunArgs, tls: Option<bourse_pki::grpc::Connector>) -> Result<(
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         // With certificates, SIGHUP re-reads them (the next connection uses the new ones).
-        let reload = tls.as_ref().map(|tls| {
-            let config = std::sync::Arc::clone(tls.config());
+        let reload = tls.as_ref().and_then(|tls| tls.config()).map(|config| {
+            let config = std::sync::Arc::clone(config);
             Box::new(move || config.reload().map_err(|e| e.to_string())) as Reload
         });
         let signals = Signals::install_reloading(reload)?;

@@ -13,6 +13,7 @@ mod cli;
 mod cluster;
 mod daytrading;
 mod demo;
+mod edge;
 mod gateway;
 mod history;
 mod load;
@@ -107,14 +108,17 @@ fn main() -> ExitCode {
         _ => None,
     };
     // With an API key the target is a gateway's client port, which takes keys, not
-    // certificates (its TLS is issue 25's).
-    let identity = identity.filter(|_| cli.target.api_key.is_none());
-    if let Some(identity) = identity {
-        if let Err(message) = cli.target.use_credentials(identity) {
-            eprintln!("bourse: {message}");
-            return ExitCode::FAILURE;
-        }
+    // certificates: it is dialed over TLS trusting --ca (or --pki's CA), if given.
+    let credentials = match (identity, cli.target.api_key.is_some()) {
+        (Some(_), true) => cli.target.use_gateway_trust(),
+        (Some(identity), false) => cli.target.use_credentials(identity),
+        (None, _) => Ok(()),
+    };
+    if let Err(message) = credentials {
+        eprintln!("bourse: {message}");
+        return ExitCode::FAILURE;
     }
+    let api_key = cli.target.api_key.is_some();
     let result = match cli.command {
         TopCommand::Bench { target } => bench::run(target),
         TopCommand::Serve(args) => serve::serve(args, &cli.target),
@@ -133,7 +137,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("bourse: {message}");
-            if cli::credentials().is_none() && message.contains("no node reachable") {
+            let plaintext = cli::credentials().is_none() && message.contains("no node reachable");
+            if plaintext && api_key {
+                // A plaintext client meets a TLS gateway the same way.
+                eprintln!("bourse: (a gateway serving TLS is dialed with --ca FILE, or --pki DIR, trusting its CA)");
+            } else if plaintext {
                 // A plaintext client meets a TLS node as a connection that breaks at once.
                 eprintln!(
                     "bourse: (a node with the cluster's PKI takes mutual TLS only: give --pki DIR, or \

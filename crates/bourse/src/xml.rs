@@ -25,6 +25,12 @@ pub struct XmlArgs {
     /// Serve it here with length-prefixed replies on kept-open connections.
     #[arg(long)]
     xml_framed: Option<SocketAddr>,
+    /// Serve it over TLS here (bare replies), with the certificate of --tls-cert or --pki.
+    #[arg(long)]
+    xml_tls: Option<SocketAddr>,
+    /// Serve it over TLS here with length-prefixed replies on kept-open connections.
+    #[arg(long)]
+    xml_framed_tls: Option<SocketAddr>,
     /// With --keys: the name of the key (in --keys) whose rights the XML listeners act
     /// with. The protocol carries no key, so every XML client acts as this key: its
     /// accounts only, and `<create>` (accounts, money, shares) only if it is an admin's.
@@ -77,7 +83,12 @@ enum SelfTrade {
 
 impl XmlArgs {
     pub fn wanted(&self) -> bool {
-        self.xml.is_some() || self.xml_framed.is_some()
+        self.listens().iter().any(|(_, addr)| addr.is_some())
+    }
+
+    /// Whether a TLS listener is asked for.
+    pub fn tls_wanted(&self) -> bool {
+        self.xml_tls.is_some() || self.xml_framed_tls.is_some()
     }
 
     /// The name of the key the listeners act as (`--xml-as`).
@@ -100,8 +111,18 @@ impl XmlArgs {
     }
 
     /// The listeners asked for, with their flags.
-    pub fn listens(&self) -> [(&'static str, Option<SocketAddr>); 2] {
-        [("--xml", self.xml), ("--xml-framed", self.xml_framed)]
+    pub fn listens(&self) -> [(&'static str, Option<SocketAddr>); 4] {
+        self.listens_all().map(|(flag, addr, _)| (flag, addr))
+    }
+
+    /// The listeners asked for, with their flags and whether each is TLS.
+    pub fn listens_all(&self) -> [(&'static str, Option<SocketAddr>, bool); 4] {
+        [
+            ("--xml", self.xml, false),
+            ("--xml-framed", self.xml_framed, false),
+            ("--xml-tls", self.xml_tls, true),
+            ("--xml-framed-tls", self.xml_framed_tls, true),
+        ]
     }
 
     /// Starts the listeners asked for, sharing one link to the gateway `upstream`;
@@ -111,7 +132,11 @@ impl XmlArgs {
         upstream: bourse_port::Upstream,
         key: Option<ApiKey>,
         history: Option<&str>,
+        tls: Option<bourse_port::EdgeTls>,
     ) -> Result<Vec<XmlServer>, String> {
+        if self.tls_wanted() && tls.is_none() {
+            return Err("--xml-tls and --xml-framed-tls need a certificate: --tls-cert and --tls-key, or --pki".into());
+        }
         let mut config = ExchangeConfig::new(Vec::new());
         config.upstream = upstream;
         config.key = key;
@@ -129,9 +154,16 @@ impl XmlArgs {
         };
         let exchange = Arc::new(Exchange::connect(config, history).await.map_err(|e| format!("--xml: {e}"))?);
         let mut servers = Vec::new();
-        for (listen, framing) in [(self.xml, Framing::Bare), (self.xml_framed, Framing::Prefixed)] {
+        let listeners = [
+            (self.xml, Framing::Bare, false),
+            (self.xml_framed, Framing::Prefixed, false),
+            (self.xml_tls, Framing::Bare, true),
+            (self.xml_framed_tls, Framing::Prefixed, true),
+        ];
+        for (listen, framing, over_tls) in listeners {
             let Some(listen) = listen else { continue };
             let mut config = XmlConfig::new(listen, framing);
+            config.tls = tls.clone().filter(|_| over_tls);
             config.limits.request_bytes_max = self.xml_max_request_bytes;
             config.max_children = self.xml_max_children;
             config.limits.io_timeout = Duration::from_millis(self.xml_read_timeout_ms);
@@ -140,7 +172,8 @@ impl XmlArgs {
             let server =
                 XmlServer::start(config, Arc::clone(&exchange)).await.map_err(|e| format!("--xml {listen}: {e}"))?;
             let mode = if framing == Framing::Bare { "bare replies" } else { "length-prefixed replies" };
-            println!("XML exchange protocol on {} ({mode})", server.addr());
+            let over = if over_tls { ", TLS" } else { "" };
+            println!("XML exchange protocol on {} ({mode}{over})", server.addr());
             servers.push(server);
         }
         Ok(servers)

@@ -115,7 +115,10 @@ fn cluster_up_key_add_reload_gateway_load_down() {
     // A load that does not end within a minute fails the test instead of hanging it.
     let load = |key: &str| {
         let mut child = bourse()
-            .args(["load", "--target", &listen, "--seconds", "2", "--connections", "2", "--json", "--api-key", key])
+            // The gateway serves TLS with its certificate from the cluster's CA (issued by
+            // `cluster up` for loopback): the load trusts that CA (--pki's ca.pem).
+            .args(["--pki", pki_s, "load", "--target", &listen, "--seconds", "2", "--connections", "2", "--json"])
+            .args(["--api-key", key])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -114,7 +114,9 @@ fn the_dashboard_shows_a_living_market_that_survives_a_leader_kill() {
         let line = demo.line(deadline.saturating_duration_since(Instant::now()));
         let line = line.unwrap_or_else(|| panic!("the demo printed no dashboard address: {:?}", demo.seen));
         if let Some(url) = line.strip_prefix("dashboard: ") {
-            break url.trim().to_owned();
+            let url = url.trim().to_owned();
+            assert!(url.starts_with("https://"), "the demo serves the dashboard over HTTPS: {url}");
+            break url;
         }
     };
 

@@ -55,12 +55,20 @@ impl ClientTls {
             .map(ClientTls)
             .map_err(|e| Error::InvalidOptions(format!("TLS as {identity} from {}: {e}", dir.display())))
     }
+
+    /// Trusting the CA certificate(s) in the PEM file `ca`, with no certificate of its
+    /// own: for a gateway's client port served over TLS (the API key says who calls).
+    pub fn trusting(ca: &std::path::Path) -> Result<ClientTls> {
+        bourse_pki::grpc::Connector::trusting(ca)
+            .map(ClientTls)
+            .map_err(|e| Error::InvalidOptions(format!("TLS trusting {}: {e}", ca.display())))
+    }
 }
 
 /// Two are equal when they share one configuration.
 impl PartialEq for ClientTls {
     fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(self.0.config(), other.0.config())
+        self.0.same(&other.0)
     }
 }
 

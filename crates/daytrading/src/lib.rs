@@ -89,7 +89,7 @@ impl DayTradingServer {
             }
             SourceConfig::Market(mode) => {
                 let market = quote::market::MarketQuotes::start(
-                    service_config.upstream.clone(),
+                    service_config.port_upstream(),
                     service_config.client_options(),
                     mode,
                 )

@@ -57,6 +57,9 @@ pub struct FixConfig {
     /// it trickles in. (Idle sessions are the heartbeat's business; FIX frames are
     /// capped by the codec.)
     pub limits: bourse_port::ListenerLimits,
+    /// FIX over TLS with this certificate (the handshake within `first_request_timeout`
+    /// too); `None`: plain TCP.
+    pub tls: Option<bourse_port::EdgeTls>,
     /// Whether the store is fsynced before messages go out (always, outside benchmarks
     /// that measure what fsync costs).
     pub fsync: bool,
@@ -77,6 +80,7 @@ impl FixConfig {
                 first_request_timeout: Duration::from_secs(10),
                 ..bourse_port::ListenerLimits::DEFAULT
             },
+            tls: None,
             fsync: true,
         }
     }
@@ -120,7 +124,8 @@ impl FixServer {
     pub async fn start(config: FixConfig) -> std::io::Result<FixServer> {
         config.validate().map_err(std::io::Error::other)?;
         std::fs::create_dir_all(&config.data)?;
-        let listener = bourse_port::Listener::bind(config.listen, "fix", &config.limits)?;
+        let listener = bourse_port::Listener::bind(config.listen, "fix", &config.limits)?
+            .with_tls(config.tls.clone(), bourse_port::Alpn::None);
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_seen) = watch::channel(false);
         let shared = Arc::new(Shared {

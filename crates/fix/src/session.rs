@@ -26,10 +26,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bourse_client::{random_client_id, ApiKey, Client, QueryClient};
+use bourse_port::{EdgeRead, EdgeStream, EdgeWrite};
 use bourse_protocol::proto;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
 use crate::codec::{self, FieldError, Message, RejectReason};
@@ -290,7 +289,7 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: bourse_port::List
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             tracing::debug!(peer = %connection.peer, "FIX connection");
-            let (stream, slot) = connection.into_parts();
+            let Ok((stream, slot)) = connection.open().await else { return };
             run_connection(shared, stream).await;
             drop(slot);
         });
@@ -305,7 +304,7 @@ enum Read {
 }
 
 struct Reader {
-    read: OwnedReadHalf,
+    read: EdgeRead,
     buf: Vec<u8>,
     /// Where the unread bytes of `buf` start (consumed bytes are dropped before a read,
     /// not after each message).
@@ -343,7 +342,7 @@ impl Reader {
     }
 }
 
-async fn run_connection(shared: Arc<Shared>, stream: TcpStream) {
+async fn run_connection(shared: Arc<Shared>, stream: EdgeStream) {
     let (read, mut write) = stream.into_split();
     let mut reader = Reader { read, buf: Vec::with_capacity(READ_CHUNK), start: 0 };
     // The whole Logon within the limit, however slowly its bytes arrive.
@@ -363,7 +362,7 @@ async fn run_connection(shared: Arc<Shared>, stream: TcpStream) {
 }
 
 /// Writes queued messages: one fsync of the store per batch, then the bytes.
-async fn write_loop(core: Arc<SessionCore>, mut outbox: mpsc::Receiver<Vec<u8>>, mut write: OwnedWriteHalf) {
+async fn write_loop(core: Arc<SessionCore>, mut outbox: mpsc::Receiver<Vec<u8>>, mut write: EdgeWrite) {
     let mut batch = Vec::with_capacity(READ_CHUNK);
     while let Some(first) = outbox.recv().await {
         batch.clear();
@@ -399,7 +398,7 @@ async fn logon(
     shared: &Arc<Shared>,
     logon: Message,
     error: Option<FieldError>,
-    write: &mut OwnedWriteHalf,
+    write: &mut EdgeWrite,
 ) -> Option<(Connection, mpsc::Receiver<Vec<u8>>)> {
     if error.is_some() || logon.msg_type() != msg::LOGON {
         tracing::warn!(?error, msg_type = logon.msg_type(), "FIX: the first message is not a valid Logon; closing");

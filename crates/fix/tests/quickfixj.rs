@@ -1,6 +1,7 @@
 //! Interop: QuickFIX/J 2.3.2 (a FIX engine no one here wrote, validating everything it
 //! receives against its FIX 4.4 data dictionary) trades through the FIX front end of a
-//! real node and gateway: logon, orders that rest, fill and are cancelled, a replace, a
+//! real node and gateway, over TLS (its SSL initiator verifying the front end's
+//! certificate against the test's CA and the host name): logon, orders that rest, fill and are cancelled, a replace, a
 //! dropped connection after which a fill made while it was away is resent from the
 //! store, a resent NewOrderSingle that must not become a second order, market data, a
 //! Day order that expires when this side closes the trading day, logout. The Java side (`interop/`) asserts what it receives; this side builds it
@@ -36,14 +37,29 @@ fn build_interop() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quickfixj_trades_through_the_fix_front_end() {
     let class_path = tokio::task::spawn_blocking(build_interop).await.unwrap();
-    let exchange = Exchange::start().await;
+    let exchange = Exchange::start_tls().await;
     exchange.market().await;
     let store = tempfile::tempdir().unwrap();
+    // QuickFIX/J trusts the test's CA through a PKCS#12 trust store made by keytool.
+    let trust_dir = tempfile::tempdir().unwrap();
+    let trust = trust_dir.path().join("trust.p12");
+    let ca = exchange.ca.clone().expect("the test's CA");
+    let keytool = std::process::Command::new("keytool")
+        .args(["-importcert", "-noprompt", "-alias", "bourse-ca", "-storetype", "PKCS12", "-storepass", "interop"])
+        .arg("-file")
+        .arg(&ca)
+        .arg("-keystore")
+        .arg(&trust)
+        .output()
+        .expect("keytool runs (a JDK's)");
+    assert!(keytool.status.success(), "keytool: {}", String::from_utf8_lossy(&keytool.stderr));
     let mut java = tokio::process::Command::new("java")
         .args(["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", &class_path, "bourse.interop.Interop"])
         .arg(exchange.fix_addr.port().to_string())
         .arg(&exchange.alice)
         .arg(store.path())
+        .arg(&trust)
+        .arg("interop")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)

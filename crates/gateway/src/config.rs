@@ -70,6 +70,9 @@ pub struct GatewayConfig {
     /// only when an operator gave it one of theirs. Without it, such calls go with `tls`
     /// and the node refuses them (`PERMISSION_DENIED`).
     pub admin_tls: Option<bourse_client::ClientTls>,
+    /// TLS on the client-facing gRPC port (`listen`), with this certificate; clients
+    /// dial it trusting its CA (`ClientTls::trusting`). `None`: plaintext.
+    pub edge_tls: Option<bourse_pki::EdgeTls>,
 }
 
 /// What a gateway sends up a link, handed over in process.
@@ -133,6 +136,7 @@ impl GatewayConfig {
             local_node: None,
             tls: None,
             admin_tls: None,
+            edge_tls: None,
         }
     }
 

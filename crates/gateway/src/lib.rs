@@ -398,7 +398,7 @@ async fn serve(
         .add_service(query)
         .add_service(admin)
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            bourse_pki::grpc::incoming_edge(listener, state.config.edge_tls.clone(), Arc::clone(&state.metrics.accept)),
             async move {
                 while !*stop.borrow() {
                     if stop.changed().await.is_err() {

@@ -35,6 +35,8 @@ pub struct Metrics {
     pub feed_starts: AtomicU64,
     /// 1 when the release thread runs under `SCHED_FIFO`.
     pub release_realtime: AtomicI64,
+    /// What the client port's accept loop refused (failed or late TLS handshakes).
+    pub accept: std::sync::Arc<bourse_pki::grpc::AcceptStats>,
 }
 
 fn line(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
@@ -120,6 +122,13 @@ impl Metrics {
             "1 when the market data release thread runs at real-time priority.",
             "gauge",
             i(&self.release_realtime),
+        );
+        line(
+            &mut out,
+            "tls_handshakes_failed_total",
+            "Client connections dropped because their TLS handshake failed or took over 5 s.",
+            "counter",
+            u(&self.accept.handshakes_failed),
         );
         line(&mut out, "feed_starts_total", "Times the feed started from an image.", "counter", u(&self.feed_starts));
         let (released, late) = probe.counts();

@@ -71,6 +71,9 @@ pub struct HttpConfig {
     /// a WebSocket's heartbeats keep it alive) and the largest request body
     /// (`request_bytes_max`, 2 MiB).
     pub limits: bourse_port::ListenerLimits,
+    /// HTTPS and WSS with this certificate; `None`: plain HTTP (which the `bourse`
+    /// commands allow on loopback only, unless told `--allow-plaintext`).
+    pub tls: Option<bourse_port::EdgeTls>,
 }
 
 impl HttpConfig {
@@ -87,6 +90,7 @@ impl HttpConfig {
             history: None,
             day_trading: None,
             limits: bourse_port::ListenerLimits { request_bytes_max: 2 << 20, ..bourse_port::ListenerLimits::DEFAULT },
+            tls: None,
         }
     }
 
@@ -140,12 +144,13 @@ async fn serve(
         let limits = limits.clone();
         let mut stop = stop.clone();
         tokio::spawn(async move {
+            let Ok((stream, slot)) = connection.open().await else { return };
             let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let mut app = app.clone();
                 // A Router is always ready: no poll_ready is needed before call.
                 tower::Service::call(&mut app, request)
             });
-            let idle = IdleWatch::new(connection, limits.idle_timeout);
+            let idle = IdleWatch::new(stream, slot, limits.idle_timeout);
             let watched = idle.clone_state();
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -174,7 +179,7 @@ async fn serve(
 /// A connection that notes when bytes last moved, so one idle for longer than its
 /// limit can be closed; it holds the listener's slot while it lives.
 struct IdleWatch {
-    stream: tokio::net::TcpStream,
+    stream: bourse_port::EdgeStream,
     _slot: tokio::sync::OwnedSemaphorePermit,
     state: Arc<IdleState>,
 }
@@ -187,8 +192,11 @@ struct IdleState {
 }
 
 impl IdleWatch {
-    fn new(connection: bourse_port::Connection, limit: std::time::Duration) -> IdleWatch {
-        let (stream, slot) = connection.into_parts();
+    fn new(
+        stream: bourse_port::EdgeStream,
+        slot: tokio::sync::OwnedSemaphorePermit,
+        limit: std::time::Duration,
+    ) -> IdleWatch {
         let state = IdleState { last_ms: 0.into(), start: std::time::Instant::now(), limit };
         IdleWatch { stream, _slot: slot, state: Arc::new(state) }
     }
@@ -319,7 +327,8 @@ impl HttpServer {
             config,
         });
         let limits = state.config.limits.clone();
-        let listener = bourse_port::Listener::bind(state.config.listen, "http", &limits)?;
+        let listener = bourse_port::Listener::bind(state.config.listen, "http", &limits)?
+            .with_tls(state.config.tls.clone(), bourse_port::Alpn::Http1);
         let addr = listener.local_addr()?;
         let app = api::router(Arc::clone(&state)).layer(axum::extract::DefaultBodyLimit::max(limits.request_bytes_max));
         let server = tokio::spawn(serve(listener, app, limits, shutdown_seen));

@@ -162,7 +162,7 @@ async fn every_command_through_rest_with_its_errors_and_a_trigger_firing() {
     let refused = stranger.expect(401, "GET", &at("/summary"), None).await;
     // Not logged: the command is named, with no number.
     assert_eq!((refused["command"].as_str(), &refused["transactionNum"]), (Some("DISPLAY_SUMMARY"), &Value::Null));
-    let anonymous = Http { addr: exchange.http.addr(), key: None };
+    let anonymous = Http { addr: exchange.http.addr(), key: None, tls: None };
     anonymous.expect(401, "GET", &at("/summary"), None).await;
     exchange.stop().await;
 }

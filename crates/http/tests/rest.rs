@@ -148,10 +148,10 @@ async fn errors_are_typed_and_change_nothing() {
     let (status, _) = alice.request("GET", "/v1/books/0?levels=0", None).await;
     assert_eq!(status, 400);
     // A key the gateway does not know, and no key at all.
-    let stranger = support::Http { addr: exchange.http.addr(), key: Some("not-a-key".into()) };
+    let stranger = support::Http { addr: exchange.http.addr(), key: Some("not-a-key".into()), tls: None };
     let (status, body) = stranger.request("GET", "/v1/symbols", None).await;
     assert_eq!((status, code(&body).1), (401, json!("unauthenticated")));
-    let nobody = support::Http { addr: exchange.http.addr(), key: None };
+    let nobody = support::Http { addr: exchange.http.addr(), key: None, tls: None };
     assert_eq!(nobody.request("GET", "/v1/symbols", None).await.0, 401);
     // A key in the URL is taken on the WebSocket upgrade only (tests/websocket.rs).
     let (status, body) = nobody.request("GET", &format!("/v1/symbols?api_key={}", exchange.alice), None).await;
@@ -259,7 +259,7 @@ const UNDOCUMENTED: &[(&str, &str)] = &[("GET", "/openapi.json"), ("GET", "/v1/w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openapi_document_describes_every_route() {
     let exchange = Exchange::start().await;
-    let nobody = support::Http { addr: exchange.http.addr(), key: None };
+    let nobody = support::Http { addr: exchange.http.addr(), key: None, tls: None };
     let doc = nobody.expect(200, "GET", "/openapi.json", None).await;
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     for schema in ["PlaceOrder", "ErrorBody", "WsMessage", "WsRequest"] {
@@ -406,7 +406,7 @@ async fn day_orders_expire_when_an_admin_closes_the_day() {
     // Alice's key is not an administrative one; no key is no one.
     let (status, body) = alice.request("POST", "/v1/admin/close-day", None).await;
     assert_eq!((status, body["error"]["code"].as_u64()), (403, Some(1004)));
-    let nobody = support::Http { addr: exchange.http.addr(), key: None };
+    let nobody = support::Http { addr: exchange.http.addr(), key: None, tls: None };
     assert_eq!(nobody.request("POST", "/v1/admin/close-day", None).await.0, 401);
     assert_eq!(alice.expect(200, "GET", &format!("/v1/orders/{day}"), None).await["status"], "open");
 
@@ -468,7 +468,7 @@ async fn trickling_and_idle_connections_are_closed() {
         slow
     });
     // Meanwhile an honest client is answered.
-    let honest = support::Http { addr, key: Some(exchange.alice.clone()) };
+    let honest = support::Http { addr, key: Some(exchange.alice.clone()), tls: None };
     assert_eq!(honest.request("GET", "/v1/symbols", None).await.0, 200);
     let mut slow = trickle.await.unwrap();
     let took = closed_after(&mut slow, started).await.expect("the trickling connection was closed");

@@ -35,7 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::tls::{client_config, server_config, Reloadable, TlsFiles};
-use crate::{peer_identity, Identity, PkiError, Role};
+use crate::{peer_identity, Alpn, EdgeTls, Identity, PkiError, Role};
 
 /// How long a TLS handshake may take before the connection is dropped.
 pub const HANDSHAKE_MAX: Duration = Duration::from_secs(5);
@@ -200,6 +200,33 @@ pub fn incoming(
     tls: Option<ServerTls>,
     stats: Arc<AcceptStats>,
 ) -> tokio_stream::wrappers::ReceiverStream<io::Result<Conn>> {
+    accept(listener, tls.map(Handshake::Mutual), stats)
+}
+
+/// The connections accepted on a client-facing listener: with `tls`, those whose
+/// handshake (server certificate only: clients prove themselves with an API key)
+/// succeeded within [`HANDSHAKE_MAX`]; without, every one. Their [`PeerInfo`] names no
+/// identity.
+pub fn incoming_edge(
+    listener: TcpListener,
+    tls: Option<EdgeTls>,
+    stats: Arc<AcceptStats>,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<Conn>> {
+    accept(listener, tls.map(Handshake::Edge), stats)
+}
+
+/// The TLS a listener's connections go through.
+#[derive(Clone)]
+enum Handshake {
+    Mutual(ServerTls),
+    Edge(EdgeTls),
+}
+
+fn accept(
+    listener: TcpListener,
+    tls: Option<Handshake>,
+    stats: Arc<AcceptStats>,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<Conn>> {
     let (accepted, stream) = mpsc::channel(ACCEPTED_QUEUE);
     tokio::spawn(async move {
         loop {
@@ -230,21 +257,12 @@ pub fn incoming(
             };
             let (accepted, stats) = (accepted.clone(), Arc::clone(&stats));
             tokio::spawn(async move {
-                let reloaded = next_reload(tls.reloads.clone());
-                let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.current());
-                let refused = match tokio::time::timeout(HANDSHAKE_MAX, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => match peer_identity(stream.get_ref().1) {
-                        Some(identity) => {
-                            let peer = PeerInfo { remote: Some(remote), identity: Some(identity) };
-                            let conn =
-                                Conn { io: Io::Tls(Box::new(stream)), peer, reloaded: Some(reloaded), ended: false };
-                            let _ = accepted.send(Ok(conn)).await;
-                            return;
-                        }
-                        None => "the client's certificate names no identity".to_string(),
-                    },
-                    Ok(Err(error)) => format!("TLS handshake: {error}"),
-                    Err(_) => format!("no TLS handshake within {HANDSHAKE_MAX:?}"),
+                let refused = match handshake(tls, tcp, remote).await {
+                    Ok(conn) => {
+                        let _ = accepted.send(Ok(conn)).await;
+                        return;
+                    }
+                    Err(refused) => refused,
                 };
                 stats.handshakes_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::info!(%remote, %refused, "gRPC connection refused");
@@ -254,18 +272,48 @@ pub fn incoming(
     tokio_stream::wrappers::ReceiverStream::new(stream)
 }
 
-/// Dials gRPC servers over mutual TLS, for `Endpoint::connect_with_connector` (give the
-/// endpoint an `http://host:port` URI: the TLS is this connector's).
+/// One connection's handshake, within [`HANDSHAKE_MAX`]: the connection, or why not.
+async fn handshake(tls: Handshake, tcp: TcpStream, remote: SocketAddr) -> Result<Conn, String> {
+    let (config, reloaded) = match &tls {
+        Handshake::Mutual(tls) => (tls.config.current(), Some(next_reload(tls.reloads.clone()))),
+        Handshake::Edge(tls) => (tls.config(Alpn::H2), None),
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let stream = match tokio::time::timeout(HANDSHAKE_MAX, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => return Err(format!("TLS handshake: {error}")),
+        Err(_) => return Err(format!("no TLS handshake within {HANDSHAKE_MAX:?}")),
+    };
+    let identity = match tls {
+        Handshake::Mutual(_) => {
+            Some(peer_identity(stream.get_ref().1).ok_or("the client's certificate names no identity")?)
+        }
+        Handshake::Edge(_) => None,
+    };
+    let peer = PeerInfo { remote: Some(remote), identity };
+    Ok(Conn { io: Io::Tls(Box::new(stream)), peer, reloaded, ended: false })
+}
+
+/// Dials gRPC servers over TLS, for `Endpoint::connect_with_connector` (give the
+/// endpoint an `http://host:port` URI: the TLS is this connector's): over mutual TLS
+/// to the cluster's members ([`Connector::issued`]), or trusting a CA only, without a
+/// certificate of its own, to a gateway's client port ([`Connector::trusting`]).
 #[derive(Clone)]
 pub struct Connector {
-    config: Arc<Reloadable<ClientConfig>>,
-    /// The role the server's certificate must name.
-    expect: Role,
+    dial: Dial,
+    /// The role the server's certificate must name (mutual TLS only).
+    expect: Option<Role>,
+}
+
+#[derive(Clone)]
+enum Dial {
+    Mutual(Arc<Reloadable<ClientConfig>>),
+    Trusting { config: Arc<ClientConfig>, ca: std::path::PathBuf },
 }
 
 impl Connector {
     pub fn new(config: Arc<Reloadable<ClientConfig>>, expect: Role) -> Connector {
-        Connector { config, expect }
+        Connector { dial: Dial::Mutual(config), expect: Some(expect) }
     }
 
     /// A connector with the certificate `bourse pki` issued to `identity` in the CA
@@ -275,9 +323,45 @@ impl Connector {
         Ok(Connector::new(Arc::new(config), expect))
     }
 
-    /// The configuration it dials with (reload it to pick up a new CRL or certificate).
-    pub fn config(&self) -> &Arc<Reloadable<ClientConfig>> {
-        &self.config
+    /// A connector that presents no certificate and accepts a server whose certificate
+    /// chains to a CA certificate in the PEM file `ca` and names the host dialed: a
+    /// gateway's client port, where the API key says who the client is.
+    pub fn trusting(ca: &std::path::Path) -> Result<Connector, PkiError> {
+        let mut roots = rustls::RootCertStore::empty();
+        use rustls::pki_types::pem::PemObject;
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(ca)
+            .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+            .map_err(|source| PkiError::Pem { path: ca.to_path_buf(), what: "certificates", source })?;
+        if certs.is_empty() {
+            return Err(PkiError::CertificateInvalid(format!("{}: no certificate in it", ca.display())));
+        }
+        for cert in certs {
+            roots.add(cert)?;
+        }
+        let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Connector { dial: Dial::Trusting { config: Arc::new(config), ca: ca.to_path_buf() }, expect: None })
+    }
+
+    /// The reloadable configuration of a mutual TLS connector (reload it to pick up a
+    /// new CRL or certificate); `None` for [`Connector::trusting`].
+    pub fn config(&self) -> Option<&Arc<Reloadable<ClientConfig>>> {
+        match &self.dial {
+            Dial::Mutual(config) => Some(config),
+            Dial::Trusting { .. } => None,
+        }
+    }
+
+    /// Whether two connectors share one configuration.
+    pub fn same(&self, other: &Connector) -> bool {
+        match (&self.dial, &other.dial) {
+            (Dial::Mutual(a), Dial::Mutual(b)) => Arc::ptr_eq(a, b),
+            (Dial::Trusting { config: a, .. }, Dial::Trusting { config: b, .. }) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// Dials `host:port` and completes the handshake.
@@ -288,19 +372,23 @@ impl Connector {
         let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
             io::Error::new(io::ErrorKind::InvalidInput, format!("{host}: not a name TLS can check: {e}"))
         })?;
-        let connector = tokio_rustls::TlsConnector::from(self.config.current());
+        let config = match &self.dial {
+            Dial::Mutual(config) => config.current(),
+            Dial::Trusting { config, .. } => Arc::clone(config),
+        };
+        let connector = tokio_rustls::TlsConnector::from(config);
         let stream = tokio::time::timeout(HANDSHAKE_MAX, connector.connect(name, tcp))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("no TLS handshake within {HANDSHAKE_MAX:?}")))?
             .map_err(|e| io::Error::new(e.kind(), format!("TLS with {host}:{port}: {e}")))?;
+        let Some(expect) = self.expect else { return Ok(stream) };
         match peer_identity(stream.get_ref().1) {
-            Some(identity) if identity.role == self.expect => Ok(stream),
+            Some(identity) if identity.role == expect => Ok(stream),
             other => Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!(
-                    "TLS with {host}:{port}: the server is {}, not a {}",
+                    "TLS with {host}:{port}: the server is {}, not a {expect}",
                     other.map_or("unnamed".to_string(), |i| i.to_string()),
-                    self.expect
                 ),
             )),
         }
@@ -321,7 +409,13 @@ pub async fn connect(
 
 impl std::fmt::Debug for Connector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Connector({}, expecting {})", self.config.files().cert.display(), self.expect)
+        match (&self.dial, self.expect) {
+            (Dial::Mutual(config), Some(expect)) => {
+                write!(f, "Connector({}, expecting {expect})", config.files().cert.display())
+            }
+            (Dial::Mutual(config), None) => write!(f, "Connector({})", config.files().cert.display()),
+            (Dial::Trusting { ca, .. }, _) => write!(f, "Connector(trusting {})", ca.display()),
+        }
     }
 }
 

@@ -9,6 +9,10 @@
 //! [`client_config`], and [`ReloadableServerConfig`] / [`ReloadableClientConfig`] to
 //! pick up a new CRL or certificate without a restart).
 //!
+//! Client-facing listeners are TLS too, but one-sided: clients prove who they are with
+//! an API key, so only the server presents a certificate ([`EdgeTls`], from the
+//! operator's files or the gateway's own from this CA).
+//!
 //! # Identities
 //!
 //! An [`Identity`] is a role (`node`, `gateway`, `operator`, `observer`) and an id of 1
@@ -57,16 +61,19 @@
 //! the old ones, and the old certificate stays valid until it expires or is revoked.
 
 mod ca;
+mod edge;
 mod error;
 mod files;
 pub mod grpc;
 mod identity;
 mod register;
+pub mod testing;
 mod tls;
 
 pub use ca::{
     Ca, Issued, IssuedInfo, CA_CERT_FILE, CA_KEY_FILE, CRL_FILE, ISSUED_DIR, REGISTER_FILE, VALIDITY_DEFAULT,
 };
+pub use edge::{certificate_hosts, Alpn, EdgeFiles, EdgeTls};
 pub use error::PkiError;
 pub use identity::{identity_of, peer_identity, Identity, Role, ID_LEN_MAX};
 pub use tls::{client_config, server_config, Reloadable, ReloadableClientConfig, ReloadableServerConfig, TlsFiles};

@@ -23,21 +23,25 @@
 //! - **Order events** ([`OrderEvent`]): fills and cancellations decoded to engine
 //!   types; an event the port cannot decode is logged and skipped, never defaulted.
 //! - **Listeners** ([`listener`]): connection limits, timeouts and request caps, one
-//!   settings type and one accept loop for every front end.
+//!   settings type and one accept loop for every front end, plain or TLS
+//!   ([`EdgeTls`]; the handshake under the same deadline as the first request).
 
 mod catalog;
 mod events;
 pub mod listener;
 mod session;
+mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use bourse_client::{ApiKey, Client, ClientOptions, Error, KeyRights, LocalGateway, QueryClient, QueryPool, Reply};
+pub use bourse_pki::{Alpn, EdgeFiles, EdgeTls};
 pub use bourse_protocol::refusal::Refusal;
 pub use catalog::Catalog;
 pub use events::{OrderEvent, OrderEvents};
 pub use listener::{Connection, Listener, ListenerLimits};
 pub use session::KeySession;
+pub use stream::{EdgeRead, EdgeStream, EdgeWrite};
 
 /// Where the gateway is.
 #[derive(Clone, Debug)]

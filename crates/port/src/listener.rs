@@ -6,14 +6,22 @@
 //! slot is taken the listener stops accepting, so further clients wait in the kernel's
 //! backlog rather than take memory here. Accept failures (out of descriptors, say)
 //! pause the loop briefly instead of spinning.
+//!
+//! A listener given an [`EdgeTls`] speaks TLS: each connection's handshake runs in the
+//! task that serves it ([`Connection::open`]), never in the accept loop, and must end
+//! within `first_request_timeout`, so a client that connects and stalls holds a slot
+//! for that long at most.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bourse_pki::{Alpn, EdgeTls};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::stream::EdgeStream;
 
 /// A listener's limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +83,9 @@ pub struct Listener {
     slots: Arc<Semaphore>,
     /// The front end's name in logs.
     name: &'static str,
+    /// TLS, and the protocol announced in its handshake; `None`: plain TCP.
+    tls: Option<(EdgeTls, Alpn)>,
+    handshake_timeout: Duration,
 }
 
 impl Listener {
@@ -87,7 +98,19 @@ impl Listener {
         socket.set_reuseaddr(true)?;
         socket.bind(addr)?;
         let tcp = socket.listen(ACCEPT_BACKLOG)?;
-        Ok(Listener { tcp, slots: Arc::new(Semaphore::new(limits.connections_max)), name })
+        let slots = Arc::new(Semaphore::new(limits.connections_max));
+        Ok(Listener { tcp, slots, name, tls: None, handshake_timeout: limits.first_request_timeout })
+    }
+
+    /// Serves TLS with `tls` (`None`: plain TCP), announcing `alpn` in the handshake.
+    pub fn with_tls(mut self, tls: Option<EdgeTls>, alpn: Alpn) -> Listener {
+        self.tls = tls.map(|tls| (tls, alpn));
+        self
+    }
+
+    /// Whether the listener speaks TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -102,7 +125,8 @@ impl Listener {
             match self.tcp.accept().await {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    return Connection { stream, peer, slot };
+                    let tls = self.tls.as_ref().map(|(tls, alpn)| tls.config(*alpn));
+                    return Connection { stream, peer, slot, tls, handshake_timeout: self.handshake_timeout };
                 }
                 Err(error) => {
                     tracing::warn!(front_end = self.name, %error, "accept failed");
@@ -118,19 +142,37 @@ impl Listener {
     }
 }
 
-/// An accepted connection; its slot is free again when it (or the slot taken from it
-/// with [`Connection::into_parts`]) is dropped.
+/// An accepted connection, before its TLS handshake; its slot is free again when it
+/// (or the slot [`Connection::open`] gives) is dropped.
 pub struct Connection {
-    pub stream: TcpStream,
+    stream: TcpStream,
     pub peer: SocketAddr,
     slot: OwnedSemaphorePermit,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    handshake_timeout: Duration,
 }
 
 impl Connection {
-    /// The stream and the slot, for a front end that splits the stream; keep the slot
-    /// as long as the connection is served.
-    pub fn into_parts(self) -> (TcpStream, OwnedSemaphorePermit) {
-        (self.stream, self.slot)
+    /// The stream, after the TLS handshake on a TLS listener, and the slot: keep it as
+    /// long as the connection is served. A handshake that fails or does not end within
+    /// `first_request_timeout` is an error (logged at debug: scanners and clients
+    /// without the CA are routine), and the connection is dropped.
+    pub async fn open(self) -> io::Result<(EdgeStream, OwnedSemaphorePermit)> {
+        let Some(config) = self.tls else {
+            return Ok((EdgeStream::Plain(self.stream), self.slot));
+        };
+        let handshake = tokio_rustls::TlsAcceptor::from(config).accept(self.stream);
+        match tokio::time::timeout(self.handshake_timeout, handshake).await {
+            Ok(Ok(stream)) => Ok((EdgeStream::Tls(Box::new(stream)), self.slot)),
+            Ok(Err(error)) => {
+                tracing::debug!(peer = %self.peer, %error, "TLS handshake failed");
+                Err(error)
+            }
+            Err(_) => {
+                tracing::debug!(peer = %self.peer, "TLS handshake timed out");
+                Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))
+            }
+        }
     }
 }
 

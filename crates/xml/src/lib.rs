@@ -73,8 +73,11 @@ pub struct XmlConfig {
     /// take to write (30 s, the spec's read timeout); `idle_timeout` closes a connection
     /// on which no request byte arrives for that long, before the first request too
     /// (300 s); `connections_max` are served at once (10,000), more wait in the accept
-    /// backlog. (`first_request_timeout` is not used: the spec has no such setting.)
+    /// backlog. (`first_request_timeout` bounds the TLS handshake only: the spec has no
+    /// such setting.)
     pub limits: bourse_port::ListenerLimits,
+    /// The protocol over TLS with this certificate; `None`: plain TCP.
+    pub tls: Option<bourse_port::EdgeTls>,
     /// Most result-producing children in one request (10,000).
     pub max_children: usize,
 }
@@ -91,6 +94,7 @@ impl XmlConfig {
                 request_bytes_max: 4 << 20,
                 ..bourse_port::ListenerLimits::DEFAULT
             },
+            tls: None,
             max_children: 10_000,
         }
     }
@@ -117,7 +121,8 @@ impl XmlServer {
     /// exchange.
     pub async fn start(config: XmlConfig, exchange: Arc<Exchange>) -> Result<XmlServer, std::io::Error> {
         config.validate().map_err(std::io::Error::other)?;
-        let listener = bourse_port::Listener::bind(config.listen, "xml", &config.limits)?;
+        let listener = bourse_port::Listener::bind(config.listen, "xml", &config.limits)?
+            .with_tls(config.tls.clone(), bourse_port::Alpn::None);
         let addr = listener.local_addr()?;
         let (shutdown, stop) = tokio::sync::watch::channel(false);
         let framing = config.framing;

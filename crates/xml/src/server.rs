@@ -19,10 +19,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bourse_port::Listener;
+use bourse_port::{EdgeRead, EdgeStream, EdgeWrite, Listener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::exchange::Exchange;
@@ -45,14 +43,14 @@ pub(crate) async fn accept_loop(listener: Listener, shared: Arc<Shared>, mut sto
         };
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            let (stream, slot) = connection.into_parts();
+            let Ok((stream, slot)) = connection.open().await else { return };
             serve(stream, &shared).await;
             drop(slot);
         });
     }
 }
 
-async fn serve(stream: TcpStream, shared: &Shared) {
+async fn serve(stream: EdgeStream, shared: &Shared) {
     let (read, mut write) = stream.into_split();
     let mut frames = FrameReader::new(read);
     let config = &shared.config;
@@ -85,7 +83,7 @@ async fn serve(stream: TcpStream, shared: &Shared) {
     close(frames, write).await;
 }
 
-async fn send(write: &mut OwnedWriteHalf, framing: Framing, document: &[u8], timeout: Duration) -> Result<(), ()> {
+async fn send(write: &mut EdgeWrite, framing: Framing, document: &[u8], timeout: Duration) -> Result<(), ()> {
     let bytes = match framing {
         Framing::Bare => std::borrow::Cow::Borrowed(document),
         Framing::Prefixed => std::borrow::Cow::Owned(prefixed(document)),
@@ -98,7 +96,7 @@ async fn send(write: &mut OwnedWriteHalf, framing: Framing, document: &[u8], tim
 
 /// Shuts the sending side, then discards what the client still sends until it closes
 /// or `LINGER` passes.
-async fn close(mut frames: FrameReader<OwnedReadHalf>, mut write: OwnedWriteHalf) {
+async fn close(mut frames: FrameReader<EdgeRead>, mut write: EdgeWrite) {
     let _ = write.shutdown().await;
     let mut sink = [0u8; 4096];
     let _ = tokio::time::timeout(LINGER, async {

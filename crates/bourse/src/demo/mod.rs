@@ -86,9 +86,13 @@ pub struct DemoArgs {
     /// d_h of every gateway: market data is released at t_m plus this many µs.
     #[arg(long, default_value_t = 3_000)]
     hold_us: u64,
-    /// Where the dashboard and the REST + WebSocket API listen (port 0: any free port).
+    /// Where the dashboard and the REST + WebSocket API listen (port 0: any free port),
+    /// over HTTPS with a certificate from the demo's CA (DATA/pki/ca.pem).
     #[arg(long, default_value = "127.0.0.1:8080")]
     http: SocketAddr,
+    /// Serve the dashboard and the API over plain HTTP instead (loopback only).
+    #[arg(long)]
+    plaintext_http: bool,
     /// The built browser UI (`npm run build` in web/).
     #[arg(long, default_value = "web/dist")]
     web: PathBuf,
@@ -239,6 +243,17 @@ async fn demo(
     http_config.service_key = Some(ApiKey(http_key));
     http_config.history = history.as_ref().map(|(url, _)| url.clone());
     http_config.day_trading = Some(day_trading.addr().to_string());
+    if args.plaintext_http {
+        if !args.http.ip().is_loopback() {
+            return Err(format!("--plaintext-http: --http {} must be a loopback address", args.http));
+        }
+    } else {
+        // HTTPS with the first gateway's certificate from the demo's CA (issued for
+        // 127.0.0.1 and localhost).
+        let identity = bourse_pki::Identity::new(bourse_pki::Role::Gateway, "1").expect("an identity");
+        let files = bourse_pki::EdgeFiles::issued(&nodes.pki(), &identity);
+        http_config.tls = Some(bourse_port::EdgeTls::load(files).map_err(|e| format!("--http: {e}"))?);
+    }
     if args.web.join("index.html").is_file() {
         http_config.web_dir = Some(args.web.clone());
     } else {
@@ -275,12 +290,18 @@ async fn demo(
 
     say!("  {} traders trading ({} scenario, seed {})", scenario.agents.len(), scenario.name, args.seed);
     say!();
-    say!("dashboard: http://{}/", http.addr());
-    say!("trading page: http://{}/trade.html", http.addr());
-    say!("day trading: http://{}/daytrading.html (any user id, no key)", http.addr());
-    say!("REST API: http://{}/openapi.json", http.addr());
+    let (scheme, at) = (if args.plaintext_http { "http" } else { "https" }, http.addr());
+    say!("dashboard: {scheme}://{at}/");
+    say!("trading page: {scheme}://{at}/trade.html");
+    say!("day trading: {scheme}://{at}/daytrading.html (any user id, no key)");
+    say!("REST API: {scheme}://{at}/openapi.json");
     if history.is_some() {
-        say!("history: http://{}/v1/accounts/{guest_account}/statement (the guest's statement)", http.addr());
+        say!("history: {scheme}://{at}/v1/accounts/{guest_account}/statement (the guest's statement)");
+    }
+    if !args.plaintext_http {
+        let ca = bourse_pki::EdgeFiles::ca_of(&nodes.pki());
+        say!("  (TLS: the certificate is from this demo's own CA, {}; a browser warns once unless", ca.display());
+        say!("   told to trust it; curl --cacert that file; --plaintext-http serves plain HTTP instead)");
     }
     match args.seconds {
         Some(seconds) => say!("running for {seconds} s"),

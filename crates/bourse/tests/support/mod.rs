@@ -64,6 +64,8 @@ pub struct GatewayProcess {
     child: Child,
     /// The first word after `announce` on its stdout.
     pub addr: String,
+    /// Its stdout so far.
+    pub stdout: Arc<Mutex<Vec<String>>>,
 }
 
 impl GatewayProcess {
@@ -85,10 +87,13 @@ impl GatewayProcess {
             .expect("spawn bourse gateway run");
         let stdout = child.stdout.take().expect("piped stdout");
         let (lines, addresses) = mpsc::channel();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&seen);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 println!("gateway | {line}");
+                kept.lock().expect("stdout lock").push(line.clone());
                 if let Some(rest) = line.strip_prefix(announce) {
                     let _ = lines.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
                 }
@@ -97,13 +102,24 @@ impl GatewayProcess {
         let started = Instant::now();
         loop {
             if let Ok(addr) = addresses.recv_timeout(Duration::from_millis(20)) {
-                return GatewayProcess { child, addr };
+                return GatewayProcess { child, addr, stdout: seen };
             }
             if let Some(status) = child.try_wait().expect("try_wait") {
                 panic!("bourse gateway run exited with {status} before printing {announce:?}");
             }
             assert!(started.elapsed() < Duration::from_secs(60), "bourse gateway run never printed {announce:?}");
         }
+    }
+}
+
+impl GatewayProcess {
+    /// The first word after `prefix` on a line it printed already.
+    pub fn printed(&self, prefix: &str) -> Option<String> {
+        let lines = self.stdout.lock().expect("stdout lock");
+        lines
+            .iter()
+            .find_map(|line| line.strip_prefix(prefix).and_then(|rest| rest.split_whitespace().next()))
+            .map(str::to_owned)
     }
 }
 

@@ -74,9 +74,14 @@ impl Drop for MarketQuotes {
 }
 
 impl MarketQuotes {
-    /// Connects to the gateway at `endpoints` and follows its trades and BBO.
-    pub async fn start(endpoints: Vec<String>, options: ClientOptions, mode: MarketPrice) -> Result<Self, String> {
-        let mut client = QueryClient::connect(endpoints, options).await.map_err(|e| e.to_string())?;
+    /// Connects to the gateway (in this process, or over gRPC) and follows its trades
+    /// and BBO.
+    pub async fn start(
+        upstream: bourse_port::Upstream,
+        options: ClientOptions,
+        mode: MarketPrice,
+    ) -> Result<Self, String> {
+        let mut client = upstream.query(options).await.map_err(|e| e.to_string())?;
         let state = Arc::new(Mutex::new(State::default()));
         load_pairs(&mut client, &state).await?;
         let task = tokio::spawn(follow(client.clone(), Arc::clone(&state)));

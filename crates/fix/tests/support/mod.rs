@@ -29,13 +29,34 @@ pub struct Exchange {
     /// Trades for accounts 0 and 1 only.
     pub alice: String,
     pub fix_data: PathBuf,
+    /// FIX over TLS (`start_tls`): the certificate the front end presents, and the CA
+    /// certificate clients trust.
+    pub tls: Option<bourse_port::EdgeTls>,
+    pub ca: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
 impl Exchange {
     /// A node, a gateway (hold 0) with an admin key and alice's key, and the FIX front end.
     pub async fn start() -> Exchange {
+        Exchange::start_with(false).await
+    }
+
+    /// As `start`, the FIX front end over TLS with a certificate for 127.0.0.1 and localhost (the name QuickFIX/J verifies) from a CA
+    /// of the test's own (`Exchange::ca`).
+    pub async fn start_tls() -> Exchange {
+        Exchange::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> Exchange {
         let dir = tempfile::tempdir().unwrap();
+        let (tls, ca) = match tls {
+            true => {
+                let (files, ca) = bourse_pki::testing::loopback_edge(&dir.path().join("pki"));
+                (Some(bourse_port::EdgeTls::load(files).unwrap()), Some(ca))
+            }
+            false => (None, None),
+        };
         let config = NodeConfig {
             data: dir.path().join("node"),
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -66,6 +87,8 @@ impl Exchange {
             admin,
             alice,
             fix_data,
+            tls,
+            ca,
             _dir: dir,
         };
         exchange.start_fix().await;
@@ -78,6 +101,7 @@ impl Exchange {
         // In the gateway's process, as `bourse gateway run --fix` runs it.
         let mut config = FixConfig::new(self.fix_addr, Vec::new(), self.fix_data.clone());
         config.upstream = bourse_port::Upstream::InProcess(self.gateway.local());
+        config.tls = self.tls.clone();
         let server = FixServer::start(config).await.unwrap();
         self.fix_addr = server.addr();
         self.fix = Some(server);

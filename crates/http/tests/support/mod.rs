@@ -29,6 +29,9 @@ pub struct Exchange {
     pub day_trading: Option<bourse_daytrading::DayTradingServer>,
     /// Day trading: a key named after the user `DT_USER` (it acts only as that user).
     pub dt_user_key: String,
+    /// With TLS (`start_tls`): the CA certificate clients trust, and their configuration.
+    pub ca: Option<std::path::PathBuf>,
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     _dir: tempfile::TempDir,
 }
 
@@ -38,23 +41,33 @@ pub const DT_USER: &str = "daytrader1";
 impl Exchange {
     /// A node, a gateway (hold 0) with an admin key and alice's key, and the HTTP API.
     pub async fn start() -> Exchange {
-        Exchange::start_with(false, false).await
+        Exchange::start_with(false, false, false).await
+    }
+
+    /// As `start`, serving HTTPS and WSS with a certificate from a CA of the test's own.
+    pub async fn start_tls() -> Exchange {
+        Exchange::start_with(false, false, true).await
     }
 
     /// As `start`, with a history sink following the node into a SQLite file that the
     /// HTTP API's history routes read.
     pub async fn start_with_history() -> Exchange {
-        Exchange::start_with(true, false).await
+        Exchange::start_with(true, false, false).await
     }
 
     /// As `start_with_history`, with the day-trading service (emulated quotes: seed 7,
     /// 1.00 to 500.00; the trigger poller every 100 ms) that the HTTP API's day-trading
     /// routes call.
     pub async fn start_with_day_trading() -> Exchange {
-        Exchange::start_with(true, true).await
+        Exchange::start_with(true, true, false).await
     }
 
-    async fn start_with(with_history: bool, with_day_trading: bool) -> Exchange {
+    /// As `start_with_day_trading`, over HTTPS (as `start_tls`).
+    pub async fn start_with_day_trading_tls() -> Exchange {
+        Exchange::start_with(true, true, true).await
+    }
+
+    async fn start_with(with_history: bool, with_day_trading: bool, with_tls: bool) -> Exchange {
         let dir = tempfile::tempdir().unwrap();
         let config = NodeConfig {
             data: dir.path().to_path_buf(),
@@ -123,12 +136,19 @@ impl Exchange {
             http_config.day_trading = Some(server.addr().to_string());
             day_trading = Some(server);
         }
+        let (mut ca, mut tls) = (None, None);
+        if with_tls {
+            let (edge, ca_file) = edge_certificate(&dir.path().join("pki"));
+            http_config.tls = Some(edge);
+            tls = Some(client_tls(&ca_file));
+            ca = Some(ca_file);
+        }
         let http = HttpServer::start(http_config).await.unwrap();
-        Exchange { node, gateway, http, admin, alice, history, day_trading, dt_user_key, _dir: dir }
+        Exchange { node, gateway, http, admin, alice, history, day_trading, dt_user_key, ca, tls, _dir: dir }
     }
 
     pub fn client(&self, key: &str) -> Http {
-        Http { addr: self.http.addr(), key: Some(key.to_owned()) }
+        Http { addr: self.http.addr(), key: Some(key.to_owned()), tls: self.tls.clone() }
     }
 
     /// USD (cents) and ACME (whole shares), ACME/USD with a taker fee of 1 cent a share,
@@ -173,11 +193,45 @@ impl Exchange {
     }
 }
 
+/// A CA in `dir` and a gateway certificate from it for 127.0.0.1 and localhost: the
+/// edge's TLS, and the CA certificate clients trust.
+pub fn edge_certificate(dir: &std::path::Path) -> (bourse_port::EdgeTls, std::path::PathBuf) {
+    let (files, ca) = bourse_pki::testing::loopback_edge(dir);
+    (bourse_port::EdgeTls::load(files).unwrap(), ca)
+}
+
+/// A client configuration trusting the CA certificate `ca` only (HTTP/1.1 by ALPN).
+pub fn client_tls(ca: &std::path::Path) -> std::sync::Arc<rustls::ClientConfig> {
+    bourse_pki::testing::client_trusting(ca, &[b"http/1.1"])
+}
+
+/// A connection to `addr`, through TLS (verifying the name 127.0.0.1) when `tls` is set.
+pub async fn connect(
+    addr: SocketAddr,
+    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+) -> std::io::Result<Box<dyn Stream>> {
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    match tls {
+        None => Ok(Box::new(stream)),
+        Some(config) => {
+            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(config)).connect(name, stream).await?;
+            Ok(Box::new(stream))
+        }
+    }
+}
+
+/// A client's byte stream, plain or TLS.
+pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Stream for T {}
+
 /// A minimal HTTP/1.1 client: one connection per request.
 #[derive(Clone)]
 pub struct Http {
     pub addr: SocketAddr,
     pub key: Option<String>,
+    /// HTTPS, trusting this configuration's roots.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Http {
@@ -187,7 +241,7 @@ impl Http {
 
     /// Sends `body` as is (for malformed bodies).
     pub async fn raw(&self, method: &str, path: &str, body: Option<String>) -> (u16, Value) {
-        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let stream = connect(self.addr, self.tls.as_ref()).await.unwrap();
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
         tokio::spawn(connection);
@@ -208,7 +262,7 @@ impl Http {
 
     /// A GET whose answer is not JSON: status, content type and content disposition, body.
     pub async fn get_text(&self, path: &str) -> (u16, String, String, String) {
-        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let stream = connect(self.addr, self.tls.as_ref()).await.unwrap();
         let (mut sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
         tokio::spawn(connection);

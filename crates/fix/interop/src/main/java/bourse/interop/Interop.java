@@ -66,12 +66,13 @@ public final class Interop implements Application {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 3) {
-            System.out.println("FAIL: usage: Interop PORT KEY STORE_DIR");
+        if (args.length != 3 && args.length != 5) {
+            System.out.println("FAIL: usage: Interop PORT KEY STORE_DIR [TRUST_STORE_P12 PASSWORD]");
             System.exit(2);
         }
         try {
-            new Interop(args[1]).run(Integer.parseInt(args[0]), args[2]);
+            String[] tls = args.length == 5 ? new String[] {args[3], args[4]} : null;
+            new Interop(args[1]).run(Integer.parseInt(args[0]), args[2], tls);
             System.out.println("PASS");
             System.out.flush();
             System.exit(0);
@@ -83,7 +84,17 @@ public final class Interop implements Application {
         }
     }
 
-    private static SessionSettings settings(int port, String store) throws Exception {
+    /** The session's settings; over TLS when `tls` names a PKCS#12 trust store and its password. */
+    private static SessionSettings settings(int port, String store, String[] tls) throws Exception {
+        // TLS: the exchange's certificate must chain to the trust store's CA and name the
+        // host dialed (HTTPS endpoint identification: 127.0.0.1 as an IP SAN).
+        String ssl = tls == null ? "SocketUseSSL=N" : String.join("\n",
+            "SocketUseSSL=Y",
+            "SocketTrustStore=" + tls[0],
+            "SocketTrustStorePassword=" + tls[1],
+            "TrustStoreType=PKCS12",
+            "EndpointIdentificationAlgorithm=HTTPS",
+            "EnabledProtocols=TLSv1.3,TLSv1.2");
         String text = String.join("\n",
             "[default]",
             "ConnectionType=initiator",
@@ -92,6 +103,7 @@ public final class Interop implements Application {
             "TargetCompID=BOURSE",
             "SocketConnectHost=127.0.0.1",
             "SocketConnectPort=" + port,
+            ssl,
             "HeartBtInt=5",
             "ReconnectInterval=1",
             "NonStopSession=Y",
@@ -113,8 +125,8 @@ public final class Interop implements Application {
         return new SessionSettings(new ByteArrayInputStream(text.getBytes(StandardCharsets.UTF_8)));
     }
 
-    private void run(int port, String store) throws Exception {
-        SessionSettings settings = settings(port, store);
+    private void run(int port, String store, String[] tls) throws Exception {
+        SessionSettings settings = settings(port, store, tls);
         SocketInitiator initiator = start(settings);
         SessionID id = initiator.getSessions().get(0);
         expectEvent("logon");
