@@ -113,7 +113,7 @@ impl DayTradingArgs {
     ) -> Result<Option<DayTradingServer>, String> {
         let Some(listen) = self.day_trading else { return Ok(None) };
         let mut service = ServiceConfig::new(vec![upstream.to_string()]);
-        service.local = local;
+        service.local = local.clone();
         service.key = key;
         service.clock = match self.dt_virtual_clock {
             Some(clock) => Clock::Virtual { t0_ms: clock.t0_ms, step_ms: clock.step_ms },
@@ -142,9 +142,12 @@ impl DayTradingArgs {
                 attempts: self.dt_quote_attempts,
             },
         };
-        let auth = match keys {
-            None => Auth::Open,
-            Some(path) => Auth::Keys(key_check(path)?),
+        // Callers' keys are the gateway's own (re-read on SIGHUP and when the file
+        // changes): a key removed from the file stops working here as it does there.
+        let auth = match (keys, &local) {
+            (None, _) => Auth::Open,
+            (Some(_), Some(gateway)) => Auth::Keys(gateway_check(gateway.clone())),
+            (Some(path), None) => Auth::Keys(key_check(path)?),
         };
         let config = ServerConfig { listen, service, source, emulator_listen: self.dt_emulator_listen, auth };
         let server = DayTradingServer::start(config).await.map_err(|e| format!("--day-trading {listen}: {e}"))?;
@@ -157,13 +160,22 @@ impl DayTradingArgs {
     }
 }
 
+/// Callers' keys checked by the gateway of this process: its key store, the one truth
+/// its key file's reloads update.
+fn gateway_check(gateway: bourse_client::LocalGateway) -> KeyCheck {
+    Arc::new(move |key: &str| {
+        gateway.0.rights(Some(key)).map(|rights| KeyHolder { name: rights.name, admin: rights.admin })
+    })
+}
+
 /// How often, at most, an unknown key makes the service read the key file again.
 const KEYS_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Callers' keys from the key file: an administrator's acts for anyone, another acts
-/// as the user its entry is named after. A key not in the file makes the service read
-/// the file again (at most once a second), so a user's key made with `bourse gateway
-/// key-add --name USERID` logs in without a restart.
+/// Callers' keys from the key file, for a service without a gateway in its process: an
+/// administrator's acts for anyone, another acts as the user its entry is named after.
+/// A key not in the file makes the service read the file again (at most once a
+/// second), so a user's key made with `bourse gateway key-add --name USERID` logs in
+/// without a restart.
 fn key_check(path: &std::path::Path) -> Result<KeyCheck, String> {
     let store = KeyStore::load(path).map_err(|e| e.to_string())?;
     let state = Mutex::new((store, Instant::now()));

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use bourse_client::{ApiKey, ClientTls};
 use bourse_fairness::{Profile, ProfileSpec};
 use bourse_fix::{FixConfig, FixServer};
-use bourse_gateway::keys::{append, entry_for, generate_key};
+use bourse_gateway::keys::{append, entry_for, generate_key, remove};
 use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
 use bourse_http::{HttpConfig, HttpServer};
 use clap::{Args, Subcommand};
@@ -18,6 +18,19 @@ pub enum GatewayCommand {
     Run(Box<RunArgs>),
     /// Make a new API key, add its hash to a key file, and print the key (shown once).
     KeyAdd(KeyAddArgs),
+    /// Remove a key from a key file by name: gateways reading the file refuse it within
+    /// a second and end its sessions.
+    KeyRemove(KeyRemoveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct KeyRemoveArgs {
+    /// The key file.
+    #[arg(long)]
+    keys: PathBuf,
+    /// The name of the key to remove.
+    #[arg(long)]
+    name: String,
 }
 
 #[derive(Args, Debug)]
@@ -141,6 +154,11 @@ pub fn run(command: GatewayCommand, target: &crate::cli::Target) -> Result<(), S
             append(&args.keys, entry_for(&key, &args.name, args.account, args.admin)).map_err(|e| e.to_string())?;
             eprintln!("added {:?} to {} (the file keeps only the key's hash)", args.name, args.keys.display());
             println!("{key}");
+            Ok(())
+        }
+        GatewayCommand::KeyRemove(args) => {
+            remove(&args.keys, &args.name).map_err(|e| e.to_string())?;
+            eprintln!("removed {:?} from {}", args.name, args.keys.display());
             Ok(())
         }
     }
@@ -268,6 +286,9 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
         let signals = crate::history::Signals::install_reloading(reload)?;
         let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
         let _ = reloader.set(gateway.key_reloader());
+        if let Some(path) = &keys_path {
+            watch_key_file(path.clone(), gateway.key_reloader());
+        }
         let over = if edge_tls.is_some() { " (TLS)" } else { "" };
         println!("bourse gateway listening on {}{over}", gateway.addr());
         if let Some(metrics) = gateway.metrics_addr() {
@@ -326,4 +347,35 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
         gateway.shutdown().await;
         Ok(())
     })
+}
+
+/// Re-reads the key file whenever it changes (another inode, length or modification
+/// time), looking once a second: keys added work, and keys removed stop working (their
+/// sessions end), within a second and without a signal. A file that does not load (an
+/// edit half done) leaves the keys in force as they are.
+pub(crate) fn watch_key_file(path: PathBuf, reloader: bourse_gateway::KeyReloader) {
+    use std::os::unix::fs::MetadataExt;
+    let stamp = |path: &std::path::Path| std::fs::metadata(path).ok().map(|m| (m.ino(), m.len(), m.modified().ok()));
+    tokio::spawn(async move {
+        let mut seen = stamp(&path);
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let now = stamp(&path);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            match KeyStore::load(&path) {
+                Ok(file) => {
+                    let ended = reloader.reload(file);
+                    println!(
+                        "keys reloaded from {} (it changed; {ended} sessions of removed keys ended)",
+                        path.display()
+                    );
+                }
+                Err(error) => eprintln!("bourse: {}: {error} (the keys in force stay)", path.display()),
+            }
+        }
+    });
 }

@@ -317,6 +317,9 @@ impl InProcessGateway {
         });
         let gateway = Gateway::start(config, self.keys).await.map_err(|e| format!("--gateway: {e}"))?;
         println!("bourse gateway listening on {}", gateway.addr());
+        if let Some(path) = &self.keys_path {
+            crate::gateway::watch_key_file(path.clone(), gateway.key_reloader());
+        }
         let day_trading = self
             .day_trading
             .start(gateway.addr(), Some(gateway.local()), self.dt_key, self.keys_path.as_deref())

@@ -1,7 +1,7 @@
 //! The day-trading page as a person uses it: `bourse serve`, `bourse gateway run --keys
 //! … --http … --web web/dist --day-trading …`, a user's key made with `bourse gateway
-//! key-add --name USERID` while the gateway runs (the service reads the key file again
-//! for a key it does not know), and Debian's headless Chromium driven by playwright-core
+//! key-add --name USERID` while the gateway runs (the gateway re-reads its key file when
+//! it changes, and the service checks keys against the gateway's), and Debian's headless Chromium driven by playwright-core
 //! (`web/e2e/daytrading.mjs`): before login only the login form shows (the trading
 //! panels are hidden), a wrong key is refused, then the user logs in, adds
 //! funds (and sees a bad amount refused with the spec's text), quotes, buys and commits

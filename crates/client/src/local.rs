@@ -48,6 +48,8 @@ pub trait LocalOrderEntry: Send + Sync + 'static {
 /// What a key may see: every account (`admin`), or its own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRights {
+    /// The key's name in the key file.
+    pub name: String,
     pub admin: bool,
     pub accounts: Vec<u32>,
 }

@@ -89,7 +89,8 @@ impl bourse_client::LocalOrderEntry for LocalEntry {
         } else {
             self.state.keys.read().expect("keys lock").verify(key?)?
         };
-        Some(bourse_client::KeyRights { admin: principal.admin, accounts: principal.accounts().to_vec() })
+        let accounts = principal.accounts().to_vec();
+        Some(bourse_client::KeyRights { name: principal.name.clone(), admin: principal.admin, accounts })
     }
 
     fn session(

@@ -335,7 +335,25 @@ pub fn append(path: &Path, entry: KeyEntry) -> Result<(), KeyError> {
         return Err(KeyError::Entry { name: entry.name, reason: "a key of this name exists".into() });
     }
     file.key.push(entry);
-    let text = toml::to_string(&file)
+    write_file(path, &file)
+}
+
+/// Removes the entry named `name` from the key file at `path` (replaced atomically, as
+/// by [`append`]); refuses a name the file does not hold. A gateway that re-reads the
+/// file refuses the key from then on and ends its sessions.
+pub fn remove(path: &Path, name: &str) -> Result<(), KeyError> {
+    let mut file = read_file(path)?;
+    let before = file.key.len();
+    file.key.retain(|k| k.name != name);
+    if file.key.len() == before {
+        return Err(KeyError::Entry { name: name.to_owned(), reason: "no key of this name in the file".into() });
+    }
+    write_file(path, &file)
+}
+
+/// Replaces the key file at `path` with `file`: written beside it, then renamed over it.
+fn write_file(path: &Path, file: &KeyFile) -> Result<(), KeyError> {
+    let text = toml::to_string(file)
         .map_err(|e| KeyError::File { path: path.display().to_string(), reason: e.to_string() })?;
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)
