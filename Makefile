@@ -39,6 +39,9 @@ fuzz:
 	cd crates/engine && $(CARGO) +nightly fuzz run apply -- -max_total_time=$(FUZZ_SECONDS)
 	cd crates/fix && $(CARGO) +nightly fuzz run decode -- -max_total_time=$(FUZZ_SECONDS)
 	cd crates/xml && $(CARGO) +nightly fuzz run parse -- -max_total_time=$(FUZZ_SECONDS)
+	cd crates/protocol && $(CARGO) +nightly fuzz run convert -- -max_total_time=$(FUZZ_SECONDS)
+	cd crates/cluster && $(CARGO) +nightly fuzz run frames -- -max_total_time=$(FUZZ_SECONDS)
+	cd crates/daytrading && $(CARGO) +nightly fuzz run workload -- -max_total_time=$(FUZZ_SECONDS)
 
 bench: build
 	./target/release/bourse bench engine --workload ec2020

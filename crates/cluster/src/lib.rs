@@ -9,6 +9,7 @@
 //!   its Raft address).
 
 pub mod fault;
+pub mod fuzzing;
 pub mod log_store;
 pub mod member;
 pub mod network;

@@ -23,6 +23,7 @@
 //! The project's copy of the audit log schema (spec 9.4) is `schema/logfile.xsd`.
 
 pub mod dump;
+pub mod fuzzing;
 pub mod grpc;
 pub mod poller;
 pub mod quote;

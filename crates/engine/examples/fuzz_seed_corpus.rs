@@ -1,10 +1,10 @@
 //! Writes the seed corpus of the fuzz targets: `cargo run --example fuzz_seed_corpus`.
 //! `apply/` gets seeded random streams; `decode/` gets encodings of commands of every
-//! kind built by the fuzzing generator.
+//! kind built by the fuzzing generators.
 
 use bourse_engine::codec;
 use bourse_engine::command::Command;
-use bourse_engine::fuzzing::{body_from_bytes, Bytes, Differential};
+use bourse_engine::fuzzing::{body_from_bytes, rare_body_from_bytes, Bytes, Differential};
 use bourse_engine::ClientId;
 use std::path::Path;
 
@@ -34,6 +34,12 @@ fn main() -> std::io::Result<()> {
         let body = body_from_bytes(&mut bytes, &d.fast);
         let command = Command { client: ClientId(i % 3), seq: i + 1, ts: 1_000 * i, body };
         std::fs::write(root.join("decode").join(format!("command-{i:02}")), codec::encode(&command))?;
+    }
+    // New symbols and day-trading entries.
+    for i in 0..16u64 {
+        let body = rare_body_from_bytes(&mut bytes);
+        let command = Command { client: ClientId(i % 3), seq: i + 1, ts: 1_000 * i, body };
+        std::fs::write(root.join("decode").join(format!("rare-{i:02}")), codec::encode(&command))?;
     }
     println!("corpus written under {}", root.display());
     Ok(())

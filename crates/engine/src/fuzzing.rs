@@ -7,12 +7,16 @@
 //! turns a few bytes into a mostly valid command aimed at a small fixed market (so
 //! random input reaches deep states: resting orders, icebergs, stops, self trades),
 //! with a share of deliberately bad input, Day orders and the close of the trading day
-//! among them. [`run`] is the fuzz entry point: it mixes such structured commands with
-//! raw bytes handed to the wire decoder.
+//! among them. [`rare_body_from_bytes`] makes the kinds that one leaves out (new
+//! symbols mid-stream and day-trading entries: the sixteen commands and poller quotes,
+//! mostly well-formed, for a few users and symbols). [`run`] is the fuzz entry point: it
+//! mixes both with raw bytes handed to the wire decoder, so every [`CommandBody`] kind
+//! is generated ([`body_kind`] names them).
 
 use crate::book::{Book, FastBook, ReferenceBook};
 use crate::codec;
 use crate::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use crate::daytrading::{DtCommand, DtKind, DtQuote, DtRequest, QuoteSource, Sym};
 use crate::engine::Engine;
 use crate::event::{Applied, Event, Outcome};
 use crate::reject::Reject;
@@ -172,6 +176,12 @@ impl Differential {
     /// The next sequence number of `client`.
     pub fn next_seq(&self, client: usize) -> u64 {
         self.seqs[client] + 1
+    }
+
+    /// Moves the clock of the next commands on by `ns` (the day-trading ledger's quotes
+    /// and pending orders expire after a minute).
+    pub fn advance(&mut self, ns: u64) {
+        self.ts = self.ts.saturating_add(ns);
     }
 
     /// A copy made by snapshotting the fast engine and restoring it into both books,
@@ -380,6 +390,181 @@ fn order_from(bytes: &mut Bytes<'_>, account: AccountId, sym: u8) -> OrderReques
     }
 }
 
+/// How many kinds of [`CommandBody`] there are; [`body_kind`] numbers them from 0.
+pub const BODY_KINDS: usize = 15;
+
+/// The kind of `body` as a number below [`BODY_KINDS`]. The match has no wildcard, so a
+/// new kind of command does not compile until it is numbered here (and then the corpus
+/// test asks the generators to make it).
+pub fn body_kind(body: &CommandBody) -> usize {
+    match body {
+        CommandBody::CreateAsset { .. } => 0,
+        CommandBody::CreateSymbol(_) => 1,
+        CommandBody::CreateAccount => 2,
+        CommandBody::Deposit { .. } => 3,
+        CommandBody::Withdraw { .. } => 4,
+        CommandBody::Credit { .. } => 5,
+        CommandBody::SuspendAccount { .. } => 6,
+        CommandBody::ResumeAccount { .. } => 7,
+        CommandBody::Place(_) => 8,
+        CommandBody::Cancel { .. } => 9,
+        CommandBody::Reduce { .. } => 10,
+        CommandBody::Move { .. } => 11,
+        CommandBody::CreateAccountWithId { .. } => 12,
+        CommandBody::CloseDay => 13,
+        CommandBody::DayTrading(_) => 14,
+    }
+}
+
+/// A user of a day-trading entry: mostly one of two, so their commands meet (a BUY and
+/// its COMMIT); sometimes a third, or a userid that is not valid.
+fn dt_user_from(bytes: &mut Bytes<'_>) -> &'static str {
+    match bytes.below(16) {
+        0 => "no way",
+        1 => "c_3-x",
+        n => ["alice", "bob"][usize::from(n % 2)],
+    }
+}
+
+/// A symbol argument: mostly one of two (so quotes are cached for the next commands),
+/// sometimes a third, or text that is not a symbol.
+fn dt_symbol_from(bytes: &mut Bytes<'_>) -> &'static str {
+    match bytes.below(16) {
+        0 => "abc",
+        1 => "ABCD",
+        n => ["S", "XYZ", "S", "AB"][usize::from(n % 4)],
+    }
+}
+
+/// Builds one of the kinds [`body_from_bytes`] never makes: a new symbol (one time in
+/// eight; mostly valid, some refused for each reason) or a day-trading entry.
+pub fn rare_body_from_bytes(bytes: &mut Bytes<'_>) -> CommandBody {
+    if bytes.below(8) == 0 {
+        return CommandBody::CreateSymbol(Box::new(symbol_spec_from(bytes)));
+    }
+    CommandBody::DayTrading(Box::new(day_trading_from(bytes)))
+}
+
+fn symbol_spec_from(bytes: &mut Bytes<'_>) -> SymbolSpec {
+    let (tick, lot) = [(1, 1), (5, 10), (2, 3)][usize::from(bytes.below(3))];
+    let mut spec = SymbolSpec {
+        // Few names, so some are taken (ACME/USD by the fixture).
+        name: ["N0/USD", "N1/USD", "N2/USD", "ACME/USD"][usize::from(bytes.below(4))].into(),
+        base: AssetId(1 + u32::from(bytes.below(2))),
+        quote: AssetId(0),
+        tick: Px(tick),
+        lot: Qty(lot),
+        px_min: Px(100 * tick),
+        px_max: Px(10_000 * tick),
+        fee_maker: Amount(i64::from(bytes.below(3)) - 1),
+        fee_taker: Amount(i64::from(bytes.below(4))),
+        policy: if bytes.below(2) == 0 { MatchPolicy::Fifo } else { MatchPolicy::ProRata },
+    };
+    match bytes.below(16) {
+        0 => spec.name = "bad name!".into(),
+        1 => spec.base = AssetId(0),
+        2 => spec.quote = AssetId(9),
+        3 => spec.tick = Px(0),
+        4 => spec.lot = Qty(-1),
+        5 => spec.px_min = Px(spec.px_max.0 + tick),
+        6 => spec.px_min = Px(spec.px_min.0 + 1),
+        7 => spec.px_max = Px(i64::MAX),
+        8 => spec.fee_maker = Amount(spec.fee_taker.0 + 1),
+        9 => spec.fee_taker = Amount(i64::MAX),
+        10 => spec.name = "X".repeat(64),
+        _ => {}
+    }
+    spec
+}
+
+fn pick<'a>(bytes: &mut Bytes<'_>, items: &[&'a str]) -> &'a str {
+    items[usize::from(bytes.byte()) % items.len()]
+}
+
+/// An amount or price argument: mostly valid (a few cents to a few thousand dollars),
+/// sometimes one the grammar refuses.
+fn dt_amount_from(bytes: &mut Bytes<'_>) -> String {
+    match bytes.below(16) {
+        0 => pick(bytes, &["0", "0.00", "-5.00", "5.", ".5", "5.123", "", "abc", "1e3", "92233720368547758.08"]).into(),
+        1 => "92233720368547758.07".into(),
+        n => format!("{}.{:02}", u32::from(bytes.byte()) * u32::from(n), bytes.below(100)),
+    }
+}
+
+fn dt_quote_from(bytes: &mut Bytes<'_>, symbol: Sym, userid: &str) -> DtQuote {
+    let price = match bytes.below(16) {
+        0 => 0,
+        1 => crate::daytrading::QUOTE_PRICE_MAX + 1,
+        2 => crate::daytrading::QUOTE_PRICE_MAX,
+        n => i64::from(n) * (1 + i64::from(bytes.byte())),
+    };
+    DtQuote {
+        symbol,
+        price,
+        userid: userid.into(),
+        quote_server_time: u64::from(bytes.byte()) * 1_000,
+        cryptokey: if bytes.below(16) == 0 { "\u{1}".into() } else { "key=".into() },
+        source: [QuoteSource::Market, QuoteSource::Emulator, QuoteSource::LegacyTcp][usize::from(bytes.below(3))],
+        transaction_num: u64::from(bytes.below(4)),
+    }
+}
+
+/// A day-trading entry: a poller's quote one time in six, else one of the sixteen
+/// commands, mostly with the right number of well-formed arguments for a few users and
+/// symbols, sometimes carrying the quote a service fetched for it.
+fn day_trading_from(bytes: &mut Bytes<'_>) -> DtRequest {
+    let symbol_text = dt_symbol_from(bytes);
+    let symbol = Sym::parse(symbol_text).unwrap_or(Sym(*b"S\0\0"));
+    let userid = dt_user_from(bytes);
+    if bytes.below(6) == 0 {
+        return DtRequest::Quote(dt_quote_from(bytes, symbol, userid));
+    }
+    let kind = DtKind::ALL[usize::from(bytes.below(DtKind::ALL.len() as u8))];
+    let mut args = vec![userid.to_owned()];
+    match kind {
+        DtKind::Add => args.push(dt_amount_from(bytes)),
+        DtKind::Quote | DtKind::CancelSetBuy | DtKind::CancelSetSell => args.push(symbol_text.into()),
+        DtKind::Buy
+        | DtKind::Sell
+        | DtKind::SetBuyAmount
+        | DtKind::SetBuyTrigger
+        | DtKind::SetSellAmount
+        | DtKind::SetSellTrigger => {
+            args.push(symbol_text.into());
+            args.push(dt_amount_from(bytes));
+        }
+        DtKind::DumpLog => match bytes.below(3) {
+            // The global form: the file name only.
+            0 => args = vec![pick(bytes, &["./testLOG", "../x", ""]).into()],
+            _ => args.push(pick(bytes, &["./userLOG", "a/b"]).into()),
+        },
+        DtKind::CommitBuy | DtKind::CommitSell | DtKind::CancelBuy | DtKind::CancelSell | DtKind::DisplaySummary => {}
+    }
+    match bytes.below(32) {
+        0 => args.push("extra".into()),
+        1 => {
+            args.pop();
+        }
+        // Too long for the entry's bounds: refused before any record.
+        2 => args.push("x".repeat(crate::daytrading::ARG_LEN_MAX + 1)),
+        _ => {}
+    }
+    let quote = match bytes.below(3) {
+        0 => Some(dt_quote_from(bytes, symbol, userid)),
+        _ => None,
+    };
+    let transaction_num = match bytes.below(4) {
+        0 => u64::from(bytes.byte()),
+        _ => 0,
+    };
+    let (caller, admin) = match bytes.below(4) {
+        0 => (String::new(), true),
+        1 => ("mallory".into(), false),
+        _ => (userid.into(), false),
+    };
+    DtRequest::Command(DtCommand { kind, args, transaction_num, caller, admin, quote })
+}
+
 /// `len` bytes from SplitMix64 seeded with `seed`: a command stream for [`run`] and the
 /// property tests that reproduces from its seed.
 pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -396,25 +581,47 @@ pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// The fuzz entry point: drives the fixture with commands made from `data`, both
-/// structured and decoded from raw bytes, comparing the two books throughout.
+/// structured and decoded from raw bytes, comparing the two books throughout. The two
+/// low bits of each header byte choose: the order-book and account commands of
+/// [`body_from_bytes`] (0 and 2), raw bytes for the wire decoder (1), or
+/// [`rare_body_from_bytes`] (3), which may first move the clock on by up to 90 seconds
+/// (one time in 32: quotes and pending orders then expire now and then).
+/// At the end a snapshot restored into both books must hash the same.
 pub fn run(data: &[u8]) {
     let mut d = Differential::new();
     let mut bytes = Bytes::new(data);
     while !bytes.is_empty() {
         let header = bytes.byte();
-        let client = usize::from(header >> 1) % CLIENTS;
-        if header & 1 == 0 {
-            let body = body_from_bytes(&mut bytes, &d.fast);
-            d.apply_as(client, body);
-            continue;
-        }
-        // Raw bytes for the decoder; whatever decodes is applied as it stands, so
-        // sequence numbers and clients are fuzzed too.
-        let len = usize::from(bytes.byte());
-        if let Ok(command) = codec::decode(bytes.take(len)) {
-            assert_eq!(codec::decode(&codec::encode(&command)).as_ref(), Ok(&command), "codec does not round-trip");
-            d.apply(&command);
+        let client = usize::from(header >> 2) % CLIENTS;
+        match header & 3 {
+            1 => {
+                // Raw bytes for the decoder; whatever decodes is applied as it stands, so
+                // sequence numbers and clients are fuzzed too.
+                let len = usize::from(bytes.byte());
+                if let Ok(command) = codec::decode(bytes.take(len)) {
+                    assert_eq!(
+                        codec::decode(&codec::encode(&command)).as_ref(),
+                        Ok(&command),
+                        "codec does not round-trip"
+                    );
+                    d.apply(&command);
+                }
+            }
+            3 => {
+                if bytes.below(32) == 0 {
+                    d.advance(u64::from(bytes.below(10)) * 10_000_000_000);
+                }
+                let body = rare_body_from_bytes(&mut bytes);
+                d.apply_as(client, body);
+            }
+            _ => {
+                let body = body_from_bytes(&mut bytes, &d.fast);
+                d.apply_as(client, body);
+            }
         }
     }
     d.assert_same_hash();
+    let restored = d.restored();
+    assert_eq!(restored.fast.state_hash(), d.fast.state_hash(), "a restored snapshot hashes differently");
+    restored.assert_same_hash();
 }

@@ -8,10 +8,12 @@
 //!
 //! Wire to engine checks structure only and never panics: an absent oneof or required
 //! message, an enum left at its zero (`*_UNSPECIFIED`) value or holding a number this
-//! version does not know, and a number that cannot fit the engine's type are a
-//! [`ConvertError`] naming the field as `Message.field`. Values the engine judges itself
-//! (negative quantities, prices off the tick, unknown ids) pass through unchanged, so a
-//! client hears the engine's own rejection with its stable code.
+//! version does not know, a number that cannot fit the engine's type, and a command
+//! whose log record would be longer than a replica reads back
+//! (`codec::COMMAND_BYTES_MAX`) are a [`ConvertError`] naming the field as
+//! `Message.field`. Values the engine judges itself (negative quantities, prices off the
+//! tick, unknown ids) pass through unchanged, so a client hears the engine's own
+//! rejection with its stable code.
 //!
 //! A [`ConvertError`] becomes a [`proto::RejectInfo`] with a [`Refusal`] code from 1000
 //! up ([`ConvertError::refusal`]), above every engine [`Reject`] code; [`ack_refused`] builds
@@ -21,6 +23,7 @@
 //! each command, and `ts` is not sent at all: the leader stamps it, so
 //! [`command_from_proto`] takes both from its caller.
 
+use bourse_engine::codec;
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
 use bourse_engine::{
     AccountId, Amount, Applied, Asset, AssetId, CancelReason, ClientId, Depth, Event, Fill, OrderId, OrderStatus,
@@ -431,66 +434,103 @@ impl From<&CommandBody> for Body {
 impl TryFrom<&Body> for CommandBody {
     type Error = ConvertError;
 
+    /// The engine body of a wire body; one whose log record would be too long for a
+    /// replica to read back ([`fits_the_log`]) is refused.
     fn try_from(body: &Body) -> Result<Self, ConvertError> {
-        Ok(match body {
-            Body::CreateAsset(create) => CommandBody::CreateAsset {
-                name: create.name.clone(),
-                decimals: u8::try_from(create.decimals).map_err(|_| ConvertError::ValueOutOfRange {
-                    field: "CreateAsset.decimals",
-                    value: u64::from(create.decimals),
-                })?,
-            },
-            Body::CreateSymbol(spec) => CommandBody::CreateSymbol(Box::new(spec.try_into()?)),
-            Body::CreateAccount(_) => CommandBody::CreateAccount,
-            Body::Deposit(change) => CommandBody::Deposit {
-                account: AccountId(change.account),
-                asset: AssetId(change.asset),
-                amount: Amount(change.amount),
-            },
-            Body::Withdraw(change) => CommandBody::Withdraw {
-                account: AccountId(change.account),
-                asset: AssetId(change.asset),
-                amount: Amount(change.amount),
-            },
-            Body::Credit(change) => CommandBody::Credit {
-                account: AccountId(change.account),
-                asset: AssetId(change.asset),
-                amount: Amount(change.amount),
-            },
-            Body::SuspendAccount(target) => CommandBody::SuspendAccount { account: AccountId(target.account) },
-            Body::ResumeAccount(target) => CommandBody::ResumeAccount { account: AccountId(target.account) },
-            Body::Place(request) => CommandBody::Place(request.try_into()?),
-            Body::Cancel(cancel) => CommandBody::Cancel {
-                account: AccountId(cancel.account),
-                symbol: SymbolId(cancel.symbol),
-                order: OrderId(cancel.order),
-            },
-            Body::Reduce(reduce) => CommandBody::Reduce {
-                account: AccountId(reduce.account),
-                symbol: SymbolId(reduce.symbol),
-                order: OrderId(reduce.order),
-                qty_by: Qty(reduce.qty_by),
-            },
-            Body::Move(moved) => CommandBody::Move {
-                account: AccountId(moved.account),
-                symbol: SymbolId(moved.symbol),
-                order: OrderId(moved.order),
-                px: Px(moved.px),
-            },
-            Body::CreateAccountWithId(create) => CommandBody::CreateAccountWithId {
-                external_id: create.external_id,
-                asset: AssetId(create.asset),
-                deposit: Amount(create.deposit),
-            },
-            Body::CloseDay(_) => CommandBody::CloseDay,
-            Body::DayTrading(command) => {
-                CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Command(command.try_into()?)))
-            }
-            Body::DayTradingQuote(quote) => {
-                CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Quote(quote.try_into()?)))
-            }
-        })
+        fits_the_log(body_from_wire(body)?)
     }
+}
+
+/// Refuses a body that, with the widest envelope (client, seq and stamp at their
+/// largest), encodes to more than [`codec::COMMAND_BYTES_MAX`]: the node would log it and
+/// then no replica, nor its own replay, could decode the record. Only bodies with strings
+/// can be that long; the others are passed without encoding them.
+fn fits_the_log(body: CommandBody) -> Result<CommandBody, ConvertError> {
+    let has_strings = match &body {
+        CommandBody::CreateAsset { .. } | CommandBody::CreateSymbol(_) | CommandBody::DayTrading(_) => true,
+        CommandBody::CreateAccount
+        | CommandBody::Deposit { .. }
+        | CommandBody::Withdraw { .. }
+        | CommandBody::Credit { .. }
+        | CommandBody::SuspendAccount { .. }
+        | CommandBody::ResumeAccount { .. }
+        | CommandBody::Place(_)
+        | CommandBody::Cancel { .. }
+        | CommandBody::Reduce { .. }
+        | CommandBody::Move { .. }
+        | CommandBody::CreateAccountWithId { .. }
+        | CommandBody::CloseDay => false,
+    };
+    if !has_strings {
+        return Ok(body);
+    }
+    let widest = Command { client: ClientId(u64::MAX), seq: u64::MAX, ts: Timestamp::MAX, body };
+    let len = codec::encode(&widest).len();
+    if len > codec::COMMAND_BYTES_MAX {
+        return Err(ConvertError::ValueOutOfRange { field: "ClientCommand.body", value: len as u64 });
+    }
+    Ok(widest.body)
+}
+
+fn body_from_wire(body: &Body) -> Result<CommandBody, ConvertError> {
+    Ok(match body {
+        Body::CreateAsset(create) => CommandBody::CreateAsset {
+            name: create.name.clone(),
+            decimals: u8::try_from(create.decimals).map_err(|_| ConvertError::ValueOutOfRange {
+                field: "CreateAsset.decimals",
+                value: u64::from(create.decimals),
+            })?,
+        },
+        Body::CreateSymbol(spec) => CommandBody::CreateSymbol(Box::new(spec.try_into()?)),
+        Body::CreateAccount(_) => CommandBody::CreateAccount,
+        Body::Deposit(change) => CommandBody::Deposit {
+            account: AccountId(change.account),
+            asset: AssetId(change.asset),
+            amount: Amount(change.amount),
+        },
+        Body::Withdraw(change) => CommandBody::Withdraw {
+            account: AccountId(change.account),
+            asset: AssetId(change.asset),
+            amount: Amount(change.amount),
+        },
+        Body::Credit(change) => CommandBody::Credit {
+            account: AccountId(change.account),
+            asset: AssetId(change.asset),
+            amount: Amount(change.amount),
+        },
+        Body::SuspendAccount(target) => CommandBody::SuspendAccount { account: AccountId(target.account) },
+        Body::ResumeAccount(target) => CommandBody::ResumeAccount { account: AccountId(target.account) },
+        Body::Place(request) => CommandBody::Place(request.try_into()?),
+        Body::Cancel(cancel) => CommandBody::Cancel {
+            account: AccountId(cancel.account),
+            symbol: SymbolId(cancel.symbol),
+            order: OrderId(cancel.order),
+        },
+        Body::Reduce(reduce) => CommandBody::Reduce {
+            account: AccountId(reduce.account),
+            symbol: SymbolId(reduce.symbol),
+            order: OrderId(reduce.order),
+            qty_by: Qty(reduce.qty_by),
+        },
+        Body::Move(moved) => CommandBody::Move {
+            account: AccountId(moved.account),
+            symbol: SymbolId(moved.symbol),
+            order: OrderId(moved.order),
+            px: Px(moved.px),
+        },
+        Body::CreateAccountWithId(create) => CommandBody::CreateAccountWithId {
+            external_id: create.external_id,
+            asset: AssetId(create.asset),
+            deposit: Amount(create.deposit),
+        },
+        Body::CloseDay(_) => CommandBody::CloseDay,
+        Body::DayTrading(command) => {
+            CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Command(command.try_into()?)))
+        }
+        Body::DayTradingQuote(quote) => {
+            CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Quote(quote.try_into()?)))
+        }
+    })
 }
 
 /// The wire form of one command of a client: its `seq` and body. The client id travels

@@ -24,6 +24,7 @@
 pub mod convert;
 pub mod daytrading;
 pub mod feed;
+pub mod fuzzing;
 pub mod refusal;
 
 /// The generated messages, enums, clients (`*_client`) and servers (`*_server`) of

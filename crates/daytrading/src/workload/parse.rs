@@ -120,7 +120,10 @@ pub fn parse_standard(text: &str) -> Workload {
         };
         match previous {
             Some(p) if number == p => workload.warnings.push(format!("line {at}: number {number} repeated")),
-            Some(p) if number != p + 1 => workload.warnings.push(format!("line {at}: {number} after {p}")),
+            // Nothing follows the largest number without a gap (and p + 1 would overflow).
+            Some(p) if Some(number) != p.checked_add(1) => {
+                workload.warnings.push(format!("line {at}: {number} after {p}"))
+            }
             None if number != 1 => workload.warnings.push(format!("line {at}: starts at {number}")),
             _ => {}
         }
@@ -249,6 +252,21 @@ mod tests {
         assert!(workload.lines[3].is_global_dump() && workload.lines[3].user().is_empty());
         // Arguments are verbatim, empty ones included.
         assert_eq!(parse_standard("[1] ADD,,-5").lines[0].args, ["", "-5"]);
+    }
+
+    #[test]
+    fn a_number_after_the_largest_is_a_gap() {
+        // Found by the fuzz target: `p + 1` overflowed here.
+        let workload = parse_standard("[18446744073709551615] ADD,a,1\n[1] ADD,b,1\n[1] QUOTE,b,S");
+        assert_eq!(workload.lines.len(), 3);
+        assert_eq!(
+            workload.warnings,
+            [
+                "line 1: starts at 18446744073709551615",
+                "line 2: 1 after 18446744073709551615",
+                "line 3: number 1 repeated"
+            ]
+        );
     }
 
     #[test]
