@@ -31,6 +31,8 @@ pub struct Metrics {
     pub sessions_refused_per_key: AtomicU64,
     /// Subscriptions refused because their key, or the gateway, held its most.
     pub subscriptions_refused: AtomicU64,
+    /// Sessions ended for sending fillers past their key's rate.
+    pub filler_floods: AtomicU64,
     /// Times the feed (re)started from an image.
     pub feed_starts: AtomicU64,
     /// 1 when the release thread runs under `SCHED_FIFO`.
@@ -115,6 +117,13 @@ impl Metrics {
             "Subscriptions refused because their key or the gateway held its most.",
             "counter",
             u(&self.subscriptions_refused),
+        );
+        line(
+            &mut out,
+            "filler_floods_total",
+            "Sessions ended for sending fillers (cancels of order 0) past their key's command rate.",
+            "counter",
+            u(&self.filler_floods),
         );
         line(
             &mut out,

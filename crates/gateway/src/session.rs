@@ -142,6 +142,7 @@ where
             client: None,
             claim_unsent: None,
             bucket: rate_bucket(&state, &principal_for_bucket),
+            owed: Default::default(),
         };
         let mut stop = state.shutdown.clone();
         let end = tokio::select! {
@@ -184,7 +185,16 @@ struct Reader<'a> {
     /// The key's rate (shared by every session of the key), or the session's own for
     /// the gateway's front ends.
     bucket: Arc<std::sync::Mutex<Bucket>>,
+    /// Seqs this session refused before the log: the library fills each with a filler
+    /// (a cancel of order 0), which then passes free. Any other filler is charged to the
+    /// key's rate like a command, and one past it ends the session: fillers are written
+    /// to the log, so they must not be a way around the rate.
+    owed: std::collections::BTreeSet<u64>,
 }
+
+/// Refusals remembered for their fillers, at most (the oldest are forgotten first; a
+/// filler then costs a token, as after a reconnect).
+const OWED_FILLERS_MAX: usize = 65_536;
 
 impl Reader<'_> {
     async fn read<S>(&mut self, inbound: &mut S) -> Result<(), Status>
@@ -249,7 +259,19 @@ impl Reader<'_> {
             for command in commands {
                 let refusal = match self.check(&command) {
                     Check::Refused(ack) => Some(ack),
-                    Check::Filler => None,
+                    Check::Filler if self.owed.remove(&command.seq) => None,
+                    // A filler nothing here refused (after a reconnect, or from a client
+                    // that floods the log with them): a token, or the end of the session
+                    // (refusing a filler would leave an honest client's seq unfilled),
+                    // as a refusal the client does not retry by reconnecting.
+                    Check::Filler if bucket.take() => None,
+                    Check::Filler => {
+                        self.state.metrics.filler_floods.fetch_add(1, Ordering::Relaxed);
+                        return Err(Status::permission_denied(
+                            "fillers (cancels of order 0) beyond the key's command rate: only a seq refused \
+                             before the log is filled free",
+                        ));
+                    }
                     Check::Allowed if in_flight + forward.len() >= self.state.config.in_flight_max => Some(refuse(
                         command.seq,
                         Refusal::InFlightLimit,
@@ -265,6 +287,10 @@ impl Reader<'_> {
                 match refusal {
                     Some(ack) => {
                         self.count_refusal(&ack);
+                        if self.owed.len() >= OWED_FILLERS_MAX {
+                            self.owed.pop_first();
+                        }
+                        self.owed.insert(ack.seq);
                         refused.push(ack);
                     }
                     None => forward.push(command),
@@ -286,7 +312,8 @@ impl Reader<'_> {
 enum Check {
     /// Refused before the log, with this ack.
     Refused(proto::Ack),
-    /// The library's seq filler: passes every check and limit.
+    /// The library's seq filler: free when it fills a seq this session refused,
+    /// charged to the key's rate otherwise.
     Filler,
     /// Within the key's rights; the session's limits decide.
     Allowed,

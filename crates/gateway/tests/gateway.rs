@@ -501,6 +501,46 @@ async fn a_session_over_its_rate_is_refused_clearly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fillers_past_the_rate_end_the_session_and_owed_ones_pass_free() {
+    let exchange = exchange(0, 1024, 1).await;
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.rate_per_sec = 5;
+    config.burst = 5;
+    config.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    let gateway = Gateway::start(config, KeyStore::default()).await.unwrap();
+    let endpoints = vec![gateway.addr().to_string()];
+    // Refused for the rate, then filled: those fillers are owed and cost nothing, so the
+    // session goes on (after the refill) as before.
+    let honest = Client::connect(endpoints.clone(), random_client_id(), ClientOptions::default()).await.unwrap();
+    let account = exchange.accounts[0];
+    for _ in 0..8 {
+        let _ = honest.submit(place(account, exchange.symbol, Side::Buy, 99_000)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let after = honest.submit(place(account, exchange.symbol, Side::Buy, 99_000)).await;
+    assert!(after.is_ok_and(|reply| reply.ok_id().is_some()), "the honest session trades on");
+    // Fillers nothing refused, sent as fast as they go: the session ends, saying why.
+    let flood = Client::connect(endpoints, random_client_id(), ClientOptions::default()).await.unwrap();
+    let filler = CommandBody::Cancel { account, symbol: exchange.symbol, order: bourse_engine::OrderId(0) };
+    let mut ended = None;
+    for _ in 0..200 {
+        if let Err(error) = flood.send(&filler).await {
+            ended = Some(error.to_string());
+            break;
+        }
+    }
+    let ended = match ended {
+        Some(error) => error,
+        None => flood.flush().await.expect_err("the flood's session ends").to_string(),
+    };
+    assert!(ended.contains("fillers"), "{ended}");
+    let metrics = scrape(gateway.metrics_addr().unwrap()).await;
+    assert!(metrics.contains("bourse_gateway_filler_floods_total 1\n"), "{metrics}");
+    honest.close().await.unwrap();
+    gateway.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_over_its_in_flight_bound_is_refused_clearly() {
     // A 2 s window and a second gateway that never speaks: every batch waits out the
     // window, so the session's commands stay unanswered meanwhile.
@@ -720,4 +760,198 @@ async fn a_silent_link_is_ended_and_stops_holding_the_sequencer() {
         Err(status) => assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}"),
         other => panic!("the silent link was not ended with a status: {other:?}"),
     }
+}
+
+/// Every command kind a key may send, each acting on `account` (or on nobody's, for the
+/// administrative ones), and whether only an admin may send it. The match below has no
+/// wildcard: a new kind does not compile until it is in the table.
+fn every_kind(account: AccountId, symbol: SymbolId, order: bourse_engine::OrderId) -> Vec<(&'static str, CommandBody)> {
+    use bourse_engine::daytrading::{DtCommand, DtKind, DtRequest};
+    use bourse_engine::{Amount, AssetId};
+    let spec = bourse_engine::command::SymbolSpec {
+        name: "EVIL/USD".into(),
+        base: AssetId(0),
+        quote: AssetId(1),
+        tick: Px(1),
+        lot: Qty(1),
+        px_min: Px(1),
+        px_max: Px(1_000),
+        fee_maker: Amount(0),
+        fee_taker: Amount(0),
+        policy: bourse_engine::command::MatchPolicy::Fifo,
+    };
+    let dt = DtCommand {
+        kind: DtKind::Add,
+        args: vec!["someone".into(), "10.00".into()],
+        transaction_num: 0,
+        caller: "someone".into(),
+        admin: true,
+        quote: None,
+    };
+    let money = |account| (account, AssetId(1), Amount(100));
+    let table = vec![
+        ("CreateAsset", CommandBody::CreateAsset { name: "EVIL".into(), decimals: 0 }),
+        ("CreateSymbol", CommandBody::CreateSymbol(Box::new(spec))),
+        ("CreateAccount", CommandBody::CreateAccount),
+        ("Deposit", {
+            let (account, asset, amount) = money(account);
+            CommandBody::Deposit { account, asset, amount }
+        }),
+        ("Withdraw", {
+            let (account, asset, amount) = money(account);
+            CommandBody::Withdraw { account, asset, amount }
+        }),
+        ("Credit", {
+            let (account, asset, amount) = money(account);
+            CommandBody::Credit { account, asset, amount }
+        }),
+        ("SuspendAccount", CommandBody::SuspendAccount { account }),
+        ("ResumeAccount", CommandBody::ResumeAccount { account }),
+        ("Place", place(account, symbol, Side::Buy, 90_000)),
+        ("Cancel", CommandBody::Cancel { account, symbol, order }),
+        ("Reduce", CommandBody::Reduce { account, symbol, order, qty_by: Qty(1) }),
+        ("Move", CommandBody::Move { account, symbol, order, px: Px(90_001) }),
+        (
+            "CreateAccountWithId",
+            CommandBody::CreateAccountWithId { external_id: 77, asset: AssetId(1), deposit: Amount(1) },
+        ),
+        ("CloseDay", CommandBody::CloseDay),
+        ("DayTrading", CommandBody::DayTrading(Box::new(DtRequest::Command(dt)))),
+    ];
+    for (_, body) in &table {
+        match body {
+            CommandBody::CreateAsset { .. }
+            | CommandBody::CreateSymbol(_)
+            | CommandBody::CreateAccount
+            | CommandBody::Deposit { .. }
+            | CommandBody::Withdraw { .. }
+            | CommandBody::Credit { .. }
+            | CommandBody::SuspendAccount { .. }
+            | CommandBody::ResumeAccount { .. }
+            | CommandBody::Place(_)
+            | CommandBody::Cancel { .. }
+            | CommandBody::Reduce { .. }
+            | CommandBody::Move { .. }
+            | CommandBody::CreateAccountWithId { .. }
+            | CommandBody::CloseDay
+            | CommandBody::DayTrading(_) => {}
+        }
+    }
+    table
+}
+
+/// Balances and open orders of `accounts`, read from the node (no key).
+async fn holdings(node: &Node, accounts: &[AccountId]) -> Vec<String> {
+    let mut query = QueryClient::connect(vec![node.addr.to_string()], ClientOptions::default()).await.unwrap();
+    let mut out = Vec::new();
+    for &account in accounts {
+        let balances = query.balances(account).await.unwrap().balances;
+        let orders = query.open_orders(account).await.unwrap().orders;
+        out.push(format!("{account:?}: {balances:?} {orders:?}"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_kind_and_query_refuses_a_key_outside_its_rights_and_a_revoked_key() {
+    let exchange = exchange(0, 1024, 2).await;
+    let (mine, theirs) = (exchange.accounts[0], exchange.accounts[1]);
+    // Their resting order, placed at the node.
+    let node = vec![exchange.node.addr.to_string()];
+    let owner = Client::connect(node, random_client_id(), ClientOptions::default()).await.unwrap();
+    let order = bourse_engine::OrderId(
+        owner.submit(place(theirs, exchange.symbol, Side::Buy, 95_000)).await.unwrap().ok_id().unwrap(),
+    );
+    let (alice, ops) = (generate_key(), generate_key());
+    let entries = vec![entry_for(&alice, "alice", vec![mine.0], false), entry_for(&ops, "ops", Vec::new(), true)];
+    let mut config = open_gateway(1, &exchange.node, 0);
+    config.open = false;
+    let gateway = Gateway::start(config, KeyStore::from_entries(entries.clone()).unwrap()).await.unwrap();
+    wait_ready(&gateway).await;
+    let endpoints = vec![gateway.addr().to_string()];
+    let with = |key: &str| ClientOptions {
+        api_key: Some(ApiKey(key.to_owned())),
+        unavailable_max: Duration::from_millis(500),
+        ..ClientOptions::default()
+    };
+    let before = holdings(&exchange.node, &exchange.accounts).await;
+
+    // Every kind on their account (or administrative): refused before the log, 1004.
+    let session = Client::connect(endpoints.clone(), random_client_id(), with(&alice)).await.unwrap();
+    let mut wrong = Vec::new();
+    for (kind, body) in every_kind(theirs, exchange.symbol, order) {
+        match session.submit(body).await {
+            Err(Error::Refused { code: 1004, .. }) => {}
+            other => wrong.push(format!("alice {kind} on account {}: {other:?}", theirs.0)),
+        }
+    }
+    // Queries: their balances and orders are forbidden; their order reads as missing;
+    // the Admin service takes operators' certificates and admin keys only.
+    let mut query = QueryClient::connect(endpoints.clone(), with(&alice)).await.unwrap();
+    let code = |result: Result<(), Error>| match result {
+        Err(Error::Status { code, .. }) => Some(code),
+        Err(Error::NotFound(_)) => Some(tonic::Code::NotFound),
+        _ => None,
+    };
+    let queries = [
+        ("GetBalances", code(query.balances(theirs).await.map(drop)), tonic::Code::PermissionDenied),
+        ("GetOpenOrders", code(query.open_orders(theirs).await.map(drop)), tonic::Code::PermissionDenied),
+        ("GetOrder", code(query.order(order).await.map(drop)), tonic::Code::NotFound),
+    ];
+    for (call, got, want) in queries {
+        if got != Some(want) {
+            wrong.push(format!("alice {call} of account {}: {got:?}, not {want:?}", theirs.0));
+        }
+    }
+    let mut admin = bourse_client::AdminSession::connect(endpoints.clone(), random_client_id(), with(&alice)).await;
+    if let Ok(admin) = admin.as_mut() {
+        let created = admin.submit(CommandBody::CreateAccount).await;
+        if !matches!(
+            created,
+            Err(Error::Status { code: tonic::Code::PermissionDenied, .. }) | Err(Error::Refused { code: 1004, .. })
+        ) {
+            wrong.push(format!("alice Admin.Submit: {created:?}"));
+        }
+    }
+    assert_eq!(holdings(&exchange.node, &exchange.accounts).await, before, "the refused calls changed nothing");
+
+    // Positive controls: her own account is hers; the admin key may do what she may not.
+    assert!(session.submit(place(mine, exchange.symbol, Side::Buy, 90_000)).await.unwrap().ok_id().is_some());
+    let admin = Client::connect(endpoints.clone(), random_client_id(), with(&ops)).await.unwrap();
+    assert!(admin
+        .submit(CommandBody::Cancel { account: theirs, symbol: exchange.symbol, order })
+        .await
+        .unwrap()
+        .ok_id()
+        .is_some());
+    let before = holdings(&exchange.node, &exchange.accounts).await;
+
+    // Revoked: her open session ends saying so; new sessions, queries and market data
+    // subscriptions are refused as unauthenticated; nothing changes.
+    let kept = entries.into_iter().filter(|entry| entry.name != "alice").collect();
+    assert_eq!(gateway.reload_keys(KeyStore::from_entries(kept).unwrap()), 1, "her one session ended");
+    let ended = session.submit(place(mine, exchange.symbol, Side::Buy, 90_000)).await;
+    assert!(format!("{ended:?}").contains("revoked"), "{ended:?}");
+    let reconnect = Client::connect(endpoints.clone(), random_client_id(), with(&alice)).await;
+    assert!(
+        matches!(&reconnect, Err(Error::Status { code: tonic::Code::Unauthenticated, .. })) || reconnect.is_err(),
+        "a revoked key opens no session"
+    );
+    let mut query = QueryClient::connect(endpoints.clone(), with(&alice)).await.unwrap();
+    assert_eq!(code(query.balances(mine).await.map(drop)), Some(tonic::Code::Unauthenticated));
+    let subscribed = query.subscribe(&[exchange.symbol]).await;
+    let refused = match subscribed {
+        Err(error) => error.to_string(),
+        Ok(mut stream) => match stream.next_update().await {
+            Err(error) => error.to_string(),
+            other => format!("a stream: {other:?}"),
+        },
+    };
+    assert!(refused.contains("Unauthenticated"), "market data for a revoked key: {refused}");
+    assert_eq!(holdings(&exchange.node, &exchange.accounts).await, before, "a revoked key changed nothing");
+
+    assert!(wrong.is_empty(), "{} calls were not refused as expected:\n{}", wrong.len(), wrong.join("\n"));
+    admin.close().await.unwrap();
+    owner.close().await.unwrap();
+    gateway.shutdown().await;
 }
