@@ -316,13 +316,19 @@ async fn create_asset(
     Key(key): Key,
     Body(body): Body<CreateAsset>,
 ) -> ApiResult<(StatusCode, Json<Accepted>)> {
+    let command = create_asset_command(body)?;
+    let session = state.upstream.session(key).await?;
+    let accepted = session.submit(command).await?;
+    Ok((StatusCode::CREATED, Json(accepted)))
+}
+
+/// The command a `POST /v1/assets` body asks for, its decimals checked.
+pub(crate) fn create_asset_command(body: CreateAsset) -> ApiResult<CommandBody> {
     let decimals = u8::try_from(body.decimals)
         .ok()
         .filter(|&d| d <= 18)
         .ok_or_else(|| ApiError::invalid_parameter("decimals must be 0 to 18"))?;
-    let session = state.upstream.session(key).await?;
-    let accepted = session.submit(CommandBody::CreateAsset { name: body.name, decimals }).await?;
-    Ok((StatusCode::CREATED, Json(accepted)))
+    Ok(CommandBody::CreateAsset { name: body.name, decimals })
 }
 
 /// Every symbol with its rules.
@@ -352,10 +358,17 @@ async fn create_symbol(
     let session = state.upstream.session(key).await?;
     let base = state.upstream.asset(&session, &body.base).await?;
     let quote = state.upstream.asset(&session, &body.quote).await?;
-    let spec = SymbolSpec {
+    let spec = symbol_spec(body, AssetId(base.id), AssetId(quote.id));
+    let accepted = session.submit(CommandBody::CreateSymbol(Box::new(spec))).await?;
+    Ok((StatusCode::CREATED, Json(accepted)))
+}
+
+/// The symbol a `POST /v1/symbols` body describes, its assets found.
+pub(crate) fn symbol_spec(body: CreateSymbol, base: AssetId, quote: AssetId) -> SymbolSpec {
+    SymbolSpec {
         name: body.name,
-        base: AssetId(base.id),
-        quote: AssetId(quote.id),
+        base,
+        quote,
         tick: Px(body.tick),
         lot: Qty(body.lot),
         px_min: Px(body.px_min),
@@ -366,9 +379,7 @@ async fn create_symbol(
             crate::model::MatchPolicy::Fifo => MatchPolicy::Fifo,
             crate::model::MatchPolicy::ProRata => MatchPolicy::ProRata,
         },
-    };
-    let accepted = session.submit(CommandBody::CreateSymbol(Box::new(spec))).await?;
-    Ok((StatusCode::CREATED, Json(accepted)))
+    }
 }
 
 /// Creates an account with no balances (administrative key); `id` is the account.
@@ -501,6 +512,15 @@ async fn place_order(
     let kind = order_kind(&body)?;
     let session = state.upstream.session(key).await?;
     let symbol = state.upstream.symbol(&session, &body.symbol).await?;
+    let request = order_request(&body, kind, SymbolId(symbol.id));
+    let accepted = session.submit(CommandBody::Place(request)).await?;
+    crate::ws::publish_accepted(&session, &request, &accepted);
+    Ok((StatusCode::CREATED, Json(accepted)))
+}
+
+/// The order a `POST /v1/orders` body asks for, its kind checked ([`order_kind`]) and
+/// its symbol found.
+pub(crate) fn order_request(body: &PlaceOrder, kind: OrderKind, symbol: SymbolId) -> OrderRequest {
     let market_like = matches!(kind, OrderKind::Market { .. } | OrderKind::StopMarket { .. });
     let tif = match body.tif {
         Some(TimeInForce::Gtc) => Tif::Gtc,
@@ -510,9 +530,9 @@ async fn place_order(
         None if market_like => Tif::Ioc,
         None => Tif::Gtc,
     };
-    let request = OrderRequest {
+    OrderRequest {
         account: AccountId(body.account),
-        symbol: SymbolId(symbol.id),
+        symbol,
         side: match body.side {
             Side::Buy => bourse_engine::Side::Buy,
             Side::Sell => bourse_engine::Side::Sell,
@@ -527,14 +547,11 @@ async fn place_order(
             Some(SelfTrade::CancelIncoming) => Stp::CancelIncoming,
             Some(SelfTrade::Allow) => Stp::Allow,
         },
-    };
-    let accepted = session.submit(CommandBody::Place(request)).await?;
-    crate::ws::publish_accepted(&session, &request, &accepted);
-    Ok((StatusCode::CREATED, Json(accepted)))
+    }
 }
 
 /// The engine's order kind from the JSON fields, refusing fields the type does not take.
-fn order_kind(body: &PlaceOrder) -> ApiResult<OrderKind> {
+pub(crate) fn order_kind(body: &PlaceOrder) -> ApiResult<OrderKind> {
     let need = |value: Option<i64>, field: &str| {
         value.ok_or_else(|| {
             ApiError::invalid_parameter(format!("{field} is required for a {:?} order", body.order_type))
@@ -622,13 +639,17 @@ async fn move_order(
 ) -> ApiResult<Json<Accepted>> {
     let session = state.upstream.session(key).await?;
     let read = read_order(&session, order).await?;
-    let command = CommandBody::Move {
+    Ok(Json(session.submit(move_command(&read, order, body)).await?))
+}
+
+/// The Move a `POST /v1/orders/{order}/move` body asks for, the order read.
+pub(crate) fn move_command(read: &Order, order: u64, body: MoveOrder) -> CommandBody {
+    CommandBody::Move {
         account: AccountId(read.account),
         symbol: SymbolId(read.symbol),
         order: OrderId(order),
         px: Px(body.px),
-    };
-    Ok(Json(session.submit(command).await?))
+    }
 }
 
 /// Takes quantity off a resting order, keeping its time priority (the whole remainder
@@ -646,13 +667,17 @@ async fn reduce_order(
 ) -> ApiResult<Json<Accepted>> {
     let session = state.upstream.session(key).await?;
     let read = read_order(&session, order).await?;
-    let command = CommandBody::Reduce {
+    Ok(Json(session.submit(reduce_command(&read, order, body)).await?))
+}
+
+/// The Reduce a `POST /v1/orders/{order}/reduce` body asks for, the order read.
+pub(crate) fn reduce_command(read: &Order, order: u64, body: ReduceOrder) -> CommandBody {
+    CommandBody::Reduce {
         account: AccountId(read.account),
         symbol: SymbolId(read.symbol),
         order: OrderId(order),
         qty_by: Qty(body.qty_by),
-    };
-    Ok(Json(session.submit(command).await?))
+    }
 }
 
 /// The aggregated book of a symbol, best levels first.

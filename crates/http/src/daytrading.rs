@@ -372,14 +372,7 @@ async fn execute_call(
     args: Vec<String>,
 ) -> Result<proto::DayTradingResponse, ApiError> {
     let mut client = service(state)?;
-    let message = proto::DayTradingRequest {
-        id: 1,
-        command: bourse_protocol::daytrading::kind_wire(kind),
-        args,
-        transaction_num: 0,
-        caller: user.to_owned(),
-    };
-    let mut request = tonic::Request::new(message);
+    let mut request = tonic::Request::new(execute_request(user, kind, args));
     if let Some(key) = key {
         let value = format!("Bearer {key}")
             .parse()
@@ -402,6 +395,24 @@ async fn execute_call(
         });
     }
     Ok(response)
+}
+
+/// The `Execute` call of command `kind` with `args`, acting as `user`.
+pub(crate) fn execute_request(user: &str, kind: DtKind, args: Vec<String>) -> proto::DayTradingRequest {
+    proto::DayTradingRequest {
+        id: 1,
+        command: bourse_protocol::daytrading::kind_wire(kind),
+        args,
+        transaction_num: 0,
+        caller: user.to_owned(),
+    }
+}
+
+/// The arguments of a command for `user`: the user first, then the command's own.
+pub(crate) fn command_args(user: &str, rest: Vec<String>) -> Vec<String> {
+    let mut args = vec![user.to_owned()];
+    args.extend(rest);
+    args
 }
 
 fn status_error(status: tonic::Status) -> ApiError {
@@ -445,8 +456,7 @@ async fn command(
     kind: DtKind,
     rest: Vec<String>,
 ) -> ApiResult<Json<DtResult>> {
-    let mut args = vec![user.clone()];
-    args.extend(rest);
+    let args = command_args(&user, rest);
     let response = execute(state, key, &user, kind, args).await?;
     Ok(Json(result_of(&response, kind)?))
 }

@@ -21,6 +21,8 @@
 //! - `/openapi.json` is generated from the handlers' annotations ([`api`]).
 //! - `/v1/ws`: market data (L2 snapshot then sequenced updates, trades, BBO) and the
 //!   key's own order events ([`ws`]).
+//! - Request bodies, WebSocket requests and query strings are fuzzed ([`fuzzing`],
+//!   `crates/http/fuzz`).
 //!
 //! Known limits: the order and fill events on the WebSocket are those of orders placed
 //! through this server with the same key (the gateway sends a session the reports of
@@ -30,6 +32,7 @@ pub mod api;
 pub mod control;
 pub mod daytrading;
 pub mod error;
+pub mod fuzzing;
 pub mod history;
 pub mod market;
 pub mod model;
@@ -179,7 +182,8 @@ async fn serve(
 /// A connection that notes when bytes last moved, so one idle for longer than its
 /// limit can be closed; it holds the listener's slot while it lives.
 struct IdleWatch {
-    stream: bourse_port::EdgeStream,
+    /// Taken only when the watch is dropped.
+    stream: Option<bourse_port::EdgeStream>,
     _slot: tokio::sync::OwnedSemaphorePermit,
     state: Arc<IdleState>,
 }
@@ -191,6 +195,22 @@ struct IdleState {
     limit: std::time::Duration,
 }
 
+/// A TLS connection hyper drops without closing it (a header timeout, a request it
+/// could not parse) is closed here with a close_notify, in a task of its own: a client
+/// that reuses a kept-alive connection then reads a clean end, not a truncated one
+/// ("EOF occurred in violation of protocol").
+impl Drop for IdleWatch {
+    fn drop(&mut self) {
+        let Some(mut stream) = self.stream.take().filter(bourse_port::EdgeStream::is_tls) else { return };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.shutdown()).await;
+            });
+        }
+    }
+}
+
 impl IdleWatch {
     fn new(
         stream: bourse_port::EdgeStream,
@@ -198,7 +218,7 @@ impl IdleWatch {
         limit: std::time::Duration,
     ) -> IdleWatch {
         let state = IdleState { last_ms: 0.into(), start: std::time::Instant::now(), limit };
-        IdleWatch { stream, _slot: slot, state: Arc::new(state) }
+        IdleWatch { stream: Some(stream), _slot: slot, state: Arc::new(state) }
     }
 
     fn clone_state(&self) -> Arc<IdleState> {
@@ -240,7 +260,7 @@ impl tokio::io::AsyncRead for IdleWatch {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        let polled = std::pin::Pin::new(&mut self.stream).poll_read(cx, buf);
+        let polled = std::pin::Pin::new(self.stream.as_mut().expect("taken only on drop")).poll_read(cx, buf);
         if buf.filled().len() > before {
             self.state.touch();
         }
@@ -254,7 +274,7 @@ impl tokio::io::AsyncWrite for IdleWatch {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        let polled = std::pin::Pin::new(&mut self.stream).poll_write(cx, buf);
+        let polled = std::pin::Pin::new(self.stream.as_mut().expect("taken only on drop")).poll_write(cx, buf);
         self.state.touch_if_moved(&polled);
         polled
     }
@@ -264,27 +284,28 @@ impl tokio::io::AsyncWrite for IdleWatch {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        let polled = std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        let polled =
+            std::pin::Pin::new(self.stream.as_mut().expect("taken only on drop")).poll_write_vectored(cx, bufs);
         self.state.touch_if_moved(&polled);
         polled
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        self.stream.as_ref().is_some_and(|stream| stream.is_write_vectored())
     }
 
     fn poll_flush(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+        std::pin::Pin::new(self.stream.as_mut().expect("taken only on drop")).poll_flush(cx)
     }
 
     fn poll_shutdown(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+        std::pin::Pin::new(self.stream.as_mut().expect("taken only on drop")).poll_shutdown(cx)
     }
 }
 

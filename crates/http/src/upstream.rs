@@ -51,14 +51,29 @@ impl Upstreams {
         self.port.upstream().rights(key)
     }
 
+    /// Whether the gateway of this process does not know `key` (never known, or
+    /// removed from its key file); over gRPC this cannot be told without a call, and
+    /// the answer is false.
+    pub fn refused(&self, key: Option<&str>) -> bool {
+        matches!(self.port.upstream(), Upstream::InProcess(_)) && self.rights(key).is_none()
+    }
+
     /// Where requests go, for the health page.
     pub fn endpoints(&self) -> Vec<String> {
         self.port.upstream().describe()
     }
 
     /// The session of `key`, opening its query client on first use. A key the
-    /// gateway does not know is refused here (401), and not remembered.
+    /// gateway does not know is refused here (401), and not remembered. In the
+    /// gateway's process the key is checked again on every request (a lookup in the
+    /// gateway's key store), so a key removed from its file is refused at once, also
+    /// by routes this server answers from its own memory (trades, history), and its
+    /// session is forgotten.
     pub async fn session(&self, key: Option<String>) -> Result<Arc<Session>, ApiError> {
+        if self.refused(key.as_deref()) {
+            self.sessions.write().expect("sessions lock").remove(&key);
+            return Err(ApiError::Unauthenticated("unknown or revoked API key".into()));
+        }
         if let Some(session) = self.sessions.read().expect("sessions lock").get(&key) {
             return Ok(Arc::clone(session));
         }

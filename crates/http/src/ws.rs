@@ -137,8 +137,8 @@ pub enum WsMessage {
 
 /// `GET /v1/ws`: authenticates, then upgrades.
 pub async fn upgrade(State(state): State<Arc<AppState>>, Key(key): Key, ws: WebSocketUpgrade) -> Response {
-    match state.upstream.session(key).await {
-        Ok(session) => ws.on_upgrade(move |socket| run(state, session, socket)),
+    match state.upstream.session(key.clone()).await {
+        Ok(session) => ws.on_upgrade(move |socket| run(state, session, key, socket)),
         Err(error) => error.into_response(),
     }
 }
@@ -179,7 +179,10 @@ impl Outbox {
     }
 }
 
-async fn run(state: Arc<AppState>, session: Arc<Session>, socket: WebSocket) {
+/// How often an open WebSocket checks that its key is still the gateway's.
+const KEY_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+async fn run(state: Arc<AppState>, session: Arc<Session>, key: Option<String>, socket: WebSocket) {
     let (mut sink, mut incoming) = socket.split();
     let (sender, mut outgoing) = mpsc::channel::<WsMessage>(state.config.ws_buffer);
     let outbox = Outbox { sender, too_slow: Arc::new(Notify::new()) };
@@ -188,9 +191,7 @@ async fn run(state: Arc<AppState>, session: Arc<Session>, socket: WebSocket) {
         let mut seq = 0u64;
         while let Some(message) = outgoing.recv().await {
             seq += 1;
-            let mut value = serde_json::to_value(&message).expect("messages serialize");
-            value["seq"] = serde_json::Value::from(seq);
-            if sink.send(Message::Text(value.to_string().into())).await.is_err() {
+            if sink.send(Message::Text(text_frame(&message, seq).into())).await.is_err() {
                 return sink;
             }
         }
@@ -198,8 +199,12 @@ async fn run(state: Arc<AppState>, session: Arc<Session>, socket: WebSocket) {
     });
     let mut subscription = Subscription::default();
     let mut stop = state.shutdown.clone();
+    let mut key_check = tokio::time::interval(KEY_CHECK_EVERY);
     let close = loop {
         tokio::select! {
+            _ = key_check.tick() => if state.upstream.refused(key.as_deref()) {
+                break Some((1008, "this API key was revoked"));
+            },
             request = incoming.next() => match request {
                 Some(Ok(Message::Text(text))) => subscription.handle(&state, &session, &outbox, &text).await,
                 Some(Ok(Message::Binary(_))) => {
@@ -236,10 +241,10 @@ struct Subscription {
 
 impl Subscription {
     async fn handle(&mut self, state: &AppState, session: &Arc<Session>, outbox: &Outbox, text: &str) {
-        let request = match serde_json::from_str::<WsRequest>(text) {
+        let request = match parse_request(text) {
             Ok(request) => request,
             Err(error) => {
-                outbox.send(error_message(&ApiError::invalid_body(format!("not a request: {error}"))));
+                outbox.send(error_message(&error));
                 return;
             }
         };
@@ -262,15 +267,7 @@ impl Subscription {
         if channels.contains(&Channel::Orders) {
             self.orders = Some(tokio::spawn(forward_orders(session.subscribe_events(), outbox.clone())));
         }
-        let upstream: Vec<proto::Channel> = channels
-            .iter()
-            .filter_map(|channel| match channel {
-                Channel::L2 => Some(proto::Channel::L2),
-                Channel::Trades => Some(proto::Channel::Trades),
-                Channel::Bbo => Some(proto::Channel::Bbo),
-                Channel::Orders => None,
-            })
-            .collect();
+        let upstream = upstream_channels(&channels);
         if !upstream.is_empty() {
             self.market = Some(tokio::spawn(forward_market(Arc::clone(session), ids, upstream, outbox.clone())));
         }
@@ -281,6 +278,31 @@ impl Subscription {
             task.abort();
         }
     }
+}
+
+/// A client's text message as a request; what does not parse is answered with this error.
+pub(crate) fn parse_request(text: &str) -> Result<WsRequest, ApiError> {
+    serde_json::from_str::<WsRequest>(text).map_err(|error| ApiError::invalid_body(format!("not a request: {error}")))
+}
+
+/// The upstream market data channels of a subscription (`orders` is this server's own).
+pub(crate) fn upstream_channels(channels: &[Channel]) -> Vec<proto::Channel> {
+    channels
+        .iter()
+        .filter_map(|channel| match channel {
+            Channel::L2 => Some(proto::Channel::L2),
+            Channel::Trades => Some(proto::Channel::Trades),
+            Channel::Bbo => Some(proto::Channel::Bbo),
+            Channel::Orders => None,
+        })
+        .collect()
+}
+
+/// The text of the `seq`-th message to a client: the message's JSON with `seq` added.
+pub(crate) fn text_frame(message: &WsMessage, seq: u64) -> String {
+    let mut value = serde_json::to_value(message).expect("messages serialize");
+    value["seq"] = serde_json::Value::from(seq);
+    value.to_string()
 }
 
 async fn forward_orders(mut events: tokio::sync::broadcast::Receiver<WsOrderEvent>, outbox: Outbox) {
@@ -368,7 +390,7 @@ fn market_message(update: proto::MarketDataUpdate) -> Result<Option<WsMessage>, 
     }))
 }
 
-fn error_message(error: &ApiError) -> WsMessage {
+pub(crate) fn error_message(error: &ApiError) -> WsMessage {
     let body = error.body().error;
     WsMessage::Error { code: body.code, name: body.name, message: body.message }
 }

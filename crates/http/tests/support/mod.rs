@@ -32,6 +32,8 @@ pub struct Exchange {
     /// With TLS (`start_tls`): the CA certificate clients trust, and their configuration.
     pub ca: Option<std::path::PathBuf>,
     pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The key file's entries (ops, alice, the day trader), for `revoke`.
+    entries: Vec<bourse_gateway::keys::KeyEntry>,
     _dir: tempfile::TempDir,
 }
 
@@ -116,9 +118,12 @@ impl Exchange {
             service.history = http_config.history.clone();
             service.dump_wait = Duration::from_secs(60);
             service.sessions = 2;
-            let verify = KeyStore::from_entries(entries()).unwrap();
+            // Callers' keys are the gateway's, as `bourse gateway run` checks them (so a
+            // key revoked at the gateway is refused here too).
+            let local = gateway.local();
             let auth = bourse_daytrading::Auth::Keys(std::sync::Arc::new(move |key: &str| {
-                verify.verify(key).map(|p| bourse_daytrading::KeyHolder { name: p.name.clone(), admin: p.admin })
+                let rights = local.0.rights(Some(key))?;
+                Some(bourse_daytrading::KeyHolder { name: rights.name, admin: rights.admin })
             }));
             let config = bourse_daytrading::ServerConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),
@@ -144,7 +149,15 @@ impl Exchange {
             ca = Some(ca_file);
         }
         let http = HttpServer::start(http_config).await.unwrap();
-        Exchange { node, gateway, http, admin, alice, history, day_trading, dt_user_key, ca, tls, _dir: dir }
+        let entries = entries();
+        Exchange { node, gateway, http, admin, alice, history, day_trading, dt_user_key, ca, tls, entries, _dir: dir }
+    }
+
+    /// Takes the key named `name` out of the gateway's keys, as a reload of a key file
+    /// without it does; returns the sessions that ended.
+    pub fn revoke(&self, name: &str) -> usize {
+        let kept = self.entries.iter().filter(|entry| entry.name != name).cloned().collect();
+        self.gateway.reload_keys(KeyStore::from_entries(kept).unwrap())
     }
 
     pub fn client(&self, key: &str) -> Http {
@@ -256,7 +269,13 @@ impl Http {
         let response = sender.send_request(request).await.unwrap();
         let status = response.status().as_u16();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        let value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+        // A body that is not JSON (a plain-text refusal of a WebSocket upgrade without
+        // its headers, say) comes back as a string.
+        let value = match bytes.is_empty() {
+            true => Value::Null,
+            false => serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())),
+        };
         (status, value)
     }
 
