@@ -195,6 +195,13 @@ impl Message {
                     ));
                     break;
                 }
+                (3, 35) if std::str::from_utf8(value).is_err() => {
+                    error.get_or_insert(FieldError::new(
+                        RejectReason::InvalidMsgType,
+                        Some(35),
+                        "MsgType (35) must be text",
+                    ));
+                }
                 (3, 35) => {}
                 (_, 8 | 9 | 35) => {
                     error.get_or_insert(FieldError::new(
@@ -500,6 +507,16 @@ mod tests {
             let (_, error) = Message::decode(&bytes);
             assert_eq!(error.map(|e| e.reason), Some(reason), "{body}");
         }
+        // A MsgType that is not text: answered with Reject, never echoed as an empty RefMsgType.
+        let body = b"35=\xff\x0149=A\x0156=B\x01";
+        let mut bytes = format!("8=FIX.4.4\x019={}\x01", body.len()).into_bytes();
+        bytes.extend_from_slice(body);
+        let sum = checksum(&bytes);
+        bytes.extend_from_slice(format!("10={sum:03}\x01").as_bytes());
+        assert_eq!(frame(&bytes), Ok(Some(bytes.len())));
+        let (message, error) = Message::decode(&bytes);
+        assert_eq!(error.map(|e| e.reason), Some(RejectReason::InvalidMsgType));
+        assert_eq!(message.msg_type(), "");
     }
 
     #[test]

@@ -8,9 +8,11 @@
 //!
 //! - [`codec`]: tag=value framing, BodyLength and CheckSum, fields, encoding (fuzzed).
 //! - [`store`]: per session, sequence numbers and sent messages on disk, fsynced before
-//!   a message is put on the wire.
+//!   a message is put on the wire (its reader fuzzed).
 //! - [`session`]: the session layer (Logon, Heartbeat, TestRequest, ResendRequest,
-//!   SequenceReset, Reject, Logout) and the connection's reader and writer.
+//!   SequenceReset, Reject, Logout) and the connection's reader and writer (the Logon
+//!   checks and sequence rules fuzzed with the order and market data mappings:
+//!   [`fuzzing::session`]).
 //! - [`orders`]: NewOrderSingle, OrderCancelRequest, OrderCancelReplaceRequest to engine
 //!   commands; acks, fills and cancellations to ExecutionReports and
 //!   OrderCancelRejects.

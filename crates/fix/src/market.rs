@@ -110,48 +110,75 @@ impl Subscriptions {
         id: &str,
         kind: &str,
     ) -> Result<Result<Request, (char, String)>, FieldError> {
-        let depth = message.require_u64(tags::MARKET_DEPTH)?;
-        let entry_types = message.group(tags::NO_MD_ENTRY_TYPES, tags::MD_ENTRY_TYPE, &[])?;
-        let related = message.group(tags::NO_RELATED_SYM, tags::SYMBOL, &[])?;
-        if !matches!(kind, "0" | "1") {
-            return Ok(Err(('4', format!("SubscriptionRequestType {kind} is not supported: 0, 1 or 2"))));
-        }
-        if kind == "1" && self.running.contains_key(id) {
-            return Ok(Err(('1', format!("MDReqID {id} is already subscribed"))));
-        }
-        if let Some(update_type) = message.get_str(tags::MD_UPDATE_TYPE) {
-            if update_type != "1" {
-                return Ok(Err(('5', "MDUpdateType must be 1 (incremental refresh)".into())));
-            }
-        }
-        let (mut books, mut trades) = (false, false);
-        for entry in &entry_types {
-            match entry[0].1 {
-                b"0" | b"1" => books = true,
-                b"2" if kind == "1" => trades = true,
-                other => {
-                    let other = String::from_utf8_lossy(other);
-                    return Ok(Err((
-                        '8',
-                        format!("MDEntryType {other} is not supported: 0 bid, 1 offer, 2 trade (with updates)"),
-                    )));
-                }
-            }
-        }
-        if entry_types.is_empty() || related.is_empty() {
-            return Ok(Err(('0', "name at least one MDEntryType and one symbol".into())));
-        }
+        let wanted = match check_fields(message, id, kind, self.running.contains_key(id))? {
+            Ok(wanted) => wanted,
+            Err(reject) => return Ok(Err(reject)),
+        };
         let mut symbols = Vec::new();
-        for entry in &related {
-            let wanted = String::from_utf8_lossy(entry[0].1);
-            match self.upstream.symbol(&wanted).await {
+        for name in &wanted.names {
+            match self.upstream.symbol(name).await {
                 Some(symbol) => symbols.push(symbol),
-                None => return Ok(Err(('0', format!("unknown symbol {wanted}")))),
+                None => return Ok(Err(('0', format!("unknown symbol {name}")))),
             }
         }
-        let depth = u32::try_from(depth).unwrap_or(u32::MAX);
+        let Wanted { depth, books, trades, .. } = wanted;
         Ok(Ok(Request { id: id.to_owned(), kind: kind.as_bytes()[0], depth, books, trades, symbols }))
     }
+}
+
+/// What a MarketDataRequest asks for, checked but for its symbols, which are names.
+#[derive(Debug)]
+pub(crate) struct Wanted {
+    pub depth: u32,
+    pub books: bool,
+    pub trades: bool,
+    /// The symbols' names, in the request's order.
+    pub names: Vec<String>,
+}
+
+/// The checks of a MarketDataRequest (MDReqID `id`, SubscriptionRequestType `kind`, not
+/// 2) that need no upstream; `subscribed`: `id` is already subscribed. The outer error
+/// is a session-level Reject, the inner one a MarketDataRequestReject (reason, text).
+pub(crate) fn check_fields(
+    message: &Message,
+    id: &str,
+    kind: &str,
+    subscribed: bool,
+) -> Result<Result<Wanted, (char, String)>, FieldError> {
+    let depth = message.require_u64(tags::MARKET_DEPTH)?;
+    let entry_types = message.group(tags::NO_MD_ENTRY_TYPES, tags::MD_ENTRY_TYPE, &[])?;
+    let related = message.group(tags::NO_RELATED_SYM, tags::SYMBOL, &[])?;
+    if !matches!(kind, "0" | "1") {
+        return Ok(Err(('4', format!("SubscriptionRequestType {kind} is not supported: 0, 1 or 2"))));
+    }
+    if kind == "1" && subscribed {
+        return Ok(Err(('1', format!("MDReqID {id} is already subscribed"))));
+    }
+    if let Some(update_type) = message.get_str(tags::MD_UPDATE_TYPE) {
+        if update_type != "1" {
+            return Ok(Err(('5', "MDUpdateType must be 1 (incremental refresh)".into())));
+        }
+    }
+    let (mut books, mut trades) = (false, false);
+    for entry in &entry_types {
+        match entry[0].1 {
+            b"0" | b"1" => books = true,
+            b"2" if kind == "1" => trades = true,
+            other => {
+                let other = String::from_utf8_lossy(other);
+                return Ok(Err((
+                    '8',
+                    format!("MDEntryType {other} is not supported: 0 bid, 1 offer, 2 trade (with updates)"),
+                )));
+            }
+        }
+    }
+    if entry_types.is_empty() || related.is_empty() {
+        return Ok(Err(('0', "name at least one MDEntryType and one symbol".into())));
+    }
+    let names = related.iter().map(|entry| String::from_utf8_lossy(entry[0].1).into_owned()).collect();
+    let depth = u32::try_from(depth).unwrap_or(u32::MAX);
+    Ok(Ok(Wanted { depth, books, trades, names }))
 }
 
 fn name(symbol: &proto::SymbolInfo) -> &str {
@@ -244,7 +271,7 @@ fn incremental(id: &str, action: &str, entry_type: &str, symbol: &str, px: i64, 
     message
 }
 
-fn request_reject(id: &str, reason: char, text: &str) -> Message {
+pub(crate) fn request_reject(id: &str, reason: char, text: &str) -> Message {
     let mut message = Message::new(msg::MARKET_DATA_REQUEST_REJECT);
     message.push(tags::MD_REQ_ID, id).push(tags::MD_REQ_REJ_REASON, reason.to_string()).push(tags::TEXT, text);
     message

@@ -68,7 +68,7 @@ impl OrderState {
         if self.done() {
             0
         } else {
-            (self.qty - self.cum_qty).max(0)
+            self.qty.saturating_sub(self.cum_qty).max(0)
         }
     }
 
@@ -79,7 +79,7 @@ impl OrderState {
 
 /// A command sent and not yet answered.
 #[derive(Debug)]
-enum Pending {
+pub(crate) enum Pending {
     New(OrderState),
     Cancel { cl_ord_id: String, orig: String, order: u64 },
     Replace { cl_ord_id: String, orig: String, order: u64, qty: i64, px: Option<i64> },
@@ -150,9 +150,10 @@ impl Orders {
             exec_type @ ("F" | "4" | "5" | "C") => {
                 let Some(order) = self.by_id.get_mut(&id) else { return };
                 if exec_type == "F" {
+                    // Saturating: a report replayed from a damaged store may carry any numbers.
                     let (qty, px) = (int(tags::LAST_QTY).unwrap_or(0), int(tags::LAST_PX).unwrap_or(0));
-                    order.cum_qty += qty;
-                    order.notional += i128::from(px) * i128::from(qty);
+                    order.cum_qty = order.cum_qty.saturating_add(qty);
+                    order.notional = order.notional.saturating_add(i128::from(px) * i128::from(qty));
                 }
                 if exec_type == "5" {
                     order.qty = int(tags::ORDER_QTY).unwrap_or(order.qty);
@@ -200,6 +201,49 @@ impl Orders {
         out
     }
 
+    /// Remembers a command sent upstream as `seq` until its answer arrives.
+    pub(crate) fn sent(&mut self, seq: u64, pending: Pending) {
+        if let Pending::New(draft) = &pending {
+            self.pending_cl.insert(draft.cl_ord_id.clone());
+        }
+        if let Pending::Cancel { cl_ord_id, orig, order } = &pending {
+            self.cancels.insert(*order, (cl_ord_id.clone(), orig.clone()));
+        }
+        self.pending.insert(seq, pending);
+    }
+
+    /// A command that could not be sent: answered at once, as a refusal.
+    pub(crate) fn not_sent(&mut self, pending: Pending, error: bourse_client::Error) -> Vec<Message> {
+        let fake_seq = u64::MAX;
+        self.pending.insert(fake_seq, pending);
+        self.on_event(SessionEvent::Failed { seq: fake_seq, error })
+    }
+
+    /// A NewOrderSingle whose ClOrdID is known is not placed again: `Some` with the
+    /// answer to send (the order's status, or its reject again; none while the first is
+    /// still on its way), `None` for a new ClOrdID.
+    pub(crate) fn duplicate(&mut self, cl_ord_id: &str) -> Option<Option<Message>> {
+        if self.pending_cl.contains(cl_ord_id) {
+            return Some(None);
+        }
+        if let Some(order) = self.by_cl_ord_id(cl_ord_id).cloned() {
+            return Some(Some(self.report(&order, "I", None, None, Some("duplicate ClOrdID: the order's status"))));
+        }
+        if let Some(rejected) = self.rejected.get(cl_ord_id).cloned() {
+            let mut again = rejected;
+            let exec_id = self.exec_id();
+            again.set(tags::EXEC_ID, exec_id);
+            return Some(Some(again));
+        }
+        None
+    }
+
+    /// The order a cancel or replace names: by OrigClOrdID, else by OrderID.
+    pub(crate) fn target(&self, orig: &str, message: &Message) -> Option<OrderState> {
+        let by_id = message.get_str(tags::ORDER_ID).and_then(|id| id.parse::<u64>().ok());
+        self.by_cl_ord_id(orig).or_else(|| by_id.and_then(|id| self.by_id.get(&id))).cloned()
+    }
+
     fn exec_id(&mut self) -> String {
         self.exec_ids += 1;
         format!("{:x}.{}", now_ns(), self.exec_ids)
@@ -239,7 +283,7 @@ impl Orders {
     }
 
     /// A rejected NewOrderSingle's ExecutionReport.
-    fn new_rejected(&mut self, draft: &OrderState, reason: u32, text: &str) -> Message {
+    pub(crate) fn new_rejected(&mut self, draft: &OrderState, reason: u32, text: &str) -> Message {
         let mut report = Message::new(msg::EXECUTION_REPORT);
         report
             .push(tags::ORDER_ID, "NONE")
@@ -328,8 +372,8 @@ impl Orders {
             tracing::debug!(order = fill.order, "FIX: a fill of an order this session does not know");
             return;
         };
-        order.cum_qty += fill.qty;
-        order.notional += i128::from(fill.px) * i128::from(fill.qty);
+        order.cum_qty = order.cum_qty.saturating_add(fill.qty);
+        order.notional = order.notional.saturating_add(i128::from(fill.px) * i128::from(fill.qty));
         order.status = if order.cum_qty >= order.qty { "2" } else { "1" }.into();
         // `report` reads cum and status from the state passed; apply_report recomputes
         // them from LastQty/LastPx, so the live and rebuilt states agree.
@@ -361,7 +405,7 @@ impl Orders {
     }
 
     /// An OrderCancelReject (35=9); `response_to` is 1 for a cancel, 2 for a replace.
-    fn cancel_reject(
+    pub(crate) fn cancel_reject(
         &mut self,
         order: Option<u64>,
         cl_ord_id: &str,
@@ -455,7 +499,8 @@ pub(crate) async fn on_message(core: &Arc<SessionCore>, msg_type: &str, message:
 }
 
 /// A refusal with its OrdRejReason (103) and text.
-struct Refusal(u32, String);
+#[derive(Debug)]
+pub(crate) struct Refusal(pub u32, pub String);
 
 fn refuse<T>(reason: u32, text: impl Into<String>) -> Result<T, Refusal> {
     Err(Refusal(reason, text.into()))
@@ -465,33 +510,8 @@ fn refuse<T>(reason: u32, text: impl Into<String>) -> Result<T, Refusal> {
 const UNSUPPORTED: u32 = 11;
 
 async fn new_order(core: &Arc<SessionCore>, message: &Message) -> Result<(), FieldError> {
-    let cl_ord_id = message.require(tags::CL_ORD_ID)?.to_owned();
-    let side = message.require(tags::SIDE)?;
-    if !matches!(side, "1" | "2") {
-        return Err(FieldError::new(
-            RejectReason::ValueIncorrect,
-            Some(tags::SIDE),
-            "Side must be 1 (buy) or 2 (sell)",
-        ));
-    }
-    message.require(tags::ORDER_QTY)?;
-    let ord_type = message.require(tags::ORD_TYPE)?;
-    let symbol = message.require(tags::SYMBOL)?;
-    let draft = OrderState {
-        id: 0,
-        cl_ord_id: cl_ord_id.clone(),
-        account: message.get_str(tags::ACCOUNT).unwrap_or("").to_owned(),
-        symbol: symbol.to_owned(),
-        side: side.to_owned(),
-        ord_type: ord_type.to_owned(),
-        px: message.get_str(tags::PRICE).and_then(parse_integer),
-        stop_px: message.get_str(tags::STOP_PX).and_then(parse_integer),
-        qty: message.get_str(tags::ORDER_QTY).and_then(parse_integer).unwrap_or(0),
-        tif: message.get_str(tags::TIME_IN_FORCE).map(str::to_owned),
-        cum_qty: 0,
-        notional: 0,
-        status: "A".into(),
-    };
+    let draft = new_order_draft(message)?;
+    let cl_ord_id = draft.cl_ord_id.clone();
     if duplicate(core, &cl_ord_id) {
         return Ok(());
     }
@@ -511,26 +531,51 @@ async fn new_order(core: &Arc<SessionCore>, message: &Message) -> Result<(), Fie
     Ok(())
 }
 
+/// A NewOrderSingle's required fields checked (an error is a session-level Reject), and
+/// the order as its reports will describe it.
+pub(crate) fn new_order_draft(message: &Message) -> Result<OrderState, FieldError> {
+    let cl_ord_id = message.require(tags::CL_ORD_ID)?.to_owned();
+    let side = message.require(tags::SIDE)?;
+    if !matches!(side, "1" | "2") {
+        return Err(FieldError::new(
+            RejectReason::ValueIncorrect,
+            Some(tags::SIDE),
+            "Side must be 1 (buy) or 2 (sell)",
+        ));
+    }
+    message.require(tags::ORDER_QTY)?;
+    let ord_type = message.require(tags::ORD_TYPE)?;
+    let symbol = message.require(tags::SYMBOL)?;
+    Ok(OrderState {
+        id: 0,
+        cl_ord_id,
+        account: message.get_str(tags::ACCOUNT).unwrap_or("").to_owned(),
+        symbol: symbol.to_owned(),
+        side: side.to_owned(),
+        ord_type: ord_type.to_owned(),
+        px: message.get_str(tags::PRICE).and_then(parse_integer),
+        stop_px: message.get_str(tags::STOP_PX).and_then(parse_integer),
+        qty: message.get_str(tags::ORDER_QTY).and_then(parse_integer).unwrap_or(0),
+        tif: message.get_str(tags::TIME_IN_FORCE).map(str::to_owned),
+        cum_qty: 0,
+        notional: 0,
+        status: "A".into(),
+    })
+}
+
 /// A NewOrderSingle whose ClOrdID is known: answered with the order's status (or its
 /// reject again), never placed twice. True when it was such a duplicate.
 fn duplicate(core: &SessionCore, cl_ord_id: &str) -> bool {
     let mut state = core.lock();
-    if state.orders.pending_cl.contains(cl_ord_id) {
-        return true;
+    match state.orders.duplicate(cl_ord_id) {
+        Some(answer) => {
+            if let Some(answer) = answer {
+                core.send_locked(&mut state, answer);
+            }
+            true
+        }
+        None => false,
     }
-    if let Some(order) = state.orders.by_cl_ord_id(cl_ord_id).cloned() {
-        let report = state.orders.report(&order, "I", None, None, Some("duplicate ClOrdID: the order's status"));
-        core.send_locked(&mut state, report);
-        return true;
-    }
-    if let Some(rejected) = state.orders.rejected.get(cl_ord_id).cloned() {
-        let mut again = rejected;
-        let exec_id = state.orders.exec_id();
-        again.set(tags::EXEC_ID, exec_id);
-        core.send_locked(&mut state, again);
-        return true;
-    }
-    false
 }
 
 /// Sends `body` upstream and remembers what it was for; a session that cannot take
@@ -540,19 +585,9 @@ async fn send_command(core: &Arc<SessionCore>, upstream: &Upstream, body: &Comma
     let mut state = core.lock();
     let sent = permit.and_then(|permit| permit.send(body));
     match sent {
-        Ok(seq) => {
-            if let Pending::New(draft) = &pending {
-                state.orders.pending_cl.insert(draft.cl_ord_id.clone());
-            }
-            if let Pending::Cancel { cl_ord_id, orig, order } = &pending {
-                state.orders.cancels.insert(*order, (cl_ord_id.clone(), orig.clone()));
-            }
-            state.orders.pending.insert(seq, pending);
-        }
+        Ok(seq) => state.orders.sent(seq, pending),
         Err(error) => {
-            let fake_seq = u64::MAX;
-            state.orders.pending.insert(fake_seq, pending);
-            let messages = state.orders.on_event(SessionEvent::Failed { seq: fake_seq, error });
+            let messages = state.orders.not_sent(pending, error);
             for message in messages {
                 core.send_locked(&mut state, message);
             }
@@ -562,6 +597,19 @@ async fn send_command(core: &Arc<SessionCore>, upstream: &Upstream, body: &Comma
 
 /// The Place command a NewOrderSingle asks for, or why it cannot be expressed.
 async fn place(upstream: &Upstream, message: &Message) -> Result<CommandBody, Refusal> {
+    let mut request = order_request(message)?;
+    let name = message.get_str(tags::SYMBOL).unwrap_or("");
+    let Some(symbol) = upstream.symbol(name).await else {
+        return refuse(1, format!("unknown symbol {name}"));
+    };
+    request.symbol = SymbolId(symbol.id);
+    Ok(CommandBody::Place(request))
+}
+
+/// The order a NewOrderSingle asks for, or why it cannot be expressed, but for its
+/// symbol: `symbol` is 0 here, and the caller resolves Symbol (55) last (a name the
+/// exchange does not know is refused after every other check).
+pub(crate) fn order_request(message: &Message) -> Result<OrderRequest, Refusal> {
     let account = match message.get_str(tags::ACCOUNT).map(|a| a.parse::<u32>()) {
         Some(Ok(account)) => AccountId(account),
         Some(Err(_)) => return refuse(UNSUPPORTED, "Account (1) must be the exchange account number"),
@@ -617,38 +665,14 @@ async fn place(upstream: &Upstream, message: &Message) -> Result<CommandBody, Re
         }
     }
     let display_qty = units(message, tags::MAX_FLOOR)?.map(Qty);
-    let name = message.get_str(tags::SYMBOL).unwrap_or("");
-    let Some(symbol) = upstream.symbol(name).await else {
-        return refuse(1, format!("unknown symbol {name}"));
-    };
-    Ok(CommandBody::Place(OrderRequest {
-        account,
-        symbol: SymbolId(symbol.id),
-        side,
-        kind,
-        qty,
-        tif,
-        post_only,
-        display_qty,
-        stp: Stp::default(),
-    }))
+    Ok(OrderRequest { account, symbol: SymbolId(0), side, kind, qty, tif, post_only, display_qty, stp: Stp::default() })
 }
 
 /// OrderCancelRequest (`replace` false) and OrderCancelReplaceRequest.
 async fn cancel_or_replace(core: &Arc<SessionCore>, message: &Message, replace: bool) -> Result<(), FieldError> {
-    let cl_ord_id = message.require(tags::CL_ORD_ID)?.to_owned();
-    let orig = message.require(tags::ORIG_CL_ORD_ID)?.to_owned();
-    message.require(tags::SIDE)?;
-    message.require(tags::SYMBOL)?;
-    if replace {
-        message.require(tags::ORD_TYPE)?;
-    }
+    let (cl_ord_id, orig) = cancel_ids(message, replace)?;
     let response_to = if replace { "2" } else { "1" };
-    let order = {
-        let state = core.lock();
-        let by_id = message.get_str(tags::ORDER_ID).and_then(|id| id.parse::<u64>().ok());
-        state.orders.by_cl_ord_id(&orig).or_else(|| by_id.and_then(|id| state.orders.by_id.get(&id))).cloned()
-    };
+    let order = core.lock().orders.target(&orig, message);
     let refuse_now = |reason: u32, text: &str, order: Option<u64>| {
         let mut state = core.lock();
         let reject = state.orders.cancel_reject(order, &cl_ord_id, &orig, response_to, reason, text);
@@ -664,8 +688,7 @@ async fn cancel_or_replace(core: &Arc<SessionCore>, message: &Message, replace: 
     let Some(symbol) = upstream.symbol(&order.symbol).await else {
         return refuse_now(99, "the order's symbol is no longer known", Some(order.id));
     };
-    let (account, symbol, id) =
-        (AccountId(order.account.parse().unwrap_or(u32::MAX)), SymbolId(symbol.id), OrderId(order.id));
+    let (account, symbol, id) = (order_account(&order), SymbolId(symbol.id), OrderId(order.id));
     if !replace {
         let body = CommandBody::Cancel { account, symbol, order: id };
         send_command(core, &upstream, &body, Pending::Cancel { cl_ord_id, orig, order: order.id }).await;
@@ -679,8 +702,28 @@ async fn cancel_or_replace(core: &Arc<SessionCore>, message: &Message, replace: 
     Ok(())
 }
 
+/// The required fields of an OrderCancelRequest (`replace` false) or
+/// OrderCancelReplaceRequest checked (an error is a session-level Reject): its ClOrdID
+/// and OrigClOrdID.
+pub(crate) fn cancel_ids(message: &Message, replace: bool) -> Result<(String, String), FieldError> {
+    let cl_ord_id = message.require(tags::CL_ORD_ID)?.to_owned();
+    let orig = message.require(tags::ORIG_CL_ORD_ID)?.to_owned();
+    message.require(tags::SIDE)?;
+    message.require(tags::SYMBOL)?;
+    if replace {
+        message.require(tags::ORD_TYPE)?;
+    }
+    Ok((cl_ord_id, orig))
+}
+
+/// The account of an order this session placed (`u32::MAX`, which no account has, if
+/// its reports named none).
+pub(crate) fn order_account(order: &OrderState) -> AccountId {
+    AccountId(order.account.parse().unwrap_or(u32::MAX))
+}
+
 /// The command a replace asks for: Move for a new price, Reduce for a smaller quantity.
-fn replacement(
+pub(crate) fn replacement(
     message: &Message,
     order: &OrderState,
     account: AccountId,
@@ -742,8 +785,13 @@ fn decimal_ratio(numerator: i128, denominator: i64) -> String {
         return "0".into();
     }
     let denominator = i128::from(denominator);
-    let scaled = numerator * 100_000_000 / denominator;
-    let (whole, fraction) = (scaled / 100_000_000, (scaled % 100_000_000).abs());
+    // The remainder, not the numerator, is scaled: |remainder| < |denominator| < 2^63,
+    // so nothing overflows whatever the notional (what a damaged store replays included).
+    let (Some(whole), Some(remainder)) = (numerator.checked_div(denominator), numerator.checked_rem(denominator))
+    else {
+        return "0".into();
+    };
+    let fraction = (remainder.abs() * 100_000_000 / denominator.abs()) as u64;
     if fraction == 0 {
         return whole.to_string();
     }
@@ -791,5 +839,8 @@ mod tests {
         assert_eq!(decimal_ratio(301, 2), "150.5");
         assert_eq!(decimal_ratio(1, 3), "0.33333333");
         assert_eq!(decimal_ratio(5, 0), "0");
+        assert_eq!(decimal_ratio(-301, 2), "-150.5");
+        assert_eq!(decimal_ratio(i128::MAX, 1), i128::MAX.to_string());
+        assert_eq!(decimal_ratio(i128::MIN, -1), "0", "i128::MIN / -1 overflows: no average");
     }
 }

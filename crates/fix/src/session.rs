@@ -198,10 +198,7 @@ impl SessionCore {
     fn resend(&self, begin: u64, end: u64) {
         let mut state = self.lock();
         let last = state.store.next_sender() - 1;
-        let end = if end == 0 || end > last { last } else { end };
-        if begin == 0 || begin > end {
-            return;
-        }
+        let Some((begin, end)) = resend_bounds(begin, end, last) else { return };
         let stored = match state.store.sent_between(begin, end) {
             Ok(stored) => stored,
             Err(error) => {
@@ -400,48 +397,17 @@ async fn logon(
     error: Option<FieldError>,
     write: &mut EdgeWrite,
 ) -> Option<(Connection, mpsc::Receiver<Vec<u8>>)> {
-    if error.is_some() || logon.msg_type() != msg::LOGON {
-        tracing::warn!(?error, msg_type = logon.msg_type(), "FIX: the first message is not a valid Logon; closing");
-        return None;
-    }
     let config = &shared.config;
-    let (Some(their_id), Some(our_id)) = (logon.get_str(tags::SENDER_COMP_ID), logon.get_str(tags::TARGET_COMP_ID))
-    else {
-        tracing::warn!("FIX: Logon without SenderCompID or TargetCompID; closing");
-        return None;
-    };
-    if our_id != config.comp_id || their_id.is_empty() {
-        tracing::warn!(their_id, our_id, "FIX: Logon for another CompID; closing");
-        return None;
-    }
-    // Until the key is proven nothing touches a session's store: refusals are a Logout
-    // with MsgSeqNum 1 that no store records.
-    let refuse_unknown = |text: &str| {
-        tracing::warn!(their_id, text, "FIX Logon refused");
-        let mut logout = Message::new(msg::LOGOUT);
-        logout.push(tags::SENDER_COMP_ID, our_id).push(tags::TARGET_COMP_ID, their_id).push(tags::MSG_SEQ_NUM, "1");
-        logout.push(tags::SENDING_TIME, utc_timestamp(now_ns())).push(tags::TEXT, text);
-        logout.encode()
-    };
-    let heartbeat = match logon.get_u64(tags::HEART_BT_INT) {
-        Ok(Some(secs @ 1..=3_600)) => Duration::from_secs(secs),
-        _ => {
-            let _ = write.write_all(&refuse_unknown("HeartBtInt (108) must be 1 to 3600 seconds")).await;
-            return None;
-        }
-    };
-    let seq = match logon.get_u64(tags::MSG_SEQ_NUM) {
-        Ok(Some(seq)) => seq,
-        _ => {
-            let _ = write.write_all(&refuse_unknown("MsgSeqNum (34) missing or not a number")).await;
-            return None;
-        }
-    };
-    let key = logon.get_str(tags::PASSWORD).or_else(|| logon.get_str(tags::RAW_DATA)).map(str::to_owned);
-    let Some(key) = key else {
-        let _ = write.write_all(&refuse_unknown("Logon needs the API key in Password (554) or RawData (96)")).await;
-        return None;
-    };
+    let LogonFields { their_id, our_id, heartbeat, seq, key, reset } =
+        match check_logon(&logon, error.as_ref(), &config.comp_id) {
+            Ok(fields) => fields,
+            Err(LogonRefusal::Close) => return None,
+            Err(LogonRefusal::Logout { their_id, our_id, text }) => {
+                let _ = write.write_all(&logout_unknown(their_id, our_id, text)).await;
+                return None;
+            }
+        };
+    let refuse_unknown = |text: &str| logout_unknown(their_id, our_id, text);
     let upstream = match prove_key(shared, their_id, key.clone()).await {
         Ok(upstream) => upstream,
         Err(text) => {
@@ -481,7 +447,6 @@ async fn logon(
         tracing::warn!(session = %core.their_id, text, "FIX Logon refused");
         bytes
     };
-    let reset = logon.flag(tags::RESET_SEQ_NUM_FLAG);
     let (outbox_tx, outbox) = mpsc::channel(core.outbox_max);
     let kill = Arc::new(Notify::new());
     let attached = attach(
@@ -512,6 +477,78 @@ async fn logon(
         shutdown: shared.shutdown.clone(),
     };
     Some((connection, outbox))
+}
+
+/// What a Logon says, checked.
+#[derive(Debug)]
+pub(crate) struct LogonFields<'a> {
+    /// Their SenderCompID (not empty) and our CompID.
+    pub their_id: &'a str,
+    pub our_id: &'a str,
+    /// HeartBtInt (108), 1 to 3600 s.
+    pub heartbeat: Duration,
+    pub seq: u64,
+    /// The API key: Password (554), else RawData (96).
+    pub key: String,
+    /// ResetSeqNumFlag (141).
+    pub reset: bool,
+}
+
+/// Why a Logon is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LogonRefusal<'a> {
+    /// Not a valid Logon for this acceptor: closed without a word.
+    Close,
+    /// A Logout with this text (see [`logout_unknown`]), then closed.
+    Logout { their_id: &'a str, our_id: &'a str, text: &'static str },
+}
+
+/// The checks of the first message of a connection that need neither the store nor
+/// the upstream: a Logon (decoded without error) to `comp_id`, with a HeartBtInt, a
+/// MsgSeqNum and a key.
+pub(crate) fn check_logon<'a>(
+    logon: &'a Message,
+    error: Option<&FieldError>,
+    comp_id: &str,
+) -> Result<LogonFields<'a>, LogonRefusal<'a>> {
+    if error.is_some() || logon.msg_type() != msg::LOGON {
+        tracing::warn!(?error, msg_type = logon.msg_type(), "FIX: the first message is not a valid Logon; closing");
+        return Err(LogonRefusal::Close);
+    }
+    let (Some(their_id), Some(our_id)) = (logon.get_str(tags::SENDER_COMP_ID), logon.get_str(tags::TARGET_COMP_ID))
+    else {
+        tracing::warn!("FIX: Logon without SenderCompID or TargetCompID; closing");
+        return Err(LogonRefusal::Close);
+    };
+    if our_id != comp_id || their_id.is_empty() {
+        tracing::warn!(their_id, our_id, "FIX: Logon for another CompID; closing");
+        return Err(LogonRefusal::Close);
+    }
+    let refuse = |text| Err(LogonRefusal::Logout { their_id, our_id, text });
+    let heartbeat = match logon.get_u64(tags::HEART_BT_INT) {
+        Ok(Some(secs @ 1..=3_600)) => Duration::from_secs(secs),
+        _ => return refuse("HeartBtInt (108) must be 1 to 3600 seconds"),
+    };
+    let seq = match logon.get_u64(tags::MSG_SEQ_NUM) {
+        Ok(Some(seq)) => seq,
+        _ => return refuse("MsgSeqNum (34) missing or not a number"),
+    };
+    let key = logon.get_str(tags::PASSWORD).or_else(|| logon.get_str(tags::RAW_DATA)).map(str::to_owned);
+    let Some(key) = key else {
+        return refuse("Logon needs the API key in Password (554) or RawData (96)");
+    };
+    let reset = logon.flag(tags::RESET_SEQ_NUM_FLAG);
+    Ok(LogonFields { their_id, our_id, heartbeat, seq, key, reset })
+}
+
+/// The Logout refusing a Logon before its key is proven: nothing touches a session's
+/// store until then, so it has MsgSeqNum 1 and no store records it.
+pub(crate) fn logout_unknown(their_id: &str, our_id: &str, text: &str) -> Vec<u8> {
+    tracing::warn!(their_id, text, "FIX Logon refused");
+    let mut logout = Message::new(msg::LOGOUT);
+    logout.push(tags::SENDER_COMP_ID, our_id).push(tags::TARGET_COMP_ID, their_id).push(tags::MSG_SEQ_NUM, "1");
+    logout.push(tags::SENDING_TIME, utc_timestamp(now_ns())).push(tags::TEXT, text);
+    logout.encode()
 }
 
 /// Checks the Logon's sequence numbers (resetting them on ResetSeqNumFlag), attaches
@@ -601,6 +638,128 @@ async fn install_upstream(core: &Arc<SessionCore>, upstream: Upstream, events: b
     core.lock().upstream = Some(Arc::clone(&upstream));
     tokio::spawn(crate::orders::pump_events(Arc::downgrade(core), Arc::clone(&upstream), events));
     crate::orders::reconcile(core, &upstream).await;
+}
+
+/// What the reader of a logged-on connection does with an inbound message, decided
+/// from its header, its decode error and the MsgSeqNum expected next alone (the rules
+/// of the module header).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Inbound {
+    /// A Logout with this text, then the end: MsgSeqNum missing or unreadable, or too
+    /// low without PossDupFlag.
+    Close(String),
+    /// SenderCompID or TargetCompID not the session's: a Reject, a Logout, the end.
+    WrongCompId { seq: u64 },
+    /// SequenceReset in reset mode, whatever its MsgSeqNum: see [`reset_target`].
+    Reset { seq: u64 },
+    /// Ahead of the expected seq: a ResendRequest (once), the message dropped.
+    TooHigh { seq: u64 },
+    /// Below the expected seq with PossDupFlag: ignored.
+    Duplicate,
+    /// The expected seq but malformed: a Reject, and counted.
+    Malformed { seq: u64, error: FieldError },
+    /// The expected seq: processed.
+    InSequence { seq: u64 },
+}
+
+/// Classifies an inbound message (see [`Inbound`]).
+pub(crate) fn inbound(
+    message: &Message,
+    error: Option<FieldError>,
+    their_id: &str,
+    our_id: &str,
+    expected: u64,
+) -> Inbound {
+    let seq = match message.get_u64(tags::MSG_SEQ_NUM) {
+        Ok(Some(seq)) => seq,
+        _ => return Inbound::Close("MsgSeqNum (34) missing or not a number".into()),
+    };
+    if message.get_str(tags::SENDER_COMP_ID) != Some(their_id) || message.get_str(tags::TARGET_COMP_ID) != Some(our_id)
+    {
+        return Inbound::WrongCompId { seq };
+    }
+    if message.msg_type() == msg::SEQUENCE_RESET && !message.flag(tags::GAP_FILL_FLAG) && error.is_none() {
+        return Inbound::Reset { seq };
+    }
+    if seq > expected {
+        return Inbound::TooHigh { seq };
+    }
+    if seq < expected {
+        if message.flag(tags::POSS_DUP_FLAG) {
+            return Inbound::Duplicate;
+        }
+        return Inbound::Close(format!("MsgSeqNum too low, expecting {expected} but received {seq}"));
+    }
+    match error {
+        Some(error) => Inbound::Malformed { seq, error },
+        None => Inbound::InSequence { seq },
+    }
+}
+
+/// SequenceReset in reset mode: the next expected seq becomes NewSeqNo, never lower
+/// than `expected` (an error is the Reject).
+pub(crate) fn reset_target(message: &Message, expected: u64) -> Result<u64, FieldError> {
+    match message.require_u64(tags::NEW_SEQ_NO)? {
+        new if new >= expected => Ok(new),
+        new => Err(FieldError::new(
+            RejectReason::ValueIncorrect,
+            Some(tags::NEW_SEQ_NO),
+            format!("NewSeqNo {new} is below the expected {expected}"),
+        )),
+    }
+}
+
+/// SequenceReset-GapFill with MsgSeqNum `seq`: the next expected seq, NewSeqNo, which
+/// must move it forward (an error is the Reject).
+pub(crate) fn gap_fill_target(message: &Message, seq: u64) -> Result<u64, FieldError> {
+    match message.require_u64(tags::NEW_SEQ_NO)? {
+        new if new > seq => Ok(new),
+        _ => Err(FieldError::new(
+            RejectReason::ValueIncorrect,
+            Some(tags::NEW_SEQ_NO),
+            "a gap fill must move the seq forward",
+        )),
+    }
+}
+
+/// A ResendRequest's BeginSeqNo and EndSeqNo (0 when absent or unreadable).
+pub(crate) fn resend_range(message: &Message) -> (u64, u64) {
+    let begin = message.get_u64(tags::BEGIN_SEQ_NO).ok().flatten().unwrap_or(0);
+    let end = message.get_u64(tags::END_SEQ_NO).ok().flatten().unwrap_or(0);
+    (begin, end)
+}
+
+/// The seqs a ResendRequest for `begin..=end` (0: to the last) replays when `last` is
+/// the last seq sent: none when the range is empty.
+pub(crate) fn resend_bounds(begin: u64, end: u64, last: u64) -> Option<(u64, u64)> {
+    let end = if end == 0 || end > last { last } else { end };
+    (begin != 0 && begin <= end).then_some((begin, end))
+}
+
+/// The Reject (35=3) of message `seq` of type `ref_msg_type` ("" when unknown).
+pub(crate) fn reject_message(seq: u64, ref_msg_type: &str, error: &FieldError) -> Message {
+    let mut reject = Message::new(msg::REJECT);
+    reject.push_display(tags::REF_SEQ_NUM, seq);
+    if let Some(tag) = error.tag {
+        reject.push_display(tags::REF_TAG_ID, tag);
+    }
+    if !ref_msg_type.is_empty() {
+        reject.push(tags::REF_MSG_TYPE, ref_msg_type);
+    }
+    reject.push_display(tags::SESSION_REJECT_REASON, error.reason as u32).push(tags::TEXT, &error.text);
+    reject
+}
+
+/// The BusinessMessageReject (35=j) of an in-sequence message of a type this acceptor
+/// does not serve.
+pub(crate) fn unsupported(seq: u64, msg_type: &str) -> Message {
+    let mut reject = Message::new(msg::BUSINESS_MESSAGE_REJECT);
+    reject
+        .push_display(tags::REF_SEQ_NUM, seq)
+        .push(tags::REF_MSG_TYPE, msg_type)
+        .push(tags::BUSINESS_REJECT_REASON, "3")
+        .push(tags::TEXT, format!("MsgType {msg_type} is not supported"));
+    reject
 }
 
 /// What one message asks the reader to do next.
@@ -694,63 +853,50 @@ impl Connection {
     }
 
     fn reject(&self, seq: u64, ref_msg_type: &str, error: &FieldError) {
-        let mut reject = Message::new(msg::REJECT);
-        reject.push_display(tags::REF_SEQ_NUM, seq);
-        if let Some(tag) = error.tag {
-            reject.push_display(tags::REF_TAG_ID, tag);
-        }
-        if !ref_msg_type.is_empty() {
-            reject.push(tags::REF_MSG_TYPE, ref_msg_type);
-        }
-        reject.push_display(tags::SESSION_REJECT_REASON, error.reason as u32).push(tags::TEXT, &error.text);
-        self.core.send(reject);
+        self.core.send(reject_message(seq, ref_msg_type, error));
     }
 
     async fn on_message(&mut self, message: Message, error: Option<FieldError>) -> Flow {
-        let seq = match message.get_u64(tags::MSG_SEQ_NUM) {
-            Ok(Some(seq)) => seq,
-            _ => {
-                self.logout("MsgSeqNum (34) missing or not a number");
-                return Flow::Close;
-            }
-        };
         let msg_type = message.msg_type().to_owned();
-        if message.get_str(tags::SENDER_COMP_ID) != Some(&self.core.their_id)
-            || message.get_str(tags::TARGET_COMP_ID) != Some(&self.core.our_id)
-        {
-            self.reject(
-                seq,
-                &msg_type,
-                &FieldError::new(RejectReason::CompIdProblem, Some(tags::SENDER_COMP_ID), "CompID problem"),
-            );
-            self.logout("SenderCompID or TargetCompID does not match the session");
-            return Flow::Close;
-        }
-        if msg_type == msg::SEQUENCE_RESET && !message.flag(tags::GAP_FILL_FLAG) && error.is_none() {
-            return self.sequence_reset(seq, &message);
-        }
         let expected = self.core.next_target();
-        if seq > expected {
-            return self.too_high(seq, expected, &msg_type, &message);
-        }
-        if seq < expected {
-            if message.flag(tags::POSS_DUP_FLAG) {
-                return Flow::Continue;
+        match inbound(&message, error, &self.core.their_id, &self.core.our_id, expected) {
+            Inbound::Close(text) => {
+                self.logout(&text);
+                Flow::Close
             }
-            self.logout(&format!("MsgSeqNum too low, expecting {expected} but received {seq}"));
-            return Flow::Close;
+            Inbound::WrongCompId { seq } => {
+                self.reject(
+                    seq,
+                    &msg_type,
+                    &FieldError::new(RejectReason::CompIdProblem, Some(tags::SENDER_COMP_ID), "CompID problem"),
+                );
+                self.logout("SenderCompID or TargetCompID does not match the session");
+                Flow::Close
+            }
+            Inbound::Reset { seq } => self.sequence_reset(seq, &message),
+            Inbound::TooHigh { seq } => self.too_high(seq, expected, &msg_type, &message),
+            Inbound::Duplicate => Flow::Continue,
+            Inbound::Malformed { seq, error } => {
+                self.reached(seq);
+                self.reject(seq, &msg_type, &error);
+                self.core.set_next_target(seq + 1);
+                Flow::Continue
+            }
+            Inbound::InSequence { seq } => {
+                self.reached(seq);
+                let (flow, next) = self.dispatch(seq, &msg_type, &message).await;
+                self.core.set_next_target(next);
+                flow
+            }
         }
+    }
+
+    /// An in-sequence message arrived: a resend we asked for is over once it reaches
+    /// the seq that made us ask.
+    fn reached(&mut self, seq: u64) {
         if self.resend_until.is_some_and(|until| seq >= until) {
             self.resend_until = None;
         }
-        if let Some(error) = error {
-            self.reject(seq, &msg_type, &error);
-            self.core.set_next_target(seq + 1);
-            return Flow::Continue;
-        }
-        let (flow, next) = self.dispatch(seq, &msg_type, &message).await;
-        self.core.set_next_target(next);
-        flow
     }
 
     /// A message ahead of the expected seq: ask once for the missing ones (the resend
@@ -774,26 +920,15 @@ impl Connection {
 
     /// SequenceReset in reset mode: the expected seq becomes NewSeqNo, never lower.
     fn sequence_reset(&mut self, seq: u64, message: &Message) -> Flow {
-        let expected = self.core.next_target();
-        match message.require_u64(tags::NEW_SEQ_NO) {
-            Ok(new) if new >= expected => self.core.set_next_target(new),
-            Ok(new) => self.reject(
-                seq,
-                msg::SEQUENCE_RESET,
-                &FieldError::new(
-                    RejectReason::ValueIncorrect,
-                    Some(tags::NEW_SEQ_NO),
-                    format!("NewSeqNo {new} is below the expected {expected}"),
-                ),
-            ),
+        match reset_target(message, self.core.next_target()) {
+            Ok(new) => self.core.set_next_target(new),
             Err(error) => self.reject(seq, msg::SEQUENCE_RESET, &error),
         }
         Flow::Continue
     }
 
     fn on_resend_request(&self, message: &Message) {
-        let begin = message.get_u64(tags::BEGIN_SEQ_NO).ok().flatten().unwrap_or(0);
-        let end = message.get_u64(tags::END_SEQ_NO).ok().flatten().unwrap_or(0);
+        let (begin, end) = resend_range(message);
         self.core.resend(begin, end);
     }
 
@@ -819,17 +954,8 @@ impl Connection {
             msg::REJECT => {
                 tracing::warn!(session = %self.core.their_id, text = message.get_str(tags::TEXT), "FIX Reject received")
             }
-            msg::SEQUENCE_RESET => match message.require_u64(tags::NEW_SEQ_NO) {
-                Ok(new) if new > seq => return (Flow::Continue, new),
-                Ok(_) => self.reject(
-                    seq,
-                    msg_type,
-                    &FieldError::new(
-                        RejectReason::ValueIncorrect,
-                        Some(tags::NEW_SEQ_NO),
-                        "a gap fill must move the seq forward",
-                    ),
-                ),
+            msg::SEQUENCE_RESET => match gap_fill_target(message, seq) {
+                Ok(new) => return (Flow::Continue, new),
                 Err(error) => self.reject(seq, msg_type, &error),
             },
             msg::LOGOUT => {
@@ -851,15 +977,7 @@ impl Connection {
                     self.reject(seq, msg_type, &error);
                 }
             }
-            _ => {
-                let mut reject = Message::new(msg::BUSINESS_MESSAGE_REJECT);
-                reject
-                    .push_display(tags::REF_SEQ_NUM, seq)
-                    .push(tags::REF_MSG_TYPE, msg_type)
-                    .push(tags::BUSINESS_REJECT_REASON, "3")
-                    .push(tags::TEXT, format!("MsgType {msg_type} is not supported"));
-                self.core.send(reject);
-            }
+            _ => self.core.send(unsupported(seq, msg_type)),
         }
         (Flow::Continue, next)
     }

@@ -18,7 +18,10 @@
 //! recognises (PossDupFlag with a known ClOrdID).
 //!
 //! Opening replays the file, drops a torn or corrupt tail (the recovery of a crash in
-//! the middle of a write) and continues after it. A sequence reset (ResetSeqNumFlag)
+//! the middle of a write; also a record whose CRC checks but which this code cannot
+//! have written, such as a `Sent` seq out of order) and continues after it. Whatever
+//! the file holds, opening reads it once and keeps an index no larger than it (fuzzed:
+//! `crates/fix/fuzz`, target `store`). A sequence reset (ResetSeqNumFlag)
 //! starts a new, empty file by rename. Memory: an index entry per sent application
 //! message; the file grows until the next reset (a known limit: no rolling store).
 
@@ -68,8 +71,10 @@ impl Store {
         let mut at = 0;
         while let Some((kind, payload, next)) = read_record(bytes, at) {
             match kind {
-                KIND_SENT if payload.len() >= 8 => {
-                    let seq = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
+                // Sent records are written in seq order from 1 ([`Store::record_sent`]): a
+                // seq out of that order is damage, and the rest is dropped like a torn tail.
+                KIND_SENT if payload.len() >= 8 && payload[..8] == self.next_sender.to_le_bytes() => {
+                    let seq = self.next_sender;
                     if payload.len() > 8 {
                         self.sent.push((seq, (at + HEADER_LEN + 1 + 8) as u64, (payload.len() - 8) as u32));
                     }
@@ -275,6 +280,24 @@ mod tests {
             let store = Store::open(copy.path(), "C", "S").unwrap();
             assert_eq!(store.sent_between(1, 9).unwrap(), vec![(1, b"one".to_vec()), (2, b"again".to_vec())]);
         }
+    }
+
+    #[test]
+    fn a_record_out_of_seq_order_ends_the_replay_even_with_a_valid_crc() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path(), "C", "S").unwrap();
+        store.record_sent(1, Some(b"one")).unwrap();
+        // What record_sent(u64::MAX, …) would write, were it allowed to.
+        store.append(KIND_SENT, &[&u64::MAX.to_le_bytes()[..], b"max"].concat()).unwrap();
+        store.record_sent(2, Some(b"two")).unwrap();
+        let path = store.path().to_path_buf();
+        drop(store);
+        let full = std::fs::metadata(&path).unwrap().len();
+        let mut store = Store::open(dir.path(), "C", "S").unwrap();
+        assert_eq!(store.next_sender(), 2, "the replay stopped at the seq out of order");
+        assert!(std::fs::metadata(&path).unwrap().len() < full, "and the rest was dropped");
+        store.record_sent(2, Some(b"again")).unwrap();
+        assert_eq!(store.sent_between(1, u64::MAX).unwrap(), vec![(1, b"one".to_vec()), (2, b"again".to_vec())]);
     }
 
     #[test]

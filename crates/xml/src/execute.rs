@@ -22,10 +22,10 @@ use bourse_engine::command::{CommandBody, OrderRequest, Tif};
 use bourse_engine::{AccountId, Amount, OrderId, Outcome, Px, Qty, Reject, Side};
 use bourse_protocol::proto;
 
-use crate::exchange::{Exchange, SymbolProblem, UpstreamError};
+use crate::exchange::{Exchange, SymbolIds, SymbolProblem, UpstreamError};
 use crate::parse::{CreateChild, Request, SymbolChild, TxChild};
 use crate::reply::{Item, OrderReport};
-use crate::value;
+use crate::value::{self, Scales};
 
 const SERVICE_UNAVAILABLE: &str = "Service unavailable";
 
@@ -104,15 +104,11 @@ impl Run<'_> {
 
     async fn create_account(&self, id: &Option<String>, balance: &Option<String>) -> Item {
         let attrs = echo(&[("id", id)]);
-        if let Some(text) = missing(&[("id", id), ("balance", balance)]) {
-            return error(attrs, text);
-        }
-        let (id, balance) = (id.as_deref().unwrap_or(""), balance.as_deref().unwrap_or(""));
-        let Some(external_id) = value::account_id(id) else { return error(attrs, "Invalid account id") };
-        let deposit = match value::decimal(balance, self.exchange.scales().cash(), false) {
-            Some(deposit) if deposit >= 0 => deposit,
-            _ => return error(attrs, "Invalid balance"),
+        let (external_id, deposit) = match account_values(id, balance, &self.exchange.scales()) {
+            Ok(values) => values,
+            Err(text) => return error(attrs, text),
         };
+        let id = id.as_deref().unwrap_or("");
         let body =
             CommandBody::CreateAccountWithId { external_id, asset: self.exchange.quote(), deposit: Amount(deposit) };
         match self.submit(body).await {
@@ -156,20 +152,9 @@ impl Run<'_> {
         shares: &str,
     ) -> Item {
         let attrs = echo(&[("sym", sym), ("id", id)]);
-        if let Some(text) = missing(&[("sym", sym), ("id", id)]) {
-            return error(attrs, text);
-        }
-        let ids = match symbol {
-            None | Some(Err(SymbolProblem::Incompatible)) => return error(attrs, "Invalid symbol"),
-            Some(Err(SymbolProblem::Upstream(_))) => None,
-            Some(Ok(ids)) => *ids,
-        };
-        let Some(external_id) = id.as_deref().and_then(value::account_id) else {
-            return error(attrs, "Invalid account id");
-        };
-        let amount = match value::decimal(shares, self.exchange.scales().quantity, false) {
-            Some(amount) if amount > 0 => amount,
-            _ => return error(attrs, "Invalid share amount"),
+        let (ids, external_id, amount) = match credit_values(sym, symbol, id, shares, &self.exchange.scales()) {
+            Ok(values) => values,
+            Err(text) => return error(attrs, text),
         };
         let Some(ids) = ids else { return error(attrs, SERVICE_UNAVAILABLE) };
         let account = match self.exchange.account(external_id).await {
@@ -215,20 +200,10 @@ impl Run<'_> {
         amount: &Option<String>,
         limit: &Option<String>,
     ) -> Item {
-        let named = [("sym", sym), ("amount", amount), ("limit", limit)];
-        let attrs = echo(&named);
-        if let Some(text) = missing(&named) {
-            return error(attrs, text);
-        }
-        let scales = self.exchange.scales();
-        let Some(name) = sym.as_deref().and_then(value::symbol) else { return error(attrs, "Invalid symbol") };
-        let qty = match amount.as_deref().and_then(|a| value::decimal(a, scales.quantity, true)) {
-            Some(qty) if qty != 0 && qty != i64::MIN => qty,
-            _ => return error(attrs, "Invalid amount"),
-        };
-        let px = match limit.as_deref().and_then(|l| value::decimal(l, scales.price, false)) {
-            Some(px) if px > 0 => px,
-            _ => return error(attrs, "Invalid limit"),
+        let attrs = echo(&[("sym", sym), ("amount", amount), ("limit", limit)]);
+        let (name, qty, px) = match order_values(sym, amount, limit, &self.exchange.scales()) {
+            Ok(values) => values,
+            Err(text) => return error(attrs, text),
         };
         let account = match acting {
             Acting::Account(Some(account)) => *account,
@@ -296,32 +271,107 @@ impl Run<'_> {
 
     /// What `<status>` (with `open`) or `<canceled>` holds for an order.
     fn report(&self, info: &proto::OrderInfo, with_open: bool) -> OrderReport {
-        let scales = self.exchange.scales();
-        // An expired Day order (placed over another protocol) reads as cancelled here:
-        // the XML protocol has no word for an expiry.
-        let cancelled =
-            [proto::OrderStatus::Cancelled, proto::OrderStatus::Expired].map(|s| s as i32).contains(&info.status);
-        let open = (with_open && is_open(info) && info.qty_open > 0)
-            .then(|| value::format_scaled(info.qty_open, scales.quantity));
-        // Everything that did not execute: what the cancel took and, for an order an
-        // operator reduced over gRPC, what the reduces took.
-        let canceled = cancelled.then(|| {
-            let shares = info.qty.saturating_sub(info.qty_filled);
-            (value::format_scaled(shares, scales.quantity), value::seconds(info.ts_closed))
-        });
-        let executed = info
-            .fills
-            .iter()
-            .map(|fill| {
-                (
-                    value::format_scaled(fill.qty, scales.quantity),
-                    value::format_scaled(fill.px, scales.price),
-                    value::seconds(fill.ts),
-                )
-            })
-            .collect();
-        OrderReport { open, canceled, executed }
+        report(&self.exchange.scales(), info, with_open)
     }
+}
+
+/// `<account id balance>` checked before anything is sent (missing attribute, then
+/// each value's grammar): the external id and the opening deposit in cash units, or
+/// the error's text.
+pub(crate) fn account_values(
+    id: &Option<String>,
+    balance: &Option<String>,
+    scales: &Scales,
+) -> Result<(u64, i64), String> {
+    if let Some(text) = missing(&[("id", id), ("balance", balance)]) {
+        return Err(text);
+    }
+    let (id, balance) = (id.as_deref().unwrap_or(""), balance.as_deref().unwrap_or(""));
+    let Some(external_id) = value::account_id(id) else { return Err("Invalid account id".into()) };
+    match value::decimal(balance, scales.cash(), false) {
+        Some(deposit) if deposit >= 0 => Ok((external_id, deposit)),
+        _ => Err("Invalid balance".into()),
+    }
+}
+
+/// A `<symbol sym>`'s `<account id>NUM</account>` checked before anything is sent,
+/// given what looking the symbol up found (`None`: its name is invalid): the symbol's
+/// ids (`None` when the lookup failed upstream), the external account id and the shares
+/// in quantity units, or the error's text.
+pub(crate) fn credit_values(
+    sym: &Option<String>,
+    symbol: &Option<Result<Option<SymbolIds>, SymbolProblem>>,
+    id: &Option<String>,
+    shares: &str,
+    scales: &Scales,
+) -> Result<(Option<SymbolIds>, u64, i64), String> {
+    if let Some(text) = missing(&[("sym", sym), ("id", id)]) {
+        return Err(text);
+    }
+    let ids = match symbol {
+        None | Some(Err(SymbolProblem::Incompatible)) => return Err("Invalid symbol".into()),
+        Some(Err(SymbolProblem::Upstream(_))) => None,
+        Some(Ok(ids)) => *ids,
+    };
+    let Some(external_id) = id.as_deref().and_then(value::account_id) else {
+        return Err("Invalid account id".into());
+    };
+    match value::decimal(shares, scales.quantity, false) {
+        Some(amount) if amount > 0 => Ok((ids, external_id, amount)),
+        _ => Err("Invalid share amount".into()),
+    }
+}
+
+/// An `<order sym amount limit>` checked before anything is sent (missing attribute,
+/// then each value's grammar in attribute order): the symbol's name, the signed
+/// quantity (positive buys) in quantity units and the limit in price units, or the
+/// error's text.
+pub(crate) fn order_values<'a>(
+    sym: &'a Option<String>,
+    amount: &Option<String>,
+    limit: &Option<String>,
+    scales: &Scales,
+) -> Result<(&'a str, i64, i64), String> {
+    if let Some(text) = missing(&[("sym", sym), ("amount", amount), ("limit", limit)]) {
+        return Err(text);
+    }
+    let Some(name) = sym.as_deref().and_then(value::symbol) else { return Err("Invalid symbol".into()) };
+    let qty = match amount.as_deref().and_then(|a| value::decimal(a, scales.quantity, true)) {
+        Some(qty) if qty != 0 && qty != i64::MIN => qty,
+        _ => return Err("Invalid amount".into()),
+    };
+    match limit.as_deref().and_then(|l| value::decimal(l, scales.price, false)) {
+        Some(px) if px > 0 => Ok((name, qty, px)),
+        _ => Err("Invalid limit".into()),
+    }
+}
+
+/// What `<status>` (with `open`) or `<canceled>` holds for an order.
+pub(crate) fn report(scales: &Scales, info: &proto::OrderInfo, with_open: bool) -> OrderReport {
+    // An expired Day order (placed over another protocol) reads as cancelled here:
+    // the XML protocol has no word for an expiry.
+    let cancelled =
+        [proto::OrderStatus::Cancelled, proto::OrderStatus::Expired].map(|s| s as i32).contains(&info.status);
+    let open =
+        (with_open && is_open(info) && info.qty_open > 0).then(|| value::format_scaled(info.qty_open, scales.quantity));
+    // Everything that did not execute: what the cancel took and, for an order an
+    // operator reduced over gRPC, what the reduces took.
+    let canceled = cancelled.then(|| {
+        let shares = info.qty.saturating_sub(info.qty_filled);
+        (value::format_scaled(shares, scales.quantity), value::seconds(info.ts_closed))
+    });
+    let executed = info
+        .fills
+        .iter()
+        .map(|fill| {
+            (
+                value::format_scaled(fill.qty, scales.quantity),
+                value::format_scaled(fill.px, scales.price),
+                value::seconds(fill.ts),
+            )
+        })
+        .collect();
+    OrderReport { open, canceled, executed }
 }
 
 fn is_open(info: &proto::OrderInfo) -> bool {

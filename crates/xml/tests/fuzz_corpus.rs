@@ -1,34 +1,164 @@
-//! The fuzz target's corpus (crates/xml/fuzz/corpus/parse) on stable: every input is
-//! parsed and answered with a well-formed reply, without a panic.
+//! The fuzz targets' corpora (crates/xml/fuzz/corpus/{parse,framing,execute}) on stable:
+//! every input parsed and answered with a well-formed reply, read by the framing
+//! reader as the spec's grammar says, and checked as execution checks it, without a
+//! panic; and seeded random inputs for each (SplitMix64, so a failure reproduces from
+//! the printed seed).
+
+use bourse_xml::fuzzing::{execute_checks, frames, parse_and_answer};
+
+fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = format!("{}/fuzz/corpus/{target}", env!("CARGO_MANIFEST_DIR"));
+    let files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect();
+    assert!(files.len() >= 10, "the {target} corpus has {} files", files.len());
+    files
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+}
 
 #[test]
 fn the_fuzz_corpus_is_answered_without_panicking() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/parse");
-    let mut files = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
-        bourse_xml::fuzzing::parse_and_answer(&std::fs::read(entry.unwrap().path()).unwrap());
-        files += 1;
+    for (_, bytes) in corpus("parse") {
+        parse_and_answer(&bytes);
     }
-    assert!(files >= 10, "the corpus has {files} files");
 }
 
 #[test]
 fn seeded_random_bytes_are_answered_without_panicking() {
-    // SplitMix64, so a failure reproduces from the printed seed.
     for seed in 0..200u64 {
-        let mut state = seed;
-        let bytes: Vec<u8> = (0..(seed as usize * 7) % 600)
-            .map(|_| {
-                state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = state;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                // Mostly markup characters, so the parser gets past the first byte.
-                const ALPHABET: &[u8] = b"<>/=\"' ab&;#x1!-?[]CDATA\n";
-                ALPHABET[((z ^ (z >> 31)) % ALPHABET.len() as u64) as usize]
-            })
-            .collect();
+        let mut rng = Rng(seed);
+        // Mostly markup characters, so the parser gets past the first byte.
+        const ALPHABET: &[u8] = b"<>/=\"' ab&;#x1!-?[]CDATA\n";
+        let bytes: Vec<u8> =
+            (0..(seed as usize * 7) % 600).map(|_| ALPHABET[(rng.next() % ALPHABET.len() as u64) as usize]).collect();
         eprintln!("seed {seed}");
-        bourse_xml::fuzzing::parse_and_answer(&bytes);
+        parse_and_answer(&bytes);
+    }
+}
+
+#[test]
+fn the_framing_corpus_reads_as_the_grammar_says() {
+    let mut requests = 0;
+    for (path, bytes) in corpus("framing") {
+        eprintln!("{}", path.display());
+        requests += frames(&bytes);
+    }
+    assert!(requests >= 10, "the corpus holds requests: {requests}");
+}
+
+#[test]
+fn seeded_random_streams_read_as_the_grammar_says() {
+    for seed in 0..300u64 {
+        let mut rng = Rng(seed);
+        // Length lines right and wrong, then bodies of about their length.
+        let mut bytes = vec![rng.next() as u8];
+        for _ in 0..rng.next() % 6 {
+            let length = rng.next() % 12;
+            let line = match rng.next() % 8 {
+                0 => format!("{length}\r\n"),
+                1 => format!("{:0>19}\n", length),
+                2 => format!("{:0>20}\n", length),
+                3 => format!("{length}\r"),
+                4 => rng.pick(&["\n", "x\n", "-1\n", " 1\n", "99999999999999999999\n"]).to_owned(),
+                _ => format!("{length}\n"),
+            };
+            bytes.extend_from_slice(line.as_bytes());
+            let body = (length + rng.next() % 3).saturating_sub(1);
+            bytes.extend((0..body).map(|_| b"<a/>\n\r0123456789"[(rng.next() % 16) as usize]));
+        }
+        eprintln!("seed {seed}");
+        frames(&bytes);
+    }
+}
+
+#[test]
+fn the_execute_corpus_is_checked_without_panicking() {
+    let mut passed = 0;
+    for (path, bytes) in corpus("execute") {
+        eprintln!("{}", path.display());
+        passed += execute_checks(&bytes);
+    }
+    assert!(passed >= 20, "children of the corpus pass their checks: {passed}");
+}
+
+#[test]
+fn seeded_random_requests_are_checked_without_panicking() {
+    const VALUES: &[&str] = &[
+        "1",
+        "0",
+        "-1",
+        "007",
+        "1.5",
+        "0.0001",
+        "0.00001",
+        "-0.0001",
+        "922337203685477.5807",
+        "-922337203685477.5808",
+        "99999999999999999999",
+        "1234567890123456789",
+        "SPY",
+        "A",
+        "BRK.B",
+        "",
+        " 2 ",
+        "1e3",
+        "&#45;1",
+    ];
+    for seed in 0..300u64 {
+        let mut rng = Rng(seed);
+        let mut body = String::new();
+        if rng.next().is_multiple_of(2) {
+            body.push_str("<create>");
+            for _ in 0..rng.next() % 5 {
+                if rng.next().is_multiple_of(2) {
+                    body.push_str(&format!("<account id=\"{}\" balance=\"{}\"/>", rng.pick(VALUES), rng.pick(VALUES)));
+                } else {
+                    body.push_str(&format!("<symbol sym=\"{}\">", rng.pick(VALUES)));
+                    for _ in 0..rng.next() % 3 {
+                        body.push_str(&format!("<account id=\"{}\">{}</account>", rng.pick(VALUES), rng.pick(VALUES)));
+                    }
+                    body.push_str("</symbol>");
+                }
+            }
+            body.push_str("</create>");
+        } else {
+            body.push_str(&format!("<transactions id=\"{}\">", rng.pick(VALUES)));
+            for _ in 0..rng.next() % 5 {
+                body.push_str(&match rng.next() % 3 {
+                    0 => format!("<query id=\"{}\"/>", rng.pick(VALUES)),
+                    1 => format!("<cancel id=\"{}\"/>", rng.pick(VALUES)),
+                    _ => format!(
+                        "<order sym=\"{}\" amount=\"{}\" limit=\"{}\"/>",
+                        rng.pick(VALUES),
+                        rng.pick(VALUES),
+                        rng.pick(VALUES)
+                    ),
+                });
+            }
+            body.push_str("</transactions>");
+        }
+        eprintln!("seed {seed}");
+        execute_checks(body.as_bytes());
     }
 }
