@@ -33,6 +33,16 @@ pub struct EngineConfig {
     pub orders_per_account_max: u32,
     pub outcomes_per_client_max: u32,
     pub orders_closed_max: u32,
+    /// Clients (ids with a record of their commands, for exactly-once) remembered at
+    /// most. A command of a new client past this is refused (`limit_reached`) and
+    /// leaves no trace, until idle clients expire.
+    pub clients_max: u32,
+    /// A client none of whose commands applied for this long (in log time, seconds) is
+    /// forgotten at the next sweep of the client records; sweeps run every eighth of
+    /// this, so a record goes between 1× and 1.125× this after its last command. A
+    /// forgotten client's next command is refused as a `sequence_gap` unless it is its
+    /// first (seq 1): its retries must come well within this.
+    pub client_expiry_secs: u32,
     /// The day-trading ledger's rules and bounds.
     pub day_trading: crate::daytrading::DtConfig,
 }
@@ -46,6 +56,8 @@ impl Default for EngineConfig {
             orders_per_account_max: 100_000,
             outcomes_per_client_max: 128,
             orders_closed_max: 10_000,
+            clients_max: 100_000,
+            client_expiry_secs: 86_400,
             day_trading: crate::daytrading::DtConfig::default(),
         }
     }
@@ -178,6 +190,12 @@ pub struct Engine<B: Book = FastBook> {
     /// Client id → slot in `sessions`: one hash lookup per command.
     pub(crate) session_slots: FxHashMap<ClientId, u32>,
     pub(crate) sessions: Vec<(ClientId, Session)>,
+    /// The log time at or after which the next command sweeps expired client records.
+    pub(crate) sessions_sweep_at: Timestamp,
+    /// Since this engine was built or restored (not state: metrics only): clients
+    /// forgotten for being idle, and commands of new clients refused for `clients_max`.
+    pub(crate) clients_expired: u64,
+    pub(crate) clients_refused: u64,
     pub(crate) next_order_id: u64,
     /// The timestamp of the last command applied, so a new leader never stamps earlier.
     pub(crate) ts_last: Timestamp,
@@ -202,6 +220,8 @@ impl<B: Book> Engine<B> {
     pub fn new(config: EngineConfig) -> Self {
         assert!(config.outcomes_per_client_max > 0, "outcomes_per_client_max must be positive");
         assert!(config.orders_per_account_max > 0, "orders_per_account_max must be positive");
+        assert!(config.clients_max > 0, "clients_max must be positive");
+        assert!(config.client_expiry_secs > 0, "client_expiry_secs must be positive");
         Engine {
             config,
             assets: Vec::new(),
@@ -212,6 +232,9 @@ impl<B: Book> Engine<B> {
             accounts_by_external: FxHashMap::default(),
             session_slots: FxHashMap::default(),
             sessions: Vec::new(),
+            sessions_sweep_at: 0,
+            clients_expired: 0,
+            clients_refused: 0,
             next_order_id: 1,
             ts_last: 0,
             orders: FxHashMap::default(),
@@ -238,13 +261,49 @@ impl<B: Book> Engine<B> {
         self.sessions[slot as usize].1.day_trading_result(seq)
     }
 
+    /// Clients remembered now.
+    pub fn clients(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Clients forgotten for being idle, and commands of new clients refused because
+    /// `clients_max` were remembered, since this engine was built or restored.
+    pub fn clients_expired_refused(&self) -> (u64, u64) {
+        (self.clients_expired, self.clients_refused)
+    }
+
+    /// Forgets the clients idle for `client_expiry_secs` at log time `now`, and sets
+    /// the next sweep an eighth of that later. O(clients), at most once per eighth.
+    fn sweep_clients(&mut self, now: Timestamp) {
+        let expiry = u64::from(self.config.client_expiry_secs) * 1_000_000_000;
+        let before = self.sessions.len();
+        self.sessions.retain(|(_, session)| now.saturating_sub(session.ts_last) < expiry);
+        if self.sessions.len() != before {
+            self.clients_expired += (before - self.sessions.len()) as u64;
+            self.session_slots.clear();
+            for (slot, (client, _)) in self.sessions.iter().enumerate() {
+                self.session_slots.insert(*client, slot as u32);
+            }
+        }
+        self.sessions_sweep_at = now.saturating_add((expiry / 8).max(1));
+    }
+
     /// Applies one command, appending what happened to `events`.
     pub fn apply(&mut self, command: &Command, events: &mut Vec<Event>) -> Applied {
+        // Log time, as every replica sees it: the sweep runs at the same command on all.
+        let now = self.ts_last.max(command.ts);
+        if now >= self.sessions_sweep_at {
+            self.sweep_clients(now);
+        }
         // A client is remembered only once one of its commands applies, so refused
         // strangers leave no trace in the state.
         let slot = self.session_slots.get(&command.client).copied();
         let check = match slot {
             Some(slot) => self.sessions[slot as usize].1.check(command.seq),
+            None if self.sessions.len() >= self.config.clients_max as usize => {
+                self.clients_refused += 1;
+                SessionCheck::Refuse(Reject::LimitReached)
+            }
             None => Session::default().check(command.seq),
         };
         match check {
@@ -273,7 +332,7 @@ impl<B: Book> Engine<B> {
             slot
         });
         let session = &mut self.sessions[slot as usize].1;
-        session.record(command.seq, outcome, outcomes_max);
+        session.record(command.seq, outcome, outcomes_max, now);
         if let (CommandBody::DayTrading(_), Outcome::Ok { .. }) = (&command.body, outcome) {
             if let Some(item) = self.day_trading.result_last.take() {
                 session.record_day_trading(command.seq, item);

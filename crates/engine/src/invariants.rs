@@ -108,8 +108,14 @@ impl<B: Book> Engine<B> {
         let live: usize = self.symbols.iter().map(|s| s.book.len() + s.stops.by_id.len()).sum();
         assert_eq!(self.orders.len(), live, "open order records disagree with books and stops");
         assert_eq!(self.sessions.len(), self.session_slots.len(), "session index disagrees");
-        for (slot, (client, _)) in self.sessions.iter().enumerate() {
+        assert!(self.sessions.len() <= self.config.clients_max as usize, "more clients than clients_max");
+        // Each sweep forgets the clients idle for the expiry and the next comes an
+        // eighth of it later, so no record is older than 9/8 of it.
+        let expiry = u64::from(self.config.client_expiry_secs) * 1_000_000_000;
+        for (slot, (client, session)) in self.sessions.iter().enumerate() {
             assert_eq!(self.session_slots.get(client), Some(&(slot as u32)), "session index disagrees");
+            assert!(session.ts_last <= self.ts_last, "client {client} applied a command after the last one");
+            assert!(self.ts_last - session.ts_last < expiry + expiry / 8, "client {client} outlived its expiry");
         }
     }
 }

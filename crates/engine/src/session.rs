@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::daytrading::HistoryItem;
 use crate::event::Outcome;
 use crate::reject::Reject;
+use crate::types::Timestamp;
 
 /// One client's record.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +30,8 @@ pub struct Session {
     pub outcomes: VecDeque<PackedOutcome>,
     /// The results of the day-trading commands among those, by seq, oldest first.
     pub day_trading: VecDeque<(u64, HistoryItem)>,
+    /// The log time of the last command applied, from which the record expires.
+    pub ts_last: Timestamp,
 }
 
 /// An [`Outcome`] in eight bytes, so a client's window stays small in cache: the top
@@ -81,9 +84,10 @@ impl Session {
         }
     }
 
-    pub fn record(&mut self, seq: u64, outcome: Outcome, outcomes_max: usize) {
+    pub fn record(&mut self, seq: u64, outcome: Outcome, outcomes_max: usize, now: Timestamp) {
         debug_assert_eq!(seq, self.seq_applied + 1);
         self.seq_applied = seq;
+        self.ts_last = now;
         if self.outcomes.len() == outcomes_max {
             self.outcomes.pop_front();
         }
@@ -121,7 +125,7 @@ mod tests {
     fn day_trading_results_are_kept_exactly_as_long_as_their_outcomes() {
         let mut session = Session::default();
         for seq in 1..=6 {
-            session.record(seq, Outcome::Ok { id: 0 }, 3);
+            session.record(seq, Outcome::Ok { id: 0 }, 3, seq);
             if seq % 2 == 0 {
                 session.record_day_trading(seq, item(100 + seq));
             }

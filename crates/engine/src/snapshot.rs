@@ -21,7 +21,9 @@ use crate::types::{AccountId, AssetId, ClientId, Px, Side};
 /// 2: accounts carry their external id, order records their closing stamp.
 /// 3: the day-trading ledger.
 /// 4: sessions keep their day-trading commands' results.
-pub const SNAPSHOT_VERSION: u32 = 4;
+/// 5: client records expire: each keeps its last command's stamp, the engine its next
+///    sweep; the configuration has `clients_max` and `client_expiry_secs`.
+pub const SNAPSHOT_VERSION: u32 = 5;
 
 #[derive(Serialize, Deserialize)]
 struct SymbolImage {
@@ -48,6 +50,7 @@ struct Image {
     symbols: Vec<SymbolImage>,
     accounts: Vec<AccountImage>,
     sessions: Vec<(ClientId, Session)>,
+    sessions_sweep_at: u64,
     orders: Vec<OrderRecord>,
     orders_closed: Vec<OrderRecord>,
     day_trading: crate::daytrading::DtImage,
@@ -114,6 +117,7 @@ impl<B: Book> Engine<B> {
             symbols,
             accounts,
             sessions,
+            sessions_sweep_at: self.sessions_sweep_at,
             orders,
             orders_closed: self.orders_closed.iter().cloned().collect(),
             day_trading: self.day_trading.image(),
@@ -192,9 +196,15 @@ impl<B: Book> Engine<B> {
             engine.symbols.push(symbol);
         }
         for (slot, (client, _)) in image.sessions.iter().enumerate() {
-            engine.session_slots.insert(*client, slot as u32);
+            if engine.session_slots.insert(*client, slot as u32).is_some() {
+                return Err(SnapshotError::Inconsistent("client listed twice"));
+            }
         }
         engine.sessions = image.sessions;
+        if engine.sessions.len() > image.config.clients_max as usize {
+            return Err(SnapshotError::Inconsistent("more clients than clients_max"));
+        }
+        engine.sessions_sweep_at = image.sessions_sweep_at;
         engine.orders = image.orders.into_iter().map(|r| (r.id, r)).collect();
         engine.orders_closed = image.orders_closed.into_iter().collect();
         engine.day_trading = crate::daytrading::DayTrading::restore(image.config.day_trading, image.day_trading)?;

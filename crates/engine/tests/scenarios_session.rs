@@ -24,6 +24,9 @@ both_books!(
     deposit_credit_and_withdraw_change_balance_and_supply,
     suspend_and_resume_refuse_the_state_the_account_is_in,
     snapshot_restores_to_the_same_state_hash,
+    new_clients_past_clients_max_are_refused_and_leave_no_trace,
+    idle_clients_expire_in_log_time_and_free_their_places,
+    expiry_is_the_same_after_a_snapshot,
 );
 
 fn duplicate_returns_the_original_outcome_and_changes_nothing<B: Book>() {
@@ -225,4 +228,74 @@ fn both_books_reach_the_same_state_hash() {
     assert_eq!(fast.engine.state_hash(), reference.engine.state_hash());
     let fast_from_reference = Engine::<FastBook>::restore(&reference.engine.snapshot()).expect("snapshot restores");
     assert_eq!(fast_from_reference.state_hash(), fast.engine.state_hash());
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+fn new_clients_past_clients_max_are_refused_and_leave_no_trace<B: Book>() {
+    let mut h = Harness::<B>::with_config(EngineConfig { clients_max: 2, ..EngineConfig::default() });
+    let m = market(&mut h, 0, 0, MatchPolicy::Fifo, 1);
+    let deposit = CommandBody::Deposit { account: m.accounts[0], asset: m.usd, amount: Amount(5) };
+    assert_eq!(h.apply_as(ClientId(2), 1, deposit.clone()).outcome, Outcome::Ok { id: 0 });
+    assert_eq!(h.engine.clients(), 2);
+    let hash = h.engine.state_hash();
+    let applied = h.apply_as(ClientId(3), 1, deposit.clone());
+    assert_eq!(applied, Applied { outcome: Outcome::Rejected(Reject::LimitReached), duplicate: false });
+    assert_eq!(h.events, vec![Event::Rejected { reject: Reject::LimitReached }]);
+    assert_eq!(h.engine.state_hash(), hash, "a refused client changed the state");
+    assert_eq!(h.engine.clients_expired_refused(), (0, 1));
+    // The clients already known carry on.
+    assert_eq!(h.apply_as(ClientId(2), 2, deposit.clone()).outcome, Outcome::Ok { id: 0 });
+    h.ok(deposit);
+    assert_eq!(h.balance_of(m.accounts[0], m.usd), (USD_START + 15, 0));
+}
+
+fn idle_clients_expire_in_log_time_and_free_their_places<B: Book>() {
+    let config = EngineConfig { clients_max: 2, client_expiry_secs: 80, ..EngineConfig::default() };
+    let mut h = Harness::<B>::with_config(config);
+    let m = market(&mut h, 0, 0, MatchPolicy::Fifo, 1);
+    let deposit = CommandBody::Deposit { account: m.accounts[0], asset: m.usd, amount: Amount(5) };
+    let start = h.ts;
+    assert_eq!(h.apply_as(ClientId(2), 1, deposit.clone()).outcome, Outcome::Ok { id: 0 });
+    // Client 1 keeps trading; client 2 goes quiet. Sweeps run every 10 s of log time.
+    for step in 1..=7 {
+        h.ts = start + step * 10 * SECOND;
+        h.ok(deposit.clone());
+        assert_eq!(h.engine.clients(), 2, "expired early at step {step}");
+    }
+    h.ts = start + 80 * SECOND;
+    h.ok(deposit.clone());
+    assert_eq!(h.engine.clients(), 1, "client 2 was idle 80 s, the expiry");
+    assert_eq!(h.engine.clients_expired_refused(), (1, 0));
+    // Its place is free for a new client; client 2 itself is a stranger now: only its
+    // first command would apply, anything later is a gap.
+    assert_eq!(h.apply_as(ClientId(2), 2, deposit.clone()).outcome, Outcome::Rejected(Reject::SequenceGap));
+    assert_eq!(h.apply_as(ClientId(3), 1, deposit.clone()).outcome, Outcome::Ok { id: 0 });
+    assert_eq!(h.engine.clients(), 2);
+    assert_eq!(h.apply_as(ClientId(4), 1, deposit).outcome, Outcome::Rejected(Reject::LimitReached));
+}
+
+fn expiry_is_the_same_after_a_snapshot<B: Book>() {
+    let config = EngineConfig { client_expiry_secs: 80, ..EngineConfig::default() };
+    let mut h = Harness::<B>::with_config(config);
+    let m = market(&mut h, 0, 0, MatchPolicy::Fifo, 1);
+    let deposit = CommandBody::Deposit { account: m.accounts[0], asset: m.usd, amount: Amount(5) };
+    let start = h.ts;
+    for client in 2..6 {
+        h.ts = start + client * 7 * SECOND;
+        assert_eq!(h.apply_as(ClientId(client), 1, deposit.clone()).outcome, Outcome::Ok { id: 0 });
+    }
+    let restored = Engine::<B>::restore(&h.engine.snapshot()).expect("snapshot restores");
+    let mut twin = Harness { engine: restored, client: h.client, seq: h.seq, ts: h.ts, events: Vec::new() };
+    // Every 3 s of log time, each a command of client 1: the two must forget the same
+    // clients at the same commands.
+    for step in 1..=40 {
+        for harness in [&mut h, &mut twin] {
+            harness.ts = start + 35 * SECOND + step * 3 * SECOND;
+            harness.ok(deposit.clone());
+        }
+        assert_eq!(twin.engine.clients(), h.engine.clients(), "step {step}");
+        assert_eq!(twin.engine.state_hash(), h.engine.state_hash(), "step {step}");
+    }
+    assert_eq!(h.engine.clients(), 1, "clients 2 to 5 expired; client 1 kept trading");
 }

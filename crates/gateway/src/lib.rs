@@ -117,9 +117,17 @@ struct State {
     buckets: Mutex<FxHashMap<String, Arc<Mutex<session::Bucket>>>>,
     /// Market data subscriptions per key and in all.
     subscription_quota: Arc<quota::Quota>,
+    /// Bumped by every key reload: subscriptions watch it and end if their key went.
+    keys_epoch: watch::Sender<u64>,
 }
 
 impl State {
+    /// Whether `key` (as a caller presented it) is no longer in the key file. The
+    /// empty key, an open gateway's, is never revoked.
+    fn key_revoked(&self, key: &str) -> bool {
+        !key.is_empty() && self.keys.read().expect("keys lock").verify(key).is_none()
+    }
+
     /// Stamps `commands` of `client` and sends them up (with the session's `claim` on
     /// its first batch); they wait as in flight.
     fn forward(
@@ -247,6 +255,9 @@ impl KeyReloader {
                 entry.revoked.notify_one();
             }
         }
+        drop(sessions);
+        drop(keys);
+        state.keys_epoch.send_modify(|epoch| *epoch += 1);
         tracing::info!(gateway = state.config.id, ended = revoked.len(), "key file reloaded");
         revoked.len()
     }
@@ -305,6 +316,7 @@ impl Gateway {
                 Arc::clone(&metrics),
                 |m| &m.subscriptions_refused,
             ),
+            keys_epoch: watch::channel(0).0,
             metrics,
             shutdown: shutdown_seen,
             session_ids: std::sync::atomic::AtomicU64::new(1),

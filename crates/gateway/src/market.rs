@@ -5,8 +5,11 @@
 //! time it came. There, every entry waits in a [`HoldQueue`] until the gateway clock
 //! reaches `t_R = t_m + d_h`; at that instant the thread applies it to the gateway's
 //! [`MarketState`] and hands the updates it derives (order-level events, trades, L2,
-//! BBO, statistics) to every subscriber in one broadcast. A subscriber that cannot keep
-//! up is dropped with a reason; it never holds the others back.
+//! BBO, statistics) to the fan-out task, which broadcasts them to every subscriber. A
+//! subscriber that cannot keep up is dropped with a reason; it never holds the others
+//! back, and the release thread never waits on, or wakes, a subscriber: the broadcast's
+//! wake-ups (one per waiting subscriber) are the fan-out task's work, on the runtime,
+//! so ten thousand subscribers cost the release thread one hand-off per entry.
 //!
 //! The injected engine→gateway delay is modelled, not played out by a delay line of its
 //! own: a message that came at `r` is taken to arrive at `max(previous arrival,
@@ -50,10 +53,18 @@ pub enum Released {
     Restarted,
 }
 
+/// One release as the subscribers get it: its number (counted under the state's lock,
+/// so a subscriber whose starting image already holds it skips it) and what it is.
+type Numbered = Arc<(u64, Released)>;
+
 /// The gateway's market data: the state as released, and the subscribers' broadcast.
 pub struct Market {
     state: Mutex<Option<MarketState>>,
-    updates: broadcast::Sender<Arc<Released>>,
+    /// The number of the last release, changed only under `state`'s lock.
+    released: std::sync::atomic::AtomicU64,
+    /// To the fan-out task, which broadcasts to the subscribers (`updates`).
+    fanout: mpsc::UnboundedSender<Numbered>,
+    updates: broadcast::Sender<Numbered>,
     ready: AtomicBool,
     metrics: Arc<Metrics>,
 }
@@ -78,7 +89,22 @@ impl Market {
         shutdown: watch::Receiver<bool>,
     ) -> std::io::Result<Arc<Market>> {
         let (updates, _) = broadcast::channel(config.subscriber_buffer);
-        let market = Arc::new(Market { state: Mutex::new(None), updates, ready: AtomicBool::new(false), metrics });
+        let (fanout, mut to_fan_out) = mpsc::unbounded_channel::<Numbered>();
+        let market = Arc::new(Market {
+            state: Mutex::new(None),
+            released: std::sync::atomic::AtomicU64::new(0),
+            fanout,
+            updates: updates.clone(),
+            ready: AtomicBool::new(false),
+            metrics,
+        });
+        // The fan-out task: ends when the market (the only sender) is dropped.
+        tokio::spawn(async move {
+            while let Some(released) = to_fan_out.recv().await {
+                // No subscriber is no error.
+                let _ = updates.send(released);
+            }
+        });
         let handoff = Arc::new(Mutex::new(Handoff { queue: VecDeque::new(), asleep_until: 0, closed: false }));
         let link = Link {
             model: config.inject.outbound.clone(),
@@ -412,7 +438,7 @@ impl Market {
             }
         }
         if had {
-            let _ = self.updates.send(Arc::new(Released::Restarted));
+            self.hand_out(Released::Restarted);
         }
     }
 
@@ -426,7 +452,7 @@ impl Market {
             tracing::error!(%error, index = entry.log_index, "the feed does not fit the book; waiting for a new image");
             *state = None;
             self.ready.store(false, Ordering::Release);
-            let _ = self.updates.send(Arc::new(Released::Restarted));
+            self.hand_out(Released::Restarted);
             return;
         }
         if out.is_empty() {
@@ -435,7 +461,15 @@ impl Market {
         for update in out.iter_mut() {
             update.release_ts = release_ts;
         }
-        let _ = self.updates.send(Arc::new(Released::Updates(std::mem::take(out))));
+        self.hand_out(Released::Updates(std::mem::take(out)));
+    }
+
+    /// Numbers a release and hands it to the fan-out task. Called with `state`'s lock
+    /// held, so the number and the state it leaves agree for a new subscriber.
+    fn hand_out(&self, released: Released) {
+        let number = self.released.fetch_add(1, Ordering::Relaxed) + 1;
+        // The task ends only with the market.
+        let _ = self.fanout.send(Arc::new((number, released)));
     }
 }
 
@@ -454,8 +488,8 @@ impl proto::market_data_server::MarketData for MarketDataService {
         request: Request<proto::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         // Market data is for key holders: a subscriber costs the gateway a buffer and
-        // the release thread's work, so an anonymous one could take both.
-        let principal = crate::session::authenticate(&self.1, &request)?;
+        // the fan-out's work, so an anonymous one could take both.
+        let (principal, key) = crate::session::authenticate_with_key(&self.1, &request)?;
         let request = request.into_inner();
         let symbols: HashSet<u32> = request.symbols.iter().copied().collect();
         let mut channels: HashSet<proto::Channel> = HashSet::new();
@@ -476,9 +510,12 @@ impl proto::market_data_server::MarketData for MarketDataService {
         }
         // Held while the subscription lives: a key's subscriptions, and all of them, are capped.
         let hold = self.1.subscription_quota.take(&principal)?;
-        // The starting images and the broadcast are taken under one lock, so nothing
-        // released falls between them.
-        let (first, mut updates) = {
+        // Watched from here on: a reload that drops the key ends the subscription.
+        let mut keys_reloaded = self.1.keys_epoch.subscribe();
+        // The starting images, the number of the last release they hold and the
+        // broadcast are taken under one lock: releases up to that number are in the
+        // images (and skipped if the fan-out still brings them), later ones all come.
+        let (first, imaged, mut updates) = {
             let state = self.0.state.lock().expect("market lock");
             let Some(market) = state.as_ref() else {
                 return Err(Status::unavailable("the gateway has no market data yet; try again"));
@@ -498,10 +535,11 @@ impl proto::market_data_server::MarketData for MarketDataService {
                     }
                 }
             }
-            (first, self.0.updates.subscribe())
+            (first, self.0.released.load(Ordering::Relaxed), self.0.updates.subscribe())
         };
         let (out, receiver) = mpsc::channel(256);
         let metrics = Arc::clone(&self.0.metrics);
+        let state = Arc::clone(&self.1);
         tokio::spawn(async move {
             let _hold = hold;
             metrics.subscribers_open.fetch_add(1, Ordering::Relaxed);
@@ -515,8 +553,9 @@ impl proto::market_data_server::MarketData for MarketDataService {
                 }
             }
             loop {
-                let released = match tokio::time::timeout(HEARTBEAT_EVERY, updates.recv()).await {
-                    Err(_) => {
+                let received = tokio::select! {
+                    received = updates.recv() => received,
+                    () = tokio::time::sleep(HEARTBEAT_EVERY) => {
                         seq += 1;
                         let beat = proto::MarketDataUpdate {
                             seq,
@@ -528,8 +567,18 @@ impl proto::market_data_server::MarketData for MarketDataService {
                         }
                         continue;
                     }
-                    Ok(Ok(released)) => released,
-                    Ok(Err(broadcast::error::RecvError::Lagged(missed))) => {
+                    changed = keys_reloaded.changed() => {
+                        if changed.is_err() || state.key_revoked(&key) {
+                            metrics.subscribers_revoked.fetch_add(1, Ordering::Relaxed);
+                            let _ = out.send(Err(Status::permission_denied("this API key was revoked"))).await;
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                let released = match received {
+                    Ok(released) => released,
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
                         metrics.subscribers_dropped_slow.fetch_add(1, Ordering::Relaxed);
                         let status = Status::resource_exhausted(format!(
                             "subscriber dropped: it fell {missed} releases behind; subscribe again"
@@ -537,9 +586,13 @@ impl proto::market_data_server::MarketData for MarketDataService {
                         let _ = out.send(Err(status)).await;
                         return;
                     }
-                    Ok(Err(broadcast::error::RecvError::Closed)) => return,
+                    Err(broadcast::error::RecvError::Closed) => return,
                 };
-                match &*released {
+                let (number, released) = &*released;
+                if *number <= imaged {
+                    continue;
+                }
+                match released {
                     Released::Restarted => {
                         let status = Status::unavailable("the gateway's market data restarted; subscribe again");
                         let _ = out.send(Err(status)).await;

@@ -27,6 +27,8 @@ pub struct Metrics {
     pub link_resent: AtomicU64,
     pub subscribers_open: AtomicI64,
     pub subscribers_dropped_slow: AtomicU64,
+    /// Subscriptions ended because a key reload dropped their key.
+    pub subscribers_revoked: AtomicU64,
     /// Sessions refused because their key held its most.
     pub sessions_refused_per_key: AtomicU64,
     /// Subscriptions refused because their key, or the gateway, held its most.
@@ -103,6 +105,13 @@ impl Metrics {
             "Subscribers dropped for falling behind.",
             "counter",
             u(&self.subscribers_dropped_slow),
+        );
+        line(
+            &mut out,
+            "subscribers_revoked_total",
+            "Subscriptions ended because a key reload dropped their key.",
+            "counter",
+            u(&self.subscribers_revoked),
         );
         line(
             &mut out,

@@ -29,7 +29,10 @@ pub(crate) fn authenticate<T>(state: &State, request: &Request<T>) -> Result<Arc
 }
 
 /// The key holder of a request and the key it presented (empty on an open gateway).
-fn authenticate_with_key<T>(state: &State, request: &Request<T>) -> Result<(Arc<Principal>, String), Status> {
+pub(crate) fn authenticate_with_key<T>(
+    state: &State,
+    request: &Request<T>,
+) -> Result<(Arc<Principal>, String), Status> {
     if state.config.open {
         return Ok((Arc::new(Principal::open()), String::new()));
     }

@@ -928,8 +928,34 @@ async fn every_command_kind_and_query_refuses_a_key_outside_its_rights_and_a_rev
 
     // Revoked: her open session ends saying so; new sessions, queries and market data
     // subscriptions are refused as unauthenticated; nothing changes.
+    // Her market data subscription ends at the reload too, and another key's goes on.
+    let mut her_feed = QueryClient::connect(endpoints.clone(), with(&alice)).await.unwrap();
+    let mut her_feed = her_feed.subscribe(&[exchange.symbol]).await.unwrap();
+    let mut ops_feed = QueryClient::connect(endpoints.clone(), with(&ops)).await.unwrap();
+    let mut ops_feed = ops_feed.subscribe(&[exchange.symbol]).await.unwrap();
     let kept = entries.into_iter().filter(|entry| entry.name != "alice").collect();
+    let revoked_at = Instant::now();
     assert_eq!(gateway.reload_keys(KeyStore::from_entries(kept).unwrap()), 1, "her one session ended");
+    let cut = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Err(error) = her_feed.next_update().await {
+                return error.to_string();
+            }
+        }
+    })
+    .await
+    .expect("her subscription ended");
+    assert!(cut.contains("revoked"), "{cut}");
+    assert!(
+        revoked_at.elapsed() < Duration::from_millis(900),
+        "cut before her next heartbeat: {:?}",
+        revoked_at.elapsed()
+    );
+    for _ in 0..2 {
+        // A heartbeat a second at least: the ops key's subscription is alive.
+        let beat = tokio::time::timeout(Duration::from_secs(3), ops_feed.next_update()).await;
+        assert!(matches!(beat, Ok(Ok(_))), "the ops subscription goes on: {beat:?}");
+    }
     let ended = session.submit(place(mine, exchange.symbol, Side::Buy, 90_000)).await;
     assert!(format!("{ended:?}").contains("revoked"), "{ended:?}");
     let reconnect = Client::connect(endpoints.clone(), random_client_id(), with(&alice)).await;

@@ -81,6 +81,29 @@ pub struct NodeConfig {
     /// ([`DayTradingToml`]); the others keep their defaults.
     #[serde(rename = "day_trading", deserialize_with = "engine_from_day_trading")]
     pub engine: EngineConfig,
+    /// The `[clients]` table: how many client records (for exactly-once) the engine
+    /// keeps and how long an idle one lasts. Part of the engine's settings
+    /// ([`NodeConfig::engine_config`]), so the same caveat holds.
+    pub clients: ClientsToml,
+}
+
+/// The `[clients]` table: the engine's bound on client records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientsToml {
+    /// Client ids remembered at most; a new client's command past it is refused
+    /// (`limit_reached`) until idle ones expire.
+    pub max: u32,
+    /// A client with no command applied for this long (log time, seconds) is forgotten
+    /// (within an eighth more).
+    pub expiry_secs: u32,
+}
+
+impl Default for ClientsToml {
+    fn default() -> Self {
+        let EngineConfig { clients_max, client_expiry_secs, .. } = EngineConfig::default();
+        ClientsToml { max: clients_max, expiry_secs: client_expiry_secs }
+    }
 }
 
 /// The `[day_trading]` table (shared/specs/day-trading.md section 12): the ledger's
@@ -141,6 +164,7 @@ impl Default for NodeConfig {
             raft: None,
             virtual_clock: None,
             engine: EngineConfig::default(),
+            clients: ClientsToml::default(),
         }
     }
 }
@@ -283,6 +307,17 @@ impl NodeConfig {
         self.raft.as_ref().map_or(1, |r| r.id)
     }
 
+    /// The engine's settings: the `[day_trading]` table's and the `[clients]` table's.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig { clients_max: self.clients.max, client_expiry_secs: self.clients.expiry_secs, ..self.engine }
+    }
+
+    /// Sets the engine's settings (those a snapshot was taken with).
+    pub fn set_engine_config(&mut self, engine: EngineConfig) {
+        self.engine = engine;
+        self.clients = ClientsToml { max: engine.clients_max, expiry_secs: engine.client_expiry_secs };
+    }
+
     /// Reads a TOML file; fields it leaves out keep their defaults.
     pub fn from_toml_file(path: &Path) -> Result<NodeConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
@@ -308,11 +343,14 @@ impl NodeConfig {
             }
         }
         let day_trading = &self.engine.day_trading;
-        let rules: [(&str, u32, u32, u32); 4] = [
+        let rules: [(&str, u32, u32, u32); 6] = [
             ("day_trading.quote_ttl_ms", day_trading.quote_ttl_ms, 1, u32::MAX),
             ("day_trading.pending_ttl_ms", day_trading.pending_ttl_ms, 1, u32::MAX),
             ("day_trading.summary_history", day_trading.summary_history, 0, 1_000),
             ("day_trading.users_max", day_trading.users_max, 1, 1 << 24),
+            ("clients.max", self.clients.max, 1, 1 << 24),
+            // Up to ten years.
+            ("clients.expiry_secs", self.clients.expiry_secs, 1, 315_360_000),
         ];
         for (field, value, min, max) in rules {
             if !(min..=max).contains(&value) {
@@ -433,6 +471,48 @@ mod tests {
         assert!(toml::from_str::<NodeConfig>("[engine]\nquote_ttl_ms = 5\n").is_err(), "only the ledger's");
         let zero: NodeConfig = toml::from_str("[day_trading]\nquote_ttl_ms = 0\n").unwrap();
         assert!(zero.validate().unwrap_err().to_string().contains("day_trading.quote_ttl_ms"));
+    }
+
+    #[test]
+    fn the_clients_table_bounds_the_engines_client_records() {
+        let config: NodeConfig = toml::from_str(
+            "[clients]
+max = 500
+expiry_secs = 3600
+",
+        )
+        .unwrap();
+        assert!(config.validate().is_ok());
+        let engine = config.engine_config();
+        assert_eq!((engine.clients_max, engine.client_expiry_secs), (500, 3600));
+        assert_eq!(engine.day_trading, DtConfig::default());
+        let config: NodeConfig = toml::from_str("").unwrap();
+        assert_eq!(config.engine_config(), EngineConfig::default());
+        assert!(
+            toml::from_str::<NodeConfig>(
+                "[clients]
+maximum = 5
+"
+            )
+            .is_err(),
+            "unknown field"
+        );
+        let zero: NodeConfig = toml::from_str(
+            "[clients]
+max = 0
+",
+        )
+        .unwrap();
+        assert!(zero.validate().unwrap_err().to_string().contains("clients.max"));
+        // A snapshot's settings replace the file's, both tables.
+        let mut config: NodeConfig = toml::from_str(
+            "[clients]
+max = 7
+",
+        )
+        .unwrap();
+        config.set_engine_config(EngineConfig::default());
+        assert_eq!(config.engine_config(), EngineConfig::default());
     }
 
     #[test]

@@ -301,6 +301,7 @@ impl Core {
         self.metrics.applied_index.store(last_index, std::sync::atomic::Ordering::Relaxed);
         self.metrics.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.counts.publish(&self.metrics);
+        self.publish_clients();
         self.metrics.batch_commands.lock().expect("metrics lock").record(proposals.len() as u64);
         // Park the outputs before submitting, so the durability report cannot overtake them.
         self.pending.push(last_index, outputs);
@@ -457,6 +458,7 @@ impl Core {
                 self.metrics.applied_index.store(applied, Ordering::Relaxed);
                 self.metrics.batches.fetch_add(1, Ordering::Relaxed);
                 self.counts.publish(&self.metrics);
+                self.publish_clients();
                 self.pending.push(applied, outputs);
                 let _ = done.send(());
             }
@@ -735,6 +737,15 @@ impl Core {
 
     /// Publishes the best bid and offer of every symbol touched in this batch whose top
     /// of book differs from what was last published.
+    /// The engine's client records, for `/metrics`.
+    fn publish_clients(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (expired, refused) = self.engine.clients_expired_refused();
+        self.metrics.clients.store(self.engine.clients() as u64, Relaxed);
+        self.metrics.clients_expired.store(expired, Relaxed);
+        self.metrics.clients_refused.store(refused, Relaxed);
+    }
+
     fn publish_bbo(&mut self, outputs: &mut Vec<Output>) {
         let mut dirty = std::mem::take(&mut self.bbo_dirty);
         dirty.sort_unstable();

@@ -32,6 +32,11 @@ pub struct Metrics {
     pub sessions_dropped_slow: AtomicU64,
     pub subscribers_open: AtomicI64,
     pub subscribers_dropped_slow: AtomicU64,
+    /// The engine's client records now, those forgotten for being idle and the new
+    /// clients' commands refused at `clients.max`, since the engine was loaded.
+    pub clients: AtomicU64,
+    pub clients_expired: AtomicU64,
+    pub clients_refused: AtomicU64,
     pub applied_index: AtomicU64,
     /// The log time of the last command applied (stored with `applied_index`).
     pub applied_ts: AtomicU64,
@@ -164,6 +169,27 @@ impl Metrics {
             "Subscribers dropped for falling behind.",
             "counter",
             load(&self.subscribers_dropped_slow),
+        );
+        counter(
+            &mut out,
+            "clients",
+            "Client records the engine keeps (clients.max at most).",
+            "gauge",
+            load(&self.clients),
+        );
+        counter(
+            &mut out,
+            "clients_expired_total",
+            "Client records forgotten after clients.expiry_secs idle (since the engine was loaded).",
+            "counter",
+            load(&self.clients_expired),
+        );
+        counter(
+            &mut out,
+            "clients_refused_total",
+            "Commands of new clients refused at clients.max (since the engine was loaded).",
+            "counter",
+            load(&self.clients_refused),
         );
         counter(&mut out, "applied_index", "Highest log index applied.", "gauge", load(&self.applied_index));
         counter(&mut out, "snapshots_total", "Snapshots taken.", "counter", load(&self.snapshots));

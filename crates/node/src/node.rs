@@ -101,7 +101,7 @@ pub fn recover(data: &Path, config: &NodeConfig) -> Result<(Engine, Journal, Rec
     let snapshot_index = recovery.snapshot.as_ref().map(|s| s.index);
     let mut engine = match &recovery.snapshot {
         Some(snapshot) => Engine::restore(&snapshot.bytes).map_err(NodeError::Snapshot)?,
-        None => Engine::new(config.engine),
+        None => Engine::new(config.engine_config()),
     };
     let mut index = snapshot_index.unwrap_or(0);
     let mut events: Vec<Event> = Vec::new();
@@ -131,13 +131,13 @@ pub fn recover(data: &Path, config: &NodeConfig) -> Result<(Engine, Journal, Rec
 /// overruled, with a warning; what the node then reports (`Query.GetDayTradingConfig`,
 /// the engine settings `Log.Follow` hands to history sinks) is what it applies.
 fn engine_as_restored(mut config: NodeConfig, engine: &Engine) -> NodeConfig {
-    if *engine.config() != config.engine {
+    if *engine.config() != config.engine_config() {
         tracing::warn!(
-            configured = ?config.engine.day_trading,
-            restored = ?engine.config().day_trading,
+            configured = ?config.engine_config(),
+            restored = ?engine.config(),
             "the engine's settings are the snapshot's: a data directory keeps those it was started with"
         );
-        config.engine = *engine.config();
+        config.set_engine_config(*engine.config());
     }
     config
 }
@@ -147,7 +147,7 @@ fn engine_as_restored(mut config: NodeConfig, engine: &Engine) -> NodeConfig {
 /// applied as a running member applies it.
 pub async fn recover_member(data: &Path, config: &NodeConfig) -> Result<(Engine, Recovered), NodeError> {
     let started = Instant::now();
-    let engine = std::cell::RefCell::new(Engine::new(config.engine));
+    let engine = std::cell::RefCell::new(Engine::new(config.engine_config()));
     let snapshot_index = std::cell::Cell::new(None);
     let mut replayed = 0u64;
     let mut events: Vec<Event> = Vec::new();
@@ -349,7 +349,7 @@ impl Node {
         let snapshot_index = restored.meta.as_ref().and_then(|m| m.last_log_id.as_ref()).map(|id| id.index);
         let engine = match &restored.engine_bytes {
             Some(bytes) => Engine::restore(bytes).map_err(NodeError::Snapshot)?,
-            None => Engine::new(config.engine),
+            None => Engine::new(config.engine_config()),
         };
         let config = engine_as_restored(config, &engine);
         let index = snapshot_index.unwrap_or(0);
@@ -562,7 +562,7 @@ impl Shared {
             fair,
             link_outbox_max: config.link_outbox_max,
             log,
-            engine: config.engine,
+            engine: config.engine_config(),
             stamp_bound_ns: config.link_stamp_bound_ms.saturating_mul(1_000_000),
             admin_gateways: config.admin_gateways.clone().into(),
             client_keys: Arc::new(
