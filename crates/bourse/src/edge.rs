@@ -25,6 +25,23 @@ pub struct EdgeArgs {
     /// a network nobody else reaches.
     #[arg(long)]
     allow_plaintext: bool,
+    /// REST and FIX listeners: connections served at once; more wait in the kernel's
+    /// backlog.
+    #[arg(long, value_name = "N", default_value_t = bourse_port::ListenerLimits::DEFAULT.connections_max)]
+    edge_connections_max: usize,
+    /// REST and FIX listeners: connections one API key holds at once (counted from the
+    /// request or Logon that names it); past it a REST request is answered 429
+    /// `too_many_connections` and a Logon refused, and the connection closed.
+    #[arg(long, value_name = "N", default_value_t = bourse_port::ListenerLimits::DEFAULT.connections_per_key_max)]
+    edge_connections_per_key_max: usize,
+    /// REST and FIX listeners: the time for the TLS handshake and then for the first
+    /// request (REST: each request's headers; FIX: the whole Logon), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    edge_first_request_timeout_ms: u64,
+    /// REST listener: the most a connection may go without a byte either way, in
+    /// milliseconds (FIX sessions are held to their heartbeats).
+    #[arg(long, value_name = "MS", default_value_t = 300_000)]
+    edge_idle_timeout_ms: u64,
 }
 
 /// A client-facing listener, for the plaintext rule.
@@ -36,6 +53,19 @@ pub struct Listen {
 }
 
 impl EdgeArgs {
+    /// `base` (a front end's defaults) with the `--edge-*` limits, checked.
+    pub fn limits(&self, base: bourse_port::ListenerLimits) -> Result<bourse_port::ListenerLimits, String> {
+        let limits = bourse_port::ListenerLimits {
+            connections_max: self.edge_connections_max,
+            connections_per_key_max: self.edge_connections_per_key_max,
+            first_request_timeout: std::time::Duration::from_millis(self.edge_first_request_timeout_ms),
+            idle_timeout: std::time::Duration::from_millis(self.edge_idle_timeout_ms),
+            ..base
+        };
+        limits.validate().map_err(|e| format!("--edge-{}", e.replace('_', "-")))?;
+        Ok(limits)
+    }
+
     /// The certificate the listeners present: `--tls-cert`, else `identity`'s from the
     /// CA in `pki` when it names hosts (one that names none could not be verified by any
     /// client: the listeners then serve plaintext, so loopback only, and a note says
@@ -95,7 +125,15 @@ mod tests {
     use super::*;
 
     fn args(allow_plaintext: bool) -> EdgeArgs {
-        EdgeArgs { tls_cert: None, tls_key: None, allow_plaintext }
+        EdgeArgs {
+            tls_cert: None,
+            tls_key: None,
+            allow_plaintext,
+            edge_connections_max: 10_000,
+            edge_connections_per_key_max: 100,
+            edge_first_request_timeout_ms: 10_000,
+            edge_idle_timeout_ms: 300_000,
+        }
     }
 
     fn listen(flag: &'static str, addr: &str, tls_capable: bool) -> Listen {

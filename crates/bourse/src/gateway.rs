@@ -196,6 +196,8 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     // XML carries no key at all: its own rule (loopback unless --xml-allow-remote) first.
     args.xml.check_exposure()?;
     args.edge.check_plaintext(edge_tls.is_some(), listens.into_iter().chain(xml_listens))?;
+    let edge_args = args.edge.clone();
+    edge_args.limits(bourse_port::ListenerLimits::DEFAULT)?;
     let scheme = if edge_tls.is_some() { "https" } else { "http" };
     let spec: ProfileSpec = args.inject.parse().map_err(|e| format!("--inject: {e}"))?;
     let mut config = GatewayConfig::new(args.id, args.listen, args.cluster);
@@ -286,6 +288,7 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
         let signals = crate::history::Signals::install_reloading(reload)?;
         let gateway = Gateway::start(config, keys).await.map_err(|e| e.to_string())?;
         let _ = reloader.set(gateway.key_reloader());
+        gateway.also_render(bourse_port::render_metrics);
         if let Some(path) = &keys_path {
             watch_key_file(path.clone(), gateway.key_reloader());
         }
@@ -306,6 +309,7 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
                 config.history = history;
                 config.day_trading = day_trading.as_ref().map(|server| server.addr().to_string());
                 config.tls = edge_tls.clone();
+                config.limits = edge_args.limits(config.limits.clone())?;
                 let server = HttpServer::start(config).await.map_err(|e| format!("--http {listen}: {e}"))?;
                 println!("REST + WebSocket API on {scheme}://{}/ (OpenAPI: /openapi.json)", server.addr());
                 Some(server)
@@ -318,6 +322,7 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
                 config.upstream = bourse_port::Upstream::InProcess(gateway.local());
                 config.comp_id = comp_id;
                 config.tls = edge_tls.clone();
+                config.limits = edge_args.limits(config.limits.clone())?;
                 let server = FixServer::start(config).await.map_err(|e| format!("--fix {listen}: {e}"))?;
                 let over = if edge_tls.is_some() { " (TLS)" } else { "" };
                 println!("FIX 4.4 acceptor on {}{over}", server.addr());

@@ -5,7 +5,8 @@
 //!
 //! - slowloris clients on the REST, FIX and XML listeners (a byte every 300 ms, never a
 //!   whole request), reconnecting as they are cut;
-//! - one key opening order-entry sessions without end;
+//! - one key opening order-entry sessions without end, and one opening REST and FIX
+//!   connections without end;
 //! - a flood of requests with made-up keys, over REST and gRPC;
 //! - a market data subscriber that never reads;
 //! - a flood of fillers (cancels of order 0) that nothing refused.
@@ -39,6 +40,7 @@ const DEADLINE: Duration = Duration::from_secs(1);
 /// What each abuser saw when it was cut off, by abuser.
 type Verdicts = Arc<Mutex<Vec<(&'static str, String)>>>;
 
+#[derive(Clone, Copy)]
 struct Edge {
     gateway: SocketAddr,
     http: SocketAddr,
@@ -112,8 +114,69 @@ fn slowloris(name: &'static str, addr: SocketAddr, start: &'static [u8], stop: A
 
 /// The abusers, on a runtime of their own, until `stop`.
 /// The abusers' keys: one opening sessions (and its account), one subscribing, one
-/// sending fillers (and its account).
-type AbuserKeys = ((String, AccountId), String, (String, AccountId));
+/// sending fillers (and its account), one opening connections.
+type AbuserKeys = ((String, AccountId), String, (String, AccountId), String);
+
+/// Connections each key holds at most at the REST and FIX listeners, in this test.
+const CONNECTIONS_PER_KEY: usize = 4;
+
+/// Opens REST connections (each kept alive after a request) and FIX connections (each
+/// logged on as a new CompID) with one key until each listener refuses one, then holds
+/// them until `stop`.
+fn connections_without_end(edge: &Edge, key: String, stop: Arc<AtomicBool>, verdicts: Verdicts) {
+    let mut held = Vec::new();
+    let mut rest = "never refused".to_string();
+    for _ in 0..CONNECTIONS_PER_KEY * 3 {
+        let Ok(mut stream) = TcpStream::connect(edge.http) else { continue };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let request = format!("GET /v1/symbols HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\r\n");
+        let _ = stream.write_all(request.as_bytes());
+        let mut buf = [0u8; 8192];
+        let answer = match stream.read(&mut buf) {
+            Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+            Err(error) => error.to_string(),
+        };
+        if !answer.starts_with("HTTP/1.1 200") {
+            rest = format!("after {} connections: {}", held.len(), answer.lines().next().unwrap_or(""));
+            rest.push_str(answer.split("\r\n\r\n").nth(1).unwrap_or(""));
+            break;
+        }
+        held.push(stream);
+    }
+    let rest_held = held.len();
+    let mut fix = "never refused".to_string();
+    for i in 0..CONNECTIONS_PER_KEY * 3 {
+        let Ok(mut stream) = TcpStream::connect(edge.fix) else { continue };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut logon = bourse_fix::codec::Message::new("A");
+        logon
+            .push(49, format!("HOG{i}"))
+            .push(56, "BOURSE")
+            .push_display(34, 1)
+            .push(52, bourse_fix::time::utc_timestamp(bourse_fix::time::now_ns()))
+            .push(98, "0")
+            .push(108, "30")
+            .push(554, &key)
+            .push(141, "Y");
+        let _ = stream.write_all(&logon.encode());
+        let mut buf = [0u8; 4096];
+        let answer = match stream.read(&mut buf) {
+            Ok(n) => String::from_utf8_lossy(&buf[..n]).replace('\x01', "|"),
+            Err(error) => error.to_string(),
+        };
+        if !answer.contains("|35=A|") {
+            fix = format!("after {} logons: {answer}", held.len() - rest_held);
+            break;
+        }
+        held.push(stream);
+    }
+    verdicts.lock().unwrap().push(("REST connections without end", rest));
+    verdicts.lock().unwrap().push(("FIX connections without end", fix));
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(held);
+}
 
 fn abuse(edge: &Edge, keys: AbuserKeys, stop: Arc<AtomicBool>, verdicts: Verdicts) -> Vec<std::thread::JoinHandle<()>> {
     let mut threads = Vec::new();
@@ -150,6 +213,9 @@ fn abuse(edge: &Edge, keys: AbuserKeys, stop: Arc<AtomicBool>, verdicts: Verdict
         }
         flood_verdicts.lock().unwrap().push(("fake keys over REST", format!("{statuses:?}")));
     }));
+    let connections = *edge;
+    let (conns, conns_stop, conns_verdicts) = (keys.3.clone(), Arc::clone(&stop), Arc::clone(&verdicts));
+    threads.push(std::thread::spawn(move || connections_without_end(&connections, conns, conns_stop, conns_verdicts)));
     let (gateway, symbol) = (edge.gateway, edge.symbol);
     threads.push(std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -165,7 +231,7 @@ async fn grpc_abusers(
     stop: Arc<AtomicBool>,
     verdicts: Verdicts,
 ) {
-    let ((hog, hog_account), reader, (filler, filler_account)) = keys;
+    let ((hog, hog_account), reader, (filler, filler_account), _) = keys;
     let endpoints = vec![gateway.to_string()];
     let say = |name: &'static str, what: String| {
         eprintln!("abuse: {name}: {what}");
@@ -261,6 +327,7 @@ fn an_honest_client_keeps_trading_while_abusers_are_cut_off() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (honest, hog, reader, filler) = (generate_key(), generate_key(), generate_key(), generate_key());
+    let conns = generate_key();
     let (node, gateway, fronts, edge, accounts) = runtime.block_on(async {
         let config = NodeConfig {
             data: dir.path().join("node"),
@@ -280,6 +347,7 @@ fn an_honest_client_keeps_trading_while_abusers_are_cut_off() {
             entry_for(&hog, "hog", vec![accounts[1].0], false),
             entry_for(&reader, "reader", vec![accounts[2].0], false),
             entry_for(&filler, "filler", vec![accounts[3].0], false),
+            entry_for(&conns, "conns", vec![accounts[1].0], false),
         ])
         .unwrap();
         let service = keys.add_process_key("http-front-end", false);
@@ -300,10 +368,12 @@ fn an_honest_client_keeps_trading_while_abusers_are_cut_off() {
         http.upstream = upstream.clone();
         http.service_key = Some(ApiKey(service));
         http.limits.first_request_timeout = DEADLINE;
+        http.limits.connections_per_key_max = CONNECTIONS_PER_KEY;
         let http = bourse_http::HttpServer::start(http).await.unwrap();
         let mut fix = bourse_fix::FixConfig::new(listen, Vec::new(), dir.path().join("fix"));
         fix.upstream = upstream.clone();
         fix.limits.first_request_timeout = DEADLINE;
+        fix.limits.connections_per_key_max = CONNECTIONS_PER_KEY;
         let fix = bourse_fix::FixServer::start(fix).await.unwrap();
         let mut exchange = bourse_xml::ExchangeConfig::new(Vec::new());
         exchange.upstream = upstream;
@@ -337,7 +407,7 @@ fn an_honest_client_keeps_trading_while_abusers_are_cut_off() {
         eprintln!("abuse: round {round}, without abusers");
         quiet.push(runtime.block_on(p99(&client, account, edge.symbol)));
         if round == 0 {
-            let keys = ((hog.clone(), accounts[1]), reader.clone(), (filler.clone(), accounts[3]));
+            let keys = ((hog.clone(), accounts[1]), reader.clone(), (filler.clone(), accounts[3]), conns.clone());
             threads = abuse(&edge, keys, Arc::clone(&stop), Arc::clone(&verdicts));
             std::thread::sleep(DEADLINE * 2);
         }
@@ -384,6 +454,31 @@ fn an_honest_client_keeps_trading_while_abusers_are_cut_off() {
         "{:?}",
         said("subscriber that never reads")
     );
+    let refused = format!("after {CONNECTIONS_PER_KEY} ");
+    let rest = said("REST connections without end");
+    assert!(
+        rest.iter().any(|w| w.starts_with(&refused) && w.contains("429") && w.contains("too_many_connections")),
+        "{rest:?}"
+    );
+    let fix = said("FIX connections without end");
+    assert!(
+        fix.iter().any(|w| w.starts_with(&refused) && w.contains("|35=5|") && w.contains("holds 4 connections")),
+        "{fix:?}"
+    );
+    // Each listener counted what it refused, on the gateway's /metrics.
+    let metrics = bourse_port::render_metrics();
+    let value = |name: &str, front_end: &str, addr: SocketAddr| -> u64 {
+        let series = format!("bourse_listener_{name}{{front_end=\"{front_end}\",addr=\"{addr}\"}} ");
+        let line = metrics.lines().find_map(|line| line.strip_prefix(series.as_str()));
+        line.unwrap_or_else(|| panic!("no {series} in\n{metrics}")).parse().unwrap()
+    };
+    for (front_end, addr) in [("http", edge.http), ("fix", edge.fix)] {
+        assert!(value("key_refused_total", front_end, addr) >= 1, "{front_end}: {metrics}");
+    }
+    for (front_end, addr) in [("http", edge.http), ("fix", edge.fix), ("xml", edge.xml)] {
+        let cut = value("deadlines_total", front_end, addr) + value("idle_closed_total", front_end, addr);
+        assert!(cut >= 1, "{front_end} counted no slowloris cut: {metrics}");
+    }
     assert!(abused <= quiet * 3, "the honest client's p99 went from {quiet:?} to {abused:?} with the abusers");
 
     runtime.block_on(async {

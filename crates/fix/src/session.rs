@@ -286,8 +286,9 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: bourse_port::List
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             tracing::debug!(peer = %connection.peer, "FIX connection");
+            let keys = connection.keys();
             let Ok((stream, slot)) = connection.open().await else { return };
-            run_connection(shared, stream).await;
+            run_connection(shared, stream, keys).await;
             drop(slot);
         });
     }
@@ -339,15 +340,20 @@ impl Reader {
     }
 }
 
-async fn run_connection(shared: Arc<Shared>, stream: EdgeStream) {
+async fn run_connection(shared: Arc<Shared>, stream: EdgeStream, keys: Arc<bourse_port::KeyConnections>) {
     let (read, mut write) = stream.into_split();
     let mut reader = Reader { read, buf: Vec::with_capacity(READ_CHUNK), start: 0 };
     // The whole Logon within the limit, however slowly its bytes arrive.
     let wait = shared.config.limits.first_request_timeout;
-    let Ok(Read::Message(logon, error)) = tokio::time::timeout(wait, reader.next(wait)).await else {
-        return;
+    let (logon, error) = match tokio::time::timeout(wait, reader.next(wait)).await {
+        Ok(Read::Message(logon, error)) => (logon, error),
+        Ok(Read::Closed) => return,
+        Ok(Read::Idle) | Err(_) => {
+            keys.stats().deadlines.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
     };
-    let Some((mut connection, outbox)) = self::logon(&shared, logon, error, &mut write).await else {
+    let Some((mut connection, outbox, _hold)) = self::logon(&shared, logon, error, &mut write, &keys).await else {
         let _ = write.shutdown().await;
         return;
     };
@@ -396,7 +402,8 @@ async fn logon(
     logon: Message,
     error: Option<FieldError>,
     write: &mut EdgeWrite,
-) -> Option<(Connection, mpsc::Receiver<Vec<u8>>)> {
+    keys: &Arc<bourse_port::KeyConnections>,
+) -> Option<(Connection, mpsc::Receiver<Vec<u8>>, bourse_port::KeyHold)> {
     let config = &shared.config;
     let LogonFields { their_id, our_id, heartbeat, seq, key, reset } =
         match check_logon(&logon, error.as_ref(), &config.comp_id) {
@@ -408,6 +415,15 @@ async fn logon(
             }
         };
     let refuse_unknown = |text: &str| logout_unknown(their_id, our_id, text);
+    // Counted against its key before the key is proven upstream: a key that logs on
+    // without end is refused here, without costing the gateway a session.
+    let hold = match keys.take(&key) {
+        Ok(hold) => hold,
+        Err(text) => {
+            let _ = write.write_all(&refuse_unknown(&text)).await;
+            return None;
+        }
+    };
     let upstream = match prove_key(shared, their_id, key.clone()).await {
         Ok(upstream) => upstream,
         Err(text) => {
@@ -476,7 +492,7 @@ async fn logon(
         resend_until,
         shutdown: shared.shutdown.clone(),
     };
-    Some((connection, outbox))
+    Some((connection, outbox, hold))
 }
 
 /// What a Logon says, checked.

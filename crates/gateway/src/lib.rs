@@ -345,6 +345,12 @@ impl Gateway {
         self.metrics_addr
     }
 
+    /// Appends `render`'s text to every `/metrics` scrape (the front ends' listeners);
+    /// the first one set stays.
+    pub fn also_render(&self, render: fn() -> String) {
+        let _ = self.metrics.extra.set(render);
+    }
+
     /// Order entry, queries and market data for front ends in this process: sessions
     /// like those of the listen address (keys, checks, limits, stamps), without the
     /// network in between.

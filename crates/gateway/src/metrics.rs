@@ -41,6 +41,9 @@ pub struct Metrics {
     pub release_realtime: AtomicI64,
     /// What the client port's accept loop refused (failed or late TLS handshakes).
     pub accept: std::sync::Arc<bourse_pki::grpc::AcceptStats>,
+    /// More text for `/metrics`, rendered at each scrape: the front ends' listeners in
+    /// this process (`bourse_port::render_metrics`).
+    pub extra: std::sync::OnceLock<fn() -> String>,
 }
 
 fn line(out: &mut String, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
@@ -158,6 +161,9 @@ impl Metrics {
             "counter",
             late,
         );
+        if let Some(render) = self.extra.get() {
+            out.push_str(&render());
+        }
         out
     }
 }

@@ -231,6 +231,20 @@ impl<S: Send + Sync> FromRequestParts<S> for Key {
     }
 }
 
+/// The key a request presents, as [`Key`] reads it but unchecked (a malformed
+/// header or a key in the wrong URL is [`Key`]'s to refuse): what a connection is
+/// counted against (`connections_per_key_max`).
+pub fn presented_key<'a>(headers: &'a axum::http::HeaderMap, uri: &'a axum::http::Uri) -> Option<&'a str> {
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    if let Some(value) = header("authorization") {
+        return value.strip_prefix("Bearer ").map(str::trim);
+    }
+    if let Some(value) = header("x-api-key") {
+        return Some(value.trim());
+    }
+    uri.query().and_then(|query| query.split('&').find_map(|pair| pair.strip_prefix("api_key=")))
+}
+
 /// A JSON body; a malformed one is a typed 400.
 pub struct Body<T>(pub T);
 

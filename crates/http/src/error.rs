@@ -25,6 +25,9 @@ pub mod code {
     pub const FORBIDDEN: u32 = 2004;
     pub const UPSTREAM_UNAVAILABLE: u32 = 2005;
     pub const UPSTREAM_ERROR: u32 = 2006;
+    /// The key holds `connections_per_key_max` connections to this listener already;
+    /// the connection is closed after this answer.
+    pub const TOO_MANY_CONNECTIONS: u32 = 2007;
     /// A day-trading command the exchange logged as failed: 3000 + the spec's error
     /// number (3001 invalid arguments … 3016 dump failed).
     pub const DAY_TRADING: u32 = 3000;
@@ -54,6 +57,9 @@ pub enum ApiError {
     /// The upstream answered something unexpected.
     #[error("{0}")]
     Upstream(String),
+    /// The request's key holds its most connections to this listener.
+    #[error("{0}")]
+    TooManyConnections(String),
     /// A day-trading command the exchange logged as failed; the message is the spec's
     /// errorMessage text.
     #[error("{}", .0.message())]
@@ -81,6 +87,9 @@ impl ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, code::UPSTREAM_UNAVAILABLE, "upstream_unavailable".into())
             }
             ApiError::Upstream(_) => (StatusCode::BAD_GATEWAY, code::UPSTREAM_ERROR, "upstream_error".into()),
+            ApiError::TooManyConnections(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, code::TOO_MANY_CONNECTIONS, "too_many_connections".into())
+            }
             ApiError::DayTrading(error) => (
                 crate::daytrading::failed_status(*error),
                 code::DAY_TRADING + u32::from(error.code()),

@@ -147,11 +147,35 @@ async fn serve(
         let limits = limits.clone();
         let mut stop = stop.clone();
         tokio::spawn(async move {
+            let keys = connection.keys();
             let Ok((stream, slot)) = connection.open().await else { return };
+            // Counted against the first key a request on it presents.
+            let hold: Arc<std::sync::OnceLock<bourse_port::KeyHold>> = Arc::default();
+            let counted = Arc::clone(&keys);
             let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let mut app = app.clone();
-                // A Router is always ready: no poll_ready is needed before call.
-                tower::Service::call(&mut app, request)
+                let refused = match api::presented_key(request.headers(), request.uri()) {
+                    Some(key) if hold.get().is_none() => match counted.take(key) {
+                        Ok(taken) => {
+                            let _ = hold.set(taken);
+                            None
+                        }
+                        Err(reason) => Some(reason),
+                    },
+                    _ => None,
+                };
+                async move {
+                    if let Some(reason) = refused {
+                        let mut response =
+                            axum::response::IntoResponse::into_response(error::ApiError::TooManyConnections(reason));
+                        response
+                            .headers_mut()
+                            .insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+                        return Ok(response);
+                    }
+                    // A Router is always ready: no poll_ready is needed before call.
+                    tower::Service::call(&mut app, request).await
+                }
             });
             let idle = IdleWatch::new(stream, slot, limits.idle_timeout);
             let watched = idle.clone_state();
@@ -170,9 +194,16 @@ async fn serve(
                     served.as_mut().graceful_shutdown();
                     served.await
                 }
-                () = watched.expired() => Ok(()),
+                () = watched.expired() => {
+                    keys.stats().idle_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
+                }
             };
             if let Err(error) = end {
+                if error.is_timeout() {
+                    // The next request's headers did not come within first_request_timeout.
+                    keys.stats().deadlines.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 tracing::debug!(%error, "HTTP connection ended");
             }
         });

@@ -39,7 +39,7 @@ pub use bourse_pki::{Alpn, EdgeFiles, EdgeTls};
 pub use bourse_protocol::refusal::Refusal;
 pub use catalog::Catalog;
 pub use events::{OrderEvent, OrderEvents};
-pub use listener::{Connection, Listener, ListenerLimits};
+pub use listener::{render_metrics, Connection, KeyConnections, KeyHold, Listener, ListenerLimits, ListenerStats};
 pub use session::KeySession;
 pub use stream::{EdgeRead, EdgeStream, EdgeWrite};
 

@@ -43,14 +43,15 @@ pub(crate) async fn accept_loop(listener: Listener, shared: Arc<Shared>, mut sto
         };
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
+            let keys = connection.keys();
             let Ok((stream, slot)) = connection.open().await else { return };
-            serve(stream, &shared).await;
+            serve(stream, &shared, keys.stats()).await;
             drop(slot);
         });
     }
 }
 
-async fn serve(stream: EdgeStream, shared: &Shared) {
+async fn serve(stream: EdgeStream, shared: &Shared, stats: &bourse_port::ListenerStats) {
     let (read, mut write) = stream.into_split();
     let mut frames = FrameReader::new(read);
     let config = &shared.config;
@@ -60,6 +61,14 @@ async fn serve(stream: EdgeStream, shared: &Shared) {
         let body = match frames.next(limits.request_bytes_max, limits.idle_timeout, limits.io_timeout).await {
             Ok(body) => body,
             Err(error) => {
+                let counter = match error {
+                    FrameError::Idle => Some(&stats.idle_closed),
+                    FrameError::ReadTimeout => Some(&stats.deadlines),
+                    _ => None,
+                };
+                if let Some(counter) = counter {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 if let Some(text) = error.reply_text() {
                     let _ = send(&mut write, framing, &reply::request_error(text), limits.io_timeout).await;
                 }
