@@ -10,9 +10,9 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone)]
 pub struct EdgeArgs {
-    /// The certificate (PEM, leaf first) that the client ports present: --listen (gRPC),
-    /// --http (HTTPS and WSS), --fix and the XML TLS ports. Default with --pki: the
-    /// gateway's own from the cluster's CA, if issued with the hosts clients dial
+    /// The certificate (PEM, leaf first) that the client ports present: the gateway's
+    /// gRPC port, --http (HTTPS and WSS), --fix and the XML TLS ports. Default with the
+    /// cluster's CA (--pki; `serve`: its own): the gateway's certificate, if issued with the hosts clients dial
     /// (`bourse pki issue --role gateway --id N --host …`); clients then trust the CA's
     /// ca.pem (`bourse --ca FILE`, or `--pki DIR`).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -25,6 +25,11 @@ pub struct EdgeArgs {
     /// a network nobody else reaches.
     #[arg(long)]
     allow_plaintext: bool,
+}
+
+/// The limits of the REST and FIX listeners (`bourse gateway run`).
+#[derive(Args, Debug, Clone)]
+pub struct EdgeLimits {
     /// REST and FIX listeners: connections served at once; more wait in the kernel's
     /// backlog.
     #[arg(long, value_name = "N", default_value_t = bourse_port::ListenerLimits::DEFAULT.connections_max)]
@@ -44,17 +49,9 @@ pub struct EdgeArgs {
     edge_idle_timeout_ms: u64,
 }
 
-/// A client-facing listener, for the plaintext rule.
-pub struct Listen {
-    pub flag: &'static str,
-    pub addr: Option<SocketAddr>,
-    /// Whether it serves TLS when the gateway has a certificate.
-    pub tls_capable: bool,
-}
-
-impl EdgeArgs {
-    /// `base` (a front end's defaults) with the `--edge-*` limits, checked.
-    pub fn limits(&self, base: bourse_port::ListenerLimits) -> Result<bourse_port::ListenerLimits, String> {
+impl EdgeLimits {
+    /// `base` (a front end's defaults) with these limits, checked.
+    pub fn apply(&self, base: bourse_port::ListenerLimits) -> Result<bourse_port::ListenerLimits, String> {
         let limits = bourse_port::ListenerLimits {
             connections_max: self.edge_connections_max,
             connections_per_key_max: self.edge_connections_per_key_max,
@@ -65,7 +62,17 @@ impl EdgeArgs {
         limits.validate().map_err(|e| format!("--edge-{}", e.replace('_', "-")))?;
         Ok(limits)
     }
+}
 
+/// A client-facing listener, for the plaintext rule.
+pub struct Listen {
+    pub flag: &'static str,
+    pub addr: Option<SocketAddr>,
+    /// Whether it serves TLS when the gateway has a certificate.
+    pub tls_capable: bool,
+}
+
+impl EdgeArgs {
     /// The certificate the listeners present: `--tls-cert`, else `identity`'s from the
     /// CA in `pki` when it names hosts (one that names none could not be verified by any
     /// client: the listeners then serve plaintext, so loopback only, and a note says
@@ -125,15 +132,7 @@ mod tests {
     use super::*;
 
     fn args(allow_plaintext: bool) -> EdgeArgs {
-        EdgeArgs {
-            tls_cert: None,
-            tls_key: None,
-            allow_plaintext,
-            edge_connections_max: 10_000,
-            edge_connections_per_key_max: 100,
-            edge_first_request_timeout_ms: 10_000,
-            edge_idle_timeout_ms: 300_000,
-        }
+        EdgeArgs { tls_cert: None, tls_key: None, allow_plaintext }
     }
 
     fn listen(flag: &'static str, addr: &str, tls_capable: bool) -> Listen {

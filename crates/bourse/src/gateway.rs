@@ -119,6 +119,8 @@ pub struct RunArgs {
     #[command(flatten)]
     edge: crate::edge::EdgeArgs,
     #[command(flatten)]
+    edge_limits: crate::edge::EdgeLimits,
+    #[command(flatten)]
     xml: crate::xml::XmlArgs,
     #[command(flatten)]
     day_trading: crate::daytrading::DayTradingArgs,
@@ -196,8 +198,8 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     // XML carries no key at all: its own rule (loopback unless --xml-allow-remote) first.
     args.xml.check_exposure()?;
     args.edge.check_plaintext(edge_tls.is_some(), listens.into_iter().chain(xml_listens))?;
-    let edge_args = args.edge.clone();
-    edge_args.limits(bourse_port::ListenerLimits::DEFAULT)?;
+    let edge_limits = args.edge_limits.clone();
+    edge_limits.apply(bourse_port::ListenerLimits::DEFAULT)?;
     let scheme = if edge_tls.is_some() { "https" } else { "http" };
     let spec: ProfileSpec = args.inject.parse().map_err(|e| format!("--inject: {e}"))?;
     let mut config = GatewayConfig::new(args.id, args.listen, args.cluster);
@@ -309,7 +311,7 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
                 config.history = history;
                 config.day_trading = day_trading.as_ref().map(|server| server.addr().to_string());
                 config.tls = edge_tls.clone();
-                config.limits = edge_args.limits(config.limits.clone())?;
+                config.limits = edge_limits.apply(config.limits.clone())?;
                 let server = HttpServer::start(config).await.map_err(|e| format!("--http {listen}: {e}"))?;
                 println!("REST + WebSocket API on {scheme}://{}/ (OpenAPI: /openapi.json)", server.addr());
                 Some(server)
@@ -322,7 +324,7 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
                 config.upstream = bourse_port::Upstream::InProcess(gateway.local());
                 config.comp_id = comp_id;
                 config.tls = edge_tls.clone();
-                config.limits = edge_args.limits(config.limits.clone())?;
+                config.limits = edge_limits.apply(config.limits.clone())?;
                 let server = FixServer::start(config).await.map_err(|e| format!("--fix {listen}: {e}"))?;
                 let over = if edge_tls.is_some() { " (TLS)" } else { "" };
                 println!("FIX 4.4 acceptor on {}{over}", server.addr());

@@ -39,9 +39,9 @@ enum TopCommand {
         target: bench::BenchCommand,
     },
     /// Run a durable exchange node (journal + engine + gRPC) until SIGINT/SIGTERM/SIGHUP.
-    Serve(serve::ServeCmd),
+    Serve(Box<serve::ServeCmd>),
     /// Run a member of a replicated cluster (Raft) until SIGINT/SIGTERM/SIGHUP.
-    Node(cluster::NodeArgs),
+    Node(Box<cluster::NodeArgs>),
     /// Start a local cluster, show its members, change its membership.
     Cluster {
         #[command(subcommand)]
@@ -121,9 +121,9 @@ fn main() -> ExitCode {
     let api_key = cli.target.api_key.is_some();
     let result = match cli.command {
         TopCommand::Bench { target } => bench::run(target),
-        TopCommand::Serve(args) => serve::serve(args, &cli.target),
+        TopCommand::Serve(args) => serve::serve(*args, &cli.target),
         TopCommand::Replay(args) => serve::replay(args),
-        TopCommand::Node(args) => cluster::node(args, &cli.target),
+        TopCommand::Node(args) => cluster::node(*args, &cli.target),
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::History { command } => history::run(command, &cli.target),

@@ -161,6 +161,10 @@ pub struct ServeCmd {
     /// quote validity is the node's (--dt-quote-ttl-ms above).
     #[command(flatten)]
     day_trading: crate::daytrading::DayTradingArgs,
+    /// With --gateway: its client port's TLS (the gateway's certificate from the node's
+    /// CA, issued for 127.0.0.1 and localhost, unless --tls-cert), and the plaintext rule.
+    #[command(flatten)]
+    edge: crate::edge::EdgeArgs,
 }
 
 pub fn serve(args: ServeCmd, target: &crate::cli::Target) -> Result<(), String> {
@@ -260,6 +264,8 @@ struct InProcessGateway {
     /// The node's CA: the gateway reaches the node (its admin relay, its queries) as
     /// gateway 1, and relays admin keys' calls as operator admin.
     pki: Option<PathBuf>,
+    /// The client port's certificate, if it serves TLS.
+    edge_tls: Option<bourse_pki::EdgeTls>,
 }
 
 impl InProcessGateway {
@@ -279,6 +285,15 @@ impl InProcessGateway {
         {
             return Err(format!("--open serves without keys: {flag} must be a loopback address, not {addr}"));
         }
+        // TLS on the client port with a certificate naming its hosts; a plaintext one
+        // (and the day-trading port, which has no TLS of its own) only on loopback.
+        let identity = crate::cli::parse_identity("gateway:1")?;
+        let edge_tls = args.edge.load(pki.zip(Some(&identity)))?;
+        let listen_on = |flag, addr, tls_capable| crate::edge::Listen { flag, addr, tls_capable };
+        args.edge.check_plaintext(
+            edge_tls.is_some(),
+            [listen_on("--gateway", Some(listen), true), listen_on("--day-trading", args.day_trading.listen(), false)],
+        )?;
         // The day-trading service vouches for its callers: its key is an admin's.
         let dt_key =
             (!args.open && args.day_trading.wanted()).then(|| ApiKey(keys.add_process_key("day-trading", true)));
@@ -293,6 +308,7 @@ impl InProcessGateway {
             day_trading,
             dt_key,
             pki: pki.map(std::path::Path::to_path_buf),
+            edge_tls,
         })
     }
 
@@ -302,6 +318,7 @@ impl InProcessGateway {
         let mut config = GatewayConfig::new(1, self.listen, vec![node.addr.to_string()]);
         config.open = self.open;
         config.hold_us = self.hold_us;
+        config.edge_tls = self.edge_tls.clone();
         if let Some(pki) = &self.pki {
             let tls = |identity: &str| crate::cli::client_tls(pki, identity).map_err(|e| format!("--gateway: {e}"));
             config.tls = Some(tls("gateway:1")?);
@@ -316,7 +333,8 @@ impl InProcessGateway {
             }),
         });
         let gateway = Gateway::start(config, self.keys).await.map_err(|e| format!("--gateway: {e}"))?;
-        println!("bourse gateway listening on {}", gateway.addr());
+        let over = if self.edge_tls.is_some() { " (TLS)" } else { "" };
+        println!("bourse gateway listening on {}{over}", gateway.addr());
         if let Some(path) = &self.keys_path {
             crate::gateway::watch_key_file(path.clone(), gateway.key_reloader());
         }

@@ -141,3 +141,36 @@ fn client_listeners_serve_tls_and_plaintext_binds_loopback_only() {
     let reply = String::from_utf8(reply).unwrap();
     assert!(reply.contains("<created id=\"7\"/>"), "{reply}");
 }
+
+/// `bourse serve --gateway`: the gateway in the node's process serves its client port
+/// over TLS with the certificate the node's own CA issues it (for 127.0.0.1 and
+/// localhost), and a plaintext one binds loopback only.
+#[test]
+fn a_gateway_in_the_nodes_process_serves_tls_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let (keys, data) = (path("keys.toml"), path("data"));
+    let ops = bourse_run(&["gateway", "key-add", "--keys", &keys, "--name", "ops", "--admin"]);
+    assert!(ops.status.success(), "{}", ops.stderr);
+    let ops_key = ops.stdout.trim().to_owned();
+    let base = ["--data", &data, "--listen", "127.0.0.1:0", "--keys", &keys];
+
+    let refused = bourse_run(&[&["serve"][..], &base[..], &["--plaintext", "--gateway", "0.0.0.0:0"]].concat());
+    assert!(!refused.status.success() && refused.stderr.contains("--allow-plaintext"), "{}", refused.stderr);
+
+    let serve =
+        GatewayProcess::serve([&base[..], &["--gateway", "127.0.0.1:0"]].concat(), "bourse gateway listening on ");
+    let line = serve.stdout.lock().unwrap().iter().find(|l| l.starts_with("bourse gateway listening on ")).cloned();
+    assert!(line.is_some_and(|l| l.ends_with(" (TLS)")), "the gateway's port says it is TLS");
+    let ca = format!("{data}/pki/ca.pem");
+    let created = bourse_run(&["--node", &serve.addr, "--api-key", &ops_key, "--ca", &ca, "account-create"]);
+    assert!(created.status.success() && created.stdout.contains("ok: id 0"), "{} {}", created.stdout, created.stderr);
+    // A plaintext HTTP/2 client gets no HTTP/2 answer (its SETTINGS frame, type 4),
+    // only the TLS layer's alert or the end.
+    let mut plain = TcpStream::connect(&serve.addr).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    plain.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").unwrap();
+    let mut bytes = Vec::new();
+    let _ = plain.read_to_end(&mut bytes);
+    assert!(bytes.first().is_none_or(|&b| b == 0x15), "a plaintext client was answered: {bytes:?}");
+}

@@ -156,11 +156,13 @@ pub struct Events {
     receiver: mpsc::Receiver<Vec<SessionEvent>>,
     /// The rest of the batch last received, in order.
     batch: std::vec::IntoIter<SessionEvent>,
+    /// The session ended: an empty batch, which only the end sends, came.
+    ended: bool,
 }
 
 impl Events {
     fn new(receiver: mpsc::Receiver<Vec<SessionEvent>>) -> Events {
-        Events { receiver, batch: Vec::new().into_iter() }
+        Events { receiver, batch: Vec::new().into_iter(), ended: false }
     }
 
     /// The next event, or `None` once the session is over.
@@ -174,7 +176,12 @@ impl Events {
             if let Some(event) = self.batch.next() {
                 return Some(event);
             }
-            self.batch = self.receiver.try_recv().ok()?.into_iter();
+            if self.ended {
+                return None;
+            }
+            let batch = self.receiver.try_recv().ok()?;
+            self.ended = batch.is_empty();
+            self.batch = batch.into_iter();
         }
     }
 
@@ -183,8 +190,14 @@ impl Events {
             if let Some(event) = self.batch.next() {
                 return std::task::Poll::Ready(Some(event));
             }
+            if self.ended {
+                return std::task::Poll::Ready(None);
+            }
             match std::task::ready!(self.receiver.poll_recv(cx)) {
-                Some(batch) => self.batch = batch.into_iter(),
+                Some(batch) => {
+                    self.ended = batch.is_empty();
+                    self.batch = batch.into_iter();
+                }
                 None => return std::task::Poll::Ready(None),
             }
         }
@@ -658,4 +671,8 @@ async fn end_session(shared: &Shared, error: Error) {
         deliver(&mut events, taken, seq, token, Err(error.clone()));
     }
     send_events(shared, events).await;
+    if taken {
+        // The end of the event stream: an empty batch, which nothing else sends.
+        let _receiver_gone = shared.events.send(Vec::new()).await;
+    }
 }

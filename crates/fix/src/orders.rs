@@ -486,6 +486,16 @@ pub(crate) async fn pump_events(core: Weak<SessionCore>, upstream: Arc<Upstream>
         }
     }
     upstream.ended.store(true, std::sync::atomic::Ordering::Release);
+    // Why it ended: a key the gateway no longer knows (revoked, renamed away) ends the
+    // FIX session at once, saying so, and the next Logon with it is refused. Any other
+    // end (the gateway going away) leaves the session to the next command or Logon.
+    let revoked = matches!(
+        upstream.query.clone().symbols().await,
+        Err(bourse_client::Error::Status { code: tonic::Code::Unauthenticated, .. })
+    );
+    if let (true, Some(core)) = (revoked, core.upgrade()) {
+        core.log_out("this API key was revoked");
+    }
 }
 
 /// Handles an application message of the orders family. An error is a session-level

@@ -249,6 +249,19 @@ impl SessionCore {
         }
     }
 
+    /// Ends the attached connection with a Logout saying `text` (which goes out before
+    /// the connection closes).
+    pub(crate) fn log_out(&self, text: &str) {
+        let mut state = self.lock();
+        if state.conn.is_some() {
+            let mut logout = Message::new(msg::LOGOUT);
+            logout.push(tags::TEXT, text);
+            self.send_locked(&mut state, logout);
+            tracing::info!(session = %self.their_id, text, "FIX logout");
+        }
+        self.detach_locked(&mut state, None);
+    }
+
     fn detach(&self, id: u64) {
         let mut state = self.lock();
         self.detach_locked(&mut state, Some(id));

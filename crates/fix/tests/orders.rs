@@ -315,3 +315,93 @@ async fn until_done(fix: &mut FixClient, cl: &str, n: usize) -> Vec<bourse_fix::
 fn exec<'a>(reports: &'a [bourse_fix::codec::Message], cl: &str) -> Vec<(&'a str, &'a str)> {
     reports.iter().filter(|r| get(r, 11) == cl).map(|r| (get(r, 150), get(r, 39))).collect()
 }
+
+/// Authorisation over every FIX application message: alice's key (accounts 0 and 1)
+/// acting on account 2's order or account, and alice's key revoked while her session is
+/// open. Each is refused, answered exactly like a missing order where an order is
+/// named, and nothing changes. (FIX has no administrative message: what only an admin
+/// key may do is not reachable over FIX at all.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_application_message_refuses_another_accounts_orders_and_a_revoked_key() {
+    use bourse_client::{random_client_id, AdminSession, ApiKey, ClientOptions};
+    use bourse_engine::command::CommandBody;
+    use bourse_engine::{AccountId, Amount, AssetId};
+    use bourse_gateway::keys::entry_for;
+    use bourse_gateway::KeyStore;
+
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let options = ClientOptions { api_key: Some(ApiKey(exchange.admin.clone())), ..ClientOptions::default() };
+    let endpoints = vec![exchange.gateway.addr().to_string()];
+    let mut admin = AdminSession::connect(endpoints, random_client_id(), options).await.unwrap();
+    let theirs = AccountId(admin.submit(CommandBody::CreateAccount).await.unwrap().ok_id().unwrap() as u32);
+    assert_eq!(theirs, AccountId(2));
+    let deposit = CommandBody::Deposit { account: theirs, asset: AssetId(0), amount: Amount(1_000_000) };
+    admin.submit(deposit).await.unwrap().ok_id().unwrap();
+
+    // The operator's session rests an order for account 2.
+    let (mut ops, _) = FixClient::logon(exchange.fix_addr, "OPS", &exchange.admin, false).await;
+    ops.send("D", &limit("theirs", 2, "1", 10, 100)).await;
+    let rested = ops.recv_app().await;
+    assert_eq!(get(&rested, 150), "0");
+    let their_order = get(&rested, 37).to_owned();
+    let before = (exchange.balance(2, 0).await, exchange.balance(0, 0).await, exchange.balance(1, 0).await);
+
+    let (mut fix, _) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
+    let mut wrong = Vec::new();
+    // NewOrderSingle for account 2: refused by the gateway before the log.
+    fix.send("D", &limit("a1", 2, "1", 1, 100)).await;
+    let report = fix.recv_app().await;
+    if (get(&report, 150), get(&report, 37)) != ("8", "NONE") || !get(&report, 58).contains("not_authorized (1004)") {
+        wrong.push(format!("NewOrderSingle on account 2: {report:?}"));
+    }
+    // Cancel and CancelReplace naming account 2's order by OrderID answer exactly as
+    // for an order that does not exist: OrderCancelReject, unknown order.
+    for (msg_type, name) in [("F", "OrderCancelRequest"), ("G", "OrderCancelReplaceRequest")] {
+        let mut answers = Vec::new();
+        for (n, order) in [(0, their_order.as_str()), (1, "999999")] {
+            let cl = format!("{msg_type}{n}");
+            let mut fields = limit(&cl, 2, "1", 5, 101);
+            fields.extend(f(&[(41, "not-mine"), (37, order), (60, "20260101-00:00:00")]));
+            fix.send(msg_type, &fields).await;
+            let answer = fix.recv_app().await;
+            answers.push(
+                [39, 102, 434, 58, 37, 41].map(|tag| get(&answer, tag).to_owned()).into_iter().collect::<Vec<_>>(),
+            );
+            if answer.msg_type() != "9" {
+                wrong.push(format!("{name} of order {order}: {answer:?}"));
+            }
+        }
+        if answers[0] != answers[1] {
+            wrong.push(format!("{name}: a foreign order {:?} and a missing one {:?} differ", answers[0], answers[1]));
+        }
+        if answers[0][1] != "1" {
+            wrong.push(format!("{name}: CxlRejReason {} is not 1 (unknown order)", answers[0][1]));
+        }
+    }
+    let after = (exchange.balance(2, 0).await, exchange.balance(0, 0).await, exchange.balance(1, 0).await);
+    assert_eq!(after, before, "the refused messages changed nothing");
+
+    // Revoked: the gateway's key file loses alice's key. Her open session ends at once
+    // with a Logout that says why, and a new Logon is refused.
+    let kept = KeyStore::from_entries(vec![entry_for(&exchange.admin, "ops", Vec::new(), true)]).unwrap();
+    exchange.gateway.reload_keys(kept);
+    let answer = fix.recv_app().await;
+    if answer.msg_type() != "5" || !get(&answer, 58).contains("revoked") {
+        wrong.push(format!("her session after the revocation: {answer:?}"));
+    }
+    assert!(fix.closed(Duration::from_secs(5)).await, "the revoked session's connection closes");
+    let (_, refused) = FixClient::logon(exchange.fix_addr, "ALICE", &exchange.alice, false).await;
+    if refused.msg_type() != "5" {
+        wrong.push(format!("a Logon with the revoked key: {refused:?}"));
+    }
+    let after = (exchange.balance(2, 0).await, exchange.balance(0, 0).await, exchange.balance(1, 0).await);
+    assert_eq!(after, before, "the revoked key changed nothing");
+    // Positive control: the operator's order is still there to cancel.
+    ops.send("F", &f(&[(11, "theirs-c"), (41, "theirs"), (55, "ACME/USD"), (54, "1"), (60, "20260101-00:00:00")]))
+        .await;
+    let cancelled = ops.recv_app().await;
+    assert_eq!((get(&cancelled, 150), get(&cancelled, 39)), ("4", "4"), "{cancelled:?}");
+    assert!(wrong.is_empty(), "{} messages were not refused as expected:\n{}", wrong.len(), wrong.join("\n"));
+    exchange.stop().await;
+}

@@ -76,8 +76,26 @@ impl GatewayProcess {
         I: IntoIterator<Item = A>,
         A: AsRef<std::ffi::OsStr>,
     {
+        GatewayProcess::spawn(&["gateway", "run"], args, announce)
+    }
+
+    /// Starts `bourse serve ARGS…` (secure by default: no `--plaintext` added), as
+    /// [`GatewayProcess::start`] does `gateway run`.
+    pub fn serve<I, A>(args: I, announce: &'static str) -> GatewayProcess
+    where
+        I: IntoIterator<Item = A>,
+        A: AsRef<std::ffi::OsStr>,
+    {
+        GatewayProcess::spawn(&["serve"], args, announce)
+    }
+
+    fn spawn<I, A>(command: &[&str], args: I, announce: &'static str) -> GatewayProcess
+    where
+        I: IntoIterator<Item = A>,
+        A: AsRef<std::ffi::OsStr>,
+    {
         let mut child = Process::new(bourse_bin())
-            .args(["gateway", "run"])
+            .args(command)
             .args(args)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -105,9 +123,9 @@ impl GatewayProcess {
                 return GatewayProcess { child, addr, stdout: seen };
             }
             if let Some(status) = child.try_wait().expect("try_wait") {
-                panic!("bourse gateway run exited with {status} before printing {announce:?}");
+                panic!("bourse {command:?} exited with {status} before printing {announce:?}");
             }
-            assert!(started.elapsed() < Duration::from_secs(60), "bourse gateway run never printed {announce:?}");
+            assert!(started.elapsed() < Duration::from_secs(60), "bourse {command:?} never printed {announce:?}");
         }
     }
 }
