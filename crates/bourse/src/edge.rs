@@ -47,6 +47,10 @@ pub struct EdgeLimits {
     /// milliseconds (FIX sessions are held to their heartbeats).
     #[arg(long, value_name = "MS", default_value_t = 300_000)]
     edge_idle_timeout_ms: u64,
+    /// REST listener: the largest request body, in bytes (default 2 MiB; FIX messages
+    /// are bounded by the codec, 64 KiB).
+    #[arg(long, value_name = "BYTES")]
+    edge_request_bytes_max: Option<usize>,
 }
 
 impl EdgeLimits {
@@ -57,6 +61,7 @@ impl EdgeLimits {
             connections_per_key_max: self.edge_connections_per_key_max,
             first_request_timeout: std::time::Duration::from_millis(self.edge_first_request_timeout_ms),
             idle_timeout: std::time::Duration::from_millis(self.edge_idle_timeout_ms),
+            request_bytes_max: self.edge_request_bytes_max.unwrap_or(base.request_bytes_max),
             ..base
         };
         limits.validate().map_err(|e| format!("--edge-{}", e.replace('_', "-")))?;

@@ -504,6 +504,7 @@ async fn logon(
         test_request: None,
         resend_until,
         shutdown: shared.shutdown.clone(),
+        keys: Arc::clone(keys),
     };
     Some((connection, outbox, hold))
 }
@@ -810,6 +811,8 @@ pub(crate) struct Connection {
     resend_until: Option<u64>,
     market: crate::market::Subscriptions,
     shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The listener's counters (a connection ended for silence is counted).
+    keys: Arc<bourse_port::KeyConnections>,
 }
 
 impl Connection {
@@ -855,6 +858,7 @@ impl Connection {
         if let Some((_, sent)) = &self.test_request {
             if now.duration_since(*sent) >= self.heartbeat {
                 self.logout("no answer to TestRequest");
+                self.keys.stats().idle_closed.fetch_add(1, Ordering::Relaxed);
                 return Flow::Close;
             }
         } else if now.duration_since(self.last_received) >= self.heartbeat + self.heartbeat / 5 {

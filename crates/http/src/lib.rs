@@ -152,8 +152,14 @@ async fn serve(
             // Counted against the first key a request on it presents.
             let hold: Arc<std::sync::OnceLock<bourse_port::KeyHold>> = Arc::default();
             let counted = Arc::clone(&keys);
+            let body_max = limits.request_bytes_max;
             let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let mut app = app.clone();
+                // Answered by the body limit (400, "length limit exceeded"); counted here.
+                let declared = request.headers().get(axum::http::header::CONTENT_LENGTH);
+                if declared.and_then(|v| v.to_str().ok()?.parse::<usize>().ok()).is_some_and(|n| n > body_max) {
+                    counted.stats().oversize.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 let refused = match api::presented_key(request.headers(), request.uri()) {
                     Some(key) if hold.get().is_none() => match counted.take(key) {
                         Ok(taken) => {

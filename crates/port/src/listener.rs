@@ -297,8 +297,11 @@ pub struct ListenerStats {
     /// Connections closed for a deadline: the TLS handshake, or the first request
     /// (FIX: its Logon), not done in time.
     pub deadlines: AtomicU64,
-    /// Connections closed for staying silent past `idle_timeout`.
+    /// Connections closed for staying silent past `idle_timeout` (FIX: a TestRequest
+    /// left unanswered).
     pub idle_closed: AtomicU64,
+    /// Requests refused for their size (over `request_bytes_max`).
+    pub oversize: AtomicU64,
     /// Connections refused because their key held `connections_per_key_max`.
     pub per_key_refused: AtomicU64,
 }
@@ -318,6 +321,7 @@ impl ListenerStats {
             handshakes_failed: AtomicU64::new(0),
             deadlines: AtomicU64::new(0),
             idle_closed: AtomicU64::new(0),
+            oversize: AtomicU64::new(0),
             per_key_refused: AtomicU64::new(0),
         });
         let mut listeners = LISTENERS.lock().expect("listeners lock");
@@ -338,7 +342,7 @@ pub fn render_metrics() -> String {
         return out;
     }
     type Value = fn(&ListenerStats) -> u64;
-    let series: [(&str, &str, &str, Value); 7] = [
+    let series: [(&str, &str, &str, Value); 8] = [
         ("connections", "gauge", "Connections served now.", |s| {
             (s.connections_max - s.slots.available_permits()) as u64
         }),
@@ -355,6 +359,9 @@ pub fn render_metrics() -> String {
         ),
         ("idle_closed_total", "counter", "Connections closed silent past idle_timeout.", |s| {
             s.idle_closed.load(Relaxed)
+        }),
+        ("oversize_total", "counter", "Requests refused for being over request_bytes_max.", |s| {
+            s.oversize.load(Relaxed)
         }),
         ("key_refused_total", "counter", "Connections refused because their key held connections_per_key_max.", |s| {
             s.per_key_refused.load(Relaxed)

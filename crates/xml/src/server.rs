@@ -64,6 +64,7 @@ async fn serve(stream: EdgeStream, shared: &Shared, stats: &bourse_port::Listene
                 let counter = match error {
                     FrameError::Idle => Some(&stats.idle_closed),
                     FrameError::ReadTimeout => Some(&stats.deadlines),
+                    FrameError::TooLarge => Some(&stats.oversize),
                     _ => None,
                 };
                 if let Some(counter) = counter {
