@@ -159,3 +159,46 @@ fn order_latency_reports_every_round_of_both_paths() {
     }
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the scratch directory is removed");
 }
+
+#[test]
+fn identical_traders_race_and_each_race_has_one_winner_at_most() {
+    let args = [
+        "bench",
+        "fairness",
+        "--identical-traders",
+        "2",
+        "--d-s",
+        "0,500",
+        "--d-h",
+        "0,1000",
+        "--seconds",
+        "2",
+        "--races-per-sec",
+        "20",
+        "--release-priority",
+        "0",
+        "--json",
+    ];
+    let output = bourse(&args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "one run per (d_s, d_h) pair: {report}");
+    for run in runs {
+        let (races, taken) = (run["races"].as_u64().unwrap(), run["taken"].as_u64().unwrap());
+        assert!(races >= 10 && taken >= 1 && taken <= races, "{run}");
+        let bots = run["bots"].as_array().unwrap();
+        assert_eq!(bots.len(), 2);
+        // The maker's count of bargains taken and the bots' shares bought agree: one
+        // share per race, to one bot.
+        let won: u64 = bots.iter().map(|bot| bot["won"].as_u64().unwrap()).sum();
+        assert_eq!(won, taken, "{run}");
+        for bot in bots {
+            assert!(bot["entered"].as_u64().unwrap() <= races, "{bot}");
+            // Each share was bought 10 below the mid and paid the taker's fee.
+            let pnl = bot["pnl"].as_i64().unwrap();
+            assert!(pnl <= 10 * bot["won"].as_i64().unwrap(), "{bot}");
+        }
+    }
+}

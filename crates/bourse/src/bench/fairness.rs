@@ -76,6 +76,14 @@ pub struct FairnessArgs {
     /// Needs CAP_SYS_NICE; when refused the run goes on at ordinary priority and says so.
     #[arg(long, default_value_t = 10)]
     release_priority: u8,
+    /// Fairness as traders see it: this many identical bots, one per gateway (instead
+    /// of --gateways and --traders), racing for the same bargains (see `races.rs`); each
+    /// (d_s, d_h) pair is a run, say `--d-s 0,1000 --d-h 0,3000` for off and on.
+    #[arg(long, default_value_t = 0)]
+    identical_traders: u32,
+    /// With --identical-traders: bargains the maker offers per second.
+    #[arg(long, default_value_t = 50.0)]
+    races_per_sec: f64,
     /// Print one JSON object as the last line of stdout.
     #[arg(long)]
     json: bool,
@@ -160,6 +168,9 @@ pub fn run(args: &FairnessArgs) -> Result<(), String> {
     } else {
         args.d_s.iter().flat_map(|&s| args.d_h.iter().map(move |&h| (s, h))).collect()
     };
+    if args.identical_traders > 0 {
+        return run_races(args, &spec, &pairs);
+    }
     eprintln!(
         "fairness: {} gateways x {} traders at {} orders/s each, {} s per run, profile {:?}, seed {}, node data in {}",
         args.gateways,
@@ -213,6 +224,53 @@ pub fn run(args: &FairnessArgs) -> Result<(), String> {
         let sweep: Vec<String> = reports.iter().map(RunReport::json).collect();
         let last = recommended.json();
         println!("{{\"sweep\": [{}], \"recommended\": {}, {}", sweep.join(", "), last, &last[1..]);
+    }
+    Ok(())
+}
+
+/// `--identical-traders N`: a race run per (d_s, d_h) pair.
+fn run_races(args: &FairnessArgs, spec: &ProfileSpec, pairs: &[(u64, u64)]) -> Result<(), String> {
+    if !(args.races_per_sec > 0.0 && args.races_per_sec <= 1_000.0) {
+        return Err("--races-per-sec must be in (0, 1000]".into());
+    }
+    let data = match &args.data {
+        Some(dir) => dir.clone(),
+        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
+    };
+    let settings = super::races::RaceSettings {
+        bots: args.identical_traders,
+        spec,
+        seed: args.seed,
+        rate: args.races_per_sec,
+        seconds: args.seconds,
+        data: &data,
+        release_priority: (args.release_priority > 0).then_some(args.release_priority),
+    };
+    eprintln!(
+        "fairness races: {} identical bots, one per gateway, {} bargains/s for {} s per run, profile {:?}, seed {}",
+        args.identical_traders, args.races_per_sec, args.seconds, args.profile, args.seed
+    );
+    for g in 0..args.identical_traders {
+        let profile = Profile::for_gateway(spec, g, args.seed);
+        eprintln!(
+            "  gateway {}: to the leader {:?}; clock offset {} ns",
+            g + 1,
+            profile.inbound,
+            profile.clock.offset_ns
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let mut reports = Vec::new();
+    for (i, &(d_s, d_h)) in pairs.iter().enumerate() {
+        eprintln!("run {}/{}: d_s {d_s} µs, d_h {d_h} µs", i + 1, pairs.len());
+        let report = runtime.block_on(super::races::one_race_run(&settings, d_s, d_h))?;
+        report.print();
+        reports.push(report);
+    }
+    if args.json {
+        let runs: Vec<serde_json::Value> = reports.iter().map(super::races::RaceReport::json).collect();
+        println!("{}", serde_json::json!({ "seed": args.seed, "profile": args.profile, "runs": runs }));
     }
     Ok(())
 }

@@ -19,6 +19,7 @@ mod measure;
 mod memory;
 mod order_latency;
 mod phases;
+mod races;
 mod recovery;
 mod report;
 mod scale;
