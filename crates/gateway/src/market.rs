@@ -5,11 +5,11 @@
 //! time it came. There, every entry waits in a [`HoldQueue`] until the gateway clock
 //! reaches `t_R = t_m + d_h`; at that instant the thread applies it to the gateway's
 //! [`MarketState`] and hands the updates it derives (order-level events, trades, L2,
-//! BBO, statistics) to the fan-out task, which broadcasts them to every subscriber. A
-//! subscriber that cannot keep up is dropped with a reason; it never holds the others
-//! back, and the release thread never waits on, or wakes, a subscriber: the broadcast's
-//! wake-ups (one per waiting subscriber) are the fan-out task's work, on the runtime,
-//! so ten thousand subscribers cost the release thread one hand-off per entry.
+//! BBO, statistics) to every subscriber in one broadcast. A subscriber that cannot keep
+//! up is dropped with a reason; it never holds the others back, and the release thread
+//! never waits on one. It wakes the waiting subscribers itself while they are few
+//! ([`FAN_OUT_HERE_MAX`]); past that, a fan-out task on the runtime broadcasts, so ten
+//! thousand subscribers cost the release thread one hand-off per entry.
 //!
 //! The injected engine→gateway delay is modelled, not played out by a delay line of its
 //! own: a message that came at `r` is taken to arrive at `max(previous arrival,
@@ -46,6 +46,14 @@ use crate::metrics::Metrics;
 use crate::probe::{Probe, Release};
 use crate::BoxStream;
 
+/// Subscribers a release thread wakes itself at most; past this many, the fan-out task
+/// does. Waking a subscriber from the release thread is the quickest way to it (its
+/// task goes straight to the runtime's queue; measured with `bourse bench fairness
+/// --identical-traders 4`, the fan-out task's extra hop let more bargains go untaken),
+/// but each wake costs the release thread, and ten thousand of them would delay the
+/// next release: the fan-out task bounds that cost.
+const FAN_OUT_HERE_MAX: usize = 64;
+
 /// What subscribers receive: the updates of one released entry, or the news that the
 /// gateway's market state started over (its feed restarted).
 pub enum Released {
@@ -62,8 +70,10 @@ pub struct Market {
     state: Mutex<Option<MarketState>>,
     /// The number of the last release, changed only under `state`'s lock.
     released: std::sync::atomic::AtomicU64,
-    /// To the fan-out task, which broadcasts to the subscribers (`updates`).
+    /// To the fan-out task, which broadcasts to the subscribers (`updates`) when there
+    /// are many, and how many releases it holds not yet broadcast.
     fanout: mpsc::UnboundedSender<Numbered>,
+    fanout_queued: Arc<std::sync::atomic::AtomicU64>,
     updates: broadcast::Sender<Numbered>,
     ready: AtomicBool,
     metrics: Arc<Metrics>,
@@ -90,10 +100,12 @@ impl Market {
     ) -> std::io::Result<Arc<Market>> {
         let (updates, _) = broadcast::channel(config.subscriber_buffer);
         let (fanout, mut to_fan_out) = mpsc::unbounded_channel::<Numbered>();
+        let fanout_queued = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let market = Arc::new(Market {
             state: Mutex::new(None),
             released: std::sync::atomic::AtomicU64::new(0),
             fanout,
+            fanout_queued: Arc::clone(&fanout_queued),
             updates: updates.clone(),
             ready: AtomicBool::new(false),
             metrics,
@@ -103,6 +115,8 @@ impl Market {
             while let Some(released) = to_fan_out.recv().await {
                 // No subscriber is no error.
                 let _ = updates.send(released);
+                // After the send: a release thread that reads 0 comes after every one.
+                fanout_queued.fetch_sub(1, Ordering::Release);
             }
         });
         let handoff = Arc::new(Mutex::new(Handoff { queue: VecDeque::new(), asleep_until: 0, closed: false }));
@@ -464,12 +478,21 @@ impl Market {
         self.hand_out(Released::Updates(std::mem::take(out)));
     }
 
-    /// Numbers a release and hands it to the fan-out task. Called with `state`'s lock
-    /// held, so the number and the state it leaves agree for a new subscriber.
+    /// Numbers a release and broadcasts it: here, when there are at most
+    /// [`FAN_OUT_HERE_MAX`] subscribers and the fan-out task holds nothing (so nothing
+    /// handed to it earlier is overtaken); otherwise through the fan-out task. Called
+    /// with `state`'s lock held, so the number and the state it leaves agree for a new
+    /// subscriber, and one release at a time.
     fn hand_out(&self, released: Released) {
         let number = self.released.fetch_add(1, Ordering::Relaxed) + 1;
+        let released = Arc::new((number, released));
+        if self.updates.receiver_count() <= FAN_OUT_HERE_MAX && self.fanout_queued.load(Ordering::Acquire) == 0 {
+            let _ = self.updates.send(released);
+            return;
+        }
+        self.fanout_queued.fetch_add(1, Ordering::AcqRel);
         // The task ends only with the market.
-        let _ = self.fanout.send(Arc::new((number, released)));
+        let _ = self.fanout.send(released);
     }
 }
 

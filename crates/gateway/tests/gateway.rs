@@ -320,6 +320,68 @@ async fn l2_from_a_gateway_rebuilds_the_depth_and_recovers_from_a_gap() {
     gateway.shutdown().await;
 }
 
+/// More subscribers than the release thread wakes itself (the fan-out task then
+/// broadcasts, and switches back once they are fewer): every subscriber, the ones that
+/// came while releases were going out included, sees one gapless run of the L2 updates,
+/// each once, in order, and ends at the node's depth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_subscribers_see_every_release_once_in_order() {
+    let exchange = exchange(0, 1024, 4).await;
+    let gateway = Gateway::start(open_gateway(1, &exchange.node, 0), KeyStore::default()).await.unwrap();
+    wait_ready(&gateway).await;
+    let endpoints = vec![gateway.addr().to_string()];
+    let mut query = QueryClient::connect(endpoints.clone(), ClientOptions::default()).await.unwrap();
+    let mut feeds = Vec::new();
+    for _ in 0..40 {
+        feeds.push(query.subscribe_channels(&[exchange.symbol], &[proto::Channel::L2]).await.unwrap());
+    }
+    let trader = Client::connect(endpoints, random_client_id(), ClientOptions::default()).await.unwrap();
+    let mut px = 100_000i64;
+    for i in 0..300u64 {
+        px += [-3, 2, -1, 1, 3, -2][(i % 6) as usize];
+        let side = if i % 3 == 0 { Side::Sell } else { Side::Buy };
+        trader.send(&place(exchange.accounts[(i % 4) as usize], exchange.symbol, side, px)).await.unwrap();
+        if i == 100 {
+            // Past 64 subscribers in the middle of the flow: these start from a snapshot
+            // taken while releases go out, some through the fan-out task.
+            for _ in 0..40 {
+                feeds.push(query.subscribe_channels(&[exchange.symbol], &[proto::Channel::L2]).await.unwrap());
+            }
+        }
+    }
+    trader.flush().await.unwrap();
+    let depth = query.depth(exchange.symbol, 1_000).await.unwrap();
+    let want = |levels: &[proto::Level]| levels.iter().map(|l| (l.px, l.qty)).collect::<Vec<_>>();
+    for (n, feed) in feeds.iter_mut().enumerate() {
+        let mut book: Option<L2Book> = None;
+        let mut last_seq = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let update =
+                tokio::time::timeout(Duration::from_secs(5), feed.next_update()).await.unwrap().unwrap().unwrap();
+            assert_eq!(update.seq, last_seq + 1, "subscriber {n}: the stream's seq has a gap or a repeat");
+            last_seq = update.seq;
+            match update.update {
+                Some(Update::L2Snapshot(snapshot)) => book = Some(L2Book::from_snapshot(&snapshot)),
+                Some(Update::L2Update(change)) => {
+                    let book = book.as_mut().expect("a snapshot comes first");
+                    book.apply(&change).unwrap_or_else(|e| panic!("subscriber {n}: {e:?} at {change:?}"));
+                    if change.log_index >= depth.log_index
+                        && want(&depth.bids) == book.bids().collect::<Vec<_>>()
+                        && want(&depth.asks) == book.asks().collect::<Vec<_>>()
+                    {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "subscriber {n}'s L2 book never matched the node's depth");
+        }
+    }
+    trader.close().await.unwrap();
+    gateway.shutdown().await;
+}
+
 /// A gateway with keys and metrics whose one key, alice's, acts for `account` only.
 async fn alice_gateway(exchange: &Exchange, account: AccountId) -> (Gateway, String) {
     let key = generate_key();
