@@ -6,20 +6,9 @@
 use bourse_engine::codec;
 use bourse_engine::command::CommandBody;
 use bourse_engine::daytrading::{DtKind, DtRequest};
-use std::path::Path;
 
 fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| {
-            let path = entry.expect("readable corpus entry").path();
-            (path.display().to_string(), std::fs::read(&path).expect("readable corpus file"))
-        })
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "corpus {target} is empty");
-    files
+    bourse_testkit::corpus(env!("CARGO_MANIFEST_DIR"), target, 1)
 }
 
 #[test]

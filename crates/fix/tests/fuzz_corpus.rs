@@ -5,40 +5,10 @@
 use bourse_fix::codec::Message;
 use bourse_fix::fuzzing::{session, store_file};
 use bourse_fix::store::Store;
+use bourse_testkit::SplitMix64 as Rng;
 
 fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = format!("{}/fuzz/corpus/{target}", env!("CARGO_MANIFEST_DIR"));
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| {
-            let path = entry.unwrap().path();
-            (path.display().to_string(), std::fs::read(&path).unwrap())
-        })
-        .collect();
-    files.sort();
-    assert!(files.len() >= 10, "the {target} corpus has {} files", files.len());
-    files
-}
-
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
+    bourse_testkit::corpus(env!("CARGO_MANIFEST_DIR"), target, 10)
 }
 
 #[test]

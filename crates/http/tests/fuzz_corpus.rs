@@ -4,36 +4,16 @@
 //! converted, without a panic.
 
 use bourse_http::fuzzing::request_body;
+use bourse_testkit::{corpus, SplitMix64 as Rng};
 
 #[test]
 fn the_fuzz_corpus_is_read_without_panicking() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/body");
-    let (mut files, mut bodies) = (0, 0);
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        eprintln!("{}", path.display());
-        bodies += request_body(&std::fs::read(path).unwrap());
-        files += 1;
+    let mut bodies = 0;
+    for (path, bytes) in corpus(env!("CARGO_MANIFEST_DIR"), "body", 10) {
+        eprintln!("{path}");
+        bodies += request_body(&bytes);
     }
-    assert!(files >= 10, "the corpus has {files} files");
     assert!(bodies >= 15, "the corpus holds bodies the routes take: {bodies}");
-}
-
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
 }
 
 /// A JSON object of fields the bodies take, with values of the right and wrong types.

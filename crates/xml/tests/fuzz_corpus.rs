@@ -4,37 +4,11 @@
 //! panic; and seeded random inputs for each (SplitMix64, so a failure reproduces from
 //! the printed seed).
 
+use bourse_testkit::SplitMix64 as Rng;
 use bourse_xml::fuzzing::{execute_checks, frames, parse_and_answer};
 
-fn corpus(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
-    let dir = format!("{}/fuzz/corpus/{target}", env!("CARGO_MANIFEST_DIR"));
-    let files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| {
-            let path = entry.unwrap().path();
-            let bytes = std::fs::read(&path).unwrap();
-            (path, bytes)
-        })
-        .collect();
-    assert!(files.len() >= 10, "the {target} corpus has {} files", files.len());
-    files
-}
-
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
+fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
+    bourse_testkit::corpus(env!("CARGO_MANIFEST_DIR"), target, 10)
 }
 
 #[test]
@@ -61,7 +35,7 @@ fn seeded_random_bytes_are_answered_without_panicking() {
 fn the_framing_corpus_reads_as_the_grammar_says() {
     let mut requests = 0;
     for (path, bytes) in corpus("framing") {
-        eprintln!("{}", path.display());
+        eprintln!("{path}");
         requests += frames(&bytes);
     }
     assert!(requests >= 10, "the corpus holds requests: {requests}");
@@ -80,7 +54,7 @@ fn seeded_random_streams_read_as_the_grammar_says() {
                 1 => format!("{:0>19}\n", length),
                 2 => format!("{:0>20}\n", length),
                 3 => format!("{length}\r"),
-                4 => rng.pick(&["\n", "x\n", "-1\n", " 1\n", "99999999999999999999\n"]).to_owned(),
+                4 => rng.pick(&["\n", "x\n", "-1\n", " 1\n", "99999999999999999999\n"]).to_string(),
                 _ => format!("{length}\n"),
             };
             bytes.extend_from_slice(line.as_bytes());
@@ -96,7 +70,7 @@ fn seeded_random_streams_read_as_the_grammar_says() {
 fn the_execute_corpus_is_checked_without_panicking() {
     let mut passed = 0;
     for (path, bytes) in corpus("execute") {
-        eprintln!("{}", path.display());
+        eprintln!("{path}");
         passed += execute_checks(&bytes);
     }
     assert!(passed >= 20, "children of the corpus pass their checks: {passed}");
