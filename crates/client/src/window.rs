@@ -266,7 +266,9 @@ impl<T> Window<T> {
     fn on_ack_gap(&mut self, index: usize, seq: u64) -> AckEffect<T> {
         if index == 0 {
             return AckEffect::Fatal(Error::Protocol(format!(
-                "sequence_gap for seq {seq}, the oldest unanswered: the node forgot seq {} that it acknowledged",
+                "sequence_gap for seq {seq}, the oldest unanswered: the exchange forgot seq {} that it acknowledged \
+                 (a client idle past the exchange's client expiry, its [clients] expiry_secs, is forgotten): \
+                 open a new session",
                 seq - 1
             )));
         }

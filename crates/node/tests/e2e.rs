@@ -286,3 +286,41 @@ async fn the_day_trading_settings_are_configured_then_kept_by_the_snapshot() {
     assert_eq!(day_trading_config(restarted.addr).await.quote_ttl_ms, 1_500);
     restarted.shutdown().await.unwrap();
 }
+
+fn rejected(ack: &proto::Ack) -> Option<u32> {
+    match &ack.outcome {
+        Some(proto::ack::Outcome::Rejected(info)) => Some(info.code),
+        _ => None,
+    }
+}
+
+/// The `[clients]` table through a node: a new client past `max` is refused
+/// (`limit_reached`) and counted; clients idle past `expiry_secs` of log time are
+/// forgotten at the next command's sweep and counted, which frees their places; a
+/// forgotten client's later seq is a gap, while its first would apply anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_records_are_capped_and_expire_in_log_time() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config.clients = bourse_node::config::ClientsToml { max: 3, expiry_secs: 1 };
+    let node = Node::start(config).await.unwrap();
+    // Client 7 sets the market up: accounts 0 and 1, USD is asset 0.
+    let mut a = market(node.addr).await;
+    let deposit = || CommandBody::Deposit { account: AccountId(0), asset: AssetId(0), amount: Amount(5) };
+    assert_eq!(rejected(&admin(&mut a, 8, 1, deposit()).await), None);
+    assert_eq!(rejected(&admin(&mut a, 9, 1, deposit()).await), None);
+    let limit_reached = u32::from(bourse_engine::Reject::LimitReached.code());
+    assert_eq!(rejected(&admin(&mut a, 10, 1, deposit()).await), Some(limit_reached), "a fourth client");
+    assert_eq!((node.metrics.clients.load(Relaxed), node.metrics.clients_refused.load(Relaxed)), (3, 1));
+
+    // A second and a quarter later the three are idle past the expiry: the next command,
+    // client 10's, sweeps them away and takes a place.
+    tokio::time::sleep(std::time::Duration::from_millis(1_250)).await;
+    assert_eq!(rejected(&admin(&mut a, 10, 1, deposit()).await), None);
+    assert_eq!((node.metrics.clients.load(Relaxed), node.metrics.clients_expired.load(Relaxed)), (1, 3));
+    let gap = u32::from(bourse_engine::Reject::SequenceGap.code());
+    assert_eq!(rejected(&admin(&mut a, 8, 2, deposit()).await), Some(gap), "client 8 is a stranger now");
+    assert_eq!(rejected(&admin(&mut a, 8, 1, deposit()).await), None, "whose first command applies anew");
+    node.shutdown().await.unwrap();
+}
