@@ -71,7 +71,8 @@ use self::traders::{MarketView, Recorder, Shared, Trader};
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// The population of traders: cloudex (1 market maker, 43 random, 4 mean-reversion
-    /// traders over 10 symbols) or mixed (plus value, momentum and pairs traders).
+    /// traders over 10 symbols), mixed (plus value, momentum and pairs traders) or
+    /// identical (plus four identical traders, one per gateway of four).
     #[arg(long, default_value = "cloudex")]
     scenario: String,
     /// Seed of the traders and the fundamental prices.

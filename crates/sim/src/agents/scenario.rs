@@ -6,6 +6,10 @@
 //!   every symbol.
 //! - [`Scenario::mixed`]: the same, plus the ABIDES agents that need a fundamental: one
 //!   value trader per symbol, two momentum traders and a pairs trader.
+//! - [`Scenario::identical`]: CloudEx's population plus four identical traders: the same
+//!   strategy with the same parameters and the same seed, so they decide alike on the
+//!   same market data; placed one per gateway (with four gateways), they show side by
+//!   side whether where a trader connects decides what it earns (issue 31).
 //!
 //! Symbols are stocks quoted in USD cents (tick 1 cent, lot 1 share, no fees), with
 //! opening prices from $9.50 to $310.00 so the dashboard shows different scales. Every
@@ -113,7 +117,10 @@ const STOCKS: [(&str, i64); 10] = [
 ];
 
 /// Names of the scenarios [`Scenario::by_name`] knows.
-pub const SCENARIOS: [&str; 2] = ["cloudex", "mixed"];
+pub const SCENARIOS: [&str; 3] = ["cloudex", "mixed", "identical"];
+
+/// How many identical traders [`Scenario::identical`] adds.
+pub const IDENTICAL_TRADERS: usize = 4;
 
 /// A well-mixed 64-bit value of `seed` and `index` (SplitMix64's finalizer).
 fn mix(seed: u64, index: u64) -> u64 {
@@ -129,6 +136,7 @@ impl Scenario {
         match name {
             "cloudex" => Some(Scenario::cloudex(seed)),
             "mixed" => Some(Scenario::mixed(seed)),
+            "identical" => Some(Scenario::identical(seed)),
             _ => None,
         }
     }
@@ -195,6 +203,27 @@ impl Scenario {
         scenario
     }
 
+    /// CloudEx's population plus [`IDENTICAL_TRADERS`] mean-reversion traders that are
+    /// one trader four times over: one set of parameters and one seed. They come last,
+    /// one after another, so the demo (agent i trades through gateway 1 + i mod G) puts
+    /// them on four different gateways when it runs four.
+    pub fn identical(seed: u64) -> Scenario {
+        let mut scenario = Scenario::cloudex(seed);
+        scenario.name = "identical".into();
+        let all: Vec<usize> = (0..scenario.symbols.len()).collect();
+        let params =
+            MeanReversionParams { symbols: all, shares_initial: scenario.shares, ..MeanReversionParams::default() };
+        let shared_seed = mix(seed, u64::MAX);
+        for k in 1..=IDENTICAL_TRADERS {
+            scenario.agents.push(AgentSpec {
+                name: format!("identical-{k}"),
+                config: AgentConfig::MeanReversion(params.clone()),
+                seed: shared_seed,
+            });
+        }
+        scenario
+    }
+
     fn add(&mut self, name: String, config: AgentConfig) {
         let seed = mix(self.seed, self.agents.len() as u64);
         self.agents.push(AgentSpec { name, config, seed });
@@ -232,6 +261,19 @@ mod tests {
         let mut seeds: Vec<u64> = scenario.agents.iter().map(|a| a.seed).collect();
         seeds.dedup();
         assert_eq!(seeds.len(), 48);
+    }
+
+    #[test]
+    fn identical_traders_are_one_trader_on_four_gateways() {
+        let scenario = Scenario::identical(7);
+        let twins: Vec<(usize, &AgentSpec)> =
+            scenario.agents.iter().enumerate().filter(|(_, a)| a.name.starts_with("identical-")).collect();
+        assert_eq!(twins.len(), IDENTICAL_TRADERS);
+        assert!(twins.iter().all(|(_, a)| a.seed == twins[0].1.seed), "one seed");
+        assert!(twins.iter().all(|(_, a)| format!("{:?}", a.config) == format!("{:?}", twins[0].1.config)));
+        let gateways: std::collections::BTreeSet<usize> = twins.iter().map(|(i, _)| i % 4).collect();
+        assert_eq!(gateways.len(), 4, "one per gateway of four");
+        assert_eq!(scenario.agents.len(), Scenario::cloudex(7).agents.len() + IDENTICAL_TRADERS);
     }
 
     #[test]
