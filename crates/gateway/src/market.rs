@@ -591,7 +591,11 @@ impl proto::market_data_server::MarketData for MarketDataService {
                         continue;
                     }
                     changed = keys_reloaded.changed() => {
-                        if changed.is_err() || state.key_revoked(&key) {
+                        if changed.is_err() {
+                            // The gateway is going away: its server ends the stream.
+                            return;
+                        }
+                        if state.key_revoked(&key) {
                             metrics.subscribers_revoked.fetch_add(1, Ordering::Relaxed);
                             let _ = out.send(Err(Status::permission_denied("this API key was revoked"))).await;
                             return;
