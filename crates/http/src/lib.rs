@@ -160,15 +160,16 @@ async fn serve(
                 if declared.and_then(|v| v.to_str().ok()?.parse::<usize>().ok()).is_some_and(|n| n > body_max) {
                     counted.stats().oversize.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                let refused = match api::presented_key(request.headers(), request.uri()) {
-                    Some(key) if hold.get().is_none() => match counted.take(key) {
-                        Ok(taken) => {
-                            let _ = hold.set(taken);
-                            None
-                        }
-                        Err(reason) => Some(reason),
-                    },
-                    _ => None,
+                // Only until the connection holds its key's place: later requests skip it.
+                let presented =
+                    if hold.get().is_none() { api::presented_key(request.headers(), request.uri()) } else { None };
+                let refused = match presented.map(|key| counted.take(key)) {
+                    Some(Ok(taken)) => {
+                        let _ = hold.set(taken);
+                        None
+                    }
+                    Some(Err(reason)) => Some(reason),
+                    None => None,
                 };
                 async move {
                     if let Some(reason) = refused {

@@ -233,11 +233,7 @@ fn run_races(args: &FairnessArgs, spec: &ProfileSpec, pairs: &[(u64, u64)]) -> R
     if !(args.races_per_sec > 0.0 && args.races_per_sec <= 1_000.0) {
         return Err("--races-per-sec must be in (0, 1000]".into());
     }
-    let data = match &args.data {
-        Some(dir) => dir.clone(),
-        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    };
+    let data = data_parent(args.data.as_ref());
     let settings = super::races::RaceSettings {
         bots: args.identical_traders,
         spec,
@@ -319,6 +315,53 @@ fn print_table(reports: &[RunReport]) {
 }
 
 /// One accepted order as a trader saw it.
+/// Where a run's node data goes: `--data`, else /dev/shm when it exists (so the
+/// shared disk's fdatasync tail does not stand in for the fairness mechanisms' own
+/// delays), else the system's temp directory.
+fn data_parent(data: Option<&std::path::PathBuf>) -> std::path::PathBuf {
+    match data {
+        Some(dir) => dir.clone(),
+        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
+    }
+}
+
+/// `count` open gateways on the node at `endpoints`, gateway g with the injected delays
+/// and clock `spec` gives it for `seed`, holding market data `d_h` µs (with a probe of
+/// its releases when `probe`); returned once every feed has started, with their
+/// profiles.
+pub(super) async fn open_gateways(
+    endpoints: &[String],
+    count: u32,
+    d_h: u64,
+    spec: &ProfileSpec,
+    seed: u64,
+    release_priority: Option<u8>,
+    probe: bool,
+) -> Result<(Vec<Gateway>, Vec<Profile>), String> {
+    let mut gateways = Vec::new();
+    let mut profiles = Vec::new();
+    for g in 0..count {
+        let mut config = GatewayConfig::new(g + 1, "127.0.0.1:0".parse().expect("an address"), endpoints.to_vec());
+        config.hold_us = d_h;
+        config.open = true;
+        config.probe = probe;
+        config.heartbeat_us = 1_000;
+        config.inject = Profile::for_gateway(spec, g, seed);
+        config.release_priority = release_priority;
+        profiles.push(config.inject.clone());
+        gateways.push(Gateway::start(config, KeyStore::default()).await.map_err(|e| e.to_string())?);
+    }
+    let ready_by = Instant::now() + Duration::from_secs(10);
+    while !gateways.iter().all(Gateway::market_ready) {
+        if Instant::now() > ready_by {
+            return Err("the gateways' feeds did not start".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok((gateways, profiles))
+}
+
 struct Placed {
     order: u64,
     gateway: u32,
@@ -327,12 +370,10 @@ struct Placed {
 }
 
 async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) -> Result<RunReport, String> {
-    let parent = match &args.data {
-        Some(dir) => dir.clone(),
-        None if std::path::Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
-        None => std::env::temp_dir(),
-    };
-    let dir = tempfile::Builder::new().prefix("bourse-fairness-").tempdir_in(&parent).map_err(|e| e.to_string())?;
+    let dir = tempfile::Builder::new()
+        .prefix("bourse-fairness-")
+        .tempdir_in(data_parent(args.data.as_ref()))
+        .map_err(|e| e.to_string())?;
     let config = NodeConfig {
         data: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("an address"),
@@ -350,26 +391,9 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         funded_accounts(&admin, args.gateways * args.traders, assets, &setup).await.map_err(|e| e.to_string())?;
     admin.close().await.map_err(|e| e.to_string())?;
 
-    let mut gateways = Vec::new();
-    let mut clocks = Vec::new();
-    for g in 0..args.gateways {
-        let mut config = GatewayConfig::new(g + 1, "127.0.0.1:0".parse().expect("an address"), endpoints.clone());
-        config.hold_us = d_h;
-        config.open = true;
-        config.probe = true;
-        config.heartbeat_us = 1_000;
-        config.inject = Profile::for_gateway(spec, g, args.seed);
-        config.release_priority = (args.release_priority > 0).then_some(args.release_priority);
-        clocks.push(config.inject.clock.skewed());
-        gateways.push(Gateway::start(config, KeyStore::default()).await.map_err(|e| e.to_string())?);
-    }
-    let ready_by = Instant::now() + Duration::from_secs(10);
-    while !gateways.iter().all(Gateway::market_ready) {
-        if Instant::now() > ready_by {
-            return Err("the gateways' feeds did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let priority = (args.release_priority > 0).then_some(args.release_priority);
+    let (gateways, profiles) = open_gateways(&endpoints, args.gateways, d_h, spec, args.seed, priority, true).await?;
+    let clocks: Vec<_> = profiles.iter().map(|profile| profile.clock.skewed()).collect();
     for gateway in &gateways {
         gateway.probe().take();
     }

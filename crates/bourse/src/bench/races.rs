@@ -25,8 +25,7 @@ use bourse_client::load::{funded_accounts, setup_market, SymbolSetup};
 use bourse_client::{random_client_id, Client, ClientOptions, QueryClient};
 use bourse_engine::command::{CommandBody, OrderRequest, Tif};
 use bourse_engine::{OrderId, Px, Qty, Side};
-use bourse_fairness::{true_now_ns, Profile, ProfileSpec};
-use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
+use bourse_fairness::{true_now_ns, ProfileSpec};
 use bourse_node::{Node, NodeConfig};
 use bourse_protocol::proto;
 
@@ -158,25 +157,16 @@ pub async fn one_race_run(settings: &RaceSettings<'_>, d_s: u64, d_h: u64) -> Re
     let accounts = funded_accounts(&maker, settings.bots + 1, assets, &setup).await.map_err(|e| e.to_string())?;
     let (maker_account, bot_accounts) = (accounts[0], accounts[1..].to_vec());
 
-    let mut gateways = Vec::new();
-    let mut profiles = Vec::new();
-    for g in 0..settings.bots {
-        let mut config = GatewayConfig::new(g + 1, "127.0.0.1:0".parse().expect("an address"), endpoints.clone());
-        config.hold_us = d_h;
-        config.open = true;
-        config.heartbeat_us = 1_000;
-        config.inject = Profile::for_gateway(settings.spec, g, settings.seed);
-        config.release_priority = settings.release_priority;
-        profiles.push(config.inject.clone());
-        gateways.push(Gateway::start(config, KeyStore::default()).await.map_err(|e| e.to_string())?);
-    }
-    let ready_by = Instant::now() + Duration::from_secs(10);
-    while !gateways.iter().all(Gateway::market_ready) {
-        if Instant::now() > ready_by {
-            return Err("the gateways' feeds did not start".into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (gateways, profiles) = super::fairness::open_gateways(
+        &endpoints,
+        settings.bots,
+        d_h,
+        settings.spec,
+        settings.seed,
+        settings.release_priority,
+        false,
+    )
+    .await?;
 
     let bargain = market.px_mid - BARGAIN_TICKS;
     let started = Instant::now();
