@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// in microseconds (0: gateway batches are sequenced as they arrive).
     #[arg(long)]
     sequencer_window_us: Option<u64>,
+    /// Adapt the hold d_h and the window d_s to the observed delays, through the log
+    /// (`[fairness] adaptive`; bounds from the `[fairness]` table of --config, or its
+    /// defaults: hold 0.5–100 ms, window 0.1–10 ms).
+    #[arg(long)]
+    fairness_adaptive: bool,
     /// With the PKI: the gateways (ids, comma separated) whose sessions and links may
     /// carry administrative commands (those hosting admin keys, a day-trading service or
     /// an XML front end); any other gateway's are refused before the log.
@@ -92,6 +97,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.sequencer_window_us {
             config.sequencer_window_us = n;
+        }
+        if self.fairness_adaptive {
+            config.fairness.adaptive = true;
         }
         if let Some(ids) = &self.admin_gateways {
             config.admin_gateways = ids.clone();

@@ -508,3 +508,79 @@ async fn chaos_long() {
         );
     }
 }
+
+/// Entries of a node's feed (`GatewayLink.Feed`, as gateway 9), by log index: their
+/// stamp and release time, read for `read_for`.
+async fn feed_releases(
+    h: &ClusterHarness,
+    slot: usize,
+    read_for: Duration,
+) -> std::collections::BTreeMap<u64, (u64, u64)> {
+    use bourse_protocol::proto;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.slots[slot].api))
+        .expect("uri")
+        .connect_with_connector(h.client_tls("gateway:9").0)
+        .await
+        .expect("a channel to the node");
+    let mut feed = proto::gateway_link_client::GatewayLinkClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+        .feed(proto::FeedRequest {})
+        .await
+        .expect("the feed")
+        .into_inner();
+    let mut entries = std::collections::BTreeMap::new();
+    let until = Instant::now() + read_for;
+    while let Ok(message) = tokio::time::timeout_at(until.into(), feed.message()).await {
+        if let Some(proto::feed_message::Body::Entry(entry)) = message.expect("the feed").expect("open").body {
+            entries.insert(entry.log_index, (entry.ts, entry.release_ts));
+        }
+    }
+    entries
+}
+
+/// The adaptive hold (`[fairness] adaptive`) is set through the log: two followers'
+/// feeds give every entry the same release time, the hold moved (it starts at the
+/// maximum and comes down once a quiet horizon passed), and a node that replays its log
+/// after a SIGKILL reaches the same state hash (the setting is part of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_adaptive_hold_is_the_same_on_every_replica_and_after_a_replay() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let toml = "[fairness]\nadaptive = true\nhold_min_us = 2000\nhold_max_us = 200000\nhorizon_secs = 1\n";
+    let options = HarnessOptions { config_toml: Some(toml.to_string()), ..HarnessOptions::default() };
+    let mut h = ClusterHarness::start("adaptive", 3, options).await;
+    let mut config = bourse_gateway::GatewayConfig::new(1, "127.0.0.1:0".parse().expect("an address"), h.endpoints());
+    config.open = true;
+    config.tls = Some(h.client_tls("gateway:1"));
+    let gateway = bourse_gateway::Gateway::start(config, bourse_gateway::KeyStore::default()).await.expect("a gateway");
+    let options = WorkloadOptions { seed: 0xada_971e, ..WorkloadOptions::default() };
+    let w = Workload::start("adaptive", vec![gateway.addr().to_string()], options).await;
+    w.wait_progress(&h, "the start, through the gateway", PROGRESS_DELTA, PROGRESS_MAX).await;
+    let (leader, _) = h.leader().await;
+    let followers = others(&h.all(), &[leader]);
+    let (a, b) = tokio::join!(
+        feed_releases(&h, followers[0], Duration::from_secs(4)),
+        feed_releases(&h, followers[1], Duration::from_secs(4))
+    );
+    let common: Vec<u64> = a.keys().filter(|index| b.contains_key(index)).copied().collect();
+    assert!(common.len() > 20, "the followers' feeds share {} entries", common.len());
+    let mut holds = std::collections::BTreeSet::new();
+    for index in &common {
+        assert_eq!(a[index], b[index], "entry {index}: (stamp, release) differ between the followers");
+        let (ts, release_ts) = a[index];
+        assert!(release_ts > 0, "entry {index} has no release time from the log");
+        holds.insert(release_ts - ts);
+    }
+    let (least, most) = (*holds.first().expect("a hold"), *holds.last().expect("a hold"));
+    say!("adaptive", "holds seen on {} entries: {least}..={most} ns", common.len());
+    // A lowered hold keeps entries behind the old one's last release: between the two.
+    assert!((2_000_000..=200_000_000).contains(&least), "hold {least} ns outside the bounds");
+    assert!(most <= 200_000_000, "hold {most} ns above the maximum");
+    assert!(least < 200_000_000, "the hold never came down from the maximum");
+    // A replay: a follower killed and restarted rebuilds the same state from its log.
+    h.kill(followers[0]);
+    w.wait_progress(&h, "a follower down", PROGRESS_DELTA, PROGRESS_MAX).await;
+    h.restart(followers[0]).await;
+    converge_and_check(&h, &w, &h.all()).await;
+    finish(&h, w).await;
+    gateway.shutdown().await;
+}

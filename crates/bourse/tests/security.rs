@@ -175,6 +175,7 @@ fn claimed_batch(
             commands: vec![command],
             claim,
         }],
+        feed_delay_ns: 0,
     }
 }
 

@@ -62,6 +62,25 @@ pub enum CommandBody {
     /// verbatim, or a poller's quote (`crate::daytrading`). Boxed: rare next to orders,
     /// and the order path's commands stay small.
     DayTrading(Box<crate::daytrading::DtRequest>),
+    /// The fairness delays from this command on: the hold of market data (an entry
+    /// stamped `t_m` is released by every gateway at `t_m + hold_ns`) and the
+    /// sequencer's window. Part of the state, so every replica and every replay holds
+    /// the same value at the same index. The leader's controller sends it (under
+    /// [`ClientId::SYSTEM`](crate::types::ClientId::SYSTEM)) when the observed delays
+    /// change; an operator's admin key may pin a value. Each at most [`FAIRNESS_NS_MAX`].
+    SetFairness(FairnessSetting),
+}
+
+/// The largest hold or window [`CommandBody::SetFairness`] accepts: 10 s.
+pub const FAIRNESS_NS_MAX: u64 = 10_000_000_000;
+
+/// The fairness delays set through the log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FairnessSetting {
+    /// d_h: how long after its stamp every gateway releases a market data entry.
+    pub hold_ns: u64,
+    /// d_s: how long the leader's sequencer holds a stamped batch.
+    pub window_ns: u64,
 }
 
 /// How a symbol matches at a price level.

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::account::Account;
 use crate::book::{Book, FastBook};
-use crate::command::{Command, CommandBody, OrderKind, OrderRequest, SymbolSpec, Tif};
+use crate::command::{
+    Command, CommandBody, FairnessSetting, OrderKind, OrderRequest, SymbolSpec, Tif, FAIRNESS_NS_MAX,
+};
 use crate::daytrading::DayTrading;
 use crate::event::{Applied, CancelReason, Event, Outcome};
 use crate::reject::Reject;
@@ -208,6 +210,16 @@ pub struct Engine<B: Book = FastBook> {
     pub(crate) scratch: Vec<crate::book::RestingOrder>,
     /// The day-trading ledger: its own users, cash and shares (no exchange accounts).
     pub(crate) day_trading: DayTrading,
+    /// The fairness delays last set through the log; none until the first
+    /// [`CommandBody::SetFairness`] (the gateways' and sequencer's own settings apply).
+    pub(crate) fairness: Option<Fairness>,
+}
+
+/// The fairness delays in force, and the earliest release time of what comes next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Fairness {
+    pub(crate) setting: FairnessSetting,
+    pub(crate) release_floor: Timestamp,
 }
 
 impl<B: Book> Default for Engine<B> {
@@ -242,6 +254,7 @@ impl<B: Book> Engine<B> {
             orders_closed: VecDeque::with_capacity(config.orders_closed_max as usize),
             scratch: Vec::new(),
             day_trading: DayTrading::new(config.day_trading),
+            fairness: None,
         }
     }
 
@@ -259,6 +272,18 @@ impl<B: Book> Engine<B> {
     pub fn day_trading_result(&self, client: ClientId, seq: u64) -> Option<crate::daytrading::HistoryItem> {
         let slot = *self.session_slots.get(&client)?;
         self.sessions[slot as usize].1.day_trading_result(seq)
+    }
+
+    /// The fairness delays set through the log, if any was.
+    pub fn fairness(&self) -> Option<FairnessSetting> {
+        self.fairness.map(|fairness| fairness.setting)
+    }
+
+    /// When the gateways release market data stamped `ts` (by the log's hold), if a
+    /// hold was set through the log: `ts + hold`, but never before an earlier entry's
+    /// release (a lowered hold waits out the old one), so releases keep log order.
+    pub fn release_ts(&self, ts: Timestamp) -> Option<Timestamp> {
+        self.fairness.map(|fairness| ts.saturating_add(fairness.setting.hold_ns).max(fairness.release_floor))
     }
 
     /// Clients remembered now.
@@ -294,6 +319,9 @@ impl<B: Book> Engine<B> {
         let now = self.ts_last.max(command.ts);
         if now >= self.sessions_sweep_at {
             self.sweep_clients(now);
+        }
+        if command.client == ClientId::SYSTEM {
+            return self.apply_system(command, events);
         }
         // A client is remembered only once one of its commands applies, so refused
         // strangers leave no trace in the state.
@@ -341,6 +369,37 @@ impl<B: Book> Engine<B> {
         Applied { outcome, duplicate: false }
     }
 
+    /// A command of the exchange itself: only settings, applied without a session
+    /// record (no seq, no remembered outcome).
+    fn apply_system(&mut self, command: &Command, events: &mut Vec<Event>) -> Applied {
+        let result = match &command.body {
+            CommandBody::SetFairness(setting) => self.set_fairness(*setting, command.ts),
+            _ => Err(Reject::SystemCommandInvalid),
+        };
+        match result {
+            Ok(id) => {
+                self.ts_last = self.ts_last.max(command.ts);
+                Applied { outcome: Outcome::Ok { id }, duplicate: false }
+            }
+            Err(reject) => {
+                events.push(Event::Rejected { reject });
+                Applied { outcome: Outcome::Rejected(reject), duplicate: false }
+            }
+        }
+    }
+
+    fn set_fairness(&mut self, setting: FairnessSetting, ts: Timestamp) -> Result<u64, Reject> {
+        if setting.hold_ns > FAIRNESS_NS_MAX || setting.window_ns > FAIRNESS_NS_MAX {
+            return Err(Reject::FairnessInvalid);
+        }
+        // Every entry before this one was stamped at or before `now` and is released by
+        // `now + hold` (the old hold) at the latest: later ones wait for that.
+        let now = self.ts_last.max(ts);
+        let release_floor = self.release_ts(now).unwrap_or(0);
+        self.fairness = Some(Fairness { setting, release_floor });
+        Ok(0)
+    }
+
     fn execute(&mut self, command: &Command, events: &mut Vec<Event>) -> Result<u64, Reject> {
         let ts = command.ts;
         match &command.body {
@@ -366,6 +425,7 @@ impl<B: Book> Engine<B> {
             }
             CommandBody::CloseDay => Ok(self.close_day(events)),
             CommandBody::DayTrading(request) => self.day_trading.apply(request, ts, events),
+            CommandBody::SetFairness(setting) => self.set_fairness(*setting, ts),
         }
     }
 

@@ -274,7 +274,7 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
             0 => CommandBody::SuspendAccount { account },
             _ => CommandBody::ResumeAccount { account },
         },
-        _ => match bytes.below(5) {
+        _ => match bytes.below(6) {
             0 => CommandBody::CreateAccount,
             1 => CommandBody::CreateAsset { name: format!("A{}", bytes.below(4)), decimals: bytes.below(20) },
             // Few external ids, so some are taken; deposits of every kind, zero included.
@@ -284,6 +284,11 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
                 deposit: amount_from(bytes),
             },
             3 => CommandBody::CloseDay,
+            // Sometimes past the limit.
+            4 => CommandBody::SetFairness(crate::command::FairnessSetting {
+                hold_ns: u64::from(bytes.below(12)) * 1_000_000_000,
+                window_ns: u64::from(bytes.below(4)) * 100_000,
+            }),
             _ => CommandBody::Withdraw { account, asset: AssetId(0), amount: Amount(i64::MAX) },
         },
     }
@@ -391,7 +396,7 @@ fn order_from(bytes: &mut Bytes<'_>, account: AccountId, sym: u8) -> OrderReques
 }
 
 /// How many kinds of [`CommandBody`] there are; [`body_kind`] numbers them from 0.
-pub const BODY_KINDS: usize = 15;
+pub const BODY_KINDS: usize = 16;
 
 /// The kind of `body` as a number below [`BODY_KINDS`]. The match has no wildcard, so a
 /// new kind of command does not compile until it is numbered here (and then the corpus
@@ -413,6 +418,7 @@ pub fn body_kind(body: &CommandBody) -> usize {
         CommandBody::CreateAccountWithId { .. } => 12,
         CommandBody::CloseDay => 13,
         CommandBody::DayTrading(_) => 14,
+        CommandBody::SetFairness(_) => 15,
     }
 }
 

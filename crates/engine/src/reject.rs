@@ -76,6 +76,10 @@ rejects! {
     LimitReached = 31, "limit_reached";
     AccountAlreadyInState = 32, "account_already_in_state";
     AccountIdTaken = 33, "account_id_taken";
+    // A hold or window past FAIRNESS_NS_MAX.
+    FairnessInvalid = 34, "fairness_invalid";
+    // The exchange's own client (ClientId::SYSTEM) sends settings only.
+    SystemCommandInvalid = 35, "system_command_invalid";
     // A day-trading entry no front end sends: too many or too long arguments, a quote
     // with a bad symbol, price or text (the checks users can fail are logged outcomes).
     DayTradingInvalid = 40, "day_trading_invalid";

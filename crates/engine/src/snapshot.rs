@@ -23,7 +23,8 @@ use crate::types::{AccountId, AssetId, ClientId, Px, Side};
 /// 4: sessions keep their day-trading commands' results.
 /// 5: client records expire: each keeps its last command's stamp, the engine its next
 ///    sweep; the configuration has `clients_max` and `client_expiry_secs`.
-pub const SNAPSHOT_VERSION: u32 = 5;
+/// 6: the fairness delays set through the log.
+pub const SNAPSHOT_VERSION: u32 = 6;
 
 #[derive(Serialize, Deserialize)]
 struct SymbolImage {
@@ -54,6 +55,7 @@ struct Image {
     orders: Vec<OrderRecord>,
     orders_closed: Vec<OrderRecord>,
     day_trading: crate::daytrading::DtImage,
+    fairness: Option<crate::engine::Fairness>,
 }
 
 /// Why a snapshot could not be restored.
@@ -121,6 +123,7 @@ impl<B: Book> Engine<B> {
             orders,
             orders_closed: self.orders_closed.iter().cloned().collect(),
             day_trading: self.day_trading.image(),
+            fairness: self.fairness,
         }
     }
 
@@ -208,6 +211,7 @@ impl<B: Book> Engine<B> {
         engine.orders = image.orders.into_iter().map(|r| (r.id, r)).collect();
         engine.orders_closed = image.orders_closed.into_iter().collect();
         engine.day_trading = crate::daytrading::DayTrading::restore(image.config.day_trading, image.day_trading)?;
+        engine.fairness = image.fairness;
         Ok(engine)
     }
 }

@@ -52,6 +52,14 @@ id_type!(
     ClientId,
     u64
 );
+impl ClientId {
+    /// The exchange itself: the leader's fairness controller sends
+    /// [`CommandBody::SetFairness`](crate::command::CommandBody::SetFairness) under it,
+    /// outside exactly-once (a setting applied twice is applied once). No session
+    /// record is kept for it.
+    pub const SYSTEM: ClientId = ClientId(u64::MAX);
+}
+
 id_type!(
     /// A price in quote minor units per base unit.
     Px,

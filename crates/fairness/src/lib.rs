@@ -5,6 +5,7 @@
 //!
 //! - [`sequencer`]: the leader's resequencing buffer, ordering orders by their gateway timestamp
 //!   (delay buffer and watermark merge), with [`Resequencer`].
+//! - [`adapt`]: an adaptive hold or window following the observed delays ([`Adaptive`]).
 //! - [`hold`]: the gateway's hold-and-release queue for market data, [`HoldQueue`].
 //! - [`metrics`]: inbound unfairness (`iur_prev`, `iur_hwm`) and outbound unfairness and delivery
 //!   spread ([`Unfairness`], [`Spread`]).
@@ -43,6 +44,7 @@ macro_rules! smallest_key_first {
     };
 }
 
+pub mod adapt;
 pub mod clock;
 pub mod hold;
 pub mod inject;
@@ -50,6 +52,7 @@ pub mod metrics;
 pub mod precise;
 pub mod sequencer;
 
+pub use adapt::{Adaptive, AdaptiveConfig};
 pub use clock::{true_now_ns, SkewedClock};
 pub use hold::{Due, HoldQueue};
 pub use inject::{

@@ -191,6 +191,7 @@ async fn pump(
                 while let Ok(item) = pipe.try_recv() {
                     add(&mut message, item);
                 }
+                message.feed_delay_ns = state.market.take_feed_delay();
                 if let Some(last) = message.batches.last() {
                     state.sent_through.store(last.gateway_seq, Ordering::Release);
                 }

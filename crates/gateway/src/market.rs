@@ -77,6 +77,9 @@ pub struct Market {
     updates: broadcast::Sender<Numbered>,
     ready: AtomicBool,
     metrics: Arc<Metrics>,
+    /// The longest feed delay (stamp to arrival, gateway clock) since the link last
+    /// reported it ([`Market::take_feed_delay`]).
+    feed_delay_max: std::sync::atomic::AtomicU64,
 }
 
 /// A feed message on its way to the release thread.
@@ -109,6 +112,7 @@ impl Market {
             updates: updates.clone(),
             ready: AtomicBool::new(false),
             metrics,
+            feed_delay_max: std::sync::atomic::AtomicU64::new(0),
         });
         // The fan-out task: ends when the market (the only sender) is dropped.
         tokio::spawn(async move {
@@ -155,6 +159,12 @@ impl Market {
         Ok(market)
     }
 
+    /// The longest feed delay seen since the last call, ns (0: none), for the leader's
+    /// adaptive hold.
+    pub fn take_feed_delay(&self) -> u64 {
+        self.feed_delay_max.swap(0, Ordering::Relaxed)
+    }
+
     /// Whether the gateway has a market state (its feed delivered an image).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
@@ -191,7 +201,7 @@ impl Sink {
         let arrival = self.link.arrival(bourse_fairness::true_now_ns());
         let due = match &message.body {
             Some(proto::feed_message::Body::Entry(entry)) => {
-                arrival.max(self.clock.true_of(entry.ts.saturating_add(self.hold_ns)))
+                arrival.max(self.clock.true_of(release_time(entry, self.hold_ns)))
             }
             _ => arrival,
         };
@@ -318,6 +328,16 @@ where
 /// Why a source was passed over.
 const LEADER: &str = "the leader: another member serves the feed";
 
+/// An entry's release time t_R: the log's (the hold set through it), else its stamp
+/// plus the gateway's own hold.
+fn release_time(entry: &proto::FeedEntry, hold_ns: u64) -> u64 {
+    if entry.release_ts > 0 {
+        entry.release_ts
+    } else {
+        entry.ts.saturating_add(hold_ns)
+    }
+}
+
 /// The release thread: holds entries until their release time on the gateway clock,
 /// then applies and broadcasts them.
 fn release_loop(
@@ -334,6 +354,7 @@ fn release_loop(
         clock,
         hold_ns,
         held: HoldQueue::new(),
+        release_last: 0,
         in_transit: VecDeque::new(),
         probe,
         out: Vec::new(),
@@ -382,6 +403,8 @@ struct Releaser {
     clock: SkewedClock,
     hold_ns: u64,
     held: HoldQueue<proto::FeedEntry>,
+    /// The release time of the last entry taken in (gateway clock).
+    release_last: u64,
     /// Messages on the (injected) link, in order, not yet arrived or not yet looked at.
     in_transit: VecDeque<Inbound>,
     probe: Arc<Probe>,
@@ -398,12 +421,20 @@ impl Releaser {
                 Some(proto::feed_message::Body::Image(image)) => {
                     // A new image: what is held belongs to the old feed.
                     while self.held.pop_due(u64::MAX).is_some() {}
+                    self.release_last = 0;
                     self.market.restart(image);
                 }
                 Some(proto::feed_message::Body::Entry(entry)) => {
-                    let release_ts = entry.ts.saturating_add(self.hold_ns);
+                    // Never before the entry before it (the hold queue releases by
+                    // time): only a change from the gateway's own hold to the log's
+                    // could otherwise reorder, as the log keeps its own in order.
+                    let release_ts = release_time(&entry, self.hold_ns).max(self.release_last);
+                    self.release_last = release_ts;
+                    let arrived = self.clock.at(arrival);
+                    // What the leader's adaptive hold must cover, reported up the link.
+                    self.market.feed_delay_max.fetch_max(arrived.saturating_sub(entry.ts), Ordering::Relaxed);
                     // Late when it arrived (on the gateway clock) at or after t_R.
-                    self.held.push(self.clock.at(arrival), release_ts, entry);
+                    self.held.push(arrived, release_ts, entry);
                 }
                 None => {}
             }

@@ -2,6 +2,7 @@
 //! limits, hold-and-release across two gateways, and market data that rebuilds the
 //! engine's book.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bourse_client::load::{funded_accounts, setup_market, SymbolSetup};
@@ -94,6 +95,7 @@ fn stamped(gateway: u32, client: u64, ts: u64, gateway_seq: u64, command: proto:
             commands: vec![command],
             claim: None,
         }],
+        feed_delay_ns: 0,
     }
 }
 
@@ -879,6 +881,13 @@ fn every_kind(account: AccountId, symbol: SymbolId, order: bourse_engine::OrderI
         ),
         ("CloseDay", CommandBody::CloseDay),
         ("DayTrading", CommandBody::DayTrading(Box::new(DtRequest::Command(dt)))),
+        (
+            "SetFairness",
+            CommandBody::SetFairness(bourse_engine::command::FairnessSetting {
+                hold_ns: 1_000_000,
+                window_ns: 1_000_000,
+            }),
+        ),
     ];
     for (_, body) in &table {
         match body {
@@ -896,7 +905,8 @@ fn every_kind(account: AccountId, symbol: SymbolId, order: bourse_engine::OrderI
             | CommandBody::Move { .. }
             | CommandBody::CreateAccountWithId { .. }
             | CommandBody::CloseDay
-            | CommandBody::DayTrading(_) => {}
+            | CommandBody::DayTrading(_)
+            | CommandBody::SetFairness(_) => {}
         }
     }
     table
@@ -1042,4 +1052,96 @@ async fn every_command_kind_and_query_refuses_a_key_outside_its_rights_and_a_rev
     admin.close().await.unwrap();
     owner.close().await.unwrap();
     gateway.shutdown().await;
+}
+
+/// The adaptive hold (`[fairness] adaptive`) follows what the gateways report: with one
+/// quick gateway it comes down from its starting maximum; when a gateway whose feed
+/// arrives 100 ms late joins, the first entries it reports raise the hold to cover
+/// that (× 1.5) within 1 s of its start (typically the 100 ms its first entry takes
+/// plus a commit), and every release carries a hold within the bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adaptive_hold_comes_down_when_quiet_and_a_delay_spike_raises_it_within_a_second() {
+    const MS: u64 = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = NodeConfig {
+        data: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        sequencer_window_us: 0,
+        ..NodeConfig::default()
+    };
+    config.fairness.adaptive = true;
+    config.fairness.hold_min_us = 1_000;
+    config.fairness.hold_max_us = 400_000;
+    config.fairness.horizon_secs = 1;
+    let node = Node::start(config).await.unwrap();
+    let endpoints = vec![node.addr.to_string()];
+    let setup = SymbolSetup::default();
+    let (market, assets) = setup_market(&endpoints, &setup, &ClientOptions::default()).await.unwrap();
+    let admin = Client::connect(endpoints, random_client_id(), ClientOptions::default()).await.unwrap();
+    let accounts = funded_accounts(&admin, 1, assets, &setup).await.unwrap();
+    admin.close().await.unwrap();
+    let quick = Gateway::start(open_gateway(1, &node, 3_000), KeyStore::default()).await.unwrap();
+    wait_ready(&quick).await;
+    // An order every 5 ms through the quick gateway (a bid that rests and is then
+    // cancelled): market data for the feeds to carry.
+    let trader =
+        Client::connect(vec![quick.addr().to_string()], random_client_id(), ClientOptions::default()).await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = Arc::clone(&stop);
+        let (account, symbol) = (accounts[0], market.symbol);
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let order = trader.submit(place(account, symbol, Side::Buy, 90_000)).await.unwrap().ok_id().unwrap();
+                trader
+                    .submit(CommandBody::Cancel { account, symbol, order: bourse_engine::OrderId(order) })
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            trader.close().await.unwrap();
+        })
+    };
+    let hold = || node.metrics.fairness.get().map(|setting| setting.hold_ns);
+    // Starts at the maximum, then comes down once a horizon shows the feed is quick.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut seen_max = false;
+    loop {
+        let now = hold();
+        seen_max |= now == Some(400 * MS);
+        if now.is_some_and(|h| h < 100 * MS) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the hold stayed at {now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen_max, "the hold started at the maximum");
+    // Past the old hold's last release (entries after a lowering wait for it).
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    // A slow gateway joins: its feed arrives 100 ms after the stamp.
+    let mut slow = open_gateway(2, &node, 3_000);
+    slow.inject.outbound = bourse_fairness::DelayModel { base_ns: 100 * MS, ..bourse_fairness::DelayModel::zero() };
+    let slow = Gateway::start(slow, KeyStore::default()).await.unwrap();
+    wait_ready(&slow).await;
+    let joined = Instant::now();
+    loop {
+        if hold().is_some_and(|h| h >= 150 * MS) {
+            break;
+        }
+        assert!(joined.elapsed() < Duration::from_secs(1), "the hold is {:?} 1 s after the slow gateway", hold());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let raised_after = joined.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.await.unwrap();
+    // Every release the quick gateway made used a hold within the bounds.
+    let releases = quick.probe().take();
+    assert!(!releases.is_empty());
+    for release in &releases {
+        let hold = release.release_ts.saturating_sub(release.ts);
+        assert!((MS..=400 * MS).contains(&hold), "a release held {hold} ns");
+    }
+    eprintln!("raised {raised_after:?} after the slow gateway's feed started");
+    quick.shutdown().await;
+    slow.shutdown().await;
 }

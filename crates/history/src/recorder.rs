@@ -494,7 +494,8 @@ fn command_cause(body: &CommandBody) -> &'static str {
         | CommandBody::CreateAccount
         | CommandBody::SuspendAccount { .. }
         | CommandBody::ResumeAccount { .. }
-        | CommandBody::CloseDay => "admin",
+        | CommandBody::CloseDay
+        | CommandBody::SetFairness(_) => "admin",
         CommandBody::Place(_) => "place",
         CommandBody::Cancel { .. } => "cancel",
         CommandBody::Reduce { .. } => "reduce",

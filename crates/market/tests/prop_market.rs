@@ -119,7 +119,8 @@ impl Subscriber {
         l3.orders.clear();
         let mut l3 = MarketState::from_image(&l3).expect("an empty image");
         let image: Vec<proto::OrderEvent> = (0..state.symbols_len() as u32).flat_map(|s| state.l3_image(s)).collect();
-        let entry = proto::FeedEntry { log_index: l3.log_index() + 1, ts: 0, events: image, from_index: 0 };
+        let entry =
+            proto::FeedEntry { log_index: l3.log_index() + 1, ts: 0, events: image, from_index: 0, release_ts: 0 };
         l3.apply_entry(&entry, &mut Vec::new()).expect("the L3 image applies");
         Subscriber { l2, l3 }
     }
@@ -143,7 +144,8 @@ impl Subscriber {
                 _ => {}
             }
         }
-        let entry = proto::FeedEntry { log_index: self.l3.log_index() + 1, ts: 0, events, from_index: 0 };
+        let entry =
+            proto::FeedEntry { log_index: self.l3.log_index() + 1, ts: 0, events, from_index: 0, release_ts: 0 };
         self.l3.apply_entry(&entry, &mut Vec::new()).expect("CHANNEL_ORDERS applies");
     }
 
@@ -267,7 +269,7 @@ fn run(data: &[u8], split: usize, lose: (usize, usize), drop_one_in: u8) -> Cove
         }
         assert_eq!(trade_seq as usize, trades.len());
         let ts = d.fast.ts_last();
-        let entry = proto::FeedEntry { log_index, ts, events: events.clone(), from_index: 0 };
+        let entry = proto::FeedEntry { log_index, ts, events: events.clone(), from_index: 0, release_ts: 0 };
         if late.is_some() {
             assert_eq!(late_events, events, "a builder started mid-stream publishes the same events");
         }

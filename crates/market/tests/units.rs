@@ -58,7 +58,7 @@ fn replaced(order: u64, px: i64, qty: i64) -> proto::OrderEvent {
 }
 
 fn entry(log_index: u64, events: Vec<proto::OrderEvent>) -> proto::FeedEntry {
-    proto::FeedEntry { log_index, ts: log_index * 1000, events, from_index: 0 }
+    proto::FeedEntry { log_index, ts: log_index * 1000, events, from_index: 0, release_ts: 0 }
 }
 
 fn apply(state: &mut MarketState, entry: &proto::FeedEntry) -> Vec<proto::MarketDataUpdate> {
@@ -315,8 +315,11 @@ fn rebase_continues_every_subscriber() {
             }
         }
         if !events.is_empty() {
-            l3.apply_entry(&proto::FeedEntry { log_index, ts: 0, events, from_index: 0 }, &mut Vec::new())
-                .expect("orders follow");
+            l3.apply_entry(
+                &proto::FeedEntry { log_index, ts: 0, events, from_index: 0, release_ts: 0 },
+                &mut Vec::new(),
+            )
+            .expect("orders follow");
         }
     };
     let out = apply(&mut state, &entry(11, vec![cancelled(0, 1, 5, 0)]));

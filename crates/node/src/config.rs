@@ -85,6 +85,81 @@ pub struct NodeConfig {
     /// keeps and how long an idle one lasts. Part of the engine's settings
     /// ([`NodeConfig::engine_config`]), so the same caveat holds.
     pub clients: ClientsToml,
+    /// The `[fairness]` table: whether the leader adapts the hold d_h and the window d_s
+    /// to the delays it sees (through the log), and within what bounds.
+    pub fairness: FairnessToml,
+}
+
+/// The `[fairness]` table. With `adaptive` off (the default) the gateways' `hold_us` and
+/// `sequencer_window_us` are fixed. With it on, the leader sets both through the log
+/// ([`bourse_engine::command::CommandBody::SetFairness`]): the hold to cover the largest
+/// feed delay the gateways reported over the last `horizon_secs`, the window to cover
+/// the largest stamp-to-sequencer delay, each times `margin_percent` and within its
+/// bounds; raised at the first report that calls for more, lowered once a horizon
+/// calls for less (`bourse_fairness::adapt`). An admin's `SetFairness` pins the values
+/// only while adaptation is off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FairnessToml {
+    pub adaptive: bool,
+    pub hold_min_us: u64,
+    pub hold_max_us: u64,
+    pub window_min_us: u64,
+    pub window_max_us: u64,
+    pub margin_percent: u64,
+    pub horizon_secs: u64,
+}
+
+impl Default for FairnessToml {
+    fn default() -> Self {
+        FairnessToml {
+            adaptive: false,
+            hold_min_us: 500,
+            hold_max_us: 100_000,
+            window_min_us: 100,
+            window_max_us: 10_000,
+            margin_percent: 200,
+            horizon_secs: 30,
+        }
+    }
+}
+
+impl FairnessToml {
+    /// The hold's and the window's controllers' settings, when adaptive.
+    pub fn adaptive_configs(&self) -> Option<(bourse_fairness::AdaptiveConfig, bourse_fairness::AdaptiveConfig)> {
+        if !self.adaptive {
+            return None;
+        }
+        let of = |min_us: u64, max_us: u64| bourse_fairness::AdaptiveConfig {
+            min_ns: min_us.saturating_mul(1_000),
+            max_ns: max_us.saturating_mul(1_000),
+            margin_percent: self.margin_percent,
+            horizon_ns: self.horizon_secs.saturating_mul(1_000_000_000),
+            slices: 10,
+        };
+        Some((of(self.hold_min_us, self.hold_max_us), of(self.window_min_us, self.window_max_us)))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let limit = bourse_engine::command::FAIRNESS_NS_MAX / 1_000;
+        for (field, value) in [
+            ("hold_min_us", self.hold_min_us),
+            ("hold_max_us", self.hold_max_us),
+            ("window_min_us", self.window_min_us),
+            ("window_max_us", self.window_max_us),
+        ] {
+            if value > limit {
+                return Err(ConfigError(format!("[fairness] {field} = {value} is above {limit}")));
+            }
+        }
+        if !(1..=3600).contains(&self.horizon_secs) {
+            return Err(ConfigError(format!("[fairness] horizon_secs = {} is outside 1..=3600", self.horizon_secs)));
+        }
+        let (hold, window) = FairnessToml { adaptive: true, ..*self }.adaptive_configs().expect("adaptive");
+        hold.validate().map_err(|e| ConfigError(format!("[fairness] hold: {e}")))?;
+        window.validate().map_err(|e| ConfigError(format!("[fairness] window: {e}")))?;
+        Ok(())
+    }
 }
 
 /// The `[clients]` table: the engine's bound on client records.
@@ -165,6 +240,7 @@ impl Default for NodeConfig {
             virtual_clock: None,
             engine: EngineConfig::default(),
             clients: ClientsToml::default(),
+            fairness: FairnessToml::default(),
         }
     }
 }
@@ -342,6 +418,7 @@ impl NodeConfig {
                 return Err(ConfigError(format!("{field} = {value} is outside {min}..={max}")));
             }
         }
+        self.fairness.validate()?;
         let day_trading = &self.engine.day_trading;
         let rules: [(&str, u32, u32, u32); 6] = [
             ("day_trading.quote_ttl_ms", day_trading.quote_ttl_ms, 1, u32::MAX),

@@ -202,6 +202,9 @@ impl Core {
         let owners = owners_of(&engine);
         metrics.applied_index.store(applied_index, std::sync::atomic::Ordering::Relaxed);
         metrics.applied_ts.store(ts_last, std::sync::atomic::Ordering::Relaxed);
+        if let Some(setting) = engine.fairness() {
+            metrics.fairness.store(setting, false);
+        }
         Core {
             engine,
             sequencer,
@@ -472,6 +475,9 @@ impl Core {
             MachineRequest::Install { index, bytes, reply } => match Engine::restore(&bytes) {
                 Ok(engine) => {
                     self.engine = engine;
+                    if let Some(setting) = self.engine.fairness() {
+                        self.metrics.fairness.store(setting, false);
+                    }
                     self.owners = owners_of(&self.engine);
                     self.feed_quiet_from = None;
                     if self.feed_builder.take().is_some() {
@@ -558,7 +564,8 @@ impl Core {
         }
         let events = std::mem::take(&mut self.feed_events);
         let from_index = self.feed_quiet_from.take().unwrap_or(0);
-        let entry = proto::FeedEntry { log_index: index, ts, events, from_index };
+        let release_ts = self.engine.release_ts(ts).unwrap_or(0);
+        let entry = proto::FeedEntry { log_index: index, ts, events, from_index, release_ts };
         outputs.push(Output::Feed(Arc::new(FeedItem::Entry(entry))));
     }
 
@@ -566,8 +573,14 @@ impl Core {
     /// follower's view of the log never lags behind the applied batch.
     fn flush_feed_quiet(&mut self, outputs: &mut Vec<Output>) {
         if let Some(from_index) = self.feed_quiet_from.take() {
-            let entry =
-                proto::FeedEntry { log_index: self.next_index - 1, ts: self.ts_last, events: Vec::new(), from_index };
+            let release_ts = self.engine.release_ts(self.ts_last).unwrap_or(0);
+            let entry = proto::FeedEntry {
+                log_index: self.next_index - 1,
+                ts: self.ts_last,
+                events: Vec::new(),
+                from_index,
+                release_ts,
+            };
             outputs.push(Output::Feed(Arc::new(FeedItem::Entry(entry))));
         }
     }
@@ -621,6 +634,11 @@ impl Core {
             builder.command(&self.engine, &self.events, &mut trade_seq, &mut self.feed_events);
         }
         let mut ack = convert::ack(command.seq, index, &applied);
+        if let (CommandBody::SetFairness(_), bourse_engine::Outcome::Ok { .. }) = (&command.body, applied.outcome) {
+            if let Some(setting) = self.engine.fairness() {
+                self.metrics.fairness.store(setting, true);
+            }
+        }
         if let CommandBody::DayTrading(request) = &command.body {
             ack.day_trading = self.day_trading_result(command, request, &applied).map(Box::new);
         }

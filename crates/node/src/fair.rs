@@ -16,19 +16,55 @@
 //! links' readers (backpressure reaches the gateways), and what is held always becomes
 //! due within the window.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bourse_engine::command::CommandBody;
+use bourse_engine::command::{CommandBody, FairnessSetting};
 use bourse_engine::ClientId;
-use bourse_fairness::{precise, Resequencer, Stamp};
+use bourse_fairness::{precise, Adaptive, AdaptiveConfig, Resequencer, Stamp};
 use bourse_protocol::convert::ConvertError;
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
 use crate::core::{Reply, Request};
 use crate::metrics::Metrics;
+
+/// The fairness delays the log set, as the core applied them: the sequencer follows
+/// the window, `/metrics` shows both, the adaptive controller starts from them.
+#[derive(Debug, Default)]
+pub struct InForce {
+    set: AtomicBool,
+    hold_ns: AtomicU64,
+    window_ns: AtomicU64,
+    changes: AtomicU64,
+}
+
+impl InForce {
+    /// Called by the core as it applies a setting (or restores a state that has one).
+    pub fn store(&self, setting: FairnessSetting, counted: bool) {
+        self.hold_ns.store(setting.hold_ns, Ordering::Relaxed);
+        self.window_ns.store(setting.window_ns, Ordering::Relaxed);
+        self.set.store(true, Ordering::Release);
+        if counted {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The setting in force, if the log made one. (The two values are stored apart:
+    /// a reader racing a change may see one old and one new, for one loop.)
+    pub fn get(&self) -> Option<FairnessSetting> {
+        self.set.load(Ordering::Acquire).then(|| FairnessSetting {
+            hold_ns: self.hold_ns.load(Ordering::Relaxed),
+            window_ns: self.window_ns.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Settings applied since the node started.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
+    }
+}
 
 /// A gateway batch's commands, converted.
 pub type Items = Vec<(u64, Result<CommandBody, ConvertError>)>;
@@ -41,10 +77,12 @@ pub enum Inbound {
     Disconnect {
         gateway: u32,
     },
-    /// Nothing later from this gateway carries an earlier stamp.
+    /// Nothing later from this gateway carries an earlier stamp; and the longest feed
+    /// delay it saw since its last report (0: no report).
     Watermark {
         gateway: u32,
         ts: u64,
+        feed_delay_ns: u64,
     },
     Batch {
         stamp: Stamp,
@@ -67,6 +105,8 @@ pub struct FairConfig {
     pub window_ns: u64,
     /// Batches held at most.
     pub capacity: usize,
+    /// The controllers of the hold and the window, when they adapt (`[fairness]`).
+    pub adaptive: Option<(AdaptiveConfig, AdaptiveConfig)>,
 }
 
 impl FairSequencer {
@@ -115,12 +155,35 @@ fn run(config: FairConfig, mut receiver: mpsc::Receiver<Inbound>, core: mpsc::Se
     // dead has two for a while, and stays connected until the last one closes.
     let mut links: FxHashMap<u32, usize> = FxHashMap::default();
     let mut open = true;
+    let mut control = config.adaptive.map(|(hold, window)| Control::new(hold, window));
     loop {
+        // The window in force is the log's, once it set one.
+        if let Some(setting) = metrics.fairness.get() {
+            if setting.window_ns != buffer.window_ns() {
+                buffer.set_window_ns(setting.window_ns);
+            }
+        }
         while open && buffer.len() < config.capacity.max(1) {
             match receiver.try_recv() {
-                Ok(message) => take(&mut buffer, &mut links, message),
+                Ok(message) => take(&mut buffer, &mut links, control.as_mut(), message),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        // After taking what the links sent: a report that calls for more is acted on now.
+        if let Some(control) = &mut control {
+            if let Some(setting) = control.decide(bourse_fairness::true_now_ns(), metrics.fairness.get()) {
+                tracing::info!(
+                    hold_us = setting.hold_ns / 1_000,
+                    window_us = setting.window_ns / 1_000,
+                    "adaptive fairness: proposing new delays"
+                );
+                let items = vec![(0, Ok(CommandBody::SetFairness(setting)))];
+                let request = Request::Commands { client: ClientId::SYSTEM, items, reply: Reply::Session };
+                metrics.queue_depth.0.fetch_add(1, Ordering::Relaxed);
+                if core.blocking_send(request).is_err() {
+                    return;
+                }
             }
         }
         let now = bourse_fairness::true_now_ns();
@@ -159,7 +222,63 @@ fn run(config: FairConfig, mut receiver: mpsc::Receiver<Inbound>, core: mpsc::Se
     }
 }
 
-fn take(buffer: &mut Resequencer<(ClientId, Items)>, links: &mut FxHashMap<u32, usize>, message: Inbound) {
+/// The adaptive hold and window on the leader: what the gateways report and what the
+/// sequencer sees go in, `SetFairness` commands come out (through the log, so every
+/// replica and gateway uses what the log says).
+struct Control {
+    hold: Adaptive,
+    window: Adaptive,
+    /// What was last proposed and when: not again until the log shows it, or a second
+    /// passed (a proposal lost in a change of leader).
+    proposed: Option<(FairnessSetting, u64)>,
+    /// Whether anything was observed: a node without links (a follower) proposes nothing.
+    observed: bool,
+}
+
+/// How long a proposal that the log does not show is waited for before proposing again.
+const PROPOSAL_RETRY_NS: u64 = 1_000_000_000;
+
+impl Control {
+    fn new(hold: AdaptiveConfig, window: AdaptiveConfig) -> Self {
+        Control { hold: Adaptive::new(hold), window: Adaptive::new(window), proposed: None, observed: false }
+    }
+
+    fn decide(&mut self, now: u64, in_force: Option<FairnessSetting>) -> Option<FairnessSetting> {
+        if !self.observed {
+            return None;
+        }
+        if let Some(setting) = in_force {
+            self.hold.in_force(now, setting.hold_ns);
+            self.window.in_force(now, setting.window_ns);
+        }
+        if let Some((proposed, at)) = self.proposed {
+            if in_force != Some(proposed) && now < at.saturating_add(PROPOSAL_RETRY_NS) {
+                return None;
+            }
+        }
+        let hold = self.hold.decide(now);
+        let window = self.window.decide(now);
+        if hold.is_none() && window.is_none() {
+            return None;
+        }
+        let setting = FairnessSetting {
+            hold_ns: hold.or(self.hold.current()).unwrap_or(self.hold.config().max_ns),
+            window_ns: window.or(self.window.current()).unwrap_or(self.window.config().max_ns),
+        };
+        if in_force == Some(setting) {
+            return None;
+        }
+        self.proposed = Some((setting, now));
+        Some(setting)
+    }
+}
+
+fn take(
+    buffer: &mut Resequencer<(ClientId, Items)>,
+    links: &mut FxHashMap<u32, usize>,
+    control: Option<&mut Control>,
+    message: Inbound,
+) {
     match message {
         Inbound::Connect { gateway } => {
             *links.entry(gateway).or_default() += 1;
@@ -173,9 +292,23 @@ fn take(buffer: &mut Resequencer<(ClientId, Items)>, links: &mut FxHashMap<u32, 
                 buffer.disconnect(gateway);
             }
         }
-        Inbound::Watermark { gateway, ts } => buffer.heartbeat(gateway, ts),
+        Inbound::Watermark { gateway, ts, feed_delay_ns } => {
+            buffer.heartbeat(gateway, ts);
+            if let Some(control) = control {
+                let now = bourse_fairness::true_now_ns();
+                control.observed = true;
+                control.window.observe(now, now.saturating_sub(ts));
+                if feed_delay_ns > 0 {
+                    control.hold.observe(now, feed_delay_ns);
+                }
+            }
+        }
         Inbound::Batch { stamp, client, items } => {
             let now = bourse_fairness::true_now_ns();
+            if let Some(control) = control {
+                control.observed = true;
+                control.window.observe(now, now.saturating_sub(stamp.ts));
+            }
             if buffer.push(now, stamp, (client, items)).is_err() {
                 // Taken only while below capacity, so a push cannot be refused.
                 unreachable!("the sequencer took a batch beyond its capacity");

@@ -23,7 +23,8 @@ mod query;
 mod replica;
 mod service;
 
-pub use config::{NodeConfig, VirtualClock};
+pub use config::{FairnessToml, NodeConfig, VirtualClock};
+pub use fair::InForce;
 pub use link::{LocalLink, LINK_SILENT_MAX};
 pub use log::LocalLog;
 pub use node::{journal_dir, recover, recover_member, run_until_signal, Node, NodeError, Recovered};

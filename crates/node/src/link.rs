@@ -211,6 +211,12 @@ impl LinkReader<'_> {
                         batch.commands.len()
                     )));
                 }
+                if batch.client_id == ClientId::SYSTEM.0 {
+                    return Err(Status::invalid_argument(format!(
+                        "client {} is the exchange's own; no gateway relays it",
+                        batch.client_id
+                    )));
+                }
                 if let Some(claim) = batch.claim.take() {
                     if claim.client_id != batch.client_id {
                         return Err(Status::invalid_argument(format!(
@@ -241,7 +247,8 @@ impl LinkReader<'_> {
             }
             if up.watermark > 0 {
                 let ts = self.bounded(up.watermark, now)?;
-                self.send(Inbound::Watermark { gateway: up.gateway, ts }).await?;
+                let feed_delay_ns = up.feed_delay_ns.min(bourse_engine::command::FAIRNESS_NS_MAX);
+                self.send(Inbound::Watermark { gateway: up.gateway, ts, feed_delay_ns }).await?;
             }
             self.shared.fair.wake();
         }

@@ -69,6 +69,8 @@ pub struct Metrics {
     pub fair_held: AtomicI64,
     /// How long each batch was held, in nanoseconds.
     pub fair_held_ns: std::sync::Mutex<Log2Histogram>,
+    /// The fairness delays the log set, as this node applied them.
+    pub fairness: crate::fair::InForce,
     /// Leader: from proposing a batch to applying it, in nanoseconds (Raft's append,
     /// replication, both fdatasyncs and the commit; not the client's hops).
     pub commit_ns: std::sync::Mutex<Log2Histogram>,
@@ -268,6 +270,29 @@ impl Metrics {
         counter(&mut out, "sequencer_held", "Gateway batches held now.", "gauge", load_i(&self.fair_held));
         let held = self.fair_held_ns.lock().expect("metrics lock").clone();
         histogram(&mut out, "sequencer_hold_seconds", "Time a gateway batch waited.", &held, 1e-9);
+        if let Some(setting) = self.fairness.get() {
+            counter(
+                &mut out,
+                "fairness_hold_seconds",
+                "d_h set through the log: gateways release market data this long after its stamp.",
+                "gauge",
+                setting.hold_ns as f64 * 1e-9,
+            );
+            counter(
+                &mut out,
+                "fairness_window_seconds",
+                "d_s set through the log: the leader's sequencer window.",
+                "gauge",
+                setting.window_ns as f64 * 1e-9,
+            );
+        }
+        counter(
+            &mut out,
+            "fairness_settings_total",
+            "SetFairness commands this node applied (the adaptive hold's changes).",
+            "counter",
+            self.fairness.changes(),
+        );
         let batch = self.batch_commands.lock().expect("metrics lock").clone();
         histogram(&mut out, "batch_commands", "Commands per core batch.", &batch, 1.0);
         let commit = self.commit_ns.lock().expect("metrics lock").clone();

@@ -546,6 +546,7 @@ impl Shared {
         let fair = FairConfig {
             window_ns: config.sequencer_window_us.saturating_mul(1_000),
             capacity: config.sequencer_capacity,
+            adaptive: config.fairness.adaptive_configs(),
         };
         let fair = FairSequencer::start(fair, core.clone(), Arc::clone(metrics))?;
         let shared = Shared {

@@ -245,8 +245,8 @@ impl SessionReader<'_> {
 
     /// One client id per stream (registered at the first batch) and bounded batches.
     fn check(&mut self, batch: &proto::ClientBatch) -> Result<(), Status> {
-        if batch.client_id == 0 {
-            return Err(Status::invalid_argument("client_id 0 is reserved"));
+        if batch.client_id == 0 || batch.client_id == ClientId::SYSTEM.0 {
+            return Err(Status::invalid_argument(format!("client_id {} is reserved", batch.client_id)));
         }
         let id = ClientId(crate::auth::client_in_namespace(self.identity.as_ref(), batch.client_id));
         match self.client {
@@ -280,8 +280,8 @@ impl proto::admin_server::Admin for AdminService {
         self.0.require_leader()?;
         let identity = crate::auth::identity_of(&request).cloned();
         let mut request = request.into_inner();
-        if request.client_id == 0 {
-            return Err(Status::invalid_argument("client_id 0 is reserved"));
+        if request.client_id == 0 || request.client_id == ClientId::SYSTEM.0 {
+            return Err(Status::invalid_argument(format!("client_id {} is reserved", request.client_id)));
         }
         request.client_id = crate::auth::client_in_namespace(identity.as_ref(), request.client_id);
         let command = request.command.ok_or_else(|| Status::invalid_argument("SubmitRequest.command is missing"))?;

@@ -324,3 +324,39 @@ async fn client_records_are_capped_and_expire_in_log_time() {
     assert_eq!(rejected(&admin(&mut a, 8, 1, deposit()).await), None, "whose first command applies anew");
     node.shutdown().await.unwrap();
 }
+
+/// The exchange's own client id (which sends the adaptive hold's settings outside
+/// exactly-once) is nobody else's: Admin.Submit and an OrderEntry session refuse it, and
+/// an admin's SetFairness under an ordinary id is an ordinary command, and the values it
+/// sets are what the node holds in force (`Node::metrics`, shown on /metrics).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exchanges_own_client_id_is_refused_and_an_admin_may_pin_the_fairness_delays() {
+    use bourse_engine::command::FairnessSetting;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(config(dir.path())).await.unwrap();
+    let mut admin_client = AdminClient::connect(format!("http://{}", node.addr)).await.unwrap();
+    let setting = FairnessSetting { hold_ns: 2_000_000, window_ns: 500_000 };
+    let command = Command { client: ClientId::SYSTEM, seq: 1, ts: 0, body: CommandBody::SetFairness(setting) };
+    let refused = admin_client.submit(proto::SubmitRequest::from(&command)).await.expect_err("reserved");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("reserved"), "{refused:?}");
+    let mut order_entry = OrderEntryClient::connect(format!("http://{}", node.addr)).await.unwrap();
+    let (sender, receiver) = tokio::sync::mpsc::channel(4);
+    let mut replies =
+        order_entry.session(tokio_stream::wrappers::ReceiverStream::new(receiver)).await.unwrap().into_inner();
+    let wire = proto::ClientCommand::from(&command);
+    sender.send(proto::ClientBatch { client_id: ClientId::SYSTEM.0, commands: vec![wire] }).await.unwrap();
+    let status = replies.next().await.expect("an answer").expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert_eq!(node.metrics.fairness.get(), None, "nothing was set");
+    // An operator pins the delays as an ordinary (exactly-once) command.
+    let ack = admin(&mut admin_client, 7, 1, CommandBody::SetFairness(setting)).await;
+    assert_eq!(ok_id(&ack), 0);
+    assert_eq!(node.metrics.fairness.get(), Some(setting));
+    assert_eq!(node.metrics.fairness.changes(), 1);
+    let too_long = FairnessSetting { hold_ns: 11_000_000_000, window_ns: 0 };
+    let ack = admin(&mut admin_client, 7, 2, CommandBody::SetFairness(too_long)).await;
+    assert_eq!(rejected(&ack), Some(bourse_engine::Reject::FairnessInvalid.code().into()));
+    assert_eq!(node.metrics.fairness.get(), Some(setting));
+    node.shutdown().await.unwrap();
+}

@@ -427,6 +427,9 @@ impl From<&CommandBody> for Body {
             }
             CommandBody::CloseDay => Body::CloseDay(proto::CloseDay {}),
             CommandBody::DayTrading(request) => crate::daytrading::body_wire(request),
+            CommandBody::SetFairness(setting) => {
+                Body::SetFairness(proto::SetFairness { hold_ns: setting.hold_ns, window_ns: setting.window_ns })
+            }
         }
     }
 }
@@ -459,7 +462,8 @@ fn fits_the_log(body: CommandBody) -> Result<CommandBody, ConvertError> {
         | CommandBody::Reduce { .. }
         | CommandBody::Move { .. }
         | CommandBody::CreateAccountWithId { .. }
-        | CommandBody::CloseDay => false,
+        | CommandBody::CloseDay
+        | CommandBody::SetFairness(_) => false,
     };
     if !has_strings {
         return Ok(body);
@@ -524,6 +528,10 @@ fn body_from_wire(body: &Body) -> Result<CommandBody, ConvertError> {
             deposit: Amount(create.deposit),
         },
         Body::CloseDay(_) => CommandBody::CloseDay,
+        Body::SetFairness(setting) => CommandBody::SetFairness(bourse_engine::command::FairnessSetting {
+            hold_ns: setting.hold_ns,
+            window_ns: setting.window_ns,
+        }),
         Body::DayTrading(command) => {
             CommandBody::DayTrading(Box::new(bourse_engine::daytrading::DtRequest::Command(command.try_into()?)))
         }

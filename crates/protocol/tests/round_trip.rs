@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use bourse_engine::command::{
+    Command, CommandBody, FairnessSetting, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif,
+};
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId};
 use bourse_protocol::convert::{self, ConvertError};
 use bourse_protocol::proto;
@@ -28,10 +30,11 @@ fn variant_name(body: &CommandBody) -> &'static str {
         CommandBody::CreateAccountWithId { .. } => "create_account_with_id",
         CommandBody::CloseDay => "close_day",
         CommandBody::DayTrading(_) => "day_trading",
+        CommandBody::SetFairness(_) => "set_fairness",
     }
 }
 
-const VARIANTS_LEN: usize = 15;
+const VARIANTS_LEN: usize = 16;
 
 /// Day-trading entries: every command kind, with and without a quote of every source,
 /// unnumbered and numbered, and a poller's quote.
@@ -114,6 +117,8 @@ fn commands_all() -> Vec<CommandBody> {
         CommandBody::CreateAccountWithId { external_id: u64::MAX, asset, deposit: Amount(0) },
         CommandBody::CreateAccountWithId { external_id: 0, asset: AssetId(u32::MAX), deposit: Amount(i64::MIN) },
         CommandBody::CloseDay,
+        CommandBody::SetFairness(FairnessSetting { hold_ns: 3_000_000, window_ns: 0 }),
+        CommandBody::SetFairness(FairnessSetting { hold_ns: u64::MAX, window_ns: u64::MAX }),
     ];
     let kinds = [
         OrderKind::Limit { px: Px(10_050) },
@@ -342,6 +347,8 @@ fn arb_body() -> impl Strategy<Value = CommandBody> {
             CommandBody::CreateAccountWithId { external_id, asset: AssetId(asset), deposit: Amount(deposit) }
         }),
         Just(CommandBody::CloseDay),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(hold_ns, window_ns)| CommandBody::SetFairness(FairnessSetting { hold_ns, window_ns })),
     ]
 }
 
