@@ -297,6 +297,7 @@ interface StatCharts {
   p50: ISeriesApi<'Line'>;
   p90: ISeriesApi<'Line'>;
   p99: ISeriesApi<'Line'>;
+  hold: ISeriesApi<'Line'>;
 }
 
 function smallChart(id: string): IChartApi {
@@ -336,6 +337,8 @@ async function startStats(): Promise<void> {
     p50: line(latency, '#4a90d9', 'p50 ms'),
     p90: line(latency, '#f5a623', 'p90 ms', 1),
     p99: line(latency, '#d0021b', 'p99 ms'),
+    // The market data hold d_h (adaptive unless the demo runs with --fixed-hold).
+    hold: line(latency, '#bd10e0', 'md hold ms', 1),
   };
   let since = 0;
   const add = (points: StatsPoint[]) => {
@@ -353,6 +356,7 @@ async function startStats(): Promise<void> {
       charts.p50.update({ time, value: p.latency_us_p50 / 1000 });
       charts.p90.update({ time, value: p.latency_us_p90 / 1000 });
       charts.p99.update({ time, value: p.latency_us_p99 / 1000 });
+      if (p.market_data_hold_us_mean) charts.hold.update({ time, value: p.market_data_hold_us_mean / 1000 });
       since = p.seq;
       const totals = document.getElementById('totals')!;
       totals.textContent = `${p.orders} orders/s · ${p.trades} trades/s · ack p50 ${(p.latency_us_p50 / 1000).toFixed(1)} ms`;

@@ -89,6 +89,14 @@ pub struct StatsPoint {
     pub delivery_spread_us_p99: f64,
     /// Market data release after the leader's timestamp t_m, median, µs.
     pub market_data_delay_us_p50: f64,
+    /// The hold d_h the interval's releases had (release time minus t_m), mean, µs: the
+    /// adaptive hold's cost, or the fixed one.
+    #[serde(default)]
+    pub market_data_hold_us_mean: f64,
+    /// Market data items the interval's outbound unfairness counts (what
+    /// `outbound_unfairness_pct` is a share of).
+    #[serde(default)]
+    pub market_data_items: u64,
     /// Gateway batches the leader's fair sequencer held when sampled.
     pub sequencer_held: f64,
     /// Its time-average over the interval (Little's law: total hold time / interval).

@@ -18,6 +18,11 @@
 //!
 //! The recommended setting is the cheapest of the sweep that meets both targets
 //! (unfairness under 0.1 %, delivery spread p99 under 100 µs).
+//!
+//! `--adaptive` adds a run whose node adapts d_h and d_s through the log (`[fairness]
+//! adaptive`, within `--adaptive-hold-us` and `--adaptive-window-us`), to hold against
+//! the fixed settings in the same sitting; `--hog N` keeps N threads spinning through
+//! every run (a busy host). Each run reports the mean hold its releases had.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -84,16 +89,75 @@ pub struct FairnessArgs {
     /// With --identical-traders: bargains the maker offers per second.
     #[arg(long, default_value_t = 50.0)]
     races_per_sec: f64,
+    /// After the fixed runs, one whose node adapts the hold and the window through the
+    /// log ([fairness] adaptive); its d_s and d_h columns show where they ended.
+    #[arg(long)]
+    adaptive: bool,
+    /// Bounds of the adaptive hold, µs: MIN,MAX.
+    #[arg(long, value_delimiter = ',', default_value = "500,100000")]
+    adaptive_hold_us: Vec<u64>,
+    /// Bounds of the adaptive window, µs: MIN,MAX.
+    #[arg(long, value_delimiter = ',', default_value = "100,10000")]
+    adaptive_window_us: Vec<u64>,
+    /// The adaptive delays' horizon, seconds: how long a delay seen keeps them up.
+    #[arg(long, default_value_t = 30)]
+    adaptive_horizon_secs: u64,
+    /// Threads that spin through every run at ordinary priority: a CPU hog (2 on a
+    /// 2-core machine takes both cores from the exchange as often as the scheduler lets).
+    #[arg(long, default_value_t = 0)]
+    hog: u32,
     /// Print one JSON object as the last line of stdout.
     #[arg(long)]
     json: bool,
 }
 
+/// Threads that spin until dropped.
+struct Hog {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hog {
+    fn start(count: u32) -> Hog {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..count)
+            .map(|i| {
+                let stop = Arc::clone(&stop);
+                std::thread::Builder::new()
+                    .name(format!("hog{i}"))
+                    .spawn(move || {
+                        let mut x = 0u64;
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            for _ in 0..10_000 {
+                                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                            }
+                        }
+                    })
+                    .expect("a hog thread")
+            })
+            .collect();
+        Hog { stop, threads }
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// The figures of one run.
 #[derive(Clone, Debug)]
 struct RunReport {
+    /// Whether the node adapted the delays (then d_s and d_h are where they ended).
+    adaptive: bool,
     d_s_us: u64,
     d_h_us: u64,
+    /// The mean of release time minus stamp over the releases, µs.
+    hold_mean_us: f64,
     orders: u64,
     iur_prev: f64,
     iur_hwm: f64,
@@ -120,14 +184,16 @@ impl RunReport {
     fn json(&self) -> String {
         format!(
             concat!(
-                "{{\"d_s_us\": {}, \"d_h_us\": {}, \"orders\": {}, \"inbound_unfairness\": {:.6}, ",
+                "{{\"adaptive\": {}, \"d_s_us\": {}, \"d_h_us\": {}, \"hold_mean_us\": {:.1}, \"orders\": {}, \"inbound_unfairness\": {:.6}, ",
                 "\"inbound_unfairness_strict\": {:.6}, \"inbound_unfairness_true_clock\": {:.6}, ",
                 "\"inbound_unfairness_strict_true_clock\": {:.6}, \"items\": {}, \"outbound_unfairness\": {:.6}, ",
                 "\"delivery_spread_us_p50\": {:.1}, \"delivery_spread_us_p99\": {:.1}, \"delivery_spread_us_max\": {:.1}, ",
                 "\"latency_us_p50\": {:.1}, \"latency_us_p99\": {:.1}, \"market_data_delay_us_p50\": {:.1}, \"seconds\": {:.2}, \"host_steal\": {}, \"release_realtime\": {}}}"
             ),
+            self.adaptive,
             self.d_s_us,
             self.d_h_us,
+            self.hold_mean_us,
             self.orders,
             self.iur_prev,
             self.iur_hwm,
@@ -192,18 +258,43 @@ pub fn run(args: &FairnessArgs) -> Result<(), String> {
             profile.clock.drift_ppm
         );
     }
+    let adaptive = adaptive_table(args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let mut reports = Vec::new();
-    for (i, &(d_s, d_h)) in pairs.iter().enumerate() {
-        eprintln!("run {}/{}: d_s {d_s} µs, d_h {d_h} µs", i + 1, pairs.len());
-        let report = runtime.block_on(one_run(args, &spec, d_s, d_h))?;
+    let mut runs: Vec<(u64, u64, Option<bourse_node::FairnessToml>)> =
+        pairs.iter().map(|&(d_s, d_h)| (d_s, d_h, None)).collect();
+    if let Some(table) = adaptive {
+        runs.push((table.window_max_us, table.hold_max_us, Some(table)));
+    }
+    if args.hog > 0 {
+        eprintln!("  {} hog threads spin through every run", args.hog);
+    }
+    for (i, &(d_s, d_h, adaptive)) in runs.iter().enumerate() {
+        match adaptive {
+            None => eprintln!("run {}/{}: d_s {d_s} µs, d_h {d_h} µs", i + 1, runs.len()),
+            Some(t) => eprintln!(
+                "run {}/{}: adaptive, d_s {}..{} µs, d_h {}..{} µs, horizon {} s",
+                i + 1,
+                runs.len(),
+                t.window_min_us,
+                t.window_max_us,
+                t.hold_min_us,
+                t.hold_max_us,
+                t.horizon_secs
+            ),
+        }
+        let hog = Hog::start(args.hog);
+        let report = runtime.block_on(one_run(args, &spec, d_s, d_h, adaptive));
+        drop(hog);
+        let report = report?;
         eprintln!(
-            "  inbound {:.3}% (strict {:.3}%), outbound {:.3}%, spread p99 {:.0} µs, ack p50 {:.0} µs",
+            "  inbound {:.3}% (strict {:.3}%), outbound {:.3}%, spread p99 {:.0} µs, ack p50 {:.0} µs, mean hold {:.0} µs",
             report.iur_prev * 100.0,
             report.iur_hwm * 100.0,
             report.our * 100.0,
             report.spread_p99_us,
-            report.latency_p50_us
+            report.latency_p50_us,
+            report.hold_mean_us
         );
         reports.push(report);
     }
@@ -226,6 +317,31 @@ pub fn run(args: &FairnessArgs) -> Result<(), String> {
         println!("{{\"sweep\": [{}], \"recommended\": {}, {}", sweep.join(", "), last, &last[1..]);
     }
     Ok(())
+}
+
+/// The `[fairness]` table of the `--adaptive` run, if asked for.
+fn adaptive_table(args: &FairnessArgs) -> Result<Option<bourse_node::FairnessToml>, String> {
+    if !args.adaptive {
+        return Ok(None);
+    }
+    let [hold_min_us, hold_max_us] = args.adaptive_hold_us[..] else {
+        return Err("--adaptive-hold-us is MIN,MAX".into());
+    };
+    let [window_min_us, window_max_us] = args.adaptive_window_us[..] else {
+        return Err("--adaptive-window-us is MIN,MAX".into());
+    };
+    let table = bourse_node::FairnessToml {
+        adaptive: true,
+        hold_min_us,
+        hold_max_us,
+        window_min_us,
+        window_max_us,
+        horizon_secs: args.adaptive_horizon_secs,
+        ..bourse_node::FairnessToml::default()
+    };
+    let config = NodeConfig { fairness: table, ..NodeConfig::default() };
+    config.validate().map_err(|e| format!("--adaptive: {e}"))?;
+    Ok(Some(table))
 }
 
 /// `--identical-traders N`: a race run per (d_s, d_h) pair.
@@ -273,9 +389,11 @@ fn run_races(args: &FairnessArgs, spec: &ProfileSpec, pairs: &[(u64, u64)]) -> R
 
 fn print_table(reports: &[RunReport]) {
     println!(
-        "{:>6} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "{:>8} {:>6} {:>6} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "mode",
         "d_s",
         "d_h",
+        "hold",
         "orders",
         "iur%",
         "iur_hwm%",
@@ -291,9 +409,11 @@ fn print_table(reports: &[RunReport]) {
     );
     for r in reports {
         println!(
-            "{:>6} {:>6} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>7}",
+            "{:>8} {:>6} {:>6} {:>7.0} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>7} {:>9.3} {:>9.1} {:>9.1} {:>9.0} {:>9.0} {:>7}",
+            if r.adaptive { "adaptive" } else { "fixed" },
             r.d_s_us,
             r.d_h_us,
+            r.hold_mean_us,
             r.orders,
             r.iur_prev * 100.0,
             r.iur_hwm * 100.0,
@@ -309,8 +429,8 @@ fn print_table(reports: &[RunReport]) {
         );
     }
     println!(
-        "(µs: d_s, d_h, delivery spread dws, ack latency, market data delay after t_m; _t: on true arrival times; \
-         steal%: CPU time the hypervisor took)"
+        "(µs: d_s, d_h (adaptive: where they ended), hold (mean release time minus stamp), delivery spread dws, \
+         ack latency, market data delay after t_m; _t: on true arrival times; steal%: CPU time the hypervisor took)"
     );
 }
 
@@ -369,7 +489,13 @@ struct Placed {
     latency_ns: u64,
 }
 
-async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) -> Result<RunReport, String> {
+async fn one_run(
+    args: &FairnessArgs,
+    spec: &ProfileSpec,
+    d_s: u64,
+    d_h: u64,
+    adaptive: Option<bourse_node::FairnessToml>,
+) -> Result<RunReport, String> {
     let dir = tempfile::Builder::new()
         .prefix("bourse-fairness-")
         .tempdir_in(data_parent(args.data.as_ref()))
@@ -378,6 +504,7 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         data: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("an address"),
         sequencer_window_us: d_s,
+        fairness: adaptive.unwrap_or_default(),
         ..NodeConfig::default()
     };
     let node = Node::start(config).await.map_err(|e| e.to_string())?;
@@ -491,14 +618,25 @@ async fn one_run(args: &FairnessArgs, spec: &ProfileSpec, d_s: u64, d_h: u64) ->
         }
     }
     let summary = spread.summary();
+    let (held, releases) = records
+        .iter()
+        .flatten()
+        .fold((0u128, 0u64), |(sum, n), r| (sum + u128::from(r.release_ts.saturating_sub(r.ts)), n + 1));
+    let hold_mean_us = if releases == 0 { 0.0 } else { held as f64 / releases as f64 / 1_000.0 };
+    let (d_s, d_h) = match (adaptive, node.metrics.fairness.get()) {
+        (Some(_), Some(setting)) => (setting.window_ns / 1_000, setting.hold_ns / 1_000),
+        _ => (d_s, d_h),
+    };
     for gateway in gateways {
         gateway.shutdown().await;
     }
     node.shutdown().await.map_err(|e| e.to_string())?;
     let us = |ns: u64| ns as f64 / 1_000.0;
     Ok(RunReport {
+        adaptive: adaptive.is_some(),
         d_s_us: d_s,
         d_h_us: d_h,
+        hold_mean_us,
         orders: placed.len() as u64,
         iur_prev: stamped.iur_prev().value(),
         iur_hwm: stamped.iur_hwm().value(),

@@ -84,9 +84,14 @@ pub struct DemoArgs {
     /// Injected delays and clock error of each gateway (see `bourse gateway run --inject`).
     #[arg(long, default_value = "cloudex")]
     profile: String,
-    /// d_h of every gateway: market data is released at t_m plus this many µs.
+    /// d_h of every gateway: market data is released at t_m plus this many µs — with
+    /// --fixed-hold; otherwise only until the leader sets its adaptive hold.
     #[arg(long, default_value_t = 3_000)]
     hold_us: u64,
+    /// Keep the hold (--hold-us) and the sequencer window fixed. By default the leader
+    /// adapts both to the delays it observes, through the log (`[fairness] adaptive`).
+    #[arg(long)]
+    fixed_hold: bool,
     /// Where the dashboard and the REST + WebSocket API listen (port 0: any free port),
     /// over HTTPS with a certificate from the demo's CA (DATA/pki/ca.pem).
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -203,6 +208,9 @@ async fn demo(
     }
     let mut node_args = args.node_args.clone();
     node_args.extend(["--client-keys".to_string(), keys_file.display().to_string()]);
+    if !args.fixed_hold {
+        node_args.push("--fairness-adaptive".to_string());
+    }
     let nodes = Nodes::start(&data, temporary, 3, node_args, Duration::from_secs(args.restart_after))?;
     let leader = nodes.wait_leader(Duration::from_secs(60)).await?;
     say!("  3 nodes up (Raft), leader: node {leader}");
@@ -517,6 +525,7 @@ fn gateway_views(args: &DemoArgs, addresses: &[String], scenario: &Scenario) -> 
 async fn wait(seconds: Option<u64>, mut signals: Option<crate::history::Signals>, stats: &Stats, nodes: &Nodes) {
     let deadline = seconds.map(|s| Instant::now() + Duration::from_secs(s));
     let mut report = tokio::time::interval(Duration::from_secs(10));
+    let mut reported_through = 0u64;
     report.tick().await;
     loop {
         let until_deadline = async {
@@ -535,14 +544,21 @@ async fn wait(seconds: Option<u64>, mut signals: Option<crate::history::Signals>
             _ = signalled => return,
             () = until_deadline => return,
             _ = report.tick() => {
+                // Late deliveries over the whole interval since the last line.
+                let points = stats.snapshot(reported_through).points;
+                reported_through = points.last().map_or(reported_through, |p| p.seq);
+                let items: u64 = points.iter().map(|p| p.market_data_items).sum();
+                let late: f64 = points.iter().map(|p| p.outbound_unfairness_pct * p.market_data_items as f64).sum();
+                let late_pct = if items == 0 { 0.0 } else { late / items as f64 };
                 let totals = stats.totals();
                 let view = nodes.status().await;
                 let roles: Vec<String> = view.nodes.iter().map(|n| format!("{}:{}", n.id, n.role)).collect();
                 let last = stats.last().unwrap_or_default();
                 say!(
-                    "  {} orders, {} trades so far; last second: ack p50 {:.0} µs, p99 {:.0} µs, inbound unfairness {:.2} %, outbound {:.2} %; nodes {}",
+                    "  {} orders, {} trades so far; last second: ack p50 {:.0} µs, p99 {:.0} µs, inbound unfairness {:.2} %, hold {:.1} ms; since the last line: {:.3} % of {} market data items late; nodes {}",
                     totals.orders, totals.trades, last.latency_us_p50, last.latency_us_p99,
-                    last.inbound_unfairness_pct, last.outbound_unfairness_pct, roles.join(" ")
+                    last.inbound_unfairness_pct, last.market_data_hold_us_mean / 1_000.0,
+                    late_pct, items, roles.join(" ")
                 );
             }
         }

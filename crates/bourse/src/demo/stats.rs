@@ -193,12 +193,14 @@ impl Collector {
         }
         let mut spread = Spread::new(outbound.gateways as u32);
         let mut delays = Vec::new();
+        let mut holds = (0u128, 0u64);
         let complete: Vec<u64> =
             outbound.pending.iter().filter(|(_, (_, r))| r.len() >= outbound.gateways).map(|(&i, _)| i).collect();
         for index in complete {
             let (_, releases) = outbound.pending.remove(&index).expect("a pending item");
             for release in releases {
                 delays.push(release.released_true.saturating_sub(release.ts));
+                holds = (holds.0 + u128::from(release.release_ts.saturating_sub(release.ts)), holds.1 + 1);
                 let delivery = Delivery {
                     release_ts: release.release_ts,
                     late: release.arrived_late,
@@ -210,8 +212,12 @@ impl Collector {
         outbound.pending.retain(|_, (first, _)| now.duration_since(*first) < Duration::from_secs(5));
         let summary = spread.summary();
         point.outbound_unfairness_pct = summary.late.percent();
+        point.market_data_items = summary.late.total;
         point.delivery_spread_us_p50 = summary.p50_ns as f64 / 1_000.0;
         point.delivery_spread_us_p99 = summary.p99_ns as f64 / 1_000.0;
+        if holds.1 > 0 {
+            point.market_data_hold_us_mean = holds.0 as f64 / holds.1 as f64 / 1_000.0;
+        }
         if !delays.is_empty() {
             delays.sort_unstable();
             point.market_data_delay_us_p50 = delays[delays.len() / 2] as f64 / 1_000.0;
