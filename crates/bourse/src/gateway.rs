@@ -72,6 +72,14 @@ pub struct RunArgs {
     /// Needs CAP_SYS_NICE; without it the gateway warns and runs at ordinary priority.
     #[arg(long)]
     release_priority: Option<u8>,
+    /// A random speed bump on market data: each release put off by a pseudo-random 0
+    /// to this many µs, drawn per entry and gateway from --release-jitter-seed (give
+    /// every gateway the same seed). Randomizes which gateway's traders see an update
+    /// first where gateways share CPUs; adds up to this much delivery spread.
+    #[arg(long, default_value_t = 0)]
+    release_jitter_us: u64,
+    #[arg(long, default_value_t = 0)]
+    release_jitter_seed: u64,
     /// How often the gateway sends its clock to the sequencer when idle, in µs.
     #[arg(long, default_value_t = 1_000)]
     heartbeat_us: u64,
@@ -208,6 +216,8 @@ fn run_gateway(args: RunArgs, target: &crate::cli::Target) -> Result<(), String>
     config.open = args.open;
     config.hold_us = args.hold_us;
     config.release_priority = args.release_priority;
+    config.release_jitter_us = args.release_jitter_us;
+    config.release_jitter_seed = args.release_jitter_seed;
     config.heartbeat_us = args.heartbeat_us;
     config.rate_per_sec = args.rate_per_sec;
     config.burst = args.burst;

@@ -33,6 +33,15 @@ pub struct GatewayConfig {
     /// `CAP_SYS_NICE`; when refused the gateway warns and runs at ordinary priority.
     /// None: ordinary priority.
     pub release_priority: Option<u8>,
+    /// Puts off each market data release by a pseudo-random 0 to this many µs, drawn
+    /// from (`release_jitter_seed`, the entry's log index, the gateway id): a random
+    /// speed bump (ParFX's, in miniature). Where gateways share CPUs, the order their
+    /// release threads run in at one release instant is otherwise the same every time,
+    /// and so is which gateway's traders react first; with the jitter it is drawn anew
+    /// for every entry. Costs up to this much delivery spread. 0: none.
+    pub release_jitter_us: u64,
+    /// The seed of the release jitter (the same on every gateway of an exchange).
+    pub release_jitter_seed: u64,
     /// How often an idle gateway tells the sequencer its clock (the watermark).
     pub heartbeat_us: u64,
     /// Commands per second a key may send on average, and in a burst, over all its
@@ -121,6 +130,8 @@ impl GatewayConfig {
             feed: Vec::new(),
             hold_us: 3_000,
             release_priority: None,
+            release_jitter_us: 0,
+            release_jitter_seed: 0,
             heartbeat_us: 1_000,
             rate_per_sec: 100_000,
             burst: 10_000,
@@ -144,7 +155,8 @@ impl GatewayConfig {
         if self.cluster.is_empty() {
             return Err("a gateway needs at least one cluster address".into());
         }
-        let checks: [(&str, u64, u64, u64); 9] = [
+        let checks: [(&str, u64, u64, u64); 10] = [
+            ("release_jitter_us", self.release_jitter_us, 0, 10_000),
             ("sessions_per_key_max", self.sessions_per_key_max as u64, 1, 1 << 20),
             ("subscriptions_per_key_max", self.subscriptions_per_key_max as u64, 1, 1 << 20),
             ("subscriptions_max", self.subscriptions_max as u64, 1, 1 << 24),

@@ -135,6 +135,10 @@ impl Market {
             let shutdown = shutdown.clone();
             let handoff = Arc::clone(&handoff);
             let (id, priority) = (config.id, config.release_priority);
+            let jitter = Jitter {
+                max_ns: config.release_jitter_us * 1_000,
+                seed: config.release_jitter_seed ^ u64::from(config.id).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            };
             std::thread::Builder::new().name(format!("gw{}-release", config.id)).spawn(move || {
                 if let Some(priority) = priority {
                     match precise::run_realtime(priority) {
@@ -144,7 +148,7 @@ impl Market {
                         }
                     }
                 }
-                release_loop(market, clock, hold_ns, &handoff, probe, shutdown)
+                release_loop(market, clock, hold_ns, jitter, &handoff, probe, shutdown)
             })?
         };
         let sink = Sink { handoff, wake: releaser.thread().clone(), link, clock, hold_ns };
@@ -328,6 +332,38 @@ where
 /// Why a source was passed over.
 const LEADER: &str = "the leader: another member serves the feed";
 
+/// An entry waiting in the hold queue: the queue's time is when it goes out (its
+/// release time plus the jitter); `release_ts` is t_R itself, and `late` whether it
+/// arrived at or after t_R.
+struct Held {
+    entry: proto::FeedEntry,
+    release_ts: u64,
+    late: bool,
+}
+
+/// The release jitter of one gateway ([`GatewayConfig::release_jitter_us`]).
+#[derive(Clone, Copy)]
+struct Jitter {
+    max_ns: u64,
+    /// The exchange's seed mixed with the gateway id.
+    seed: u64,
+}
+
+impl Jitter {
+    /// The delay of the entry at `log_index`: 0 to `max_ns`, uniform, the same each time
+    /// it is asked (SplitMix64's finaliser over the seed and the index).
+    fn of(&self, log_index: u64) -> u64 {
+        if self.max_ns == 0 {
+            return 0;
+        }
+        let mut z = self.seed.wrapping_add(log_index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        z % (self.max_ns + 1)
+    }
+}
+
 /// An entry's release time t_R: the log's (the hold set through it), else its stamp
 /// plus the gateway's own hold.
 fn release_time(entry: &proto::FeedEntry, hold_ns: u64) -> u64 {
@@ -344,6 +380,7 @@ fn release_loop(
     market: Arc<Market>,
     clock: SkewedClock,
     hold_ns: u64,
+    jitter: Jitter,
     handoff: &Mutex<Handoff>,
     probe: Arc<Probe>,
     shutdown: watch::Receiver<bool>,
@@ -353,8 +390,10 @@ fn release_loop(
         market,
         clock,
         hold_ns,
+        jitter,
         held: HoldQueue::new(),
         release_last: 0,
+        release_at_last: 0,
         in_transit: VecDeque::new(),
         probe,
         out: Vec::new(),
@@ -402,9 +441,12 @@ struct Releaser {
     market: Arc<Market>,
     clock: SkewedClock,
     hold_ns: u64,
-    held: HoldQueue<proto::FeedEntry>,
-    /// The release time of the last entry taken in (gateway clock).
+    jitter: Jitter,
+    held: HoldQueue<Held>,
+    /// The release time of the last entry taken in, and when it goes out (the two
+    /// differ by the release jitter; gateway clock).
     release_last: u64,
+    release_at_last: u64,
     /// Messages on the (injected) link, in order, not yet arrived or not yet looked at.
     in_transit: VecDeque<Inbound>,
     probe: Arc<Probe>,
@@ -422,6 +464,7 @@ impl Releaser {
                     // A new image: what is held belongs to the old feed.
                     while self.held.pop_due(u64::MAX).is_some() {}
                     self.release_last = 0;
+                    self.release_at_last = 0;
                     self.market.restart(image);
                 }
                 Some(proto::feed_message::Body::Entry(entry)) => {
@@ -434,7 +477,11 @@ impl Releaser {
                     // What the leader's adaptive hold must cover, reported up the link.
                     self.market.feed_delay_max.fetch_max(arrived.saturating_sub(entry.ts), Ordering::Relaxed);
                     // Late when it arrived (on the gateway clock) at or after t_R.
-                    self.held.push(arrived, release_ts, entry);
+                    let late = arrived >= release_ts;
+                    // Out at t_R plus this gateway's jitter for it, in log order still.
+                    let at = release_ts.saturating_add(self.jitter.of(entry.log_index)).max(self.release_at_last);
+                    self.release_at_last = at;
+                    self.held.push(arrived, at, Held { entry, release_ts, late });
                 }
                 None => {}
             }
@@ -443,17 +490,18 @@ impl Releaser {
         while let Some(due) = self.held.pop_due(now) {
             // Recorded before it is handed out, so whoever receives it finds the record.
             // An entry without market data (a deposit, say) releases nothing.
-            if !due.item.events.is_empty() {
+            let Held { entry, release_ts, late } = due.item;
+            if !entry.events.is_empty() {
                 self.probe.record(Release {
-                    log_index: due.item.log_index,
-                    ts: due.item.ts,
-                    release_ts: due.release_ts,
-                    arrived_late: due.late,
+                    log_index: entry.log_index,
+                    ts: entry.ts,
+                    release_ts,
+                    arrived_late: late,
                     released_local: self.clock.now_ns(),
                     released_true: bourse_fairness::true_now_ns(),
                 });
             }
-            self.market.release(&due.item, due.release_ts, &mut self.out);
+            self.market.release(&entry, release_ts, &mut self.out);
         }
     }
 
@@ -701,4 +749,41 @@ impl Drop for Gauge<'_> {
 
 fn update(ts: u64, update: Update) -> proto::MarketDataUpdate {
     proto::MarketDataUpdate { seq: 0, ts, update: Some(update), release_ts: 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Jitter;
+
+    fn jitter(gateway: u32, max_us: u64) -> Jitter {
+        Jitter { max_ns: max_us * 1_000, seed: 7 ^ u64::from(gateway).wrapping_mul(0x9e37_79b9_7f4a_7c15) }
+    }
+
+    #[test]
+    fn no_jitter_is_zero() {
+        assert!((0..1_000).all(|i| jitter(1, 0).of(i) == 0));
+    }
+
+    #[test]
+    fn the_jitter_is_bounded_repeatable_and_each_gateway_goes_first_as_often() {
+        let gateways: Vec<Jitter> = (1..=4).map(|g| jitter(g, 50)).collect();
+        let mut first = [0u32; 4];
+        let mut sum = 0u128;
+        let entries = 40_000u64;
+        for index in 0..entries {
+            let delays: Vec<u64> = gateways.iter().map(|j| j.of(index)).collect();
+            assert!(delays.iter().all(|&d| d <= 50_000));
+            assert_eq!(gateways[2].of(index), delays[2], "the same entry, the same delay");
+            sum += u128::from(delays[0]);
+            let winner = (0..4).min_by_key(|&g| delays[g]).expect("four gateways");
+            first[winner] += 1;
+        }
+        let mean = sum as f64 / entries as f64;
+        assert!((23_000.0..27_000.0).contains(&mean), "mean jitter {mean} ns, not about half of 50 µs");
+        // Each of four goes first a quarter of the time (±1.5 pp: about 7 σ at 40,000).
+        for (g, count) in first.iter().enumerate() {
+            let share = f64::from(*count) / entries as f64;
+            assert!((0.235..0.265).contains(&share), "gateway {} first {share:.3} of the time", g + 1);
+        }
+    }
 }

@@ -1145,3 +1145,41 @@ async fn an_adaptive_hold_comes_down_when_quiet_and_a_delay_spike_raises_it_with
     quick.shutdown().await;
     slow.shutdown().await;
 }
+
+/// With a release jitter each entry goes out at t_R plus a pseudo-random delay within
+/// the bound, never before t_R and still in log order, and t_R (what subscribers are
+/// told, and what lateness is judged on) is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_jitter_puts_releases_off_within_its_bound_and_in_log_order() {
+    let exchange = exchange(0, 1024, 2).await;
+    let mut config = open_gateway(1, &exchange.node, 2_000);
+    config.release_jitter_us = 5_000;
+    config.release_jitter_seed = 3;
+    let gateway = Gateway::start(config, KeyStore::default()).await.unwrap();
+    wait_ready(&gateway).await;
+    let trader =
+        Client::connect(vec![gateway.addr().to_string()], random_client_id(), ClientOptions::default()).await.unwrap();
+    let account = exchange.accounts[0];
+    for i in 0..40 {
+        let order = trader.submit(place(account, exchange.symbol, Side::Buy, 90_000 + i)).await.unwrap();
+        assert!(order.ok_id().is_some());
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let releases = gateway.probe().take();
+    assert!(releases.len() >= 40, "{} releases", releases.len());
+    let mut put_off = Vec::new();
+    for pair in releases.windows(2) {
+        assert!(pair[0].log_index < pair[1].log_index, "out of log order: {pair:?}");
+        assert!(pair[0].released_local <= pair[1].released_local);
+    }
+    for release in &releases {
+        assert_eq!(release.release_ts, release.ts + 2_000_000, "t_R is the hold's");
+        assert!(release.released_local >= release.release_ts, "released before t_R: {release:?}");
+        put_off.push(release.released_local - release.release_ts);
+    }
+    // Put off by up to 5 ms (and what waking takes), and not all by nothing.
+    assert!(put_off.iter().all(|&d| d < 5_000_000 + 20_000_000), "{put_off:?}");
+    assert!(put_off.iter().filter(|&&d| d > 1_000_000).count() >= 10, "the jitter shows: {put_off:?}");
+    trader.close().await.unwrap();
+    gateway.shutdown().await;
+}

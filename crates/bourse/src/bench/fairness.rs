@@ -81,6 +81,11 @@ pub struct FairnessArgs {
     /// Needs CAP_SYS_NICE; when refused the run goes on at ordinary priority and says so.
     #[arg(long, default_value_t = 10)]
     release_priority: u8,
+    /// Release jitter of every gateway, µs (`release_jitter_us`: each release put off by
+    /// a pseudo-random 0 to this, drawn per entry and gateway). Runs with d_h 0
+    /// (fairness off) get none.
+    #[arg(long, default_value_t = 0)]
+    release_jitter_us: u64,
     /// Fairness as traders see it: this many identical bots, one per gateway (instead
     /// of --gateways and --traders), racing for the same bargains (see `races.rs`); each
     /// (d_s, d_h) pair is a run, say `--d-s 0,1000 --d-h 0,3000` for off and on.
@@ -357,11 +362,11 @@ fn run_races(args: &FairnessArgs, spec: &ProfileSpec, pairs: &[(u64, u64)]) -> R
         rate: args.races_per_sec,
         seconds: args.seconds,
         data: &data,
-        release_priority: (args.release_priority > 0).then_some(args.release_priority),
+        release: Release::of(args),
     };
     eprintln!(
-        "fairness races: {} identical bots, one per gateway, {} bargains/s for {} s per run, profile {:?}, seed {}",
-        args.identical_traders, args.races_per_sec, args.seconds, args.profile, args.seed
+        "fairness races: {} identical bots, one per gateway, {} bargains/s for {} s per run, profile {:?}, seed {}, release jitter {} µs",
+        args.identical_traders, args.races_per_sec, args.seconds, args.profile, args.seed, args.release_jitter_us
     );
     for g in 0..args.identical_traders {
         let profile = Profile::for_gateway(spec, g, args.seed);
@@ -446,6 +451,23 @@ fn data_parent(data: Option<&std::path::PathBuf>) -> std::path::PathBuf {
     }
 }
 
+/// How the gateways' release threads run: their real-time priority, if any, and
+/// their release jitter (µs).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Release {
+    pub priority: Option<u8>,
+    pub jitter_us: u64,
+}
+
+impl Release {
+    fn of(args: &FairnessArgs) -> Release {
+        Release {
+            priority: (args.release_priority > 0).then_some(args.release_priority),
+            jitter_us: args.release_jitter_us,
+        }
+    }
+}
+
 /// `count` open gateways on the node at `endpoints`, gateway g with the injected delays
 /// and clock `spec` gives it for `seed`, holding market data `d_h` µs (with a probe of
 /// its releases when `probe`); returned once every feed has started, with their
@@ -456,7 +478,7 @@ pub(super) async fn open_gateways(
     d_h: u64,
     spec: &ProfileSpec,
     seed: u64,
-    release_priority: Option<u8>,
+    release: Release,
     probe: bool,
 ) -> Result<(Vec<Gateway>, Vec<Profile>), String> {
     let mut gateways = Vec::new();
@@ -468,7 +490,11 @@ pub(super) async fn open_gateways(
         config.probe = probe;
         config.heartbeat_us = 1_000;
         config.inject = Profile::for_gateway(spec, g, seed);
-        config.release_priority = release_priority;
+        config.release_priority = release.priority;
+        if d_h > 0 {
+            config.release_jitter_us = release.jitter_us;
+            config.release_jitter_seed = seed;
+        }
         profiles.push(config.inject.clone());
         gateways.push(Gateway::start(config, KeyStore::default()).await.map_err(|e| e.to_string())?);
     }
@@ -518,8 +544,8 @@ async fn one_run(
         funded_accounts(&admin, args.gateways * args.traders, assets, &setup).await.map_err(|e| e.to_string())?;
     admin.close().await.map_err(|e| e.to_string())?;
 
-    let priority = (args.release_priority > 0).then_some(args.release_priority);
-    let (gateways, profiles) = open_gateways(&endpoints, args.gateways, d_h, spec, args.seed, priority, true).await?;
+    let release = Release::of(args);
+    let (gateways, profiles) = open_gateways(&endpoints, args.gateways, d_h, spec, args.seed, release, true).await?;
     let clocks: Vec<_> = profiles.iter().map(|profile| profile.clock.skewed()).collect();
     for gateway in &gateways {
         gateway.probe().take();

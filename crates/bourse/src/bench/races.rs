@@ -134,7 +134,7 @@ pub struct RaceSettings<'a> {
     pub rate: f64,
     pub seconds: f64,
     pub data: &'a std::path::Path,
-    pub release_priority: Option<u8>,
+    pub release: super::fairness::Release,
 }
 
 /// One run with the sequencing window `d_s` and the hold `d_h` (µs).
@@ -163,7 +163,7 @@ pub async fn one_race_run(settings: &RaceSettings<'_>, d_s: u64, d_h: u64) -> Re
         d_h,
         settings.spec,
         settings.seed,
-        settings.release_priority,
+        settings.release,
         false,
     )
     .await?;
