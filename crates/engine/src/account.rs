@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Amount, AssetId};
+use crate::types::{Amount, AssetId, SymbolId};
 
 /// One asset's balance in one account.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -24,6 +24,35 @@ pub struct Account {
     pub open_orders: u32,
     /// Set by `CreateAccountWithId`, never changed; unique among accounts.
     pub external_id: Option<u64>,
+    /// Margin positions, sorted by symbol (see [`Position`]).
+    pub positions: Vec<(SymbolId, Position)>,
+}
+
+/// One account's position in one margin symbol. Kept while it is open, has realised
+/// P&L, or the account has open orders there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Position {
+    /// Signed contracts: positive long, negative short.
+    pub size: i64,
+    /// `Σ signed qty × px × multiplier` of the open size (0 when flat), in quote minor
+    /// units: the average open price is `cost / (size × multiplier)`.
+    pub cost: i64,
+    /// P&L realised in this symbol so far (closing trades, settlements), in quote minor units.
+    pub realized: i64,
+    /// Open buy and sell orders' remaining quantities here; derived from the books.
+    pub buying: i64,
+    pub selling: i64,
+    /// The liquidation index's key (see `margin.rs`); derived, `None` when flat or exempt.
+    pub threshold: Option<i128>,
+}
+
+impl Position {
+    /// Nothing open, nothing pending, nothing realised and out of the index: the entry
+    /// can go. (A closed position with realised P&L stays, for the reports, until a
+    /// settlement pays its P&L out.)
+    pub fn is_idle(&self) -> bool {
+        self.size == 0 && self.buying == 0 && self.selling == 0 && self.realized == 0 && self.threshold.is_none()
+    }
 }
 
 impl Account {
@@ -45,6 +74,33 @@ impl Account {
             }
         };
         &mut self.balances[i].1
+    }
+
+    /// The position in `symbol`, if the account has one.
+    pub fn position(&self, symbol: SymbolId) -> Option<&Position> {
+        let i = self.positions.binary_search_by_key(&symbol, |(s, _)| *s).ok()?;
+        Some(&self.positions[i].1)
+    }
+
+    /// The position in `symbol`, created flat when missing.
+    pub fn position_mut(&mut self, symbol: SymbolId) -> &mut Position {
+        let i = match self.positions.binary_search_by_key(&symbol, |(s, _)| *s) {
+            Ok(i) => i,
+            Err(i) => {
+                self.positions.insert(i, (symbol, Position::default()));
+                i
+            }
+        };
+        &mut self.positions[i].1
+    }
+
+    /// Drops the entry of `symbol` when it is idle (flat with no open orders).
+    pub fn position_tidy(&mut self, symbol: SymbolId) {
+        if let Ok(i) = self.positions.binary_search_by_key(&symbol, |(s, _)| *s) {
+            if self.positions[i].1.is_idle() {
+                self.positions.remove(i);
+            }
+        }
     }
 
     /// Moves `amount` from available to reserved. The caller checked it is available.

@@ -69,6 +69,62 @@ pub enum CommandBody {
     /// [`ClientId::SYSTEM`](crate::types::ClientId::SYSTEM)) when the observed delays
     /// change; an operator's admin key may pin a value. Each at most [`FAIRNESS_NS_MAX`].
     SetFairness(FairnessSetting),
+    /// A new margin contract (a future): like [`CommandBody::CreateSymbol`], with the
+    /// margin rules of [`MarginSpec`]. Its base asset is the contract (no balance of it
+    /// ever moves); its quote asset is the settlement currency.
+    CreateMarginSymbol(Box<MarginSymbol>),
+    /// The operator's mark price of a margin symbol whose mark is
+    /// [`MarkSource::Operator`]: positions are valued and liquidated against it.
+    SetMark { symbol: SymbolId, px: Px },
+}
+
+/// A margin symbol's definition: the pair's rules and its margin rules.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MarginSymbol {
+    pub spec: SymbolSpec,
+    pub margin: MarginSpec,
+}
+
+/// Where a margin symbol's mark price comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MarkSource {
+    /// [`CommandBody::SetMark`]; the last trade until the operator first sets one.
+    Operator,
+    /// The price of the latest trade.
+    LastTrade,
+}
+
+/// Basis points in one: margin rates are in basis points of a position's notional.
+pub const BP_ONE: u32 = 10_000;
+
+/// The largest notional one margin position may reach (`px_max × position_limit ×
+/// multiplier`): 2^53 minor units, so every sum of a few of them, and the products with
+/// basis points the margin arithmetic forms, stay far inside `i64` and `i128`.
+pub const MARGIN_NOTIONAL_MAX: i64 = 1 << 53;
+
+/// The margin rules of a margin symbol.
+///
+/// A position of signed size `s` (contracts, a multiple of the lot) has the notional
+/// `|s| × mark × multiplier` in minor units of the quote asset. Opening or adding needs
+/// the initial margin (`initial_bp` of the notional) free; an account whose equity
+/// (cash plus unrealised P&L) falls below the maintenance margin (`maintenance_bp` of
+/// its positions' notionals) is liquidated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MarginSpec {
+    /// 1 ..= 10,000.
+    pub initial_bp: u32,
+    /// 1 ..= `initial_bp`, below 10,000.
+    pub maintenance_bp: u32,
+    /// Quote minor units per (price unit × contract); at least 1.
+    pub multiplier: i64,
+    /// The largest position (either sign) an account may reach, counting its open
+    /// orders as filled; a positive multiple of the lot.
+    pub position_limit: Qty,
+    pub mark: MarkSource,
+    /// The operator's insurance account: it takes over what the book cannot take from a
+    /// liquidated account, at that account's bankruptcy price, and pays the shortfalls
+    /// of accounts whose losses passed their cash. It is never liquidated.
+    pub insurance: AccountId,
 }
 
 /// The largest hold or window [`CommandBody::SetFairness`] accepts: 10 s.

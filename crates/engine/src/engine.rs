@@ -79,6 +79,9 @@ pub struct Asset {
     pub supply: Amount,
     /// Fees collected by the exchange in this asset.
     pub fees: Amount,
+    /// Losses of margin accounts beyond their cash that the insurance account could not
+    /// pay (see `margin.rs`); 0 for an asset no margin symbol settles in.
+    pub bad_debt: Amount,
 }
 
 /// A stop order waiting for its trigger; its funds are already reserved.
@@ -129,6 +132,8 @@ pub struct Symbol<B> {
     /// The price of the latest trade, which stop orders watch.
     pub last_px: Option<Px>,
     pub stops: Stops,
+    /// The margin rules and state of a margin symbol; `None` for a spot pair.
+    pub margin: Option<Box<crate::margin::Margin>>,
 }
 
 /// Where an order is in its life.
@@ -213,6 +218,14 @@ pub struct Engine<B: Book = FastBook> {
     /// The fairness delays last set through the log; none until the first
     /// [`CommandBody::SetFairness`] (the gateways' and sequencer's own settings apply).
     pub(crate) fairness: Option<Fairness>,
+    /// Margin symbols so far; while 0 the spot path skips every margin hook.
+    pub(crate) margin_symbols: u32,
+    /// `(settlement asset, insurance account)` of every margin symbol; derived.
+    pub(crate) insurers: BTreeSet<(AssetId, AccountId)>,
+    /// Accounts whose margin figures the current command changed, and margin symbols
+    /// whose mark it moved: settled when the command ends (scratch, empty between commands).
+    pub(crate) margin_dirty: Vec<(AccountId, AssetId)>,
+    pub(crate) marks_moved: Vec<SymbolId>,
 }
 
 /// The fairness delays in force, and the earliest release time of what comes next.
@@ -255,6 +268,10 @@ impl<B: Book> Engine<B> {
             scratch: Vec::new(),
             day_trading: DayTrading::new(config.day_trading),
             fairness: None,
+            margin_symbols: 0,
+            insurers: BTreeSet::new(),
+            margin_dirty: Vec::new(),
+            marks_moved: Vec::new(),
         }
     }
 
@@ -345,7 +362,12 @@ impl<B: Book> Engine<B> {
         self.ts_last = self.ts_last.max(command.ts);
         let mark = events.len();
         let outcome = match self.execute(command, events) {
-            Ok(id) => Outcome::Ok { id },
+            Ok(id) => {
+                if !self.margin_dirty.is_empty() || !self.marks_moved.is_empty() {
+                    self.margin_settle(now, events);
+                }
+                Outcome::Ok { id }
+            }
             Err(reject) => {
                 debug_assert_eq!(events.len(), mark, "a rejected command emitted events");
                 events.push(Event::Rejected { reject });
@@ -426,6 +448,8 @@ impl<B: Book> Engine<B> {
             CommandBody::CloseDay => Ok(self.close_day(events)),
             CommandBody::DayTrading(request) => self.day_trading.apply(request, ts, events),
             CommandBody::SetFairness(setting) => self.set_fairness(*setting, ts),
+            CommandBody::CreateMarginSymbol(symbol) => self.create_margin_symbol(symbol, events),
+            CommandBody::SetMark { symbol, px } => self.set_mark(*symbol, *px, events),
         }
     }
 
@@ -449,13 +473,25 @@ impl<B: Book> Engine<B> {
             return Err(if decimals > 18 { Reject::SymbolSpecInvalid } else { Reject::LimitReached });
         }
         let id = AssetId(self.assets.len() as u32);
-        self.assets.push(Asset { name: name.to_owned(), decimals, supply: Amount::ZERO, fees: Amount::ZERO });
+        self.assets.push(Asset {
+            name: name.to_owned(),
+            decimals,
+            supply: Amount::ZERO,
+            fees: Amount::ZERO,
+            bad_debt: Amount::ZERO,
+        });
         self.asset_names.insert(name.to_owned(), id);
         events.push(Event::AssetCreated { asset: id });
         Ok(u64::from(id.0))
     }
 
     fn create_symbol(&mut self, spec: &SymbolSpec, events: &mut Vec<Event>) -> Result<u64, Reject> {
+        self.check_new_symbol(spec)?;
+        Ok(self.push_symbol(spec, None, events))
+    }
+
+    /// Everything a new symbol's pair rules must pass.
+    pub(crate) fn check_new_symbol(&self, spec: &SymbolSpec) -> Result<(), Reject> {
         self.check_name(&spec.name, SYMBOL_NAME_LEN_MAX)?;
         if self.symbol_names.contains_key(&spec.name) {
             return Err(Reject::NameTaken);
@@ -468,17 +504,30 @@ impl<B: Book> Engine<B> {
         if spec.base == spec.quote {
             return Err(Reject::SymbolAssetsMustDiffer);
         }
-        validate_spec(spec)?;
+        validate_spec(spec)
+    }
+
+    /// Adds a checked symbol; returns its id.
+    pub(crate) fn push_symbol(
+        &mut self,
+        spec: &SymbolSpec,
+        margin: Option<Box<crate::margin::Margin>>,
+        events: &mut Vec<Event>,
+    ) -> u64 {
         let id = SymbolId(self.symbols.len() as u32);
+        if margin.is_some() {
+            self.margin_symbols += 1;
+        }
         self.symbols.push(Symbol {
             spec: spec.clone(),
             book: B::new(spec.tick),
             last_px: None,
             stops: Stops::default(),
+            margin,
         });
         self.symbol_names.insert(spec.name.clone(), id);
         events.push(Event::SymbolCreated { symbol: id });
-        Ok(u64::from(id.0))
+        u64::from(id.0)
     }
 
     fn create_account(&mut self, events: &mut Vec<Event>) -> Result<u64, Reject> {
@@ -538,7 +587,11 @@ impl<B: Book> Engine<B> {
         }
         let supply = supply.0.checked_add(amount.0).ok_or(Reject::AmountOverflow)?;
         self.assets[asset.0 as usize].supply = Amount(supply);
-        self.accounts[account.0 as usize].balance_mut(asset).available.0 += amount.0;
+        let holder = &mut self.accounts[account.0 as usize];
+        holder.balance_mut(asset).available.0 += amount.0;
+        if !holder.positions.is_empty() {
+            self.margin_dirty.push((account, asset));
+        }
         self.emit_balance(account, asset, events);
         Ok(0)
     }
@@ -557,6 +610,11 @@ impl<B: Book> Engine<B> {
         }
         if holder.balance(asset).available < amount {
             return Err(Reject::BalanceInsufficient);
+        }
+        let margined = !holder.positions.is_empty();
+        if margined {
+            self.margin_check_cash(account, asset, amount.0)?;
+            self.margin_dirty.push((account, asset));
         }
         self.assets[asset.0 as usize].supply.0 -= amount.0;
         self.accounts[account.0 as usize].balance_mut(asset).available.0 -= amount.0;
@@ -626,6 +684,13 @@ impl<B: Book> Engine<B> {
         events: &mut Vec<Event>,
     ) {
         events.push(Event::Cancelled { order: id, qty_cancelled: qty, reason });
+        if self.margin_symbols > 0 {
+            let record = &self.orders[&id];
+            let (sym, side) = (record.symbol, record.side);
+            if self.symbols[sym.0 as usize].margin.is_some() {
+                self.position_orders(account, sym, side, -qty.0);
+            }
+        }
         if hold.1 .0 > 0 {
             self.accounts[account.0 as usize].release(hold.0, hold.1);
             self.emit_balance(account, hold.0, events);

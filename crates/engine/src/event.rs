@@ -26,6 +26,9 @@ pub enum CancelReason {
     ReducedToZero,
     /// A Day order was still open when the trading day closed.
     Expired,
+    /// Its account was liquidated (orders in the margin symbols of the settlement asset
+    /// are cancelled first), or a liquidation order's rest passed to the insurance account.
+    Liquidation,
 }
 
 impl CancelReason {
@@ -38,6 +41,7 @@ impl CancelReason {
             CancelReason::SelfTrade => "self_trade",
             CancelReason::ReducedToZero => "reduced_to_zero",
             CancelReason::Expired => "expired",
+            CancelReason::Liquidation => "liquidation",
         }
     }
 }
@@ -151,6 +155,45 @@ pub enum Event {
     /// A day-trading audit record or a day-trading command's result
     /// (`crate::daytrading::DtEvent`): users by ledger index, the rest from the command.
     DayTrading(crate::daytrading::DtEvent),
+    /// A margin position after a change: signed size, its cost (`Σ signed qty × px ×
+    /// multiplier` of the open size, so the average open price is `cost / (size ×
+    /// multiplier)`), and the P&L realised so far.
+    Position {
+        account: AccountId,
+        symbol: SymbolId,
+        size: Qty,
+        cost: Amount,
+        realized: Amount,
+    },
+    /// A margin symbol's mark price changed.
+    Mark {
+        symbol: SymbolId,
+        px: Px,
+    },
+    /// The account's equity in `asset` fell below its maintenance margin: its orders
+    /// in that asset's margin symbols are cancelled and its positions closed.
+    Liquidated {
+        account: AccountId,
+        asset: AssetId,
+    },
+    /// What the book did not take of a liquidated position passed to the insurance
+    /// account at the bankruptcy-bound price.
+    PositionTransferred {
+        symbol: SymbolId,
+        from: AccountId,
+        to: AccountId,
+        /// Signed, as `to` receives it (positive: `to` is long more).
+        qty: Qty,
+        px: Px,
+    },
+    /// A loss passed an account's available cash: the insurance account paid
+    /// `covered`, and what it could not pay is the asset's bad debt.
+    Shortfall {
+        account: AccountId,
+        asset: AssetId,
+        covered: Amount,
+        bad_debt: Amount,
+    },
 }
 
 #[cfg(test)]

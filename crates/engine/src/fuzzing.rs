@@ -15,7 +15,10 @@
 
 use crate::book::{Book, FastBook, ReferenceBook};
 use crate::codec;
-use crate::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use crate::command::{
+    Command, CommandBody, MarginSpec, MarginSymbol, MarkSource, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec,
+    Tif,
+};
 use crate::daytrading::{DtCommand, DtKind, DtQuote, DtRequest, QuoteSource, Sym};
 use crate::engine::Engine;
 use crate::event::{Applied, Event, Outcome};
@@ -27,8 +30,12 @@ pub const CLIENTS: usize = 3;
 /// Accounts created by the fixture.
 pub const ACCOUNTS: u32 = 4;
 
-/// Per symbol of the fixture: (mid price, tick, lot).
-const SYMBOLS: [(i64, i64, i64); 2] = [(1_000, 1, 1), (1_000, 5, 10)];
+/// Per symbol of the fixture: (mid price, tick, lot). The first two are spot pairs, the
+/// last two margin contracts.
+const SYMBOLS: [(i64, i64, i64); 4] = [(1_000, 1, 1), (1_000, 5, 10), (1_000, 1, 1), (1_000, 5, 10)];
+
+/// The fixture's margin symbols' insurance account.
+pub const INSURANCE: AccountId = AccountId(3);
 
 /// A reader of fuzz bytes that yields zeros once exhausted.
 pub struct Bytes<'a> {
@@ -95,7 +102,7 @@ impl Differential {
             events_fast: Vec::new(),
             events_reference: Vec::new(),
         };
-        for name in ["USD", "ACME", "BETA"] {
+        for name in ["USD", "ACME", "BETA", "M", "FUT", "FUT2"] {
             d.apply_as(0, CommandBody::CreateAsset { name: name.into(), decimals: 2 });
         }
         let specs = [("ACME/USD", 1, MatchPolicy::Fifo, -1, 2), ("BETA/USD", 2, MatchPolicy::ProRata, 0, 3)];
@@ -120,12 +127,47 @@ impl Differential {
         for _ in 0..ACCOUNTS {
             d.apply_as(0, CommandBody::CreateAccount);
         }
+        // Margin contracts settled in M: high leverage and thin cash, so the stream's
+        // price moves of a few per cent liquidate.
+        let margins = [
+            ("FUT/M", 4, MatchPolicy::Fifo, MarkSource::LastTrade, 1),
+            ("FUT2/M", 5, MatchPolicy::ProRata, MarkSource::Operator, 2),
+        ];
+        for (i, (name, base, policy, mark, multiplier)) in margins.into_iter().enumerate() {
+            let (_, tick, lot) = SYMBOLS[2 + i];
+            d.apply_as(
+                0,
+                CommandBody::CreateMarginSymbol(Box::new(MarginSymbol {
+                    spec: SymbolSpec {
+                        name: name.into(),
+                        base: AssetId(base),
+                        quote: AssetId(3),
+                        tick: Px(tick),
+                        lot: Qty(lot),
+                        px_min: Px(500),
+                        px_max: Px(5_000),
+                        fee_maker: Amount(-1),
+                        fee_taker: Amount(2),
+                        policy,
+                    },
+                    margin: MarginSpec {
+                        initial_bp: 300,
+                        maintenance_bp: 200,
+                        multiplier,
+                        position_limit: Qty(500 * lot),
+                        mark,
+                        insurance: INSURANCE,
+                    },
+                })),
+            );
+        }
         for account in 0..ACCOUNTS {
             let account = AccountId(account);
             d.apply_as(0, CommandBody::Deposit { account, asset: AssetId(0), amount: Amount(50_000_000) });
             for asset in [1, 2] {
                 d.apply_as(0, CommandBody::Credit { account, asset: AssetId(asset), amount: Amount(20_000) });
             }
+            d.apply_as(0, CommandBody::Deposit { account, asset: AssetId(3), amount: Amount(2_000) });
         }
         d
     }
@@ -244,8 +286,8 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
     let account = account_from(bytes);
     // One time in sixteen a symbol that does not exist.
     let sym = match bytes.below(16) {
-        15 => 2,
-        n => n % 2,
+        15 => 4,
+        n => n % 4,
     };
     let symbol = SymbolId(u32::from(sym));
     match bytes.below(24) {
@@ -267,14 +309,25 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
             let lot = SYMBOLS.get(order_sym.0 as usize).map_or(1, |s| s.2);
             CommandBody::Reduce { account, symbol: order_sym, order, qty_by: Qty(i64::from(bytes.below(4)) * lot) }
         }
-        19 => CommandBody::Deposit { account, asset: asset_from(bytes), amount: amount_from(bytes) },
+        19 => {
+            let asset = asset_from(bytes);
+            let amount = amount_from(bytes);
+            // Margin cash (M) stays thin, so price moves liquidate.
+            let amount = if asset == AssetId(3) && amount.0 < i64::MAX / 2 { Amount(amount.0 / 500) } else { amount };
+            CommandBody::Deposit { account, asset, amount }
+        }
         20 => CommandBody::Withdraw { account, asset: asset_from(bytes), amount: amount_from(bytes) },
-        21 => CommandBody::Credit { account, asset: asset_from(bytes), amount: amount_from(bytes) },
+        21 => {
+            let asset = asset_from(bytes);
+            let amount = amount_from(bytes);
+            let amount = if asset == AssetId(3) && amount.0 < i64::MAX / 2 { Amount(amount.0 / 500) } else { amount };
+            CommandBody::Credit { account, asset, amount }
+        }
         22 => match bytes.below(16) {
             0 => CommandBody::SuspendAccount { account },
             _ => CommandBody::ResumeAccount { account },
         },
-        _ => match bytes.below(6) {
+        _ => match bytes.below(8) {
             0 => CommandBody::CreateAccount,
             1 => CommandBody::CreateAsset { name: format!("A{}", bytes.below(4)), decimals: bytes.below(20) },
             // Few external ids, so some are taken; deposits of every kind, zero included.
@@ -289,6 +342,16 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
                 hold_ns: u64::from(bytes.below(12)) * 1_000_000_000,
                 window_ns: u64::from(bytes.below(4)) * 100_000,
             }),
+            // Mostly the operator-marked contract, a mark within a few per cent (or off
+            // tick, or out of bounds); sometimes a symbol whose mark is not settable.
+            5 | 6 => {
+                let symbol = SymbolId(if bytes.below(8) == 0 { u32::from(bytes.below(5)) } else { 3 });
+                let px = match bytes.below(16) {
+                    0 => Px(1),
+                    n => Px(1_000 + (i64::from(bytes.below(41)) - 20) * 5 + i64::from(n == 1)),
+                };
+                CommandBody::SetMark { symbol, px }
+            }
             _ => CommandBody::Withdraw { account, asset: AssetId(0), amount: Amount(i64::MAX) },
         },
     }
@@ -323,7 +386,7 @@ fn off_tick(bytes: &mut Bytes<'_>) -> i64 {
 /// Usually a resting order; sometimes a recent id (a stop, a closed or unknown order).
 /// Usually with its owner.
 fn recent_order<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> (OrderId, AccountId) {
-    let symbol = SymbolId(u32::from(bytes.below(2)));
+    let symbol = SymbolId(u32::from(bytes.below(4)));
     let side = if bytes.below(2) == 0 { Side::Buy } else { Side::Sell };
     let resting = engine.book_orders(symbol, side, 32);
     let pick = usize::from(bytes.byte());
@@ -370,8 +433,9 @@ fn order_from(bytes: &mut Bytes<'_>, account: AccountId, sym: u8) -> OrderReques
         1 => Stp::CancelIncoming,
         _ => Stp::Allow,
     };
-    let budget = match bytes.below(3) {
-        0 => None,
+    // Margin orders hold margin, not a budget: mostly none there.
+    let budget = match (bytes.below(3), sym >= 2 && bytes.below(8) != 0) {
+        (0, _) | (_, true) => None,
         _ => Some(Amount(i64::from(bytes.byte()) * 2_000)),
     };
     let trigger = Px(mid + (i64::from(bytes.below(11)) - 5) * tick);
@@ -396,7 +460,7 @@ fn order_from(bytes: &mut Bytes<'_>, account: AccountId, sym: u8) -> OrderReques
 }
 
 /// How many kinds of [`CommandBody`] there are; [`body_kind`] numbers them from 0.
-pub const BODY_KINDS: usize = 16;
+pub const BODY_KINDS: usize = 18;
 
 /// The kind of `body` as a number below [`BODY_KINDS`]. The match has no wildcard, so a
 /// new kind of command does not compile until it is numbered here (and then the corpus
@@ -419,6 +483,8 @@ pub fn body_kind(body: &CommandBody) -> usize {
         CommandBody::CloseDay => 13,
         CommandBody::DayTrading(_) => 14,
         CommandBody::SetFairness(_) => 15,
+        CommandBody::CreateMarginSymbol(_) => 16,
+        CommandBody::SetMark { .. } => 17,
     }
 }
 
@@ -445,10 +511,38 @@ fn dt_symbol_from(bytes: &mut Bytes<'_>) -> &'static str {
 /// Builds one of the kinds [`body_from_bytes`] never makes: a new symbol (one time in
 /// eight; mostly valid, some refused for each reason) or a day-trading entry.
 pub fn rare_body_from_bytes(bytes: &mut Bytes<'_>) -> CommandBody {
-    if bytes.below(8) == 0 {
-        return CommandBody::CreateSymbol(Box::new(symbol_spec_from(bytes)));
+    match bytes.below(16) {
+        0 | 1 => return CommandBody::CreateSymbol(Box::new(symbol_spec_from(bytes))),
+        2 => return CommandBody::CreateMarginSymbol(Box::new(margin_symbol_from(bytes))),
+        _ => {}
     }
     CommandBody::DayTrading(Box::new(day_trading_from(bytes)))
+}
+
+/// A margin contract: mostly valid, some refused for each margin rule.
+fn margin_symbol_from(bytes: &mut Bytes<'_>) -> MarginSymbol {
+    let mut spec = symbol_spec_from(bytes);
+    spec.quote = AssetId(3);
+    spec.base = AssetId(4 + u32::from(bytes.below(2)));
+    let mut margin = MarginSpec {
+        initial_bp: 1_000,
+        maintenance_bp: 500,
+        multiplier: 1 + i64::from(bytes.below(3)),
+        position_limit: Qty(spec.lot.0.max(1) * 100),
+        mark: if bytes.below(2) == 0 { MarkSource::Operator } else { MarkSource::LastTrade },
+        insurance: INSURANCE,
+    };
+    match bytes.below(12) {
+        0 => margin.maintenance_bp = 0,
+        1 => margin.maintenance_bp = margin.initial_bp + 1,
+        2 => margin.initial_bp = 10_001,
+        3 => margin.multiplier = 0,
+        4 => margin.position_limit = Qty(i64::MAX / 2),
+        5 => margin.insurance = AccountId(99),
+        6 => margin.position_limit = Qty(-1),
+        _ => {}
+    }
+    MarginSymbol { spec, margin }
 }
 
 fn symbol_spec_from(bytes: &mut Bytes<'_>) -> SymbolSpec {

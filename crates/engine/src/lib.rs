@@ -19,6 +19,7 @@ mod engine;
 pub mod event;
 pub mod fuzzing;
 mod invariants;
+pub mod margin;
 mod matching;
 mod order;
 mod query;

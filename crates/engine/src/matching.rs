@@ -16,9 +16,10 @@
 //! supply, which is at most `i64::MAX`.
 
 use crate::book::{Book, FillEffect, RestingOrder};
-use crate::command::{MatchPolicy, OrderRequest, Stp, SymbolSpec};
+use crate::command::{MarkSource, MatchPolicy, OrderRequest, Stp, SymbolSpec};
 use crate::engine::{Engine, Fill, OrderStatus};
 use crate::event::{CancelReason, Event};
+use crate::margin::{Margin, MarginTerms};
 use crate::order::hold_buy;
 use crate::types::{notional, AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
 
@@ -35,6 +36,8 @@ pub(crate) struct Taker {
     pub stp: Stp,
     pub ts: Timestamp,
     pub traded: bool,
+    /// A liquidation order: it holds nothing (see `margin.rs`).
+    pub liquidation: bool,
 }
 
 impl Taker {
@@ -50,6 +53,7 @@ impl Taker {
             stp: request.stp,
             ts,
             traded: false,
+            liquidation: false,
         }
     }
 
@@ -73,7 +77,14 @@ impl Taker {
     }
 
     /// What this order still holds.
-    pub fn hold_remaining(&self, spec: &SymbolSpec) -> (AssetId, Amount) {
+    pub fn hold_remaining(&self, spec: &SymbolSpec, margin: Option<MarginTerms>) -> (AssetId, Amount) {
+        if let Some(terms) = margin {
+            if self.liquidation {
+                return (spec.quote, Amount::ZERO);
+            }
+            let hold = terms.hold(terms.hold_px(self.limit), self.qty).expect("part of a hold that fitted");
+            return (spec.quote, Amount(hold));
+        }
         match (self.side, self.budget, self.limit) {
             (Side::Sell, _, _) => (spec.base, Amount(self.qty.0)),
             (Side::Buy, Some(budget), _) => (spec.quote, Amount(budget)),
@@ -94,11 +105,16 @@ pub(crate) struct Terms {
     fee_maker: i64,
     fee_taker: i64,
     policy: MatchPolicy,
+    margin: Option<MarginTerms>,
+    /// A margin symbol whose mark is its last trade.
+    mark_last_trade: bool,
 }
 
 impl Terms {
-    fn of(spec: &SymbolSpec) -> Self {
+    fn of(spec: &SymbolSpec, margin: Option<&Margin>) -> Self {
         Terms {
+            margin: margin.map(|m| MarginTerms::of(spec, &m.spec)),
+            mark_last_trade: margin.is_some_and(|m| m.spec.mark == MarkSource::LastTrade),
             base: spec.base,
             quote: spec.quote,
             lot: spec.lot.0,
@@ -147,7 +163,8 @@ impl<B: Book> Engine<B> {
         taker: &mut Taker,
         events: &mut Vec<Event>,
     ) -> Option<CancelReason> {
-        let terms = Terms::of(&self.symbols[sym.0 as usize].spec);
+        let symbol = &self.symbols[sym.0 as usize];
+        let terms = Terms::of(&symbol.spec, symbol.margin.as_deref());
         match terms.policy {
             MatchPolicy::Fifo => self.match_fifo(sym, &terms, taker, events),
             MatchPolicy::ProRata => self.match_pro_rata(sym, &terms, taker, events),
@@ -244,6 +261,10 @@ impl<B: Book> Engine<B> {
         let lots = qty.0 / terms.lot;
         let fee_maker = terms.fee_maker.checked_mul(lots).expect("fee bounded by notional");
         let fee_taker = terms.fee_taker.checked_mul(lots).expect("fee bounded by notional");
+        if let Some(margin) = terms.margin {
+            self.fill_margin(sym, terms, &margin, maker, taker, qty, Amount(fee_maker), Amount(fee_taker), events);
+            return;
+        }
         let value = px.0.checked_mul(qty.0).expect("notional bounded by supply");
         match taker.side {
             Side::Buy => {
@@ -300,6 +321,70 @@ impl<B: Book> Engine<B> {
         taker.traded = true;
     }
 
+    /// One fill in a margin symbol: the trade is reported first, then each side's
+    /// hold release, position, P&L and fee are settled (see `margin.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn fill_margin(
+        &mut self,
+        sym: SymbolId,
+        terms: &Terms,
+        margin: &MarginTerms,
+        maker: &RestingOrder,
+        taker: &mut Taker,
+        qty: Qty,
+        fee_maker: Amount,
+        fee_taker: Amount,
+        events: &mut Vec<Event>,
+    ) {
+        let px = maker.px;
+        self.assets[terms.quote.0 as usize].fees.0 += fee_maker.0 + fee_taker.0;
+        let maker_done = maker.qty_remaining() == qty;
+        events.push(Event::Trade {
+            symbol: sym,
+            px,
+            qty,
+            taker_side: taker.side,
+            maker_order: maker.id,
+            taker_order: taker.id,
+            maker_account: maker.account,
+            taker_account: taker.account,
+            fee_maker,
+            fee_taker,
+            maker_done,
+        });
+        let maker_release = margin.release(maker.px, maker.qty_remaining(), qty);
+        let taker_release =
+            if taker.liquidation { 0 } else { margin.release(margin.hold_px(taker.limit), taker.qty, qty) };
+        self.margin_fill(maker.account, sym, maker.side, qty, px, fee_maker.0, maker_release, true, events);
+        self.margin_fill(taker.account, sym, taker.side, qty, px, fee_taker.0, taker_release, true, events);
+        self.emit_balance(maker.account, terms.quote, events);
+        if taker.account != maker.account {
+            self.emit_balance(taker.account, terms.quote, events);
+        }
+        let ts = taker.ts;
+        self.record_fill(maker.id, Fill { px, qty, fee: fee_maker, maker: true, counter_order: taker.id, ts });
+        self.record_fill(taker.id, Fill { px, qty, fee: fee_taker, maker: false, counter_order: maker.id, ts });
+        let symbol = &mut self.symbols[sym.0 as usize];
+        symbol.last_px = Some(px);
+        // The last trade is the mark of a last-trade symbol, and of an operator-marked
+        // one until the operator first sets a mark.
+        let moves_mark = terms.mark_last_trade || symbol.margin.as_ref().is_some_and(|m| m.mark_set.is_none());
+        if moves_mark && self.marks_moved.last() != Some(&sym) {
+            self.marks_moved.push(sym);
+        }
+        let symbol = &mut self.symbols[sym.0 as usize];
+        match symbol.book.fill(maker.id, qty) {
+            FillEffect::Partial => {}
+            FillEffect::Refreshed { qty_visible } => events.push(Event::Refreshed { order: maker.id, qty_visible }),
+            FillEffect::Done(_) => {
+                self.accounts[maker.account.0 as usize].open_orders -= 1;
+                self.close_record(maker.id, OrderStatus::Filled);
+            }
+        }
+        taker.qty.0 -= qty.0;
+        taker.traded = true;
+    }
+
     fn settle_buyer(&mut self, account: AccountId, terms: &Terms, released: i64, paid: i64, qty: Qty) {
         assert!(released >= paid, "a buy paid more than it reserved");
         let holder = &mut self.accounts[account.0 as usize];
@@ -308,6 +393,10 @@ impl<B: Book> Engine<B> {
         quote.available.0 += released - paid;
         assert!(quote.reserved.0 >= 0, "quote reservation went negative");
         holder.balance_mut(terms.base).available.0 += qty.0;
+        if !holder.positions.is_empty() {
+            // Cash that backs margin positions moved.
+            self.margin_dirty.push((account, terms.quote));
+        }
     }
 
     fn settle_seller(&mut self, account: AccountId, terms: &Terms, qty: Qty, proceeds: i64) {
@@ -316,6 +405,9 @@ impl<B: Book> Engine<B> {
         base.reserved.0 -= qty.0;
         assert!(base.reserved.0 >= 0, "base reservation went negative");
         holder.balance_mut(terms.quote).available.0 += proceeds;
+        if !holder.positions.is_empty() {
+            self.margin_dirty.push((account, terms.quote));
+        }
     }
 
     fn record_fill(&mut self, id: OrderId, fill: Fill) {
@@ -328,7 +420,7 @@ impl<B: Book> Engine<B> {
     /// budget), following exactly the rules matching will apply.
     pub(crate) fn fok_fillable(&self, request: &OrderRequest) -> bool {
         let symbol = &self.symbols[request.symbol.0 as usize];
-        let terms = Terms::of(&symbol.spec);
+        let terms = Terms::of(&symbol.spec, symbol.margin.as_deref());
         let (limit, budget) = request.kind.limit_and_budget();
         let need = request.qty.0;
         let cancel_incoming = request.stp == Stp::CancelIncoming;

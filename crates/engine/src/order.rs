@@ -15,6 +15,7 @@ use crate::book::{Book, RestingOrder};
 use crate::command::{OrderKind, OrderRequest, SymbolSpec, Tif};
 use crate::engine::{Engine, OrderRecord, OrderStatus, StopOrder};
 use crate::event::{CancelReason, Event};
+use crate::margin::MarginTerms;
 use crate::matching::Taker;
 use crate::reject::Reject;
 use crate::types::{
@@ -28,7 +29,11 @@ pub(crate) fn hold_buy(spec: &SymbolSpec, px: Px, qty: Qty) -> Option<Amount> {
 }
 
 /// What a resting order currently holds.
-pub(crate) fn hold_resting(spec: &SymbolSpec, order: &RestingOrder) -> (AssetId, Amount) {
+pub(crate) fn hold_resting(spec: &SymbolSpec, margin: Option<MarginTerms>, order: &RestingOrder) -> (AssetId, Amount) {
+    if let Some(terms) = margin {
+        let hold = terms.hold(order.px, order.qty_remaining()).expect("hold fitted when placed");
+        return (spec.quote, Amount(hold));
+    }
     match order.side {
         Side::Buy => (spec.quote, hold_buy(spec, order.px, order.qty_remaining()).expect("hold fitted when placed")),
         Side::Sell => (spec.base, Amount(order.qty_remaining().0)),
@@ -36,7 +41,16 @@ pub(crate) fn hold_resting(spec: &SymbolSpec, order: &RestingOrder) -> (AssetId,
 }
 
 /// What a new order reserves, by asset.
-pub(crate) fn hold_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(AssetId, Amount), Reject> {
+pub(crate) fn hold_request(
+    spec: &SymbolSpec,
+    margin: Option<MarginTerms>,
+    request: &OrderRequest,
+) -> Result<(AssetId, Amount), Reject> {
+    if let Some(terms) = margin {
+        let (limit, _) = request.kind.limit_and_budget();
+        let hold = terms.hold(terms.hold_px(limit), request.qty).ok_or(Reject::AmountOverflow)?;
+        return Ok((spec.quote, Amount(hold)));
+    }
     if request.side == Side::Sell {
         return Ok((spec.base, Amount(request.qty.0)));
     }
@@ -72,8 +86,11 @@ fn check_qty(spec: &SymbolSpec, qty: Qty) -> Result<(), Reject> {
 }
 
 /// The shape rules of an order, independent of balances and the book.
-fn check_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(), Reject> {
+fn check_request(spec: &SymbolSpec, margin: bool, request: &OrderRequest) -> Result<(), Reject> {
     check_qty(spec, request.qty)?;
+    if margin && request.kind.limit_and_budget().1.is_some() {
+        return Err(Reject::BudgetNotForMargin);
+    }
     let (limit, budget) = match request.kind {
         OrderKind::Limit { px } => (Some(px), None),
         OrderKind::Market { budget } => (None, budget),
@@ -98,7 +115,8 @@ fn check_request(spec: &SymbolSpec, request: &OrderRequest) -> Result<(), Reject
         if request.side == Side::Sell && request.tif != Tif::Fok {
             return Err(Reject::BudgetRequiresMarketOrFok);
         }
-    } else if limit.is_none() && request.side == Side::Buy {
+    } else if limit.is_none() && request.side == Side::Buy && !margin {
+        // A margin order holds margin at `px_max` instead.
         return Err(Reject::MarketBuyRequiresBudget);
     }
     // GTC or Day: the reject names predate Day and keep their stable names.
@@ -127,13 +145,17 @@ impl<B: Book> Engine<B> {
         let holder = self.active_account(request.account)?;
         let symbol = self.symbol(request.symbol)?;
         let spec = &symbol.spec;
-        check_request(spec, request)?;
+        check_request(spec, symbol.margin.is_some(), request)?;
         let stop = request.kind.trigger().is_some();
         let may_rest = stop || request.tif.rests();
         if may_rest && holder.open_orders >= self.config.orders_per_account_max {
             return Err(Reject::OpenOrdersLimit);
         }
-        let hold = hold_request(spec, request)?;
+        let margin = self.margin_terms(request.symbol);
+        let hold = match &margin {
+            Some(terms) => (spec.quote, Amount(self.margin_check_place(request, terms)?)),
+            None => hold_request(spec, None, request)?,
+        };
         if holder.balance(hold.0).available < hold.1 {
             return Err(Reject::BalanceInsufficient);
         }
@@ -161,6 +183,9 @@ impl<B: Book> Engine<B> {
         });
         self.emit_balance(request.account, hold.0, events);
         self.orders.insert(id, new_record(id, request, stop, ts));
+        if margin.is_some() {
+            self.position_orders(request.account, request.symbol, request.side, request.qty.0);
+        }
         if stop {
             self.accounts[request.account.0 as usize].open_orders += 1;
             self.add_stop(StopOrder { id, request: *request, ts });
@@ -189,7 +214,7 @@ impl<B: Book> Engine<B> {
             taker.qty
         );
         let spec = &self.symbols[sym].spec;
-        let hold_left = taker.hold_remaining(spec);
+        let hold_left = taker.hold_remaining(spec, self.margin_terms(request.symbol));
         if taker.qty.0 == 0 {
             if hold_left.1 .0 > 0 {
                 // A market buy that spent less than its budget gets the rest back.
@@ -270,8 +295,8 @@ impl<B: Book> Engine<B> {
         };
         self.orders.get_mut(&id).expect("stop has a record").status = OrderStatus::Open;
         if request.tif == Tif::Fok && !self.fok_fillable(&request) {
-            let hold =
-                hold_request(&self.symbols[sym.0 as usize].spec, &stop.request).expect("hold fitted when placed");
+            let hold = hold_request(&self.symbols[sym.0 as usize].spec, self.margin_terms(sym), &stop.request)
+                .expect("hold fitted when placed");
             self.cancel_remainder(id, account, hold, request.qty, CancelReason::Unfilled, events);
             return;
         }
@@ -319,10 +344,11 @@ impl<B: Book> Engine<B> {
     }
 
     /// Takes a pending stop out of its symbol's stops and releases what it held.
-    fn cancel_stop(&mut self, sym: SymbolId, id: OrderId, reason: CancelReason, events: &mut Vec<Event>) {
+    pub(crate) fn cancel_stop(&mut self, sym: SymbolId, id: OrderId, reason: CancelReason, events: &mut Vec<Event>) {
         let stop = self.remove_stop(sym, id);
         let account = stop.request.account;
-        let hold = hold_request(&self.symbols[sym.0 as usize].spec, &stop.request).expect("hold fitted when placed");
+        let hold = hold_request(&self.symbols[sym.0 as usize].spec, self.margin_terms(sym), &stop.request)
+            .expect("hold fitted when placed");
         self.accounts[account.0 as usize].open_orders -= 1;
         self.cancel_remainder(id, account, hold, stop.request.qty, reason, events);
     }
@@ -353,7 +379,8 @@ impl<B: Book> Engine<B> {
     pub(crate) fn cancel_resting(&mut self, sym: SymbolId, id: OrderId, reason: CancelReason, events: &mut Vec<Event>) {
         let symbol = &mut self.symbols[sym.0 as usize];
         let order = symbol.book.remove(id).expect("cancelled order rests");
-        let hold = hold_resting(&symbol.spec, &order);
+        let margin = symbol.margin.as_ref().map(|m| MarginTerms::of(&symbol.spec, &m.spec));
+        let hold = hold_resting(&symbol.spec, margin, &order);
         self.accounts[order.account.0 as usize].open_orders -= 1;
         self.cancel_remainder(id, order.account, hold, order.qty_remaining(), reason, events);
     }
@@ -374,10 +401,15 @@ impl<B: Book> Engine<B> {
             self.cancel_resting(sym, id, CancelReason::ReducedToZero, events);
             return Ok(id.0);
         }
-        let released = match order.side {
-            Side::Buy => (spec.quote, hold_buy(spec, order.px, qty_by).expect("part of a hold that fitted")),
-            Side::Sell => (spec.base, Amount(qty_by.0)),
+        let margin = self.margin_terms(sym);
+        let released = match (margin, order.side) {
+            (Some(terms), _) => (spec.quote, Amount(terms.release(order.px, order.qty_remaining(), qty_by))),
+            (None, Side::Buy) => (spec.quote, hold_buy(spec, order.px, qty_by).expect("part of a hold that fitted")),
+            (None, Side::Sell) => (spec.base, Amount(qty_by.0)),
         };
+        if margin.is_some() {
+            self.position_orders(account, sym, order.side, -qty_by.0);
+        }
         self.symbols[sym.0 as usize].book.reduce(id, qty_by);
         self.accounts[account.0 as usize].release(released.0, released.1);
         self.orders.get_mut(&id).expect("resting order has a record").qty_reduced.0 += qty_by.0;
@@ -405,18 +437,26 @@ impl<B: Book> Engine<B> {
             return Err(Reject::PostOnlyWouldTrade);
         }
         let qty = order.qty_remaining();
-        let delta = match order.side {
-            Side::Buy => {
+        let margin = self.margin_terms(sym);
+        let delta = match (margin, order.side) {
+            (Some(terms), _) => {
+                let new = terms.hold(px, qty).ok_or(Reject::AmountOverflow)?;
+                new - terms.hold(order.px, qty).expect("hold fitted when placed")
+            }
+            (None, Side::Buy) => {
                 // The taker-fee part of the hold depends on the quantity only, so the
                 // hold changes by the price difference times the quantity.
                 hold_buy(spec, px, qty).ok_or(Reject::AmountOverflow)?;
                 (px.0 - order.px.0) * qty.0
             }
-            Side::Sell => 0,
+            (None, Side::Sell) => 0,
         };
         let quote = spec.quote;
         if delta > 0 && holder.balance(quote).available.0 < delta {
             return Err(Reject::BalanceInsufficient);
+        }
+        if delta > 0 && margin.is_some() {
+            self.margin_check_cash(account, quote, delta)?;
         }
 
         let crosses = best.is_some_and(|best| order.side.crosses(px, best));
@@ -461,7 +501,7 @@ impl<B: Book> Engine<B> {
     }
 }
 
-fn new_record(id: OrderId, request: &OrderRequest, stop: bool, ts: Timestamp) -> OrderRecord {
+pub(crate) fn new_record(id: OrderId, request: &OrderRequest, stop: bool, ts: Timestamp) -> OrderRecord {
     OrderRecord {
         id,
         account: request.account,

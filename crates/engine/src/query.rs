@@ -135,6 +135,16 @@ impl<B: Book> Engine<B> {
         Some(&self.symbols.get(symbol.0 as usize)?.spec)
     }
 
+    /// The margin rules of a margin symbol; `None` for a spot pair or an unknown symbol.
+    pub fn symbol_margin(&self, symbol: SymbolId) -> Option<&crate::command::MarginSpec> {
+        Some(&self.symbols.get(symbol.0 as usize)?.margin.as_ref()?.spec)
+    }
+
+    /// An account's margin positions, by symbol: (symbol, position).
+    pub fn positions(&self, account: AccountId) -> &[(SymbolId, crate::account::Position)] {
+        self.accounts.get(account.0 as usize).map_or(&[], |a| a.positions.as_slice())
+    }
+
     pub fn asset_info(&self, asset: AssetId) -> Option<&Asset> {
         self.assets.get(asset.0 as usize)
     }

@@ -83,6 +83,16 @@ rejects! {
     // A day-trading entry no front end sends: too many or too long arguments, a quote
     // with a bad symbol, price or text (the checks users can fail are logged outcomes).
     DayTradingInvalid = 40, "day_trading_invalid";
+    // Margin rules out of range, or a notional bound past MARGIN_NOTIONAL_MAX.
+    MarginSpecInvalid = 41, "margin_spec_invalid";
+    // The order (or withdrawal) would leave less free margin than it needs.
+    MarginInsufficient = 42, "margin_insufficient";
+    // The position, counting open orders as filled, would pass the symbol's limit.
+    PositionLimit = 43, "position_limit";
+    // A mark for a symbol that is not a margin symbol with an operator's mark.
+    MarkNotSettable = 44, "mark_not_settable";
+    // Margin orders hold margin, not a budget.
+    BudgetNotForMargin = 45, "budget_not_for_margin";
 }
 
 impl std::fmt::Display for Reject {

@@ -10,12 +10,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::account::{Account, Balance};
+use crate::account::{Account, Balance, Position};
 use crate::book::{Book, RestingOrder};
-use crate::command::SymbolSpec;
+use crate::command::{MarginSpec, SymbolSpec};
 use crate::engine::{Asset, Engine, EngineConfig, OrderRecord, StopOrder, Stops, Symbol};
+use crate::margin::Margin;
 use crate::session::Session;
-use crate::types::{AccountId, AssetId, ClientId, Px, Side};
+use crate::types::{AccountId, AssetId, ClientId, Px, Side, SymbolId};
 
 /// Format version of [`Engine::snapshot`]; bumped on any change to the encoding.
 /// 2: accounts carry their external id, order records their closing stamp.
@@ -24,7 +25,8 @@ use crate::types::{AccountId, AssetId, ClientId, Px, Side};
 /// 5: client records expire: each keeps its last command's stamp, the engine its next
 ///    sweep; the configuration has `clients_max` and `client_expiry_secs`.
 /// 6: the fairness delays set through the log.
-pub const SNAPSHOT_VERSION: u32 = 6;
+/// 7: margin symbols (their rules and operator mark), positions, bad debt per asset.
+pub const SNAPSHOT_VERSION: u32 = 7;
 
 #[derive(Serialize, Deserialize)]
 struct SymbolImage {
@@ -32,6 +34,7 @@ struct SymbolImage {
     last_px: Option<Px>,
     orders: Vec<RestingOrder>,
     stops: Vec<StopOrder>,
+    margin: Option<(MarginSpec, Option<Px>)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -39,6 +42,9 @@ struct AccountImage {
     suspended: bool,
     balances: Vec<(AssetId, Balance)>,
     external_id: Option<u64>,
+    /// `(symbol, size, cost, realised)` of each position (open orders' quantities and
+    /// the liquidation index are derived).
+    positions: Vec<(SymbolId, i64, i64, i64)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -98,13 +104,24 @@ impl<B: Book> Engine<B> {
                     last_px: symbol.last_px,
                     orders,
                     stops: symbol.stops.by_id.values().copied().collect(),
+                    margin: symbol.margin.as_ref().map(|m| (m.spec, m.mark_set)),
                 }
             })
             .collect();
         let accounts = self
             .accounts
             .iter()
-            .map(|a| AccountImage { suspended: a.suspended, balances: a.balances.clone(), external_id: a.external_id })
+            .map(|a| AccountImage {
+                suspended: a.suspended,
+                balances: a.balances.clone(),
+                external_id: a.external_id,
+                positions: a
+                    .positions
+                    .iter()
+                    .filter(|(_, p)| p.size != 0 || p.realized != 0)
+                    .map(|(sym, p)| (*sym, p.size, p.cost, p.realized))
+                    .collect(),
+            })
             .collect();
         let mut sessions: Vec<(ClientId, Session)> = self.sessions.clone();
         sessions.sort_unstable_by_key(|(client, _)| *client);
@@ -158,6 +175,11 @@ impl<B: Book> Engine<B> {
                 balances: a.balances,
                 open_orders: 0,
                 external_id: a.external_id,
+                positions: a
+                    .positions
+                    .into_iter()
+                    .map(|(sym, size, cost, realized)| (sym, Position { size, cost, realized, ..Position::default() }))
+                    .collect(),
             })
             .collect();
         for (i, account) in engine.accounts.iter().enumerate() {
@@ -168,11 +190,23 @@ impl<B: Book> Engine<B> {
             }
         }
         for (i, image) in image.symbols.into_iter().enumerate() {
+            let margin = image.margin.map(|(spec, mark_set)| {
+                let mut margin = Margin::new(spec);
+                margin.mark_set = mark_set;
+                Box::new(margin)
+            });
+            let sym = SymbolId(i as u32);
+            if let Some(margin) = &margin {
+                engine.margin_symbols += 1;
+                engine.insurers.insert((image.spec.quote, margin.spec.insurance));
+            }
+            let margined = margin.is_some();
             let mut symbol = Symbol {
                 book: B::new(image.spec.tick),
                 spec: image.spec,
                 last_px: image.last_px,
                 stops: Stops::default(),
+                margin,
             };
             for order in image.orders {
                 let holder = engine
@@ -180,6 +214,13 @@ impl<B: Book> Engine<B> {
                     .get_mut(order.account.0 as usize)
                     .ok_or(SnapshotError::Inconsistent("order of unknown account"))?;
                 holder.open_orders += 1;
+                if margined {
+                    let position = holder.position_mut(sym);
+                    match order.side {
+                        Side::Buy => position.buying += order.qty_remaining().0,
+                        Side::Sell => position.selling += order.qty_remaining().0,
+                    }
+                }
                 if symbol.book.get(order.id).is_some() {
                     return Err(SnapshotError::Inconsistent("order listed twice"));
                 }
@@ -191,12 +232,32 @@ impl<B: Book> Engine<B> {
                     .get_mut(stop.request.account.0 as usize)
                     .ok_or(SnapshotError::Inconsistent("stop of unknown account"))?;
                 holder.open_orders += 1;
+                if margined {
+                    let position = holder.position_mut(sym);
+                    match stop.request.side {
+                        Side::Buy => position.buying += stop.request.qty.0,
+                        Side::Sell => position.selling += stop.request.qty.0,
+                    }
+                }
                 if !symbol.stops.insert(stop) {
                     return Err(SnapshotError::Inconsistent("stop without trigger"));
                 }
             }
-            engine.symbol_names.insert(symbol.spec.name.clone(), crate::types::SymbolId(i as u32));
+            engine.symbol_names.insert(symbol.spec.name.clone(), sym);
             engine.symbols.push(symbol);
+        }
+        let mut positions = Vec::new();
+        for (i, account) in engine.accounts.iter().enumerate() {
+            for (sym, _) in &account.positions {
+                let symbol = engine.symbols.get(sym.0 as usize).filter(|s| s.margin.is_some());
+                let symbol =
+                    symbol.ok_or(SnapshotError::Inconsistent("position in a symbol that is not a margin symbol"))?;
+                positions.push((AccountId(i as u32), symbol.spec.quote));
+            }
+        }
+        positions.dedup();
+        for (account, asset) in positions {
+            engine.margin_refresh(account, asset);
         }
         for (slot, (client, _)) in image.sessions.iter().enumerate() {
             if engine.session_slots.insert(*client, slot as u32).is_some() {

@@ -32,7 +32,7 @@ fn seeded_random_streams_run_clean() {
 fn the_generators_make_every_kind_of_command() {
     use bourse_engine::fuzzing::{body_from_bytes, body_kind, rare_body_from_bytes, Bytes, Differential, BODY_KINDS};
     let d = Differential::new();
-    let data = bourse_engine::fuzzing::seeded_bytes(7, 20_000);
+    let data = bourse_engine::fuzzing::seeded_bytes(7, 40_000);
     let mut bytes = Bytes::new(&data);
     let mut seen = [0u32; BODY_KINDS];
     let mut day_trading = std::collections::BTreeSet::new();

@@ -114,3 +114,51 @@ fn fuzz_entry_point_survives_seeded_input() {
         bourse_engine::fuzzing::run(&bourse_engine::fuzzing::seeded_bytes(seed, 4_000));
     }
 }
+
+/// The generator reaches every margin state the differential and invariant checks are
+/// meant to cover: positions opened, reduced and flipped, marks set, accounts
+/// liquidated (into the book and to the insurance account), shortfalls paid by the
+/// insurance account, and margin orders refused for margin, limit and budget.
+#[test]
+fn seeded_streams_reach_margin_liquidations() {
+    use bourse_engine::{Event, Reject};
+    let (mut positions, mut flips, mut marks, mut liquidations, mut transfers, mut shortfalls) =
+        (0, 0, 0, 0, 0, 0usize);
+    let (mut refused_margin, mut refused_limit, mut refused_budget) = (0, 0, 0);
+    for seed in 0..4u64 {
+        let data = bourse_engine::fuzzing::seeded_bytes(seed, 60_000);
+        let mut bytes = Bytes::new(&data);
+        let mut d = Differential::new();
+        let mut sizes = std::collections::BTreeMap::new();
+        while !bytes.is_empty() {
+            let client = usize::from(bytes.below(CLIENTS as u8));
+            let body = body_from_bytes(&mut bytes, &d.fast);
+            d.apply_as(client, body);
+            for event in d.events() {
+                match *event {
+                    Event::Position { account, symbol, size, .. } => {
+                        positions += 1;
+                        let before: i64 = sizes.insert((account, symbol), size.0).unwrap_or(0);
+                        flips += usize::from(before.signum() * size.0.signum() < 0);
+                    }
+                    Event::Mark { .. } => marks += 1,
+                    Event::Liquidated { .. } => liquidations += 1,
+                    Event::PositionTransferred { .. } => transfers += 1,
+                    Event::Shortfall { covered, .. } => shortfalls += usize::from(covered.0 > 0),
+                    Event::Rejected { reject: Reject::MarginInsufficient } => refused_margin += 1,
+                    Event::Rejected { reject: Reject::PositionLimit } => refused_limit += 1,
+                    Event::Rejected { reject: Reject::BudgetNotForMargin } => refused_budget += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{positions} position changes ({flips} flips), {marks} marks, {liquidations} liquidations, \
+         {transfers} transfers to insurance, {shortfalls} shortfalls covered; refused: {refused_margin} margin, \
+         {refused_limit} limit, {refused_budget} budget"
+    );
+    assert!(positions > 1_000 && flips > 10 && marks > 50);
+    assert!(liquidations > 10 && transfers > 0);
+    assert!(refused_margin > 10 && refused_limit > 0 && refused_budget > 0);
+}

@@ -855,7 +855,22 @@ fn every_kind(account: AccountId, symbol: SymbolId, order: bourse_engine::OrderI
     let money = |account| (account, AssetId(1), Amount(100));
     let table = vec![
         ("CreateAsset", CommandBody::CreateAsset { name: "EVIL".into(), decimals: 0 }),
-        ("CreateSymbol", CommandBody::CreateSymbol(Box::new(spec))),
+        ("CreateSymbol", CommandBody::CreateSymbol(Box::new(spec.clone()))),
+        (
+            "CreateMarginSymbol",
+            CommandBody::CreateMarginSymbol(Box::new(bourse_engine::command::MarginSymbol {
+                spec: bourse_engine::command::SymbolSpec { name: "EVIL-F".into(), ..spec },
+                margin: bourse_engine::command::MarginSpec {
+                    initial_bp: 1_000,
+                    maintenance_bp: 500,
+                    multiplier: 1,
+                    position_limit: Qty(10),
+                    mark: bourse_engine::command::MarkSource::Operator,
+                    insurance: account,
+                },
+            })),
+        ),
+        ("SetMark", CommandBody::SetMark { symbol, px: Px(100) }),
         ("CreateAccount", CommandBody::CreateAccount),
         ("Deposit", {
             let (account, asset, amount) = money(account);
@@ -906,7 +921,9 @@ fn every_kind(account: AccountId, symbol: SymbolId, order: bourse_engine::OrderI
             | CommandBody::CreateAccountWithId { .. }
             | CommandBody::CloseDay
             | CommandBody::DayTrading(_)
-            | CommandBody::SetFairness(_) => {}
+            | CommandBody::SetFairness(_)
+            | CommandBody::CreateMarginSymbol(_)
+            | CommandBody::SetMark { .. } => {}
         }
     }
     table

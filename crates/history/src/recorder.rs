@@ -286,6 +286,13 @@ impl Recorder {
                 });
             }
             Event::Rejected { .. } => unreachable!("handled above"),
+            // Margin positions, marks and liquidations are not in the history store yet:
+            // balances and trades are, which is what the conservation line needs.
+            Event::Position { .. }
+            | Event::Mark { .. }
+            | Event::Liquidated { .. }
+            | Event::PositionTransferred { .. }
+            | Event::Shortfall { .. } => {}
             Event::Accepted { order, account, symbol, side, kind, qty, ts: _ } => {
                 *cause = Cause::Order("accepted", order);
                 self.touched.push(order);
@@ -495,7 +502,9 @@ fn command_cause(body: &CommandBody) -> &'static str {
         | CommandBody::SuspendAccount { .. }
         | CommandBody::ResumeAccount { .. }
         | CommandBody::CloseDay
-        | CommandBody::SetFairness(_) => "admin",
+        | CommandBody::SetFairness(_)
+        | CommandBody::CreateMarginSymbol(_)
+        | CommandBody::SetMark { .. } => "admin",
         CommandBody::Place(_) => "place",
         CommandBody::Cancel { .. } => "cancel",
         CommandBody::Reduce { .. } => "reduce",

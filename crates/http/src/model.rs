@@ -89,6 +89,9 @@ pub enum CancelReason {
     ReducedToZero,
     /// A Day order still open when the trading day closed.
     Expired,
+    /// Its account was liquidated, or a liquidation order's rest passed to the
+    /// insurance account.
+    Liquidation,
 }
 
 /// A new order.

@@ -82,8 +82,8 @@ pub enum WsOrderEvent {
         ts: u64,
     },
     /// The order's open part left the book unfilled. `reason`: requested, unfilled,
-    /// budget_exhausted, self_trade, reduced_to_zero, or expired (a Day order still open
-    /// when the trading day closed).
+    /// budget_exhausted, self_trade, reduced_to_zero, expired (a Day order still open
+    /// when the trading day closed), or liquidation.
     Cancelled { order: u64, account: u32, symbol: u32, qty_cancelled: i64, reason: String, log_index: u64, ts: u64 },
 }
 

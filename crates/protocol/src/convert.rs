@@ -24,7 +24,10 @@
 //! [`command_from_proto`] takes both from its caller.
 
 use bourse_engine::codec;
-use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use bourse_engine::command::{
+    Command, CommandBody, MarginSpec, MarginSymbol, MarkSource, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec,
+    Tif,
+};
 use bourse_engine::{
     AccountId, Amount, Applied, Asset, AssetId, CancelReason, ClientId, Depth, Event, Fill, OrderId, OrderStatus,
     OrderView, Outcome, Px, Qty, Reject, Side, SymbolId, Timestamp,
@@ -236,6 +239,7 @@ impl From<CancelReason> for proto::CancelReason {
             CancelReason::SelfTrade => proto::CancelReason::SelfTrade,
             CancelReason::ReducedToZero => proto::CancelReason::ReducedToZero,
             CancelReason::Expired => proto::CancelReason::Expired,
+            CancelReason::Liquidation => proto::CancelReason::Liquidation,
         }
     }
 }
@@ -249,6 +253,7 @@ pub fn cancel_reason_from_proto(value: i32, field: &'static str) -> Result<Cance
         proto::CancelReason::SelfTrade => Ok(CancelReason::SelfTrade),
         proto::CancelReason::ReducedToZero => Ok(CancelReason::ReducedToZero),
         proto::CancelReason::Expired => Ok(CancelReason::Expired),
+        proto::CancelReason::Liquidation => Ok(CancelReason::Liquidation),
         proto::CancelReason::Unspecified => Err(ConvertError::EnumUnspecified { field }),
     }
 }
@@ -298,8 +303,55 @@ impl From<&SymbolSpec> for proto::SymbolSpec {
             fee_maker: spec.fee_maker.0,
             fee_taker: spec.fee_taker.0,
             policy: proto::MatchPolicy::from(spec.policy) as i32,
+            margin: None,
         }
     }
+}
+
+impl From<&MarginSpec> for proto::MarginSpec {
+    fn from(margin: &MarginSpec) -> Self {
+        proto::MarginSpec {
+            initial_bp: margin.initial_bp,
+            maintenance_bp: margin.maintenance_bp,
+            multiplier: margin.multiplier,
+            position_limit: margin.position_limit.0,
+            mark: match margin.mark {
+                MarkSource::Operator => proto::MarkSource::Operator,
+                MarkSource::LastTrade => proto::MarkSource::LastTrade,
+            } as i32,
+            insurance: margin.insurance.0,
+        }
+    }
+}
+
+impl TryFrom<&proto::MarginSpec> for MarginSpec {
+    type Error = ConvertError;
+
+    fn try_from(margin: &proto::MarginSpec) -> Result<Self, ConvertError> {
+        let mark = match wire_enum(margin.mark, "MarginSpec.mark")? {
+            proto::MarkSource::Operator => MarkSource::Operator,
+            proto::MarkSource::LastTrade => MarkSource::LastTrade,
+            proto::MarkSource::Unspecified => return Err(ConvertError::EnumUnspecified { field: "MarginSpec.mark" }),
+        };
+        Ok(MarginSpec {
+            initial_bp: margin.initial_bp,
+            maintenance_bp: margin.maintenance_bp,
+            multiplier: margin.multiplier,
+            position_limit: Qty(margin.position_limit),
+            mark,
+            insurance: AccountId(margin.insurance),
+        })
+    }
+}
+
+/// A symbol's wire definition as the engine holds it, margin rules included.
+pub fn symbol_spec_wire<B: bourse_engine::book::Book>(
+    engine: &bourse_engine::Engine<B>,
+    symbol: SymbolId,
+) -> Option<proto::SymbolSpec> {
+    let mut spec: proto::SymbolSpec = engine.symbol_spec(symbol)?.into();
+    spec.margin = engine.symbol_margin(symbol).map(Into::into);
+    Some(spec)
 }
 
 impl TryFrom<&proto::SymbolSpec> for SymbolSpec {
@@ -430,6 +482,12 @@ impl From<&CommandBody> for Body {
             CommandBody::SetFairness(setting) => {
                 Body::SetFairness(proto::SetFairness { hold_ns: setting.hold_ns, window_ns: setting.window_ns })
             }
+            CommandBody::CreateMarginSymbol(symbol) => {
+                let mut spec: proto::SymbolSpec = (&symbol.spec).into();
+                spec.margin = Some((&symbol.margin).into());
+                Body::CreateSymbol(spec)
+            }
+            CommandBody::SetMark { symbol, px } => Body::SetMark(proto::SetMark { symbol: symbol.0, px: px.0 }),
         }
     }
 }
@@ -450,7 +508,10 @@ impl TryFrom<&Body> for CommandBody {
 /// can be that long; the others are passed without encoding them.
 fn fits_the_log(body: CommandBody) -> Result<CommandBody, ConvertError> {
     let has_strings = match &body {
-        CommandBody::CreateAsset { .. } | CommandBody::CreateSymbol(_) | CommandBody::DayTrading(_) => true,
+        CommandBody::CreateAsset { .. }
+        | CommandBody::CreateSymbol(_)
+        | CommandBody::CreateMarginSymbol(_)
+        | CommandBody::DayTrading(_) => true,
         CommandBody::CreateAccount
         | CommandBody::Deposit { .. }
         | CommandBody::Withdraw { .. }
@@ -463,7 +524,8 @@ fn fits_the_log(body: CommandBody) -> Result<CommandBody, ConvertError> {
         | CommandBody::Move { .. }
         | CommandBody::CreateAccountWithId { .. }
         | CommandBody::CloseDay
-        | CommandBody::SetFairness(_) => false,
+        | CommandBody::SetFairness(_)
+        | CommandBody::SetMark { .. } => false,
     };
     if !has_strings {
         return Ok(body);
@@ -485,7 +547,16 @@ fn body_from_wire(body: &Body) -> Result<CommandBody, ConvertError> {
                 value: u64::from(create.decimals),
             })?,
         },
-        Body::CreateSymbol(spec) => CommandBody::CreateSymbol(Box::new(spec.try_into()?)),
+        Body::CreateSymbol(wire) => {
+            let spec: SymbolSpec = wire.try_into()?;
+            match &wire.margin {
+                Some(margin) => {
+                    CommandBody::CreateMarginSymbol(Box::new(MarginSymbol { spec, margin: margin.try_into()? }))
+                }
+                None => CommandBody::CreateSymbol(Box::new(spec)),
+            }
+        }
+        Body::SetMark(mark) => CommandBody::SetMark { symbol: SymbolId(mark.symbol), px: Px(mark.px) },
         Body::CreateAccount(_) => CommandBody::CreateAccount,
         Body::Deposit(change) => CommandBody::Deposit {
             account: AccountId(change.account),

@@ -145,7 +145,7 @@ impl FeedBuilder {
             }
             match *event {
                 Event::SymbolCreated { symbol } => {
-                    let spec = engine.symbol_spec(symbol).map(Into::into);
+                    let spec = crate::convert::symbol_spec_wire(engine, symbol);
                     debug_assert!(spec.is_some(), "a created symbol has a spec");
                     let info = proto::SymbolInfo { id: symbol.0, spec };
                     out.push(public(symbol.0, Public::SymbolAdded(info)));
@@ -242,7 +242,12 @@ impl FeedBuilder {
                 | Event::Balance { .. }
                 | Event::Rejected { .. }
                 | Event::Accepted { .. }
-                | Event::Triggered { .. } => {}
+                | Event::Triggered { .. }
+                | Event::Position { .. }
+                | Event::Mark { .. }
+                | Event::Liquidated { .. }
+                | Event::PositionTransferred { .. }
+                | Event::Shortfall { .. } => {}
             }
         }
     }
@@ -253,9 +258,10 @@ fn public(symbol: u32, event: Public) -> proto::OrderEvent {
 }
 
 /// The new slice of an iceberg whose slice a trade used up: its `Refreshed` follows the
-/// trade, with only balance changes between.
+/// trade, with only balance and (in a margin symbol) position changes between.
 fn refreshed_slice(after: &[Event], order: OrderId) -> Option<i64> {
-    after.iter().find(|e| !matches!(e, Event::Balance { .. })).and_then(|e| match *e {
+    let settlement = |e: &&Event| matches!(e, Event::Balance { .. } | Event::Position { .. } | Event::Shortfall { .. });
+    after.iter().find(|e| !settlement(e)).and_then(|e| match *e {
         Event::Refreshed { order: o, qty_visible } if o == order => Some(qty_visible.0),
         _ => None,
     })
@@ -276,7 +282,7 @@ fn rested_after_move(events: &[Event], from: usize, order: OrderId) -> Option<(u
 pub fn book_image<B: Book>(engine: &Engine<B>, log_index: u64, ts: u64) -> proto::BookImage {
     let mut image = proto::BookImage { log_index, ts, ..Default::default() };
     for symbol in (0..engine.symbols_len() as u32).map(SymbolId) {
-        let spec = engine.symbol_spec(symbol).map(Into::into);
+        let spec = crate::convert::symbol_spec_wire(engine, symbol);
         image.symbols.push(proto::SymbolInfo { id: symbol.0, spec });
         for side in [Side::Buy, Side::Sell] {
             image.orders.extend(engine.book_orders(symbol, side, usize::MAX).into_iter().map(|o| {

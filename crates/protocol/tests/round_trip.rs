@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 
 use bourse_engine::command::{
-    Command, CommandBody, FairnessSetting, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif,
+    Command, CommandBody, FairnessSetting, MarginSpec, MarginSymbol, MarkSource, MatchPolicy, OrderKind, OrderRequest,
+    Stp, SymbolSpec, Tif,
 };
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId};
 use bourse_protocol::convert::{self, ConvertError};
@@ -31,10 +32,12 @@ fn variant_name(body: &CommandBody) -> &'static str {
         CommandBody::CloseDay => "close_day",
         CommandBody::DayTrading(_) => "day_trading",
         CommandBody::SetFairness(_) => "set_fairness",
+        CommandBody::CreateMarginSymbol(_) => "create_margin_symbol",
+        CommandBody::SetMark { .. } => "set_mark",
     }
 }
 
-const VARIANTS_LEN: usize = 16;
+const VARIANTS_LEN: usize = 18;
 
 /// Day-trading entries: every command kind, with and without a quote of every source,
 /// unnumbered and numbered, and a poller's quote.
@@ -119,7 +122,20 @@ fn commands_all() -> Vec<CommandBody> {
         CommandBody::CloseDay,
         CommandBody::SetFairness(FairnessSetting { hold_ns: 3_000_000, window_ns: 0 }),
         CommandBody::SetFairness(FairnessSetting { hold_ns: u64::MAX, window_ns: u64::MAX }),
+        CommandBody::SetMark { symbol, px: Px(i64::MIN) },
     ];
+    for (mark, insurance) in [(MarkSource::Operator, AccountId(0)), (MarkSource::LastTrade, AccountId(u32::MAX))] {
+        let margin = MarginSpec {
+            initial_bp: 1_000,
+            maintenance_bp: u32::MAX,
+            multiplier: i64::MIN,
+            position_limit: Qty(i64::MAX),
+            mark,
+            insurance,
+        };
+        let spec = spec("FUT/USD", MatchPolicy::ProRata, 0);
+        bodies.push(CommandBody::CreateMarginSymbol(Box::new(MarginSymbol { spec, margin })));
+    }
     let kinds = [
         OrderKind::Limit { px: Px(10_050) },
         OrderKind::Market { budget: None },
@@ -208,6 +224,7 @@ fn every_tif_cancel_reason_and_order_status_round_trips_under_its_number() {
         (CancelReason::SelfTrade, 4),
         (CancelReason::ReducedToZero, 5),
         (CancelReason::Expired, 6),
+        (CancelReason::Liquidation, 7),
     ];
     for (reason, number) in reasons {
         assert_eq!(proto::CancelReason::from(reason) as i32, number, "{reason:?}");
@@ -226,7 +243,7 @@ fn every_tif_cancel_reason_and_order_status_round_trips_under_its_number() {
     }
     // One past the last value of each is unknown, not a default.
     assert_eq!(convert::tif_from_proto(5, "t"), Err(ConvertError::EnumUnknown { field: "t", value: 5 }));
-    assert_eq!(convert::cancel_reason_from_proto(7, "r"), Err(ConvertError::EnumUnknown { field: "r", value: 7 }));
+    assert_eq!(convert::cancel_reason_from_proto(8, "r"), Err(ConvertError::EnumUnknown { field: "r", value: 8 }));
     assert_eq!(convert::order_status_from_proto(6, "s"), Err(ConvertError::EnumUnknown { field: "s", value: 6 }));
     // CloseDay is the oneof's field 15.
     let body = proto::client_command::Body::from(&CommandBody::CloseDay);

@@ -1,0 +1,604 @@
+//! Margin trading: margin symbols (futures), positions, mark prices, liquidation.
+//!
+//! A margin symbol's base asset is the contract: no balance of it moves. Its quote
+//! asset is the settlement currency, and an account's cash in it (available plus
+//! reserved) backs all its positions in symbols settled in that asset (cross margin).
+//!
+//! **Orders** hold, from available cash, their initial margin at their worst price
+//! (the limit, or `px_max` for a market order) rounded up, plus the taker fee, for
+//! either side: [`MarginTerms::hold`]. A fill releases the part of that hold its
+//! quantity covered (`hold(r) − hold(r − q)`, so partial releases add up exactly).
+//! Placing needs the hold available and, unless the order can only reduce the
+//! position, `free = available + unrealised − hold` at least the initial margin of the
+//! positions; and the position counting open orders as filled within the limit.
+//!
+//! **Positions** keep their signed size and cost (`Σ signed qty × px × m` of the open
+//! size). A reducing trade realises `−d·px·m − removed` where `removed = cost × (−d) /
+//! size` (truncated; exact when the position closes), paid into available cash with
+//! the fee. Per trade the two sides' `realised − Δcost` sum to zero, so per asset
+//!
+//! `Σ cash + fees − bad debt − Σ open cost = supply`,
+//!
+//! which the invariants check. A loss beyond available cash (a trade far from the mark,
+//! a liquidation) is a shortfall: the symbol's insurance account pays it, and what it
+//! cannot is the asset's bad debt; no balance is ever negative.
+//!
+//! **Liquidation.** An account is liquidated in an asset when `10000 × (cash +
+//! unrealised) < Σ |size| × mark × m × maintenance_bp`. Each open position is indexed
+//! per symbol by the mark at which that becomes true, the other marks held where they
+//! are ([`Engine::threshold`]): longs when `mark < t`, shorts when `mark ≥ t`, exact
+//! integer comparisons. A mark move therefore finds the accounts to liquidate by a
+//! range of the index, O(log n + k), never a scan of the holders; the few accounts with
+//! positions in two or more symbols of one asset (whose key moves with the other
+//! marks) are listed per symbol and re-keyed on every mark move there. Liquidation
+//! cancels the account's orders in those symbols, sends each position into the book as
+//! an IOC order at its bankruptcy-bound price (where its equity would reach zero), and
+//! passes what the book does not take to the insurance account at that price. Checks
+//! run when a command ends (never inside a match), until nothing is left to do.
+//!
+//! **Bounds.** `px_max × position_limit × multiplier ≤ 2^53` ([`MARGIN_NOTIONAL_MAX`]),
+//! so a position's cost and its hold fit `i64` with room; margin sums are formed in
+//! `i128`, where the largest term is below 2^68.
+
+use std::collections::BTreeSet;
+
+use crate::book::Book;
+use crate::command::{MarginSpec, MarginSymbol, MarkSource, OrderKind, OrderRequest, SymbolSpec, Tif, BP_ONE};
+use crate::engine::{Engine, OrderStatus};
+use crate::event::{CancelReason, Event};
+use crate::matching::Taker;
+use crate::reject::Reject;
+use crate::types::{notional, AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
+
+/// A margin symbol's rules and state beside its book.
+#[derive(Clone, Debug)]
+pub struct Margin {
+    pub spec: MarginSpec,
+    /// The operator's mark, once set ([`MarkSource::Operator`]).
+    pub mark_set: Option<Px>,
+    /// The liquidation index: `(threshold, account)`; longs liquidate when the mark is
+    /// below their threshold, shorts when it is at or above. Derived.
+    pub longs: BTreeSet<(i128, AccountId)>,
+    pub shorts: BTreeSet<(i128, AccountId)>,
+    /// Holders here with open positions in other symbols of the same settlement
+    /// asset: re-keyed on every mark move here. Derived.
+    pub multi: BTreeSet<AccountId>,
+}
+
+impl Margin {
+    pub fn new(spec: MarginSpec) -> Self {
+        Margin { spec, mark_set: None, longs: BTreeSet::new(), shorts: BTreeSet::new(), multi: BTreeSet::new() }
+    }
+
+    /// The mark price: the operator's (the last trade until one is set), or the last trade.
+    pub fn mark(&self, last_px: Option<Px>) -> Option<Px> {
+        match self.spec.mark {
+            MarkSource::Operator => self.mark_set.or(last_px),
+            MarkSource::LastTrade => last_px,
+        }
+    }
+}
+
+/// The margin terms matching and holds need, copied out of the symbol.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MarginTerms {
+    pub multiplier: i64,
+    pub initial_bp: u32,
+    pub px_max: Px,
+    pub fee_taker: i64,
+    pub lot: i64,
+}
+
+impl MarginTerms {
+    pub fn of(spec: &SymbolSpec, margin: &MarginSpec) -> Self {
+        MarginTerms {
+            multiplier: margin.multiplier,
+            initial_bp: margin.initial_bp,
+            px_max: spec.px_max,
+            fee_taker: spec.fee_taker.0,
+            lot: spec.lot.0,
+        }
+    }
+
+    /// What a margin order of `qty` at `px` holds: its initial margin, rounded up, plus
+    /// the taker fee it may pay. `None` past `i64` (an order over the position limit).
+    pub fn hold(&self, px: Px, qty: Qty) -> Option<i64> {
+        let scaled = notional(px, qty) * i128::from(self.multiplier) * i128::from(self.initial_bp);
+        let im = ceil_div(scaled, i128::from(BP_ONE));
+        let fee = i128::from(self.fee_taker) * i128::from(qty.0 / self.lot);
+        i64::try_from(im + fee).ok()
+    }
+
+    /// The hold's worst price for an order: its limit, or `px_max`.
+    pub fn hold_px(&self, limit: Option<Px>) -> Px {
+        limit.unwrap_or(self.px_max)
+    }
+
+    /// What a fill of `qty` out of `remaining` releases of a hold at `px`.
+    pub fn release(&self, px: Px, remaining: Qty, qty: Qty) -> i64 {
+        let before = self.hold(px, remaining).expect("hold fitted when placed");
+        let after = self.hold(px, Qty(remaining.0 - qty.0)).expect("hold fitted when placed");
+        before - after
+    }
+}
+
+fn ceil_div(a: i128, b: i128) -> i128 {
+    -((-a).div_euclid(b))
+}
+
+/// One account's margin figures in one settlement asset, over its open positions.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Totals {
+    pub available: i128,
+    pub reserved: i128,
+    pub unrealized: i128,
+    /// `Σ |size| × mark × m × maintenance_bp` (basis points not divided out).
+    pub maintenance: i128,
+    /// `Σ |size| × mark × m × initial_bp`.
+    pub initial: i128,
+    pub open: u32,
+}
+
+impl Totals {
+    pub fn liquidatable(&self) -> bool {
+        i128::from(BP_ONE) * (self.available + self.reserved + self.unrealized) < self.maintenance
+    }
+
+    /// Free margin after holding `hold` more, in basis-point units.
+    pub fn free_after(&self, hold: i128) -> i128 {
+        i128::from(BP_ONE) * (self.available + self.unrealized - hold) - self.initial
+    }
+}
+
+/// Applies a trade of signed `d` at `px` to a position; returns the P&L it realises.
+fn trade_position(size: &mut i64, cost: &mut i64, d: i64, px: Px, multiplier: i64) -> i128 {
+    let value = i128::from(d) * i128::from(px.0) * i128::from(multiplier);
+    let s = *size;
+    if s == 0 || (s > 0) == (d > 0) {
+        *cost = i64::try_from(i128::from(*cost) + value).expect("cost bounded by the notional bound");
+        *size += d;
+        return 0;
+    }
+    if d.abs() <= s.abs() {
+        let removed = i128::from(*cost) * i128::from(-d) / i128::from(s);
+        *cost = i64::try_from(i128::from(*cost) - removed).expect("part of a cost");
+        *size += d;
+        return -value - removed;
+    }
+    let realized = i128::from(s) * i128::from(px.0) * i128::from(multiplier) - i128::from(*cost);
+    let rest = d + s;
+    *size = rest;
+    *cost = i64::try_from(i128::from(rest) * i128::from(px.0) * i128::from(multiplier))
+        .expect("cost bounded by the notional bound");
+    realized
+}
+
+/// The margin rules must make every hold and cost fit, and liquidation well defined.
+pub(crate) fn validate_margin(spec: &SymbolSpec, margin: &MarginSpec) -> Result<(), Reject> {
+    let rates_ok = margin.maintenance_bp >= 1
+        && margin.maintenance_bp <= margin.initial_bp
+        && margin.initial_bp <= BP_ONE
+        && margin.maintenance_bp < BP_ONE;
+    let shape_ok = margin.multiplier >= 1
+        && margin.position_limit.0 > 0
+        && margin.position_limit.0 % spec.lot.0 == 0
+        && notional(spec.px_max, margin.position_limit) * i128::from(margin.multiplier)
+            <= i128::from(crate::command::MARGIN_NOTIONAL_MAX);
+    if rates_ok && shape_ok {
+        Ok(())
+    } else {
+        Err(Reject::MarginSpecInvalid)
+    }
+}
+
+impl<B: Book> Engine<B> {
+    pub(crate) fn create_margin_symbol(
+        &mut self,
+        symbol: &MarginSymbol,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, Reject> {
+        self.check_new_symbol(&symbol.spec)?;
+        validate_margin(&symbol.spec, &symbol.margin)?;
+        self.account(symbol.margin.insurance)?;
+        let id = self.push_symbol(&symbol.spec, Some(Box::new(Margin::new(symbol.margin))), events);
+        self.insurers.insert((symbol.spec.quote, symbol.margin.insurance));
+        Ok(id)
+    }
+
+    pub(crate) fn set_mark(&mut self, sym: SymbolId, px: Px, events: &mut Vec<Event>) -> Result<u64, Reject> {
+        let symbol = self.symbol(sym)?;
+        let settable = symbol.margin.as_ref().is_some_and(|m| m.spec.mark == MarkSource::Operator);
+        if !settable {
+            return Err(Reject::MarkNotSettable);
+        }
+        crate::order::check_px(&symbol.spec, px)?;
+        let margin = self.symbols[sym.0 as usize].margin.as_mut().expect("checked above");
+        margin.mark_set = Some(px);
+        events.push(Event::Mark { symbol: sym, px });
+        self.marks_moved.push(sym);
+        Ok(0)
+    }
+
+    /// The symbol's margin terms, for a margin symbol.
+    pub(crate) fn margin_terms(&self, sym: SymbolId) -> Option<MarginTerms> {
+        let symbol = &self.symbols[sym.0 as usize];
+        symbol.margin.as_ref().map(|margin| MarginTerms::of(&symbol.spec, &margin.spec))
+    }
+
+    /// The mark of a margin symbol (see [`Margin::mark`]).
+    pub fn mark(&self, sym: SymbolId) -> Option<Px> {
+        let symbol = self.symbols.get(sym.0 as usize)?;
+        symbol.margin.as_ref()?.mark(symbol.last_px)
+    }
+
+    /// The account's margin figures in `asset`.
+    pub(crate) fn totals(&self, account: AccountId, asset: AssetId) -> Totals {
+        let holder = &self.accounts[account.0 as usize];
+        let balance = holder.balance(asset);
+        let mut totals = Totals {
+            available: i128::from(balance.available.0),
+            reserved: i128::from(balance.reserved.0),
+            ..Totals::default()
+        };
+        for (sym, position) in &holder.positions {
+            if position.size == 0 {
+                continue;
+            }
+            let symbol = &self.symbols[sym.0 as usize];
+            if symbol.spec.quote != asset {
+                continue;
+            }
+            let margin = symbol.margin.as_ref().expect("positions are in margin symbols");
+            let mark = margin.mark(symbol.last_px).expect("an open position has traded");
+            let value = i128::from(position.size) * i128::from(mark.0) * i128::from(margin.spec.multiplier);
+            totals.unrealized += value - i128::from(position.cost);
+            totals.maintenance += value.abs() * i128::from(margin.spec.maintenance_bp);
+            totals.initial += value.abs() * i128::from(margin.spec.initial_bp);
+            totals.open += 1;
+        }
+        totals
+    }
+
+    /// The mark at which the account's position in `sym` tips it into liquidation, the
+    /// other marks held: a long liquidates when the mark is below it, a short when the
+    /// mark is at or above it.
+    pub(crate) fn threshold(&self, account: AccountId, sym: SymbolId, totals: &Totals) -> Option<i128> {
+        let position = self.accounts[account.0 as usize].position(sym)?;
+        if position.size == 0 {
+            return None;
+        }
+        let symbol = &self.symbols[sym.0 as usize];
+        let margin = symbol.margin.as_ref().expect("positions are in margin symbols");
+        let mark = margin.mark(symbol.last_px).expect("an open position has traded");
+        let (s, m, mb) =
+            (i128::from(position.size), i128::from(margin.spec.multiplier), i128::from(margin.spec.maintenance_bp));
+        let cost = i128::from(position.cost);
+        let value = s * i128::from(mark.0) * m;
+        let unrealized_others = totals.unrealized - (value - cost);
+        let maintenance_others = totals.maintenance - value.abs() * mb;
+        let one = i128::from(BP_ONE);
+        let k = maintenance_others - one * (totals.available + totals.reserved + unrealized_others - cost);
+        Some(if s > 0 { ceil_div(k, s * m * (one - mb)) } else { (-k).div_euclid(-s * m * (one + mb)) + 1 })
+    }
+
+    fn exempt(&self, account: AccountId, asset: AssetId) -> bool {
+        self.insurers.contains(&(asset, account))
+    }
+
+    /// Re-keys the account's positions in `asset` in the liquidation index.
+    pub(crate) fn margin_refresh(&mut self, account: AccountId, asset: AssetId) {
+        let exempt = self.exempt(account, asset);
+        let totals = if exempt { Totals::default() } else { self.totals(account, asset) };
+        let syms: Vec<SymbolId> = self.accounts[account.0 as usize]
+            .positions
+            .iter()
+            .map(|(sym, _)| *sym)
+            .filter(|sym| self.symbols[sym.0 as usize].spec.quote == asset)
+            .collect();
+        for sym in syms {
+            let threshold = if exempt { None } else { self.threshold(account, sym, &totals) };
+            let holder = &mut self.accounts[account.0 as usize];
+            let position = holder.position_mut(sym);
+            let (old, size) = (position.threshold, position.size);
+            position.threshold = threshold;
+            holder.position_tidy(sym);
+            let margin = self.symbols[sym.0 as usize].margin.as_mut().expect("positions are in margin symbols");
+            if let Some(old) = old {
+                margin.longs.remove(&(old, account));
+                margin.shorts.remove(&(old, account));
+            }
+            if let Some(threshold) = threshold {
+                if size > 0 {
+                    margin.longs.insert((threshold, account));
+                } else {
+                    margin.shorts.insert((threshold, account));
+                }
+            }
+            if threshold.is_some() && totals.open >= 2 {
+                margin.multi.insert(account);
+            } else {
+                margin.multi.remove(&account);
+            }
+        }
+    }
+
+    /// Adds or removes open order quantity in a margin position.
+    pub(crate) fn position_orders(&mut self, account: AccountId, sym: SymbolId, side: Side, qty: i64) {
+        let holder = &mut self.accounts[account.0 as usize];
+        let position = holder.position_mut(sym);
+        match side {
+            Side::Buy => position.buying += qty,
+            Side::Sell => position.selling += qty,
+        }
+        debug_assert!(position.buying >= 0 && position.selling >= 0, "open order quantity went negative");
+        holder.position_tidy(sym);
+    }
+
+    /// The checks a margin order must pass beyond its shape: no budget, the position
+    /// limit, the hold available, and (unless it can only reduce) the free margin.
+    pub(crate) fn margin_check_place(&self, request: &OrderRequest, terms: &MarginTerms) -> Result<i64, Reject> {
+        let (limit, budget) = request.kind.limit_and_budget();
+        if budget.is_some() {
+            return Err(Reject::BudgetNotForMargin);
+        }
+        let symbol = &self.symbols[request.symbol.0 as usize];
+        let margin = symbol.margin.as_ref().expect("a margin symbol");
+        let holder = &self.accounts[request.account.0 as usize];
+        let position = holder.position(request.symbol).copied().unwrap_or_default();
+        let q = i128::from(request.qty.0);
+        let worst = match request.side {
+            Side::Buy => i128::from(position.size) + i128::from(position.buying) + q,
+            Side::Sell => i128::from(position.selling) + q - i128::from(position.size),
+        };
+        if worst > i128::from(margin.spec.position_limit.0) {
+            return Err(Reject::PositionLimit);
+        }
+        let hold = terms.hold(terms.hold_px(limit), request.qty).ok_or(Reject::AmountOverflow)?;
+        if holder.balance(symbol.spec.quote).available.0 < hold {
+            return Err(Reject::BalanceInsufficient);
+        }
+        let reducing = match request.side {
+            Side::Buy => position.size < 0 && i128::from(position.buying) + q <= -i128::from(position.size),
+            Side::Sell => position.size > 0 && i128::from(position.selling) + q <= i128::from(position.size),
+        };
+        if !reducing && self.totals(request.account, symbol.spec.quote).free_after(i128::from(hold)) < 0 {
+            return Err(Reject::MarginInsufficient);
+        }
+        Ok(hold)
+    }
+
+    /// Whether taking `more` out of available cash in `asset` keeps the account's
+    /// margin: for withdrawals and for moves that hold more.
+    pub(crate) fn margin_check_cash(&self, account: AccountId, asset: AssetId, more: i64) -> Result<(), Reject> {
+        if self.margin_symbols == 0 {
+            return Ok(());
+        }
+        let totals = self.totals(account, asset);
+        if totals.open > 0 && totals.free_after(i128::from(more)) < 0 {
+            return Err(Reject::MarginInsufficient);
+        }
+        Ok(())
+    }
+
+    /// Settles one side of a margin trade (or a transfer): releases `release` of the
+    /// order's hold, applies the trade to the position, pays the realised P&L and the
+    /// fee from available cash, and covers a shortfall. `order` says whether an order's
+    /// open quantity is filled (false for a transfer).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn margin_fill(
+        &mut self,
+        account: AccountId,
+        sym: SymbolId,
+        side: Side,
+        qty: Qty,
+        px: Px,
+        fee: i64,
+        release: i64,
+        order: bool,
+        events: &mut Vec<Event>,
+    ) {
+        let symbol = &self.symbols[sym.0 as usize];
+        let quote = symbol.spec.quote;
+        let margin = symbol.margin.as_ref().expect("a margin symbol");
+        let (multiplier, insurance) = (margin.spec.multiplier, margin.spec.insurance);
+        let holder = &mut self.accounts[account.0 as usize];
+        let position = holder.position_mut(sym);
+        if order {
+            match side {
+                Side::Buy => position.buying -= qty.0,
+                Side::Sell => position.selling -= qty.0,
+            }
+        }
+        let d = if side == Side::Buy { qty.0 } else { -qty.0 };
+        let realized = trade_position(&mut position.size, &mut position.cost, d, px, multiplier);
+        position.realized = i64::try_from(i128::from(position.realized) + realized).expect("realised P&L within i64");
+        let (size, cost, realized_total) = (position.size, position.cost, position.realized);
+        holder.position_tidy(sym);
+        let balance = holder.balance_mut(quote);
+        balance.reserved.0 -= release;
+        assert!(balance.reserved.0 >= 0, "margin reservation went negative");
+        let available = i128::from(balance.available.0) + i128::from(release) + realized - i128::from(fee);
+        balance.available.0 = i64::try_from(available).expect("cash within i64");
+        events.push(Event::Position {
+            account,
+            symbol: sym,
+            size: Qty(size),
+            cost: Amount(cost),
+            realized: Amount(realized_total),
+        });
+        if available < 0 {
+            self.cover_shortfall(account, quote, insurance, events);
+        }
+        self.margin_dirty.push((account, quote));
+    }
+
+    /// An account's available cash went below zero: the insurance account pays what
+    /// it can, the rest is the asset's bad debt.
+    fn cover_shortfall(&mut self, account: AccountId, asset: AssetId, insurance: AccountId, events: &mut Vec<Event>) {
+        let balance = self.accounts[account.0 as usize].balance_mut(asset);
+        let short = -balance.available.0;
+        balance.available.0 = 0;
+        let covered = if insurance == account {
+            0
+        } else {
+            let fund = self.accounts[insurance.0 as usize].balance_mut(asset);
+            let covered = short.min(fund.available.0.max(0));
+            fund.available.0 -= covered;
+            covered
+        };
+        let bad_debt = short - covered;
+        self.assets[asset.0 as usize].bad_debt.0 += bad_debt;
+        events.push(Event::Shortfall { account, asset, covered: Amount(covered), bad_debt: Amount(bad_debt) });
+        if covered > 0 {
+            self.emit_balance(insurance, asset, events);
+            self.margin_dirty.push((insurance, asset));
+        }
+    }
+
+    /// After a command: re-keys the accounts it touched and the holders the marks it
+    /// moved concern, and liquidates whoever fell below maintenance margin, until
+    /// nothing is left (a liquidation's trades may move a last-trade mark).
+    pub(crate) fn margin_settle(&mut self, ts: Timestamp, events: &mut Vec<Event>) {
+        loop {
+            let mut dirty = std::mem::take(&mut self.margin_dirty);
+            let mut marks = std::mem::take(&mut self.marks_moved);
+            if dirty.is_empty() && marks.is_empty() {
+                return;
+            }
+            marks.sort_unstable();
+            marks.dedup();
+            for &sym in &marks {
+                let symbol = &self.symbols[sym.0 as usize];
+                let margin = symbol.margin.as_ref().expect("marks move in margin symbols");
+                dirty.extend(margin.multi.iter().map(|&account| (account, symbol.spec.quote)));
+            }
+            dirty.sort_unstable();
+            dirty.dedup();
+            for &(account, asset) in &dirty {
+                self.margin_refresh(account, asset);
+            }
+            let mut candidates = dirty;
+            for &sym in &marks {
+                let symbol = &self.symbols[sym.0 as usize];
+                let margin = symbol.margin.as_ref().expect("marks move in margin symbols");
+                let Some(mark) = margin.mark(symbol.last_px) else { continue };
+                let mark = i128::from(mark.0);
+                let quote = symbol.spec.quote;
+                candidates.extend(margin.longs.range((mark + 1, AccountId(0))..).map(|&(_, a)| (a, quote)));
+                candidates.extend(margin.shorts.range(..=(mark, AccountId(u32::MAX))).map(|&(_, a)| (a, quote)));
+            }
+            candidates.sort_unstable();
+            candidates.dedup();
+            for (account, asset) in candidates {
+                if !self.exempt(account, asset) && self.totals(account, asset).liquidatable() {
+                    self.liquidate(account, asset, ts, events);
+                }
+            }
+        }
+    }
+
+    /// The price at which closing the account's whole position in `sym` leaves its
+    /// equity at zero (the fee paid), the other positions at their marks: a sell may
+    /// go no lower, a buy no higher. Rounded to a tick towards safety, within bounds.
+    fn bankruptcy_px(&self, account: AccountId, sym: SymbolId, asset: AssetId) -> Px {
+        let totals = self.totals(account, asset);
+        let position = self.accounts[account.0 as usize].position(sym).copied().unwrap_or_default();
+        let symbol = &self.symbols[sym.0 as usize];
+        let (spec, margin) = (&symbol.spec, symbol.margin.as_ref().expect("a margin symbol"));
+        let mark = margin.mark(symbol.last_px).expect("an open position has traded");
+        let m = i128::from(margin.spec.multiplier);
+        let s = i128::from(position.size);
+        let cost = i128::from(position.cost);
+        let unrealized_others = totals.unrealized - (s * i128::from(mark.0) * m - cost);
+        let fee = i128::from(spec.fee_taker.0) * (s.abs() / i128::from(spec.lot.0));
+        let cash = totals.available + unrealized_others;
+        let tick = i128::from(spec.tick.0);
+        let px = if s > 0 {
+            let px = ceil_div(cost + fee - cash, s * m);
+            ceil_div(px, tick) * tick
+        } else {
+            let px = (cash - cost - fee).div_euclid(-s * m);
+            px.div_euclid(tick) * tick
+        };
+        Px(px.clamp(i128::from(spec.px_min.0), i128::from(spec.px_max.0)) as i64)
+    }
+
+    /// Liquidates the account in `asset`: cancels its orders in that asset's margin
+    /// symbols, closes each position into the book at its bankruptcy-bound price, and
+    /// passes what the book does not take to the insurance account.
+    fn liquidate(&mut self, account: AccountId, asset: AssetId, ts: Timestamp, events: &mut Vec<Event>) {
+        events.push(Event::Liquidated { account, asset });
+        let in_asset = |engine: &Self, sym: SymbolId| {
+            let symbol = &engine.symbols[sym.0 as usize];
+            symbol.margin.is_some() && symbol.spec.quote == asset
+        };
+        let holder = &self.accounts[account.0 as usize];
+        let has_orders =
+            holder.positions.iter().any(|(sym, p)| (p.buying > 0 || p.selling > 0) && in_asset(self, *sym));
+        if has_orders {
+            // O(open orders), only for an account being liquidated with orders open.
+            let mut open: Vec<(SymbolId, OrderId, OrderStatus)> = self
+                .orders
+                .values()
+                .filter(|record| record.account == account && in_asset(self, record.symbol))
+                .map(|record| (record.symbol, record.id, record.status))
+                .collect();
+            open.sort_unstable_by_key(|&(sym, id, _)| (sym, id));
+            for (sym, id, status) in open {
+                match status {
+                    OrderStatus::Open => self.cancel_resting(sym, id, CancelReason::Liquidation, events),
+                    OrderStatus::Pending => self.cancel_stop(sym, id, CancelReason::Liquidation, events),
+                    closed => unreachable!("order {id} is {closed:?} but has an open record"),
+                }
+            }
+        }
+        let positions: Vec<SymbolId> = self.accounts[account.0 as usize]
+            .positions
+            .iter()
+            .filter(|(sym, p)| p.size != 0 && in_asset(self, *sym))
+            .map(|(sym, _)| *sym)
+            .collect();
+        for sym in positions {
+            let size = self.accounts[account.0 as usize].position(sym).map_or(0, |p| p.size);
+            if size == 0 {
+                continue;
+            }
+            let px = self.bankruptcy_px(account, sym, asset);
+            let side = if size > 0 { Side::Sell } else { Side::Buy };
+            let mut request = OrderRequest::limit(account, sym, side, px, Qty(size.abs()), Tif::Ioc);
+            request.stp = crate::command::Stp::Allow;
+            let id = OrderId(self.next_order_id);
+            self.next_order_id += 1;
+            events.push(Event::Accepted {
+                order: id,
+                account,
+                symbol: sym,
+                side,
+                kind: OrderKind::Limit { px },
+                qty: request.qty,
+                ts,
+            });
+            self.orders.insert(id, crate::order::new_record(id, &request, false, ts));
+            self.position_orders(account, sym, side, request.qty.0);
+            let mut taker = Taker::new(id, &request, ts);
+            taker.liquidation = true;
+            self.match_taker(sym, &mut taker, events);
+            let rest = taker.qty;
+            if rest.0 > 0 {
+                let quote = self.symbols[sym.0 as usize].spec.quote;
+                self.cancel_remainder(id, account, (quote, Amount::ZERO), rest, CancelReason::Liquidation, events);
+                let insurance = self.symbols[sym.0 as usize].margin.as_ref().expect("a margin symbol").spec.insurance;
+                let qty = if side == Side::Sell { rest } else { Qty(-rest.0) };
+                events.push(Event::PositionTransferred { symbol: sym, from: account, to: insurance, qty, px });
+                self.margin_fill(account, sym, side, rest, px, 0, 0, false, events);
+                self.margin_fill(insurance, sym, side.opposite(), rest, px, 0, 0, false, events);
+            } else {
+                self.close_record(id, OrderStatus::Filled);
+            }
+            if taker.traded {
+                self.trigger_stops(sym, ts, events);
+            }
+        }
+        self.margin_dirty.push((account, asset));
+    }
+}
