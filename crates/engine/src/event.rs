@@ -186,6 +186,22 @@ pub enum Event {
         qty: Qty,
         px: Px,
     },
+    /// The close of the trading day settled a position's variation margin at the mark:
+    /// `variation` (`size × px × multiplier − cost`) was paid into (or out of) the
+    /// account's available cash, and the position's cost is now `size × px × multiplier`.
+    Settled {
+        account: AccountId,
+        symbol: SymbolId,
+        px: Px,
+        variation: Amount,
+    },
+    /// A margin symbol's settlement at the close of the trading day: the settle price
+    /// (its mark) and the open interest (the sum of its long positions).
+    Settlement {
+        symbol: SymbolId,
+        px: Px,
+        open_interest: Qty,
+    },
     /// A loss passed an account's available cash: the insurance account paid
     /// `covered`, and what it could not pay is the asset's bad debt.
     Shortfall {

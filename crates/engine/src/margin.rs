@@ -523,6 +523,56 @@ impl<B: Book> Engine<B> {
         Px(px.clamp(i128::from(spec.px_min.0), i128::from(spec.px_max.0)) as i64)
     }
 
+    /// Daily settlement (part of the close of the trading day): every open margin
+    /// position's variation margin `size × mark × m − cost` is paid into or out of its
+    /// account's available cash, by account then symbol, and its cost reset to `size ×
+    /// mark × m`. Equity does not move, so no liquidation key does either (a shortfall
+    /// aside, which is covered as after a trade); each symbol's costs then sum to zero
+    /// (its sizes do), so the conservation line is back to cash and fees. One pass over
+    /// the accounts, once a day.
+    pub(crate) fn settle_margin(&mut self, events: &mut Vec<Event>) {
+        if self.margin_symbols == 0 {
+            return;
+        }
+        let mut settled: std::collections::BTreeMap<SymbolId, (Px, i64)> = std::collections::BTreeMap::new();
+        for i in 0..self.accounts.len() {
+            let account = AccountId(i as u32);
+            for j in 0..self.accounts[i].positions.len() {
+                let (sym, position) = self.accounts[i].positions[j];
+                if position.size == 0 {
+                    continue;
+                }
+                let symbol = &self.symbols[sym.0 as usize];
+                let margin = symbol.margin.as_ref().expect("positions are in margin symbols");
+                let mark = margin.mark(symbol.last_px).expect("an open position has traded");
+                let (quote, insurance, m) = (symbol.spec.quote, margin.spec.insurance, margin.spec.multiplier);
+                let entry = settled.entry(sym).or_insert((mark, 0));
+                entry.1 += position.size.max(0);
+                let value = i128::from(position.size) * i128::from(mark.0) * i128::from(m);
+                let variation = value - i128::from(position.cost);
+                let holder = &mut self.accounts[i];
+                holder.positions[j].1.cost = i64::try_from(value).expect("cost bounded by the notional bound");
+                let balance = holder.balance_mut(quote);
+                let available = i128::from(balance.available.0) + variation;
+                balance.available.0 = i64::try_from(available).expect("cash within i64");
+                events.push(Event::Settled {
+                    account,
+                    symbol: sym,
+                    px: mark,
+                    variation: Amount(i64::try_from(variation).expect("within the notional bound")),
+                });
+                if available < 0 {
+                    self.cover_shortfall(account, quote, insurance, events);
+                    self.margin_dirty.push((account, quote));
+                }
+                self.emit_balance(account, quote, events);
+            }
+        }
+        for (symbol, (px, open_interest)) in settled {
+            events.push(Event::Settlement { symbol, px, open_interest: Qty(open_interest) });
+        }
+    }
+
     /// Liquidates the account in `asset`: cancels its orders in that asset's margin
     /// symbols, closes each position into the book at its bankruptcy-bound price, and
     /// passes what the book does not take to the insurance account.

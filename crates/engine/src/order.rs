@@ -355,8 +355,9 @@ impl<B: Book> Engine<B> {
 
     /// The close of the trading day: every open Day order expires (resting ones leave
     /// their book, pending stops their trigger index), by symbol id then order id, each
-    /// releasing its hold exactly as a cancel would. GTC orders are untouched. Returns
-    /// how many expired.
+    /// releasing its hold exactly as a cancel would. GTC orders are untouched. Then
+    /// every margin position's variation margin is settled at its mark (`margin.rs`).
+    /// Returns how many orders expired.
     pub(crate) fn close_day(&mut self, events: &mut Vec<Event>) -> u64 {
         let mut day: Vec<(SymbolId, OrderId, OrderStatus)> = self
             .orders
@@ -372,6 +373,7 @@ impl<B: Book> Engine<B> {
                 closed => unreachable!("order {id} is {closed:?} but has an open record"),
             }
         }
+        self.settle_margin(events);
         day.len() as u64
     }
 

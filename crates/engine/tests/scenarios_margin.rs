@@ -26,6 +26,7 @@ both_books!(
     what_the_book_cannot_take_passes_to_the_insurance_account,
     a_loss_beyond_cash_is_paid_by_the_insurance_account_or_left_as_bad_debt,
     a_restored_snapshot_keeps_positions_and_liquidates_alike,
+    the_close_of_the_day_settles_variation_margin_at_the_mark,
 );
 
 const USD: AssetId = AssetId(0);
@@ -257,4 +258,29 @@ fn a_restored_snapshot_keeps_positions_and_liquidates_alike<B: Book>() {
     assert_eq!(h.events, restored.events);
     assert!(h.events.contains(&Event::Liquidated { account: A, asset: USD }));
     assert_eq!(restored.engine.state_hash(), h.engine.state_hash());
+}
+
+fn the_close_of_the_day_settles_variation_margin_at_the_mark<B: Book>() {
+    let mut h = setup::<B>([10_000, 10_000, 10_000, 0], 0);
+    a_long_ten_at_100(&mut h);
+    h.ok(limit(C, Side::Buy, 104, 3, Tif::Gtc));
+    h.ok(limit(A, Side::Sell, 104, 3, Tif::Day));
+    // A: 7 long (cost 7,000, realised 120), B: 10 short (cost −10,000), C: 3 long (3,120).
+    assert_eq!(position(&h.engine, A), (7, 7_000, 120));
+    h.ok(limit(C, Side::Buy, 50, 1, Tif::Day));
+    h.ok(mark(110));
+    assert_eq!(h.ok(CommandBody::CloseDay), 1, "the Day bid expired");
+    // Each pays or receives size × 110 × 10 − cost; the costs then sum to zero.
+    for (account, size, variation) in [(A, 7, 700), (B, -10, -1_000), (C, 3, 180)] {
+        assert!(h.events.contains(&Event::Settled { account, symbol: FUT, px: Px(110), variation: Amount(variation) }));
+        assert_eq!(position(&h.engine, account).1, size * 1_100);
+    }
+    assert!(h.events.contains(&Event::Settlement { symbol: FUT, px: Px(110), open_interest: Qty(10) }));
+    assert_eq!(h.balance_of(A, USD), (10_000 + 120 + 700, 0));
+    assert_eq!(h.balance_of(B, USD), (9_000, 0));
+    assert_eq!(h.balance_of(C, USD), (10_000 + 180, 0));
+    // Settling again at the same mark moves nothing.
+    h.ok(CommandBody::CloseDay);
+    assert!(h.events.contains(&Event::Settled { account: A, symbol: FUT, px: Px(110), variation: Amount(0) }));
+    assert_eq!(h.balance_of(A, USD), (10_820, 0));
 }

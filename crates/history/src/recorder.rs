@@ -292,7 +292,9 @@ impl Recorder {
             | Event::Mark { .. }
             | Event::Liquidated { .. }
             | Event::PositionTransferred { .. }
-            | Event::Shortfall { .. } => {}
+            | Event::Shortfall { .. }
+            | Event::Settled { .. }
+            | Event::Settlement { .. } => {}
             Event::Accepted { order, account, symbol, side, kind, qty, ts: _ } => {
                 *cause = Cause::Order("accepted", order);
                 self.touched.push(order);

@@ -247,7 +247,9 @@ impl FeedBuilder {
                 | Event::Mark { .. }
                 | Event::Liquidated { .. }
                 | Event::PositionTransferred { .. }
-                | Event::Shortfall { .. } => {}
+                | Event::Shortfall { .. }
+                | Event::Settled { .. }
+                | Event::Settlement { .. } => {}
             }
         }
     }
