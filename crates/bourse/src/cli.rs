@@ -7,7 +7,9 @@
 //! object per line for scripts. Assets and symbols may be named or numbered.
 
 use bourse_client::{random_client_id, AdminSession, ClientOptions, QueryClient, Reply};
-use bourse_engine::command::{CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use bourse_engine::command::{
+    CommandBody, MarginSpec, MarginSymbol, MarkSource, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif,
+};
 use bourse_engine::{AccountId, Amount, AssetId, OrderId, Outcome, Px, Qty, Side, SymbolId};
 use bourse_protocol::proto;
 use clap::{Args, Subcommand, ValueEnum};
@@ -168,6 +170,17 @@ pub enum Verb {
     Balances { account: u32 },
     /// Show an account's open orders.
     Orders { account: u32 },
+    /// Set the mark price of a margin symbol whose mark is the operator's (`--mark
+    /// operator`): positions are valued, and accounts liquidated, against it.
+    Mark { symbol: String, px: i64 },
+    /// Show an account's report: balances, margin positions valued at their marks
+    /// (unrealised P&L, margins, liquidation price), margin per settlement asset, and
+    /// open orders.
+    Report { account: u32 },
+    /// Show the exchange's totals per asset (the conservation check: available +
+    /// reserved + fees − bad debt − open position cost = supply) and the open interest
+    /// of every margin symbol. Exits non-zero when an asset does not balance.
+    ExchangeReport,
     /// List assets and symbols.
     Markets,
     /// Print trades (and best bid/offer changes with --bbo) as they happen, until Ctrl-C.
@@ -205,6 +218,35 @@ pub struct SymbolArgs {
     fee_taker: i64,
     #[arg(long, value_enum, default_value_t = PolicyArg::Fifo)]
     policy: PolicyArg,
+    /// A margin contract (a future) with this initial margin, in basis points of a
+    /// position's notional (10000 = fully funded); BASE is then the contract and QUOTE
+    /// the settlement currency. The other --margin-* flags apply only with it.
+    #[arg(long)]
+    margin_initial_bp: Option<u32>,
+    /// Maintenance margin in basis points: below it, an account is liquidated [default: half the initial].
+    #[arg(long)]
+    margin_maintenance_bp: Option<u32>,
+    /// Quote minor units per (price unit × contract).
+    #[arg(long, default_value_t = 1)]
+    margin_multiplier: i64,
+    /// The largest position either way, counting open orders as filled [default: px_max × limit × multiplier ≤ 2^53, the most that fits].
+    #[arg(long)]
+    margin_position_limit: Option<i64>,
+    /// Where the mark price comes from.
+    #[arg(long, value_enum, default_value_t = MarkArg::Operator)]
+    margin_mark: MarkArg,
+    /// The insurance account: it takes what the book cannot take from a liquidated
+    /// account and pays losses beyond an account's cash.
+    #[arg(long)]
+    margin_insurance: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum MarkArg {
+    /// `bourse mark SYMBOL PX` (the last trade until one is set).
+    Operator,
+    /// The last trade's price.
+    LastTrade,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -293,7 +335,26 @@ async fn run_async(target: Target, verb: Verb) -> Fallible<()> {
                     PolicyArg::ProRata => MatchPolicy::ProRata,
                 },
             };
-            cli.submit("symbol", CommandBody::CreateSymbol(Box::new(spec))).await
+            let Some(initial_bp) = args.margin_initial_bp else {
+                return cli.submit("symbol", CommandBody::CreateSymbol(Box::new(spec))).await;
+            };
+            let insurance = args.margin_insurance.ok_or("a margin symbol needs --margin-insurance ACCOUNT")?;
+            let multiplier = args.margin_multiplier;
+            let limit_max = i128::from(bourse_engine::command::MARGIN_NOTIONAL_MAX)
+                / (i128::from(spec.px_max.0.max(1)) * i128::from(multiplier.max(1)));
+            let limit_default = (limit_max as i64 / spec.lot.0.max(1)) * spec.lot.0.max(1);
+            let margin = MarginSpec {
+                initial_bp,
+                maintenance_bp: args.margin_maintenance_bp.unwrap_or(initial_bp.div_ceil(2)),
+                multiplier,
+                position_limit: Qty(args.margin_position_limit.unwrap_or(limit_default)),
+                mark: match args.margin_mark {
+                    MarkArg::Operator => MarkSource::Operator,
+                    MarkArg::LastTrade => MarkSource::LastTrade,
+                },
+                insurance: AccountId(insurance),
+            };
+            cli.submit("margin symbol", CommandBody::CreateMarginSymbol(Box::new(MarginSymbol { spec, margin }))).await
         }
         Verb::AccountCreate => cli.submit("account", CommandBody::CreateAccount).await,
         Verb::Deposit { account, asset, amount } => {
@@ -336,6 +397,12 @@ async fn run_async(target: Target, verb: Verb) -> Fallible<()> {
         Verb::Book { symbol, levels } => cli.show_book(&symbol, levels).await,
         Verb::Balances { account } => cli.show_balances(account).await,
         Verb::Orders { account } => cli.show_orders(account).await,
+        Verb::Mark { symbol, px } => {
+            let symbol = cli.symbol(&symbol).await?;
+            cli.submit("mark", CommandBody::SetMark { symbol, px: Px(px) }).await
+        }
+        Verb::Report { account } => cli.show_report(account).await,
+        Verb::ExchangeReport => cli.show_exchange_report().await,
         Verb::Markets => cli.show_markets().await,
         Verb::Trades { symbols, bbo, count } => cli.follow(&symbols, bbo, count).await,
     }
@@ -555,6 +622,131 @@ impl Cli {
         Ok(())
     }
 
+    async fn show_report(&mut self, account: u32) -> Fallible<()> {
+        let reply = self.query.account_report(AccountId(account)).await.map_err(err)?;
+        if self.target.json {
+            let positions: Vec<_> = reply
+                .positions
+                .iter()
+                .map(|p| {
+                    json!({"symbol": p.symbol, "size": p.size, "cost": p.cost, "realized": p.realized,
+                           "buying": p.buying, "selling": p.selling, "mark": p.mark, "unrealized": p.unrealized,
+                           "initial_margin": p.initial_margin, "maintenance_margin": p.maintenance_margin,
+                           "liquidation_px": p.liquidation_px})
+                })
+                .collect();
+            let margin: Vec<_> = reply
+                .margin
+                .iter()
+                .map(|m| {
+                    json!({"asset": m.asset, "cash": m.cash, "unrealized": m.unrealized, "equity": m.equity,
+                           "initial_margin": m.initial_margin, "maintenance_margin": m.maintenance_margin,
+                           "free_margin": m.free_margin})
+                })
+                .collect();
+            let balances: Vec<_> = reply
+                .balances
+                .iter()
+                .map(|b| json!({"asset": b.asset, "available": b.available, "reserved": b.reserved}))
+                .collect();
+            println!(
+                "{}",
+                json!({"account": account, "balances": balances, "positions": positions, "margin": margin,
+                       "open_orders": reply.open_orders.len(), "log_index": reply.log_index})
+            );
+            return Ok(());
+        }
+        let names = self.query.assets().await.map_err(err)?.assets;
+        let name = |id: u32| names.iter().find(|a| a.id == id).map_or(id.to_string(), |a| a.name.clone());
+        let symbols = self.query.symbols().await.map_err(err)?.symbols;
+        let symbol = |id: u32| {
+            symbols.iter().find(|s| s.id == id).and_then(|s| s.spec.as_ref()).map_or(id.to_string(), |s| s.name.clone())
+        };
+        println!("account {account} (log index {})", reply.log_index);
+        for b in &reply.balances {
+            println!("  {:<10} available {:>20} reserved {:>20}", name(b.asset), b.available, b.reserved);
+        }
+        for p in &reply.positions {
+            let mark = p.mark.map_or("-".into(), |m| m.to_string());
+            let liquidation = p.liquidation_px.map_or("-".into(), |m| m.to_string());
+            println!(
+                "  position {:<12} size {:>10} cost {:>14} mark {:>10} unrealised {:>12} realised {:>12} \
+                 margin {}/{} liquidation {liquidation}",
+                symbol(p.symbol),
+                p.size,
+                p.cost,
+                mark,
+                p.unrealized,
+                p.realized,
+                p.initial_margin,
+                p.maintenance_margin
+            );
+        }
+        for m in &reply.margin {
+            println!(
+                "  margin in {:<8} cash {} equity {} initial {} maintenance {} free {}",
+                name(m.asset),
+                m.cash,
+                m.equity,
+                m.initial_margin,
+                m.maintenance_margin,
+                m.free_margin
+            );
+        }
+        println!("  {} open orders", reply.open_orders.len());
+        Ok(())
+    }
+
+    async fn show_exchange_report(&mut self) -> Fallible<()> {
+        let reply = self.query.exchange_report().await.map_err(err)?;
+        let unbalanced: Vec<u32> = reply.assets.iter().filter(|a| !a.balanced).map(|a| a.asset).collect();
+        if self.target.json {
+            let assets: Vec<_> = reply
+                .assets
+                .iter()
+                .map(|a| {
+                    json!({"asset": a.asset, "supply": a.supply, "available": a.available, "reserved": a.reserved,
+                           "fees": a.fees, "bad_debt": a.bad_debt, "open_cost": a.open_cost, "balanced": a.balanced})
+                })
+                .collect();
+            let symbols: Vec<_> = reply
+                .symbols
+                .iter()
+                .map(|s| {
+                    json!({"symbol": s.symbol, "mark": s.mark, "open_interest": s.open_interest,
+                           "longs": s.longs, "shorts": s.shorts})
+                })
+                .collect();
+            println!("{}", json!({"assets": assets, "symbols": symbols, "log_index": reply.log_index}));
+        } else {
+            println!("exchange totals (log index {})", reply.log_index);
+            for a in &reply.assets {
+                println!(
+                    "  asset {:<4} supply {:>20} = available {} + reserved {} + fees {} - bad debt {} - open cost {}: {}",
+                    a.asset,
+                    a.supply,
+                    a.available,
+                    a.reserved,
+                    a.fees,
+                    a.bad_debt,
+                    a.open_cost,
+                    if a.balanced { "balanced" } else { "DOES NOT BALANCE" }
+                );
+            }
+            for s in &reply.symbols {
+                println!(
+                    "  symbol {:<4} mark {:?} open interest {} ({} long, {} short)",
+                    s.symbol, s.mark, s.open_interest, s.longs, s.shorts
+                );
+            }
+        }
+        if unbalanced.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("assets {unbalanced:?} do not balance"))
+        }
+    }
+
     async fn show_markets(&mut self) -> Fallible<()> {
         let assets = self.query.assets().await.map_err(err)?;
         let symbols = self.query.symbols().await.map_err(err)?;
@@ -568,10 +760,29 @@ impl Cli {
             let spec = s.spec.clone().unwrap_or_default();
             self.print(
                 format!(
-                    "symbol {} {} tick {} lot {} px {}..{} fees maker {} taker {}",
-                    s.id, spec.name, spec.tick, spec.lot, spec.px_min, spec.px_max, spec.fee_maker, spec.fee_taker
+                    "symbol {} {} tick {} lot {} px {}..{} fees maker {} taker {}{}",
+                    s.id,
+                    spec.name,
+                    spec.tick,
+                    spec.lot,
+                    spec.px_min,
+                    spec.px_max,
+                    spec.fee_maker,
+                    spec.fee_taker,
+                    spec.margin.as_ref().map_or(String::new(), |m| format!(
+                        " margin: initial {} bp, maintenance {} bp, multiplier {}, limit {}, mark {}, insurance account {}",
+                        m.initial_bp,
+                        m.maintenance_bp,
+                        m.multiplier,
+                        m.position_limit,
+                        proto::MarkSource::try_from(m.mark).map_or("unknown", |m| m.as_str_name()),
+                        m.insurance
+                    ))
                 ),
-                json!({"symbol": s.id, "name": spec.name, "tick": spec.tick, "lot": spec.lot}),
+                json!({"symbol": s.id, "name": spec.name, "tick": spec.tick, "lot": spec.lot,
+                       "margin": spec.margin.as_ref().map(|m| json!({"initial_bp": m.initial_bp,
+                           "maintenance_bp": m.maintenance_bp, "multiplier": m.multiplier,
+                           "position_limit": m.position_limit, "mark": m.mark, "insurance": m.insurance}))}),
             );
         }
         Ok(())

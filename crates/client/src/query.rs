@@ -169,6 +169,18 @@ impl QueryClient {
         query!(self, get_day_trading_config, proto::GetDayTradingConfigRequest {})
     }
 
+    /// One account's report: balances, margin positions valued at their marks, margin
+    /// figures per settlement asset, open orders.
+    pub async fn account_report(&mut self, account: AccountId) -> Result<proto::GetAccountReportReply> {
+        query!(self, get_account_report, proto::GetAccountReportRequest { account: account.0 })
+    }
+
+    /// The exchange's totals per asset (the conservation check) and open interest per
+    /// margin symbol.
+    pub async fn exchange_report(&mut self) -> Result<proto::GetExchangeReportReply> {
+        query!(self, get_exchange_report, proto::GetExchangeReportRequest {})
+    }
+
     /// The asset with this name, if any.
     pub async fn asset_by_name(&mut self, name: &str) -> Result<Option<proto::AssetInfo>> {
         Ok(self.assets().await?.assets.into_iter().find(|asset| asset.name == name))

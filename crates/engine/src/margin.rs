@@ -652,3 +652,192 @@ impl<B: Book> Engine<B> {
         self.margin_dirty.push((account, asset));
     }
 }
+
+/// One margin position as the reports show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PositionReport {
+    pub symbol: SymbolId,
+    pub size: i64,
+    pub cost: i64,
+    pub realized: i64,
+    pub buying: i64,
+    pub selling: i64,
+    /// The symbol's mark; `None` before its first trade or mark.
+    pub mark: Option<Px>,
+    /// `size × mark × multiplier − cost`.
+    pub unrealized: i128,
+    /// The position's initial and maintenance margin at the mark, in minor units
+    /// (rounded up).
+    pub initial_margin: i128,
+    pub maintenance_margin: i128,
+    /// The mark at which the account is liquidated, the other marks held (longs below
+    /// it, shorts at or above it); `None` when flat or for the insurance account.
+    pub liquidation_px: Option<i128>,
+}
+
+/// One account's margin figures in one settlement asset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarginSummary {
+    pub asset: AssetId,
+    /// Available plus reserved.
+    pub cash: i128,
+    pub unrealized: i128,
+    /// `cash + unrealized`.
+    pub equity: i128,
+    pub initial_margin: i128,
+    pub maintenance_margin: i128,
+    /// `available + unrealized − initial margin`: what new orders may still hold.
+    pub free_margin: i128,
+}
+
+/// The exchange's totals of one asset: the conservation check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AssetTotals {
+    pub asset: AssetId,
+    /// Deposited and credited minus withdrawn.
+    pub supply: i64,
+    pub available: i128,
+    pub reserved: i128,
+    pub fees: i64,
+    pub bad_debt: i64,
+    /// `Σ cost` of the open positions in margin symbols settled in this asset.
+    pub open_cost: i128,
+}
+
+impl AssetTotals {
+    /// `available + reserved + fees − bad debt − open cost = supply`.
+    pub fn balanced(&self) -> bool {
+        self.available + self.reserved + i128::from(self.fees) - i128::from(self.bad_debt) - self.open_cost
+            == i128::from(self.supply)
+    }
+}
+
+/// A margin symbol's open interest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenInterest {
+    pub symbol: SymbolId,
+    pub mark: Option<Px>,
+    /// The sum of the long positions (which equals that of the short ones).
+    pub open_interest: i64,
+    pub longs: u32,
+    pub shorts: u32,
+}
+
+/// The exchange-wide report: totals per asset, open interest per margin symbol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExchangeReport {
+    pub assets: Vec<AssetTotals>,
+    pub symbols: Vec<OpenInterest>,
+}
+
+impl<B: Book> Engine<B> {
+    /// An account's margin positions, valued at their marks; `None` for an unknown account.
+    pub fn position_reports(&self, account: AccountId) -> Option<Vec<PositionReport>> {
+        let holder = self.accounts.get(account.0 as usize)?;
+        let mut reports = Vec::with_capacity(holder.positions.len());
+        for (sym, position) in &holder.positions {
+            let symbol = &self.symbols[sym.0 as usize];
+            let margin = symbol.margin.as_ref().expect("positions are in margin symbols");
+            let mark = margin.mark(symbol.last_px);
+            let value = mark
+                .map_or(0, |mark| i128::from(position.size) * i128::from(mark.0) * i128::from(margin.spec.multiplier));
+            let unrealized = if position.size == 0 { 0 } else { value - i128::from(position.cost) };
+            let one = i128::from(BP_ONE);
+            reports.push(PositionReport {
+                symbol: *sym,
+                size: position.size,
+                cost: position.cost,
+                realized: position.realized,
+                buying: position.buying,
+                selling: position.selling,
+                mark,
+                unrealized,
+                initial_margin: ceil_div(value.abs() * i128::from(margin.spec.initial_bp), one),
+                maintenance_margin: ceil_div(value.abs() * i128::from(margin.spec.maintenance_bp), one),
+                liquidation_px: position.threshold,
+            });
+        }
+        Some(reports)
+    }
+
+    /// An account's margin figures per settlement asset it has positions in.
+    pub fn margin_summaries(&self, account: AccountId) -> Option<Vec<MarginSummary>> {
+        let holder = self.accounts.get(account.0 as usize)?;
+        let mut assets: Vec<AssetId> =
+            holder.positions.iter().map(|(sym, _)| self.symbols[sym.0 as usize].spec.quote).collect();
+        assets.sort_unstable();
+        assets.dedup();
+        let one = i128::from(BP_ONE);
+        Some(
+            assets
+                .into_iter()
+                .map(|asset| {
+                    let totals = self.totals(account, asset);
+                    let cash = totals.available + totals.reserved;
+                    let initial_margin = ceil_div(totals.initial, one);
+                    MarginSummary {
+                        asset,
+                        cash,
+                        unrealized: totals.unrealized,
+                        equity: cash + totals.unrealized,
+                        initial_margin,
+                        maintenance_margin: ceil_div(totals.maintenance, one),
+                        free_margin: totals.available + totals.unrealized - initial_margin,
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// Totals per asset and open interest per margin symbol: one pass over the
+    /// accounts (an operator's report, not a trading path).
+    pub fn exchange_report(&self) -> ExchangeReport {
+        let mut assets: Vec<AssetTotals> = self
+            .assets
+            .iter()
+            .enumerate()
+            .map(|(i, asset)| AssetTotals {
+                asset: AssetId(i as u32),
+                supply: asset.supply.0,
+                available: 0,
+                reserved: 0,
+                fees: asset.fees.0,
+                bad_debt: asset.bad_debt.0,
+                open_cost: 0,
+            })
+            .collect();
+        let mut symbols: Vec<OpenInterest> = self
+            .symbols
+            .iter()
+            .enumerate()
+            .filter(|(_, symbol)| symbol.margin.is_some())
+            .map(|(i, symbol)| OpenInterest {
+                symbol: SymbolId(i as u32),
+                mark: symbol.margin.as_ref().and_then(|m| m.mark(symbol.last_px)),
+                open_interest: 0,
+                longs: 0,
+                shorts: 0,
+            })
+            .collect();
+        for account in &self.accounts {
+            for (asset, balance) in &account.balances {
+                let totals = &mut assets[asset.0 as usize];
+                totals.available += i128::from(balance.available.0);
+                totals.reserved += i128::from(balance.reserved.0);
+            }
+            for (sym, position) in &account.positions {
+                let quote = self.symbols[sym.0 as usize].spec.quote;
+                assets[quote.0 as usize].open_cost += i128::from(position.cost);
+                let Ok(i) = symbols.binary_search_by_key(sym, |s| s.symbol) else { continue };
+                let interest = &mut symbols[i];
+                if position.size > 0 {
+                    interest.open_interest += position.size;
+                    interest.longs += 1;
+                } else if position.size < 0 {
+                    interest.shorts += 1;
+                }
+            }
+        }
+        ExchangeReport { assets, symbols }
+    }
+}

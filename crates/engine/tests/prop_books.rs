@@ -152,6 +152,11 @@ fn seeded_streams_reach_margin_liquidations() {
                 }
             }
         }
+        // The operator's report states the same conservation the invariants check.
+        let report = d.fast.exchange_report();
+        assert!(report.assets.iter().all(|a| a.balanced()), "{report:?}");
+        let interest = report.symbols.iter().map(|s| s.open_interest).sum::<i64>();
+        eprintln!("seed {seed}: open interest {interest}, symbols {:?}", report.symbols);
     }
     eprintln!(
         "{positions} position changes ({flips} flips), {marks} marks, {liquidations} liquidations, \

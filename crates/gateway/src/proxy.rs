@@ -158,6 +158,30 @@ impl proto::query_server::Query for QueryProxy {
         self.call(linearizable(&request), |c| Box::pin(c.day_trading_armed())).await
     }
 
+    /// An account's report: for a key that owns the account.
+    async fn get_account_report(
+        &self,
+        request: Request<proto::GetAccountReportRequest>,
+    ) -> Result<Response<proto::GetAccountReportReply>, Status> {
+        let principal = authenticate(&self.state, &request)?;
+        let linearizable = linearizable(&request);
+        let account = request.into_inner().account;
+        self.owns(&principal, account)?;
+        self.call(linearizable, |c| Box::pin(c.account_report(AccountId(account)))).await
+    }
+
+    /// The exchange's totals cover every account: administrative keys only.
+    async fn get_exchange_report(
+        &self,
+        request: Request<proto::GetExchangeReportRequest>,
+    ) -> Result<Response<proto::GetExchangeReportReply>, Status> {
+        let principal = authenticate(&self.state, &request)?;
+        if !principal.admin {
+            return Err(Status::permission_denied("the exchange's totals need an administrative key"));
+        }
+        self.call(linearizable(&request), |c| Box::pin(c.exchange_report())).await
+    }
+
     /// The ledger's settings name no one: any key.
     async fn get_day_trading_config(
         &self,

@@ -22,6 +22,8 @@ pub enum QueryRequest {
     Account(proto::GetAccountRequest),
     DayTradingArmed,
     DayTradingConfig,
+    AccountReport(proto::GetAccountReportRequest),
+    ExchangeReport,
 }
 
 pub enum QueryReply {
@@ -34,6 +36,8 @@ pub enum QueryReply {
     Account(proto::GetAccountReply),
     DayTradingArmed(proto::GetDayTradingArmedReply),
     DayTradingConfig(proto::GetDayTradingConfigReply),
+    AccountReport(proto::GetAccountReportReply),
+    ExchangeReport(proto::GetExchangeReportReply),
 }
 
 pub type QueryAnswer = Result<QueryReply, tonic::Status>;
@@ -72,9 +76,14 @@ pub fn answer(engine: &Engine, index: u64, query: QueryRequest) -> QueryAnswer {
             QueryReply::Depth(convert::depth_reply(index, symbol, &depth, engine.last_px(symbol)))
         }
         QueryRequest::Symbols => {
-            let specs = (0..engine.symbols_len() as u32)
-                .filter_map(|id| engine.symbol_spec(SymbolId(id)).map(|spec| (SymbolId(id), spec)));
-            QueryReply::Symbols(convert::symbols_reply(index, specs))
+            // Margin symbols with their margin rules.
+            let symbols = (0..engine.symbols_len() as u32)
+                .filter_map(|id| {
+                    let spec = convert::symbol_spec_wire(engine, SymbolId(id))?;
+                    Some(proto::SymbolInfo { id, spec: Some(spec) })
+                })
+                .collect();
+            QueryReply::Symbols(proto::GetSymbolsReply { log_index: index, symbols })
         }
         QueryRequest::Assets => {
             let assets = (0..engine.assets_len() as u32)
@@ -86,6 +95,14 @@ pub fn answer(engine: &Engine, index: u64, query: QueryRequest) -> QueryAnswer {
                 .account_by_external_id(request.external_id)
                 .ok_or_else(|| not_found(format!("account with external id {}", request.external_id)))?;
             QueryReply::Account(convert::account_reply(index, account, request.external_id))
+        }
+        QueryRequest::AccountReport(request) => {
+            let reply = convert::account_report_reply(engine, index, AccountId(request.account), OPEN_ORDERS_REPLY_MAX)
+                .ok_or_else(|| not_found(format!("account {}", request.account)))?;
+            QueryReply::AccountReport(reply)
+        }
+        QueryRequest::ExchangeReport => {
+            QueryReply::ExchangeReport(convert::exchange_report_reply(index, &engine.exchange_report()))
         }
         QueryRequest::DayTradingArmed => {
             QueryReply::DayTradingArmed(bourse_protocol::daytrading::armed_reply(engine, index))

@@ -419,6 +419,33 @@ impl proto::query_server::Query for QueryService {
         .await
     }
 
+    async fn get_account_report(
+        &self,
+        request: GrpcRequest<proto::GetAccountReportRequest>,
+    ) -> Result<Response<proto::GetAccountReportReply>, Status> {
+        query_as(&self.0, request, QueryRequest::AccountReport, |r| match r {
+            QueryReply::AccountReport(reply) => Some(reply),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn get_exchange_report(
+        &self,
+        request: GrpcRequest<proto::GetExchangeReportRequest>,
+    ) -> Result<Response<proto::GetExchangeReportReply>, Status> {
+        query_as(
+            &self.0,
+            request,
+            |_| QueryRequest::ExchangeReport,
+            |r| match r {
+                QueryReply::ExchangeReport(reply) => Some(reply),
+                _ => None,
+            },
+        )
+        .await
+    }
+
     async fn get_day_trading_config(
         &self,
         request: GrpcRequest<proto::GetDayTradingConfigRequest>,

@@ -867,6 +867,97 @@ pub fn balances_reply(
     proto::GetBalancesReply { log_index, balances }
 }
 
+/// An `i128` report figure on the wire's `int64`, saturated (the engine's bounds keep
+/// real figures far inside it).
+fn wide(value: i128) -> i64 {
+    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// The reply to `GetAccountReport`, read at `log_index`; `None` for an unknown account.
+pub fn account_report_reply<B: bourse_engine::book::Book>(
+    engine: &bourse_engine::Engine<B>,
+    log_index: u64,
+    account: AccountId,
+    open_orders_max: usize,
+) -> Option<proto::GetAccountReportReply> {
+    let balances = balances_reply(log_index, engine.balances(account)?).balances;
+    let positions = engine
+        .position_reports(account)?
+        .iter()
+        .map(|p| proto::PositionInfo {
+            symbol: p.symbol.0,
+            size: p.size,
+            cost: p.cost,
+            realized: p.realized,
+            buying: p.buying,
+            selling: p.selling,
+            mark: p.mark.map(|m| m.0),
+            unrealized: wide(p.unrealized),
+            initial_margin: wide(p.initial_margin),
+            maintenance_margin: wide(p.maintenance_margin),
+            liquidation_px: p.liquidation_px.and_then(|t| i64::try_from(t).ok()),
+        })
+        .collect();
+    let margin = engine
+        .margin_summaries(account)?
+        .iter()
+        .map(|m| proto::MarginSummary {
+            asset: m.asset.0,
+            cash: wide(m.cash),
+            unrealized: wide(m.unrealized),
+            equity: wide(m.equity),
+            initial_margin: wide(m.initial_margin),
+            maintenance_margin: wide(m.maintenance_margin),
+            free_margin: wide(m.free_margin),
+        })
+        .collect();
+    let mut views = engine.open_orders(account);
+    views.truncate(open_orders_max);
+    Some(proto::GetAccountReportReply {
+        log_index,
+        account: account.0,
+        balances,
+        positions,
+        margin,
+        open_orders: views.iter().map(Into::into).collect(),
+    })
+}
+
+/// The reply to `GetExchangeReport`, read at `log_index`.
+pub fn exchange_report_reply(
+    log_index: u64,
+    report: &bourse_engine::margin::ExchangeReport,
+) -> proto::GetExchangeReportReply {
+    proto::GetExchangeReportReply {
+        log_index,
+        assets: report
+            .assets
+            .iter()
+            .map(|a| proto::AssetTotals {
+                asset: a.asset.0,
+                supply: a.supply,
+                available: wide(a.available),
+                reserved: wide(a.reserved),
+                fees: a.fees,
+                bad_debt: a.bad_debt,
+                open_cost: wide(a.open_cost),
+                balanced: a.balanced(),
+            })
+            .collect(),
+        symbols: report
+            .symbols
+            .iter()
+            .map(|s| proto::OpenInterest {
+                symbol: s.symbol.0,
+                mark: s.mark.map(|m| m.0),
+                open_interest: s.open_interest,
+                longs: s.longs,
+                shorts: s.shorts,
+            })
+            .collect(),
+    }
+}
+
 fn levels(levels: &[(Px, Qty)]) -> Vec<proto::Level> {
     levels.iter().map(|(px, qty)| proto::Level { px: px.0, qty: qty.0 }).collect()
 }

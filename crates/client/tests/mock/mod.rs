@@ -279,6 +279,20 @@ impl Query for MockNode {
         Err(Status::unimplemented("mock"))
     }
 
+    async fn get_account_report(
+        &self,
+        _: Request<proto::GetAccountReportRequest>,
+    ) -> Result<Response<proto::GetAccountReportReply>, Status> {
+        Err(Status::unimplemented("mock"))
+    }
+
+    async fn get_exchange_report(
+        &self,
+        _: Request<proto::GetExchangeReportRequest>,
+    ) -> Result<Response<proto::GetExchangeReportReply>, Status> {
+        Err(Status::unimplemented("mock"))
+    }
+
     async fn get_symbols(
         &self,
         _: Request<proto::GetSymbolsRequest>,
