@@ -53,8 +53,9 @@ const OUR_ID: &str = "BOURSE";
 /// message bodies (`35=…␁…␁`) framed here with their BodyLength and CheckSum, so that
 /// mutated bodies reach the session. The first message goes through the Logon checks,
 /// the others through the inbound sequence rules, and in-sequence NewOrderSingle,
-/// OrderCancelRequest, OrderCancelReplaceRequest and MarketDataRequest through the same
-/// functions the connection's reader calls before any upstream call; every command they
+/// OrderCancelRequest, OrderCancelReplaceRequest, MarketDataRequest and
+/// RequestForPositions through the same functions the connection's reader calls before
+/// any upstream call (a request for positions is answered with made-up positions); every command they
 /// produce must survive the gRPC wire form, and every message this side would send must
 /// re-encode to itself. Panics only on a broken property; a panic anywhere else is a
 /// bug. Returns how many messages were processed.
@@ -132,7 +133,11 @@ impl SessionModel {
             id,
             spec: Some(bourse_protocol::proto::SymbolSpec { name: name.into(), ..Default::default() }),
         };
-        catalog.learn_symbols(vec![symbol(1, "ACME/USD"), symbol(2, "BETA/USD")]);
+        let mut future = symbol(3, "FUT/USD");
+        if let Some(spec) = future.spec.as_mut() {
+            spec.margin = Some(bourse_protocol::proto::MarginSpec { multiplier: 10, ..Default::default() });
+        }
+        catalog.learn_symbols(vec![symbol(1, "ACME/USD"), symbol(2, "BETA/USD"), future]);
         SessionModel {
             their_id: None,
             expected: 1,
@@ -287,6 +292,11 @@ impl SessionModel {
                     self.send(session::reject_message(seq, msg_type, &error));
                 }
             }
+            msg::REQUEST_FOR_POSITIONS => {
+                if let Err(error) = self.positions(message) {
+                    self.send(session::reject_message(seq, msg_type, &error));
+                }
+            }
             _ => self.send(session::unsupported(seq, msg_type)),
         }
         (true, next)
@@ -300,9 +310,15 @@ impl SessionModel {
         self.catalog.find_symbol(name).map(|symbol| bourse_engine::SymbolId(symbol.id))
     }
 
+    /// Whether `symbol` is a margin symbol.
+    fn margin(&self, symbol: bourse_engine::SymbolId) -> bool {
+        let found = self.catalog.find_symbol(&symbol.0.to_string()).filter(|s| s.id == symbol.0);
+        found.and_then(|s| s.spec).is_some_and(|spec| spec.margin.is_some())
+    }
+
     /// `orders::new_order` without the network.
     fn new_order(&mut self, message: &Message) -> Result<(), crate::codec::FieldError> {
-        use crate::orders::{new_order_draft, order_request, Pending, Refusal};
+        use crate::orders::{check_budget, new_order_draft, order_request, Pending, Refusal};
         let draft = new_order_draft(message)?;
         if let Some(answer) = self.orders.duplicate(&draft.cl_ord_id) {
             if let Some(answer) = answer {
@@ -313,6 +329,7 @@ impl SessionModel {
         let request = order_request(message).and_then(|mut request| {
             let name = message.get_str(crate::tags::SYMBOL).unwrap_or("");
             request.symbol = self.symbol(name).ok_or_else(|| Refusal(1, format!("unknown symbol {name}")))?;
+            check_budget(&request, self.margin(request.symbol))?;
             Ok(request)
         });
         match request {
@@ -471,6 +488,55 @@ impl SessionModel {
         };
         if let Some((reason, text)) = reject {
             self.send(request_reject(&id, reason, &text));
+        }
+        Ok(())
+    }
+
+    /// `positions::on_request` without the network: the request's checks, its symbol
+    /// found, and the answer with a position in every margin symbol the filter lets
+    /// through, as the exchange could report them (extreme figures included).
+    fn positions(&mut self, message: &Message) -> Result<(), crate::codec::FieldError> {
+        use crate::positions::{answer, check_request, Denial, Found, NONE_FOUND};
+        use bourse_protocol::proto;
+        let (request, checked) = check_request(message)?;
+        let found = checked.and_then(|account| {
+            assert!(request.id.is_some() && request.date.is_some(), "a request served names its id and date");
+            let only = match &request.symbol {
+                Some(name) => {
+                    let symbol = self.symbol(name).ok_or_else(|| Denial { result: NONE_FOUND, text: name.clone() })?;
+                    Some(symbol.0)
+                }
+                None => None,
+            };
+            let futures = [(3, 7, 1_260, Some(110)), (3, i64::MIN, i64::MIN, None), (3, 0, 0, Some(i64::MAX))];
+            let found: Vec<Found> = futures
+                .iter()
+                .filter(|(id, ..)| only.is_none_or(|only| only == *id))
+                .map(|&(id, size, cost, mark)| Found {
+                    symbol: self.catalog.find_symbol("FUT/USD").expect("the future"),
+                    position: proto::PositionInfo {
+                        symbol: id,
+                        size,
+                        cost,
+                        realized: i64::from(account.0),
+                        mark,
+                        unrealized: i64::MIN,
+                        liquidation_px: mark,
+                        ..Default::default()
+                    },
+                })
+                .collect();
+            if found.is_empty() {
+                return Err(Denial { result: NONE_FOUND, text: "none".into() });
+            }
+            Ok(found)
+        });
+        let messages = answer(&request, found);
+        let result = messages[0].get_str(crate::tags::POS_REQ_RESULT);
+        assert!(matches!(result, Some("0" | "1" | "2")), "{result:?}");
+        assert_eq!(result == Some("0"), messages.len() > 1, "positions follow a valid AO only");
+        for message in messages {
+            self.send(message);
         }
         Ok(())
     }

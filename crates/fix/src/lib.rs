@@ -18,6 +18,8 @@
 //!   OrderCancelRejects.
 //! - [`market`]: MarketDataRequest to the gateway's L2 and trade streams; snapshot (W)
 //!   then incremental refresh (X).
+//! - [`positions`]: RequestForPositions (AN) to the gateway's account report;
+//!   RequestForPositionsAck (AO), then a PositionReport (AP) per margin position.
 //!
 //! The mappings and their reasons are in `docs/ARCHITECTURE.md` ("FIX 4.4").
 
@@ -25,6 +27,7 @@ pub mod codec;
 pub mod fuzzing;
 pub mod market;
 pub mod orders;
+pub mod positions;
 pub mod session;
 pub mod store;
 pub mod tags;

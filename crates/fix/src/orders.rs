@@ -10,13 +10,19 @@
 //! their answers come back on the client's one event stream, in order with the fills
 //! and cancellations, so an order's New always precedes its fills. Mappings (see
 //! `docs/ARCHITECTURE.md`, "FIX 4.4"):
-//! - OrdType 2 limit, 1 market (a buy needs CashOrderQty (152): its budget), 3 stop (a
-//!   stop-market, CashOrderQty likewise), 4 stop-limit; TimeInForce 0 Day, 1 GTC, 3 IOC,
-//!   4 FOK; absent is Day, as FIX 4.4 defines it. Market and stop orders cannot rest, so
-//!   for them absent and Day are IOC. A Day order expires when the operator closes the
+//! - OrdType 2 limit, 1 market (a buy needs CashOrderQty (152): its budget; not in a
+//!   margin symbol, whose orders hold margin and take none), 3 stop (a stop-market,
+//!   CashOrderQty likewise), 4 stop-limit; TimeInForce 0 Day, 1 GTC, 3 IOC, 4 FOK;
+//!   absent is Day, as FIX 4.4 defines it. Market and stop orders cannot rest, so for
+//!   them absent and Day are IOC. A Day order expires when the operator closes the
 //!   trading day (the engine's `CloseDay`): ExecType C, OrdStatus C (Expired), LeavesQty
 //!   0. ExecInst 6 is post-only; MaxFloor (111) an iceberg's shown quantity. Prices and
 //!   quantities are integers in engine units.
+//! - A cancellation is ExecType 4 with the engine's reason in Text (`liquidation` when
+//!   a margin account's orders are cancelled to liquidate it); a refusal is ExecType 8
+//!   with the engine's reject in Text as `name (code)`: margin refusals
+//!   (`margin_insufficient (42)`, `position_limit (43)`, `budget_not_for_margin (45)`)
+//!   have no OrdRejReason of their own and carry 99.
 //! - OrderCancelReplaceRequest: a new price alone moves the order (it loses time
 //!   priority and may trade); a smaller OrderQty alone reduces it (it keeps priority);
 //!   anything else is refused with OrderCancelReject and a reason.
@@ -613,12 +619,14 @@ async fn place(upstream: &Upstream, message: &Message) -> Result<CommandBody, Re
         return refuse(1, format!("unknown symbol {name}"));
     };
     request.symbol = SymbolId(symbol.id);
+    check_budget(&request, symbol.spec.as_ref().is_some_and(|spec| spec.margin.is_some()))?;
     Ok(CommandBody::Place(request))
 }
 
 /// The order a NewOrderSingle asks for, or why it cannot be expressed, but for its
 /// symbol: `symbol` is 0 here, and the caller resolves Symbol (55) last (a name the
-/// exchange does not know is refused after every other check).
+/// exchange does not know is refused after every other check), then checks the budget
+/// ([`check_budget`]), which depends on the symbol.
 pub(crate) fn order_request(message: &Message) -> Result<OrderRequest, Refusal> {
     let account = match message.get_str(tags::ACCOUNT).map(|a| a.parse::<u32>()) {
         Some(Ok(account)) => AccountId(account),
@@ -646,14 +654,6 @@ pub(crate) fn order_request(message: &Message) -> Result<OrderRequest, Refusal> 
             )
         }
     };
-    if side == Side::Buy
-        && matches!(kind, OrderKind::Market { budget: None } | OrderKind::StopMarket { budget: None, .. })
-    {
-        return refuse(
-            UNSUPPORTED,
-            "a market buy needs CashOrderQty (152): the most it may spend, fees included, in quote minor units",
-        );
-    }
     // FIX 4.4: an absent TimeInForce means Day. A market or stop order cannot rest, so
     // its Day ends with its arrival: IOC.
     let market = matches!(ord_type, "1" | "3");
@@ -676,6 +676,21 @@ pub(crate) fn order_request(message: &Message) -> Result<OrderRequest, Refusal> 
     }
     let display_qty = units(message, tags::MAX_FLOOR)?.map(Qty);
     Ok(OrderRequest { account, symbol: SymbolId(0), side, kind, qty, tif, post_only, display_qty, stp: Stp::default() })
+}
+
+/// A market (or stop-market) buy of a spot symbol needs CashOrderQty: the engine holds
+/// that budget. An order of a margin symbol (`margin`) holds initial margin at its worst
+/// price instead and takes no budget (the engine refuses one: budget_not_for_margin).
+pub(crate) fn check_budget(request: &OrderRequest, margin: bool) -> Result<(), Refusal> {
+    let no_budget =
+        matches!(request.kind, OrderKind::Market { budget: None } | OrderKind::StopMarket { budget: None, .. });
+    if request.side == Side::Buy && no_budget && !margin {
+        return refuse(
+            UNSUPPORTED,
+            "a market buy needs CashOrderQty (152): the most it may spend, fees included, in quote minor units",
+        );
+    }
+    Ok(())
 }
 
 /// OrderCancelRequest (`replace` false) and OrderCancelReplaceRequest.
@@ -790,7 +805,7 @@ fn parse_integer(value: &str) -> Option<i64> {
 }
 
 /// `numerator / denominator` as a decimal with up to 8 places, trailing zeros trimmed.
-fn decimal_ratio(numerator: i128, denominator: i64) -> String {
+pub(crate) fn decimal_ratio(numerator: i128, denominator: i64) -> String {
     if denominator == 0 {
         return "0".into();
     }

@@ -77,6 +77,18 @@ impl Upstream {
         Ok((upstream, events))
     }
 
+    /// Symbol `id`, asking the gateway when it is not known yet.
+    pub async fn symbol_by_id(&self, id: u32) -> Option<proto::SymbolInfo> {
+        // The catalog takes a number for an id or a name: only an id match counts.
+        if let Some(known) = self.catalog.find_symbol(&id.to_string()).filter(|s| s.id == id) {
+            return Some(known);
+        }
+        let symbols = self.query.clone().symbols().await.ok()?.symbols;
+        let found = symbols.iter().find(|s| s.id == id).cloned();
+        self.catalog.learn_symbols(symbols);
+        found
+    }
+
     /// The symbol called `name`, asking the gateway when it is not known yet.
     pub async fn symbol(&self, name: &str) -> Option<proto::SymbolInfo> {
         if name.parse::<u32>().is_ok() {
@@ -142,7 +154,8 @@ impl SessionCore {
     }
 
     /// Numbers `message`, records it in the store (with its bytes when it is an
-    /// application message other than market data, which is gap-filled on resend),
+    /// application message other than market data and position reports, which are
+    /// gap-filled on resend: stale figures are worse than none),
     /// and queues it for the connection if one is attached. A store that cannot be
     /// written ends the connection: nothing is sent that could not be resent.
     pub(crate) fn send_locked(&self, state: &mut State, message: Message) {
@@ -152,7 +165,11 @@ impl SessionCore {
         let keep = !msg::is_admin(msg_type)
             && !matches!(
                 msg_type,
-                msg::MARKET_DATA_SNAPSHOT | msg::MARKET_DATA_INCREMENTAL | msg::MARKET_DATA_REQUEST_REJECT
+                msg::MARKET_DATA_SNAPSHOT
+                    | msg::MARKET_DATA_INCREMENTAL
+                    | msg::MARKET_DATA_REQUEST_REJECT
+                    | msg::REQUEST_FOR_POSITIONS_ACK
+                    | msg::POSITION_REPORT
             );
         if let Err(error) = state.store.record_sent(seq, keep.then_some(bytes.as_slice())) {
             tracing::error!(session = %self.their_id, %error, "FIX store write failed: disconnecting");
@@ -194,7 +211,7 @@ impl SessionCore {
 
     /// Answers a ResendRequest for `begin..=end` (0: everything sent): stored
     /// application messages again with PossDupFlag=Y and OrigSendingTime, and
-    /// SequenceReset-GapFill over session messages and market data.
+    /// SequenceReset-GapFill over session messages, market data and position reports.
     fn resend(&self, begin: u64, end: u64) {
         let mut state = self.lock();
         let last = state.store.next_sender() - 1;
@@ -1007,6 +1024,11 @@ impl Connection {
             }
             msg::MARKET_DATA_REQUEST => {
                 if let Err(error) = self.market.on_request(message).await {
+                    self.reject(seq, msg_type, &error);
+                }
+            }
+            msg::REQUEST_FOR_POSITIONS => {
+                if let Err(error) = crate::positions::on_request(&self.core, message).await {
                     self.reject(seq, msg_type, &error);
                 }
             }

@@ -45,6 +45,7 @@ pub const NO_RELATED_SYM: u32 = 146;
 pub const EXEC_TYPE: u32 = 150;
 pub const LEAVES_QTY: u32 = 151;
 pub const CASH_ORDER_QTY: u32 = 152;
+pub const CONTRACT_MULTIPLIER: u32 = 231;
 pub const MD_REQ_ID: u32 = 262;
 pub const SUBSCRIPTION_REQUEST_TYPE: u32 = 263;
 pub const MARKET_DEPTH: u32 = 264;
@@ -62,6 +63,24 @@ pub const SESSION_REJECT_REASON: u32 = 373;
 pub const BUSINESS_REJECT_REASON: u32 = 380;
 pub const CXL_REJ_RESPONSE_TO: u32 = 434;
 pub const PASSWORD: u32 = 554;
+pub const ACCOUNT_TYPE: u32 = 581;
+pub const NO_POSITIONS: u32 = 702;
+pub const POS_TYPE: u32 = 703;
+pub const LONG_QTY: u32 = 704;
+pub const SHORT_QTY: u32 = 705;
+pub const POS_AMT_TYPE: u32 = 707;
+pub const POS_AMT: u32 = 708;
+pub const POS_REQ_ID: u32 = 710;
+pub const CLEARING_BUSINESS_DATE: u32 = 715;
+pub const POS_MAINT_RPT_ID: u32 = 721;
+pub const POS_REQ_TYPE: u32 = 724;
+pub const TOTAL_NUM_POS_REPORTS: u32 = 727;
+pub const POS_REQ_RESULT: u32 = 728;
+pub const POS_REQ_STATUS: u32 = 729;
+pub const SETTL_PRICE: u32 = 730;
+pub const SETTL_PRICE_TYPE: u32 = 731;
+pub const PRIOR_SETTL_PRICE: u32 = 734;
+pub const NO_POS_AMT: u32 = 753;
 
 /// MsgType (35) values.
 pub mod msg {
@@ -82,6 +101,9 @@ pub mod msg {
     pub const MARKET_DATA_SNAPSHOT: &str = "W";
     pub const MARKET_DATA_INCREMENTAL: &str = "X";
     pub const MARKET_DATA_REQUEST_REJECT: &str = "Y";
+    pub const REQUEST_FOR_POSITIONS: &str = "AN";
+    pub const REQUEST_FOR_POSITIONS_ACK: &str = "AO";
+    pub const POSITION_REPORT: &str = "AP";
 
     /// Session-level messages: never resent, gap-filled instead.
     pub fn is_admin(msg_type: &str) -> bool {

@@ -25,13 +25,13 @@ fn the_session_corpus_runs_without_panicking() {
 /// from the ones the session reads, with values right, wrong and extreme, and now and
 /// then a byte changed.
 fn random_session(rng: &mut Rng) -> Vec<u8> {
-    const TYPES: &[&str] = &["D", "D", "F", "G", "V", "0", "1", "2", "4", "5", "A", "Z", "8"];
+    const TYPES: &[&str] = &["D", "D", "F", "G", "V", "AN", "0", "1", "2", "4", "5", "A", "Z", "8"];
     const FIELDS: &[(u32, &[&str])] = &[
         (1, &["1", "2", "x", "4294967296"]),
         (11, &["o1", "o2", "o3", "c1"]),
         (41, &["o1", "o2", "o3", "nope"]),
         (37, &["1001", "1002", "x"]),
-        (55, &["ACME/USD", "BETA/USD", "NOPE/USD", "1"]),
+        (55, &["ACME/USD", "BETA/USD", "FUT/USD", "NOPE/USD", "1"]),
         (54, &["1", "2", "3"]),
         (38, &["10", "6", "0", "-5", "1.5", "9223372036854775807", "99999999999999999999"]),
         (40, &["1", "2", "3", "4", "9"]),
@@ -54,6 +54,11 @@ fn random_session(rng: &mut Rng) -> Vec<u8> {
         (123, &["Y", "N"]),
         (43, &["Y"]),
         (112, &["T1"]),
+        (710, &["p1", "p2"]),
+        (724, &["0", "0", "1", "99", "x"]),
+        (581, &["1", "2"]),
+        (715, &["20260102", "20261340", "2026"]),
+        (60, &["20260102-10:00:00.000"]),
     ];
     let mut lines = vec!["35=A|49=CLIENT|56=BOURSE|34=1|98=0|108=30|554=key|".to_owned()];
     let mut seq = 1u64;

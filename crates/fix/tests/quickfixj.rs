@@ -4,7 +4,9 @@
 //! certificate against the test's CA and the host name): logon, orders that rest, fill and are cancelled, a replace, a
 //! dropped connection after which a fill made while it was away is resent from the
 //! store, a resent NewOrderSingle that must not become a second order, market data, a
-//! Day order that expires when this side closes the trading day, logout. The Java side (`interop/`) asserts what it receives; this side builds it
+//! Day order that expires when this side closes the trading day, a position in a margin
+//! contract read with RequestForPositions (its AO and AP validated by QuickFIX/J's
+//! dictionary), logout. The Java side (`interop/`) asserts what it receives; this side builds it
 //! with Maven offline (`scripts/deps/fix.sh` resolved its artifacts), runs it, trades
 //! against it while it is away, and checks the exchange's books and balances after.
 
@@ -38,7 +40,7 @@ fn build_interop() -> String {
 async fn quickfixj_trades_through_the_fix_front_end() {
     let class_path = tokio::task::spawn_blocking(build_interop).await.unwrap();
     let exchange = Exchange::start_tls().await;
-    exchange.market().await;
+    exchange.margin_market().await;
     let store = tempfile::tempdir().unwrap();
     // QuickFIX/J trusts the test's CA through a PKCS#12 trust store made by keytool.
     let trust_dir = tempfile::tempdir().unwrap();
@@ -104,6 +106,12 @@ async fn quickfixj_trades_through_the_fix_front_end() {
     assert!(query.open_orders(AccountId(1)).await.unwrap().orders.is_empty());
     let open = query.open_orders(AccountId(0)).await.unwrap().orders;
     assert_eq!((open.len(), open[0].px_resting, open[0].qty_open), (1, Some(160), 1));
+    // FUT/USD: account 1 bought 2 at 100 from account 0.
+    for (account, size) in [(1, 2), (0, -2)] {
+        let report = query.account_report(AccountId(account)).await.unwrap();
+        let sizes: Vec<_> = report.positions.iter().map(|p| (p.symbol, p.size, p.cost)).collect();
+        assert_eq!(sizes, [(1, size, size * 100 * 1_000)], "account {account}");
+    }
     exchange.stop().await;
 }
 

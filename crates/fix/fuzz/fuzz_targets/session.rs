@@ -1,6 +1,7 @@
 //! The FIX session layer and order mapping on arbitrary bytes: Logon checks, sequence
-//! rules, NewOrderSingle, cancel, replace and market data requests mapped to commands
-//! (an exchange simulated in memory), every answer well-formed, never a panic.
+//! rules, NewOrderSingle, cancel, replace, market data and position requests mapped to
+//! commands and answers (an exchange simulated in memory), every answer well-formed,
+//! never a panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

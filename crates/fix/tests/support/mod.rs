@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bourse_client::{random_client_id, AdminSession, ApiKey, ClientOptions, QueryClient};
-use bourse_engine::command::{CommandBody, MatchPolicy, SymbolSpec};
+use bourse_engine::command::{CommandBody, MarginSpec, MarginSymbol, MarkSource, MatchPolicy, SymbolSpec};
 use bourse_engine::{AccountId, Amount, AssetId, Px, Qty};
 use bourse_fix::codec::{self, Message};
 use bourse_fix::time::{now_ns, utc_timestamp};
@@ -148,6 +148,52 @@ impl Exchange {
             ok(CommandBody::Deposit { account, asset: usd, amount: Amount(1_000_000) }).await;
         }
         ok(CommandBody::Credit { account: AccountId(0), asset: acme, amount: Amount(100) }).await;
+    }
+
+    /// As `market`, and a margin contract: FUT (asset 2), account 2 (FUT/USD's insurance
+    /// account, not alice's), and FUT/USD (symbol 1): prices 10 to 1,000, multiplier
+    /// 1,000 (a contract at 100 is worth 100,000 cents), initial margin 10 %,
+    /// maintenance 5 %, position limit 1,000, the operator's mark, no fees.
+    pub async fn margin_market(&self) {
+        self.market().await;
+        let mut admin = self.admin().await;
+        let mut ok = async |body| admin.submit(body).await.unwrap().ok_id().expect("accepted");
+        let fut = AssetId(ok(CommandBody::CreateAsset { name: "FUT".into(), decimals: 0 }).await as u32);
+        let insurance = AccountId(ok(CommandBody::CreateAccount).await as u32);
+        assert_eq!((fut, insurance), (AssetId(2), AccountId(2)));
+        let spec = SymbolSpec {
+            name: "FUT/USD".into(),
+            base: fut,
+            quote: AssetId(0),
+            tick: Px(1),
+            lot: Qty(1),
+            px_min: Px(10),
+            px_max: Px(1_000),
+            fee_maker: Amount(0),
+            fee_taker: Amount(0),
+            policy: MatchPolicy::Fifo,
+        };
+        let margin = MarginSpec {
+            initial_bp: 1_000,
+            maintenance_bp: 500,
+            multiplier: 1_000,
+            position_limit: Qty(1_000),
+            mark: MarkSource::Operator,
+            insurance,
+        };
+        let symbol = ok(CommandBody::CreateMarginSymbol(Box::new(MarginSymbol { spec, margin }))).await;
+        assert_eq!(symbol, 1);
+    }
+
+    /// The operator's mark of a margin symbol, set with the admin key.
+    pub async fn set_mark(&self, symbol: u32, px: i64) {
+        let body = CommandBody::SetMark { symbol: bourse_engine::SymbolId(symbol), px: Px(px) };
+        self.admin().await.submit(body).await.unwrap().ok_id().expect("the mark is set");
+    }
+
+    async fn admin(&self) -> AdminSession {
+        let endpoints = vec![self.gateway.addr().to_string()];
+        AdminSession::connect(endpoints, random_client_id(), self.options(&self.admin)).await.unwrap()
     }
 
     /// Closes the trading day with the admin key; returns how many orders expired.

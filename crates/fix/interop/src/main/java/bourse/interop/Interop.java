@@ -19,7 +19,9 @@ import quickfix.SessionID;
 import quickfix.SessionSettings;
 import quickfix.SocketInitiator;
 import quickfix.field.Account;
+import quickfix.field.AccountType;
 import quickfix.field.ClOrdID;
+import quickfix.field.ClearingBusinessDate;
 import quickfix.field.MDEntryType;
 import quickfix.field.MDReqID;
 import quickfix.field.MDUpdateType;
@@ -29,6 +31,8 @@ import quickfix.field.OrdType;
 import quickfix.field.OrderQty;
 import quickfix.field.OrigClOrdID;
 import quickfix.field.Password;
+import quickfix.field.PosReqID;
+import quickfix.field.PosReqType;
 import quickfix.field.Price;
 import quickfix.field.Side;
 import quickfix.field.SubscriptionRequestType;
@@ -39,13 +43,16 @@ import quickfix.fix44.MarketDataRequest;
 import quickfix.fix44.NewOrderSingle;
 import quickfix.fix44.OrderCancelReplaceRequest;
 import quickfix.fix44.OrderCancelRequest;
+import quickfix.fix44.PositionReport;
+import quickfix.fix44.RequestForPositions;
 
 /**
  * QuickFIX/J as a FIX 4.4 initiator against `bourse gateway run --fix`: logon with the
  * API key in Password (554), orders that rest, fill and are cancelled, a replace, a
  * dropped connection after which a fill is resent from the exchange's store, a
  * resent NewOrderSingle that must not become a second order, market data, a Day order
- * that expires when the trading day closes, logout.
+ * that expires when the trading day closes, a margin position read with
+ * RequestForPositions, logout.
  * QuickFIX/J validates every message it receives against its FIX 4.4 data dictionary
  * (fields out of order, user-defined fields, required fields, enum values).
  *
@@ -253,6 +260,45 @@ public final class Interop implements Application {
         check(expired, 14, "0");
         check(expired, 37, d1.getString(37));
 
+        // Positions: a margin trade in FUT/USD between accounts 0 and 1 (after the close of
+        // the day, which would settle it), then RequestForPositions: the
+        // RequestForPositionsAck and the PositionReport must pass the dictionary (required
+        // fields, enum values, the NoPositions and NoPosAmt groups).
+        send(id, order("F1", "0", Side.SELL, 2, 100, "FUT/USD"));
+        check(expect("8", "F1"), 150, "0");
+        send(id, order("F2", "1", Side.BUY, 2, 100, "FUT/USD"));
+        check(expect("8", "F2"), 150, "0");
+        check(expect("8", "F2"), 150, "F");
+        check(expect("8", "F1"), 150, "F");
+        RequestForPositions positions = new RequestForPositions(new PosReqID("pos1"),
+            new PosReqType(PosReqType.POSITIONS), new Account("1"),
+            new AccountType(AccountType.ACCOUNT_IS_CARRIED_ON_CUSTOMER_SIDE_OF_THE_BOOKS),
+            new ClearingBusinessDate("20260102"), new TransactTime());
+        send(id, positions);
+        Message ack = expect("AO", null);
+        check(ack, 710, "pos1");
+        check(ack, 727, "1");
+        check(ack, 728, "0");
+        check(ack, 729, "0");
+        Message report = expect("AP", null);
+        check(report, 710, "pos1");
+        check(report, 715, "20260102");
+        check(report, 1, "1");
+        check(report, 55, "FUT/USD");
+        check(report, 730, "100");
+        check(report, 731, "2");
+        check(report, 734, "100");
+        quickfix.Group quantity = report.getGroup(1, new PositionReport.NoPositions());
+        check(quantity, 703, "FIN");
+        check(quantity, 704, "2");
+        check(quantity, 705, "0");
+        quickfix.Group unrealized = report.getGroup(1, new PositionReport.NoPosAmt());
+        check(unrealized, 707, "FMTM");
+        check(unrealized, 708, "0");
+        quickfix.Group realized = report.getGroup(2, new PositionReport.NoPosAmt());
+        check(realized, 707, "CASH");
+        check(realized, 708, "0");
+
         // Logout.
         initiator.stop();
         expectEvent("logout");
@@ -266,10 +312,14 @@ public final class Interop implements Application {
     }
 
     private static NewOrderSingle order(String clOrdId, String account, char side, int qty, int px) {
+        return order(clOrdId, account, side, qty, px, "ACME/USD");
+    }
+
+    private static NewOrderSingle order(String clOrdId, String account, char side, int qty, int px, String symbol) {
         NewOrderSingle order = new NewOrderSingle(new ClOrdID(clOrdId), new Side(side), new TransactTime(),
             new OrdType(OrdType.LIMIT));
         order.set(new Account(account));
-        order.set(new Symbol("ACME/USD"));
+        order.set(new Symbol(symbol));
         order.set(new OrderQty(qty));
         order.set(new Price(px));
         order.set(new TimeInForce(TimeInForce.GOOD_TILL_CANCEL));
@@ -324,7 +374,7 @@ public final class Interop implements Application {
         }
     }
 
-    private static void check(Message message, int tag, String expected) throws FieldNotFound {
+    private static void check(quickfix.FieldMap message, int tag, String expected) throws FieldNotFound {
         String got = message.getString(tag);
         if (!got.equals(expected)) {
             throw new AssertionError("tag " + tag + " is " + got + ", expected " + expected + " in " + message);
