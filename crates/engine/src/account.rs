@@ -44,6 +44,8 @@ pub struct Position {
     pub selling: i64,
     /// The liquidation index's key (see `margin.rs`); derived, `None` when flat or exempt.
     pub threshold: Option<i128>,
+    /// Whether the key is in the index's longs (else its shorts); derived.
+    pub indexed_long: bool,
 }
 
 impl Position {

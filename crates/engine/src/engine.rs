@@ -672,24 +672,23 @@ impl<B: Book> Engine<B> {
         self.orders_closed.push_back(record);
     }
 
-    /// Cancels the part of an order that is no longer live: releases `hold` and
-    /// records the cancellation (as an expiry when that is the reason).
+    /// Cancels the part of an order (of `symbol` and `side`) that is no longer live:
+    /// releases `hold` and records the cancellation (as an expiry when that is the
+    /// reason).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn cancel_remainder(
         &mut self,
         id: OrderId,
         account: AccountId,
+        (symbol, side): (SymbolId, Side),
         hold: (AssetId, Amount),
         qty: Qty,
         reason: CancelReason,
         events: &mut Vec<Event>,
     ) {
         events.push(Event::Cancelled { order: id, qty_cancelled: qty, reason });
-        if self.margin_symbols > 0 {
-            let record = &self.orders[&id];
-            let (sym, side) = (record.symbol, record.side);
-            if self.symbols[sym.0 as usize].margin.is_some() {
-                self.position_orders(account, sym, side, -qty.0);
-            }
+        if self.margin_symbols > 0 && self.symbols[symbol.0 as usize].margin.is_some() {
+            self.position_orders(account, symbol, side, -qty.0);
         }
         if hold.1 .0 > 0 {
             self.accounts[account.0 as usize].release(hold.0, hold.1);

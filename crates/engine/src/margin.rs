@@ -102,7 +102,17 @@ impl MarginTerms {
 
     /// What a margin order of `qty` at `px` holds: its initial margin, rounded up, plus
     /// the taker fee it may pay. `None` past `i64` (an order over the position limit).
+    #[inline(always)]
     pub fn hold(&self, px: Px, qty: Qty) -> Option<i64> {
+        // In `i64` whenever the notional fits, as it does for every order within the
+        // position limit (≤ 2^53): `ceil(a × bp / 10000) = (a / 10000) × bp + ceil((a %
+        // 10000) × bp / 10000)` for `a ≥ 0`, no 128-bit division on the hot path.
+        let fast = px.0.checked_mul(qty.0).and_then(|a| a.checked_mul(self.multiplier)).filter(|&a| a >= 0);
+        if let Some(a) = fast {
+            let (bp, one) = (i64::from(self.initial_bp), i64::from(BP_ONE));
+            let im = (a / one).checked_mul(bp)?.checked_add(((a % one) * bp + one - 1) / one)?;
+            return im.checked_add(self.fee_taker.checked_mul(qty.0 / self.lot)?);
+        }
         let scaled = notional(px, qty) * i128::from(self.multiplier) * i128::from(self.initial_bp);
         let im = ceil_div(scaled, i128::from(BP_ONE));
         let fee = i128::from(self.fee_taker) * i128::from(qty.0 / self.lot);
@@ -278,48 +288,71 @@ impl<B: Book> Engine<B> {
         let maintenance_others = totals.maintenance - value.abs() * mb;
         let one = i128::from(BP_ONE);
         let k = maintenance_others - one * (totals.available + totals.reserved + unrealized_others - cost);
-        Some(if s > 0 { ceil_div(k, s * m * (one - mb)) } else { (-k).div_euclid(-s * m * (one + mb)) + 1 })
+        let d = if s > 0 { s * m * (one - mb) } else { -s * m * (one + mb) };
+        // A 64-bit division when both fit (the usual case), else a 128-bit one.
+        let small = |v: i128| i64::try_from(v).ok();
+        Some(match (small(k), small(d)) {
+            (Some(k), Some(d)) if k > i64::MIN => {
+                let key = if s > 0 { -((-k).div_euclid(d)) } else { (-k).div_euclid(d) + 1 };
+                i128::from(key)
+            }
+            _ if s > 0 => ceil_div(k, d),
+            _ => (-k).div_euclid(d) + 1,
+        })
     }
 
     fn exempt(&self, account: AccountId, asset: AssetId) -> bool {
         self.insurers.contains(&(asset, account))
     }
 
-    /// Re-keys the account's positions in `asset` in the liquidation index.
-    pub(crate) fn margin_refresh(&mut self, account: AccountId, asset: AssetId) {
+    /// Re-keys the account's positions in `asset` in the liquidation index; returns
+    /// whether the account is (not exempt and) below maintenance margin now.
+    pub(crate) fn margin_refresh(&mut self, account: AccountId, asset: AssetId) -> bool {
         let exempt = self.exempt(account, asset);
         let totals = if exempt { Totals::default() } else { self.totals(account, asset) };
-        let syms: Vec<SymbolId> = self.accounts[account.0 as usize]
-            .positions
-            .iter()
-            .map(|(sym, _)| *sym)
-            .filter(|sym| self.symbols[sym.0 as usize].spec.quote == asset)
-            .collect();
-        for sym in syms {
+        // By index, not a collected list (no allocation per refresh): tidying may drop
+        // the entry at `i`, and only that one.
+        let mut i = 0;
+        while let Some(&(sym, _)) = self.accounts[account.0 as usize].positions.get(i) {
+            if self.symbols[sym.0 as usize].spec.quote != asset {
+                i += 1;
+                continue;
+            }
             let threshold = if exempt { None } else { self.threshold(account, sym, &totals) };
             let holder = &mut self.accounts[account.0 as usize];
             let position = holder.position_mut(sym);
-            let (old, size) = (position.threshold, position.size);
+            let (old, was_long, size) = (position.threshold, position.indexed_long, position.size);
             position.threshold = threshold;
+            position.indexed_long = size > 0;
+            if !position.is_idle() {
+                i += 1;
+            }
             holder.position_tidy(sym);
             let margin = self.symbols[sym.0 as usize].margin.as_mut().expect("positions are in margin symbols");
-            if let Some(old) = old {
-                margin.longs.remove(&(old, account));
-                margin.shorts.remove(&(old, account));
-            }
-            if let Some(threshold) = threshold {
-                if size > 0 {
-                    margin.longs.insert((threshold, account));
-                } else {
-                    margin.shorts.insert((threshold, account));
+            let was = old.map(|old| (old, was_long));
+            if was != threshold.map(|key| (key, size > 0)) {
+                if let Some((old, long)) = was {
+                    if long {
+                        margin.longs.remove(&(old, account));
+                    } else {
+                        margin.shorts.remove(&(old, account));
+                    }
+                }
+                if let Some(threshold) = threshold {
+                    if size > 0 {
+                        margin.longs.insert((threshold, account));
+                    } else {
+                        margin.shorts.insert((threshold, account));
+                    }
                 }
             }
             if threshold.is_some() && totals.open >= 2 {
                 margin.multi.insert(account);
-            } else {
+            } else if !margin.multi.is_empty() {
                 margin.multi.remove(&account);
             }
         }
+        !exempt && totals.liquidatable()
     }
 
     /// Adds or removes open order quantity in a margin position.
@@ -459,10 +492,16 @@ impl<B: Book> Engine<B> {
     /// moved concern, and liquidates whoever fell below maintenance margin, until
     /// nothing is left (a liquidation's trades may move a last-trade mark).
     pub(crate) fn margin_settle(&mut self, ts: Timestamp, events: &mut Vec<Event>) {
+        // The two lists' buffers are handed back each round, so a command allocates
+        // nothing here once they have grown.
+        let mut dirty = Vec::new();
+        let mut marks = Vec::new();
         loop {
-            let mut dirty = std::mem::take(&mut self.margin_dirty);
-            let mut marks = std::mem::take(&mut self.marks_moved);
+            std::mem::swap(&mut dirty, &mut self.margin_dirty);
+            std::mem::swap(&mut marks, &mut self.marks_moved);
             if dirty.is_empty() && marks.is_empty() {
+                std::mem::swap(&mut dirty, &mut self.margin_dirty);
+                std::mem::swap(&mut marks, &mut self.marks_moved);
                 return;
             }
             marks.sort_unstable();
@@ -474,10 +513,12 @@ impl<B: Book> Engine<B> {
             }
             dirty.sort_unstable();
             dirty.dedup();
+            let mut candidates = Vec::new();
             for &(account, asset) in &dirty {
-                self.margin_refresh(account, asset);
+                if self.margin_refresh(account, asset) {
+                    candidates.push((account, asset));
+                }
             }
-            let mut candidates = dirty;
             for &sym in &marks {
                 let symbol = &self.symbols[sym.0 as usize];
                 let margin = symbol.margin.as_ref().expect("marks move in margin symbols");
@@ -494,6 +535,8 @@ impl<B: Book> Engine<B> {
                     self.liquidate(account, asset, ts, events);
                 }
             }
+            dirty.clear();
+            marks.clear();
         }
     }
 
@@ -636,7 +679,15 @@ impl<B: Book> Engine<B> {
             let rest = taker.qty;
             if rest.0 > 0 {
                 let quote = self.symbols[sym.0 as usize].spec.quote;
-                self.cancel_remainder(id, account, (quote, Amount::ZERO), rest, CancelReason::Liquidation, events);
+                self.cancel_remainder(
+                    id,
+                    account,
+                    (sym, side),
+                    (quote, Amount::ZERO),
+                    rest,
+                    CancelReason::Liquidation,
+                    events,
+                );
                 let insurance = self.symbols[sym.0 as usize].margin.as_ref().expect("a margin symbol").spec.insurance;
                 let qty = if side == Side::Sell { rest } else { Qty(-rest.0) };
                 events.push(Event::PositionTransferred { symbol: sym, from: account, to: insurance, qty, px });
@@ -671,7 +722,8 @@ pub struct PositionReport {
     pub initial_margin: i128,
     pub maintenance_margin: i128,
     /// The mark at which the account is liquidated, the other marks held (longs below
-    /// it, shorts at or above it); `None` when flat or for the insurance account.
+    /// it, shorts at or above it); `None` when flat, for the insurance account, or for
+    /// a long that no positive mark liquidates.
     pub liquidation_px: Option<i128>,
 }
 
@@ -754,7 +806,8 @@ impl<B: Book> Engine<B> {
                 unrealized,
                 initial_margin: ceil_div(value.abs() * i128::from(margin.spec.initial_bp), one),
                 maintenance_margin: ceil_div(value.abs() * i128::from(margin.spec.maintenance_bp), one),
-                liquidation_px: position.threshold,
+                // A long no positive mark liquidates has a key at or below zero: none.
+                liquidation_px: position.threshold.filter(|&t| t > 0),
             });
         }
         Some(reports)

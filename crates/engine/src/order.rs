@@ -228,7 +228,15 @@ impl<B: Book> Engine<B> {
             (OrderKind::Limit { px }, None) if request.tif.rests() => self.rest(request, id, px, taker.qty, ts, events),
             _ => {
                 let reason = stopped.unwrap_or(CancelReason::Unfilled);
-                self.cancel_remainder(id, request.account, hold_left, taker.qty, reason, events);
+                self.cancel_remainder(
+                    id,
+                    request.account,
+                    (request.symbol, request.side),
+                    hold_left,
+                    taker.qty,
+                    reason,
+                    events,
+                );
             }
         }
         taker.traded
@@ -297,7 +305,7 @@ impl<B: Book> Engine<B> {
         if request.tif == Tif::Fok && !self.fok_fillable(&request) {
             let hold = hold_request(&self.symbols[sym.0 as usize].spec, self.margin_terms(sym), &stop.request)
                 .expect("hold fitted when placed");
-            self.cancel_remainder(id, account, hold, request.qty, CancelReason::Unfilled, events);
+            self.cancel_remainder(id, account, (sym, request.side), hold, request.qty, CancelReason::Unfilled, events);
             return;
         }
         self.execute_order(id, &request, ts, events);
@@ -350,7 +358,7 @@ impl<B: Book> Engine<B> {
         let hold = hold_request(&self.symbols[sym.0 as usize].spec, self.margin_terms(sym), &stop.request)
             .expect("hold fitted when placed");
         self.accounts[account.0 as usize].open_orders -= 1;
-        self.cancel_remainder(id, account, hold, stop.request.qty, reason, events);
+        self.cancel_remainder(id, account, (sym, stop.request.side), hold, stop.request.qty, reason, events);
     }
 
     /// The close of the trading day: every open Day order expires (resting ones leave
@@ -384,7 +392,7 @@ impl<B: Book> Engine<B> {
         let margin = symbol.margin.as_ref().map(|m| MarginTerms::of(&symbol.spec, &m.spec));
         let hold = hold_resting(&symbol.spec, margin, &order);
         self.accounts[order.account.0 as usize].open_orders -= 1;
-        self.cancel_remainder(id, order.account, hold, order.qty_remaining(), reason, events);
+        self.cancel_remainder(id, order.account, (sym, order.side), hold, order.qty_remaining(), reason, events);
     }
 
     pub(crate) fn reduce(
@@ -456,9 +464,6 @@ impl<B: Book> Engine<B> {
         let quote = spec.quote;
         if delta > 0 && holder.balance(quote).available.0 < delta {
             return Err(Reject::BalanceInsufficient);
-        }
-        if delta > 0 && margin.is_some() {
-            self.margin_check_cash(account, quote, delta)?;
         }
 
         let crosses = best.is_some_and(|best| order.side.crosses(px, best));

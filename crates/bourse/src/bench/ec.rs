@@ -9,7 +9,9 @@
 use std::time::Instant;
 
 use bourse_engine::SymbolId;
-use bourse_sim::workload::ec::{ec_market_spec, EcConfig, EcWorkload, EC2018, EC2020, EC_COMMANDS_DEFAULT};
+use bourse_sim::workload::ec::{
+    ec_margin_market_spec, ec_market_spec, EcConfig, EcWorkload, EC2018, EC2020, EC_COMMANDS_DEFAULT,
+};
 use serde_json::json;
 
 use super::engine::{EngineArgs, Workload};
@@ -23,18 +25,19 @@ pub fn run(args: &EngineArgs) -> Result<(), String> {
     let profile = if args.workload == Workload::Ec2018 { EC2018 } else { EC2020 };
     let commands = args.commands.unwrap_or(EC_COMMANDS_DEFAULT);
     let mut report = Report::new(args.json);
-    let spec = ec_market_spec();
+    let spec = if args.margin { ec_margin_market_spec() } else { ec_market_spec() };
     report.say(format!(
-        "bourse bench engine: workload {} (exchange-core {} mix), seed {}, {} commands a cycle, {} cycles",
+        "bourse bench engine: workload {} (exchange-core {} mix{}), seed {}, {} commands a cycle, {} cycles",
         profile.name,
         &profile.name[2..],
+        if args.margin { ", on a margin contract" } else { "" },
         args.seed,
         commands,
         args.cycles
     ));
     progress(format!("generating {commands} {} commands, seed {}", profile.name, args.seed));
     let started = Instant::now();
-    let config = EcConfig { profile, seed: args.seed, commands, sample_every: BOOK_SAMPLE_EVERY };
+    let config = EcConfig { margin: args.margin, profile, seed: args.seed, commands, sample_every: BOOK_SAMPLE_EVERY };
     let workload = EcWorkload::generate(&config);
     let generate_seconds = started.elapsed().as_secs_f64();
     report.say(format!(
@@ -47,6 +50,7 @@ pub fn run(args: &EngineArgs) -> Result<(), String> {
     }
     report.say(book_line(&workload.book, BOOK_SAMPLE_EVERY));
     report.set("workload", profile.name);
+    report.set("margin", args.margin);
     report.set("seed", args.seed);
     report.set("commands", commands);
     report.set("accounts", spec.accounts);

@@ -5,6 +5,9 @@
 //! - `sweep`: one order trading with 100,000 resting orders.
 //! - `scale`: a million accounts, 100,000 books, a million resting orders; setup
 //!   throughput, mixed-run throughput and latency, resident memory.
+//! - `mark`: 100,000 margin positions in one symbol; mark moves, a liquidating mark,
+//!   the close of the day's settlement of every position.
+//! - `--margin` runs ec2020 or ec2018 on a margin contract (exchange-core's margin mode).
 
 use clap::{Args, ValueEnum};
 
@@ -18,6 +21,9 @@ pub enum Workload {
     Sweep,
     /// 1,000,000 accounts, 100,000 symbols, 1,000,000 resting orders.
     Scale,
+    /// Mark-to-market of 100,000 margin positions in one symbol: mark moves, a
+    /// liquidating mark, the close of the day's settlement.
+    Mark,
 }
 
 #[derive(Args, Debug)]
@@ -37,6 +43,11 @@ pub struct EngineArgs {
     /// 10 s of scheduled sends).
     #[arg(long, value_delimiter = ',', default_values_t = [1_000_000u64, 2_000_000])]
     pub rates: Vec<u64>,
+    /// ec2020/ec2018 on a margin contract (exchange-core's margin mode): the same
+    /// market and mix, the symbol a futures contract with 10% initial margin and its
+    /// mark at the last trade, every order's margin and every trade's position worked out.
+    #[arg(long)]
+    pub margin: bool,
     /// Print one JSON object as the last line of stdout instead of the human report.
     #[arg(long)]
     pub json: bool,
@@ -52,9 +63,13 @@ pub fn run(args: &EngineArgs) -> Result<(), String> {
     if args.commands == Some(0) {
         return Err("--commands must be at least 1".into());
     }
+    if args.margin && !matches!(args.workload, Workload::Ec2020 | Workload::Ec2018) {
+        return Err("--margin applies to --workload ec2020 or ec2018 (mark is margin already)".into());
+    }
     match args.workload {
         Workload::Ec2020 | Workload::Ec2018 => super::ec::run(args),
         Workload::Sweep => super::sweep::run(args),
         Workload::Scale => super::scale::run(args),
+        Workload::Mark => super::mark::run(args),
     }
 }

@@ -15,6 +15,7 @@ mod fix;
 mod history;
 mod host;
 mod http;
+mod mark;
 mod measure;
 mod memory;
 mod order_latency;

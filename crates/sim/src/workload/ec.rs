@@ -28,7 +28,8 @@
 
 use bourse_engine::book::FastBook;
 use bourse_engine::command::Command;
-use bourse_engine::{Amount, Engine, EngineConfig, Px, SymbolId};
+use bourse_engine::command::{MarginSpec, MarkSource};
+use bourse_engine::{AccountId, Amount, Engine, EngineConfig, Px, Qty, SymbolId};
 
 use super::generator::{Generator, Profile};
 use super::market::{Market, MarketSpec};
@@ -74,12 +75,35 @@ pub fn ec_market_spec() -> MarketSpec {
         base_credit: Amount(1_000_000_000),
         orders_per_side: EC_ORDERS_PER_SIDE,
         px_spread_ticks: 1_000,
+        margin: None,
+    }
+}
+
+/// exchange-core's margin mode on the same market: the symbol is a futures contract
+/// (10% initial and 5% maintenance margin, the mark at the last trade, account 0 the
+/// insurance account), every order's margin and every trade's position and P&L worked
+/// out; deposits are large, so nothing is liquidated.
+pub fn ec_margin_market_spec() -> MarketSpec {
+    let spec = ec_market_spec();
+    let position_limit = bourse_engine::command::MARGIN_NOTIONAL_MAX / spec.px_max.0;
+    MarketSpec {
+        margin: Some(MarginSpec {
+            initial_bp: 1_000,
+            maintenance_bp: 500,
+            multiplier: 1,
+            position_limit: Qty(position_limit),
+            mark: MarkSource::LastTrade,
+            insurance: AccountId(0),
+        }),
+        ..spec
     }
 }
 
 /// What to generate.
 #[derive(Clone, Copy, Debug)]
 pub struct EcConfig {
+    /// The symbol is a margin contract ([`ec_margin_market_spec`]).
+    pub margin: bool,
     pub profile: Profile,
     pub seed: u64,
     pub commands: u64,
@@ -102,7 +126,8 @@ pub struct EcWorkload {
 
 impl EcWorkload {
     pub fn generate(config: &EcConfig) -> Self {
-        let mut market = Market::new(ec_market_spec(), config.seed);
+        let spec = if config.margin { ec_margin_market_spec() } else { ec_market_spec() };
+        let mut market = Market::new(spec, config.seed);
         let mut engine = Engine::new(EngineConfig::default());
         market.apply_setup(&mut engine);
         let start = engine.clone();
@@ -130,7 +155,7 @@ mod tests {
     use crate::workload::stats::Kind;
 
     fn generate(profile: Profile, seed: u64, commands: u64) -> EcWorkload {
-        EcWorkload::generate(&EcConfig { profile, seed, commands, sample_every: 256 })
+        EcWorkload::generate(&EcConfig { margin: false, profile, seed, commands, sample_every: 256 })
     }
 
     #[test]
@@ -176,6 +201,26 @@ mod tests {
     fn ec2020_mix_is_near_its_targets() {
         let workload = generate(EC2020, 7, 100_000);
         assert_mix(EC2020, &workload, 0.4);
+    }
+
+    /// The margin contract takes the same mix with no more refusals: the generator's
+    /// orders all pass the margin checks, every trade opens, adds to or reduces
+    /// positions, and the last-trade mark moves with it.
+    #[test]
+    fn ec2020_on_a_margin_contract_is_near_its_targets_and_builds_positions() {
+        let workload = EcWorkload::generate(&EcConfig {
+            margin: true,
+            profile: EC2020,
+            seed: 7,
+            commands: 100_000,
+            sample_every: 256,
+        });
+        assert_mix(EC2020, &workload, 0.4);
+        let report = workload.end.exchange_report();
+        assert!(report.assets.iter().all(|a| a.balanced()));
+        let interest = report.symbols[0];
+        assert!(interest.open_interest > 0 && interest.longs > 100 && interest.shorts > 100, "{interest:?}");
+        assert!(interest.mark.is_some());
     }
 
     #[test]

@@ -323,7 +323,9 @@ impl Generator {
         };
         let budget = Amount(i64::try_from(budget).ok().filter(|&b| b > 0)?);
         let account = self.market.account_for(symbol);
-        let mut request = OrderRequest::market(account, symbol, side, Qty(qty), Some(budget));
+        // A margin contract's market orders hold margin at the price bound, not a budget.
+        let budget = if self.market.spec.margin.is_some() { None } else { Some(budget) };
+        let mut request = OrderRequest::market(account, symbol, side, Qty(qty), budget);
         request.tif = Tif::Fok;
         debug_assert!(matches!(request.kind, OrderKind::Market { .. }));
         Some(Draft { kind: Kind::FokBudget, account, body: CommandBody::Place(request) })

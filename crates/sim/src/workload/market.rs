@@ -16,7 +16,9 @@
 //! orders directly. Whoever applies the pre-fill must check that every command was
 //! accepted (see [`Market::apply_setup`]).
 
-use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderRequest, SymbolSpec, Tif};
+use bourse_engine::command::{
+    Command, CommandBody, MarginSpec, MarginSymbol, MatchPolicy, OrderRequest, SymbolSpec, Tif,
+};
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, Engine, Event, OrderId, Outcome, Px, Qty, Side, SymbolId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -55,6 +57,9 @@ pub struct MarketSpec {
     pub orders_per_side: u32,
     /// Scale of how far from the touch new GTC orders are placed, in ticks.
     pub px_spread_ticks: i64,
+    /// Margin rules: every symbol is then a margin contract (its base asset the
+    /// contract, USD the settlement currency), account 0 its insurance account.
+    pub margin: Option<MarginSpec>,
 }
 
 impl MarketSpec {
@@ -201,23 +206,36 @@ impl Market {
     fn setup_body(&self, index: u64) -> CommandBody {
         let symbols = u64::from(self.spec.symbols);
         let accounts = u64::from(self.spec.accounts);
-        match index {
-            0 => CommandBody::CreateAsset { name: "USD".into(), decimals: 2 },
-            i if i <= symbols => CommandBody::CreateAsset { name: format!("S{}", i - 1), decimals: 0 },
-            i if i <= 2 * symbols => {
-                CommandBody::CreateSymbol(Box::new(self.spec.symbol_spec((i - 1 - symbols) as u32)))
-            }
-            i => {
-                let i = i - 1 - 2 * symbols;
-                let account = AccountId((i % accounts) as u32);
-                match i / accounts {
-                    0 => CommandBody::CreateAccount,
-                    1 => CommandBody::Deposit { account, asset: QUOTE, amount: self.spec.quote_deposit },
-                    _ => {
-                        let home = SymbolId(account.0 % self.spec.symbols);
-                        CommandBody::Credit { account, asset: base_asset(home), amount: self.spec.base_credit }
-                    }
-                }
+        // Assets, symbols, then accounts (created, funded, credited); a margin
+        // contract's insurance account (account 0) must exist before the symbol, so
+        // with margin the accounts are created first.
+        let (symbols_at, accounts_at) = match self.spec.margin {
+            None => (1 + symbols, 1 + 2 * symbols),
+            Some(_) => (1 + symbols + accounts, 1 + symbols),
+        };
+        if index == 0 {
+            return CommandBody::CreateAsset { name: "USD".into(), decimals: 2 };
+        }
+        if index <= symbols {
+            return CommandBody::CreateAsset { name: format!("S{}", index - 1), decimals: 0 };
+        }
+        if (symbols_at..symbols_at + symbols).contains(&index) {
+            let spec = self.spec.symbol_spec((index - symbols_at) as u32);
+            return match self.spec.margin {
+                Some(margin) => CommandBody::CreateMarginSymbol(Box::new(MarginSymbol { spec, margin })),
+                None => CommandBody::CreateSymbol(Box::new(spec)),
+            };
+        }
+        if (accounts_at..accounts_at + accounts).contains(&index) {
+            return CommandBody::CreateAccount;
+        }
+        let i = index - 1 - 2 * symbols - accounts;
+        let account = AccountId((i % accounts) as u32);
+        match i / accounts {
+            0 => CommandBody::Deposit { account, asset: QUOTE, amount: self.spec.quote_deposit },
+            _ => {
+                let home = SymbolId(account.0 % self.spec.symbols);
+                CommandBody::Credit { account, asset: base_asset(home), amount: self.spec.base_credit }
             }
         }
     }

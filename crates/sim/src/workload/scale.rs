@@ -41,5 +41,6 @@ pub fn scale_market_spec(accounts: u32, symbols: u32, orders_per_side: u32) -> M
         base_credit: Amount(1_000_000_000),
         orders_per_side,
         px_spread_ticks: 24,
+        margin: None,
     }
 }

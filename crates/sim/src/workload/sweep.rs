@@ -42,6 +42,7 @@ fn sweep_market_spec(accounts: u32) -> MarketSpec {
         base_credit: Amount(1_000_000_000),
         orders_per_side: 0,
         px_spread_ticks: 1,
+        margin: None,
     }
 }
 
