@@ -104,6 +104,22 @@ try {
   // fill's balance movements.
   await until('the trade in the statement', 30, async () => (await trade.$('[data-testid=statement-trade]')) !== null);
   report.statement = true;
+  // The margin contract: a marketable buy opens a position, shown with its margin.
+  step('a position in the margin contract');
+  const future = await trade.$$eval('#symbol option', (options) => options.find((o) => o.textContent.startsWith('FUT/'))?.value);
+  if (!future) throw new Error('no margin contract among the symbols');
+  await trade.selectOption('#symbol', future);
+  await trade.fill('#qty', '1');
+  await trade.fill('#px', '1000.00');
+  await trade.click('#place');
+  report.position = await until('the position in the positions table', 30, () =>
+    trade
+      .$eval('[data-testid=position][data-symbol^="FUT/"]', (row) => Number(row.dataset.size))
+      .catch(() => undefined),
+  );
+  report.margin_equity = await until('the margin summary', 30, () =>
+    trade.$eval('[data-testid=margin]', (row) => Number(row.dataset.equity)).catch(() => undefined),
+  );
   await trade.screenshot({ path: join(shots, 'trade.png') });
   report.page_errors = errors;
   if (errors.length > 0) throw new Error(`errors on the pages: ${errors.join('; ')}`);

@@ -9,6 +9,9 @@ export type Trade = Schemas['Trade'];
 export type Level = Schemas['Level'];
 export type Order = Schemas['Order'];
 export type Balances = Schemas['Balances'];
+export type AccountReport = Schemas['AccountReport'];
+export type Position = Schemas['Position'];
+export type MarginSummary = Schemas['MarginSummary'];
 export type ClusterView = Schemas['ClusterView'];
 export type NodeView = Schemas['NodeView'];
 export type DemoStats = Schemas['DemoStats'];
@@ -75,6 +78,8 @@ export const api = {
   stats: (since: number) => request<DemoStats>('GET', `/v1/demo/stats?since=${since}`),
   balances: (account: number) => request<Balances>('GET', `/v1/accounts/${account}/balances`),
   openOrders: (account: number) => request<Schemas['Orders']>('GET', `/v1/accounts/${account}/orders`),
+  // Balances, margin positions at their marks, margin per settlement asset, open orders.
+  report: (account: number) => request<AccountReport>('GET', `/v1/accounts/${account}/report`),
   place: (order: PlaceOrder) => request<Accepted>('POST', '/v1/orders', order),
   cancel: (order: number) => request<Accepted>('DELETE', `/v1/orders/${order}`),
   move: (order: number, px: number) => request<Accepted>('POST', `/v1/orders/${order}/move`, { px }),

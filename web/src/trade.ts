@@ -1,12 +1,15 @@
 // The trading page: a person's orders on the exchange, through the REST API, with the
-// best bid and offer, the key's own order events from the WebSocket, and the account's
+// best bid and offer, the key's own order events from the WebSocket, the account's
+// positions in margin contracts (futures) with their margin, and the account's
 // statement from the history store.
-import { api, ApiError, apiKey, el, Feed, money, useKey, type Symbol, type WsOrderEvent } from './api';
+import { api, ApiError, apiKey, el, Feed, money, useKey, type AccountReport, type Symbol, type WsOrderEvent } from './api';
 import './style.css';
 
 let account = 0;
 let symbols: Symbol[] = [];
 const decimalsOf = new Map<number, number>();
+// Margin symbols (futures): quote minor units per (price unit × contract).
+const multiplierOf = new Map<number, number>();
 const assetDecimals = new Map<number, number>();
 const assetNames = new Map<number, string>();
 const bbo = new Map<number, { bid?: number; ask?: number }>();
@@ -31,11 +34,13 @@ function cents(dollars: string, decimals: number): number {
   return Math.round(Number(dollars) * 10 ** decimals);
 }
 
+// Balances, positions, margin and open orders: one account report, read at one log index.
 async function refresh(): Promise<void> {
-  const [balances, open] = await Promise.all([api.balances(account), api.openOrders(account)]);
+  const report = await api.report(account);
+  renderPositions(report);
   $('balances').replaceChildren(
     el('tr', {}, el('th', {}, 'asset'), el('th', {}, 'available'), el('th', {}, 'reserved')),
-    ...balances.balances.map((b) => {
+    ...report.balances.map((b) => {
       const decimals = assetDecimals.get(b.asset) ?? 0;
       return el('tr', {}, el('td', {}, b.asset_name), el('td', {}, money(b.available, decimals)), el('td', {}, money(b.reserved, decimals)));
     }),
@@ -43,12 +48,12 @@ async function refresh(): Promise<void> {
   // The box being typed in keeps its focus and caret across the rebuild.
   const active = document.activeElement;
   const focused = active instanceof HTMLInputElement && active.dataset.testid === 'move-px' ? Number(active.dataset.order) : undefined;
-  const openIds = new Set(open.orders.map((o) => o.id));
+  const openIds = new Set(report.open_orders.map((o) => o.id));
   for (const id of movePxDrafts.keys()) if (!openIds.has(id)) movePxDrafts.delete(id);
   let refocus: HTMLInputElement | undefined;
   $('orders').replaceChildren(
     el('tr', {}, el('th', {}, 'order'), el('th', {}, 'symbol'), el('th', {}, 'side'), el('th', {}, 'price'), el('th', {}, 'open'), el('th', {}, 'filled'), el('th', {}, '')),
-    ...open.orders.map((o) => {
+    ...report.open_orders.map((o) => {
       const decimals = decimalsOf.get(o.symbol) ?? 2;
       const newPx = el('input', { type: 'number', step: '0.01', style: 'width:80px', 'data-testid': 'move-px', 'data-order': String(o.id) });
       const resting = o.px_resting !== undefined && o.px_resting !== null ? String(o.px_resting / 10 ** decimals) : '';
@@ -77,6 +82,58 @@ async function refresh(): Promise<void> {
     }),
   );
   refocus?.focus();
+}
+
+// Positions in margin contracts, valued at their marks, and the margin they need per
+// settlement asset: shown only when the exchange lists a margin symbol.
+function renderPositions(report: AccountReport): void {
+  $('margin-panel').hidden = multiplierOf.size === 0;
+  if (multiplierOf.size === 0) return;
+  const signed = (value: number, decimals: number) =>
+    el('td', { class: value > 0 ? 'up' : value < 0 ? 'down' : '' }, `${value > 0 ? '+' : ''}${money(value, decimals)}`);
+  const rows = report.positions.map((p) => {
+    const decimals = decimalsOf.get(p.symbol) ?? 2;
+    const multiplier = multiplierOf.get(p.symbol) ?? 1;
+    const px = (value: number | null | undefined) => (value === null || value === undefined ? '—' : money(value, decimals));
+    // A long is liquidated when the mark falls below its price, a short when the mark reaches it.
+    const liquidation =
+      p.liquidation_px === null || p.liquidation_px === undefined || p.liquidation_px <= 0
+        ? '—'
+        : `${p.size > 0 ? 'below' : 'at'} ${money(p.liquidation_px, decimals)}`;
+    return el(
+      'tr',
+      { 'data-testid': 'position', 'data-symbol': p.symbol_name, 'data-size': String(p.size) },
+      el('td', {}, p.symbol_name),
+      el('td', { class: p.size > 0 ? 'up' : p.size < 0 ? 'down' : '' }, String(p.size)),
+      el('td', {}, p.size === 0 ? '—' : money(p.cost / (p.size * multiplier), decimals)),
+      el('td', {}, px(p.mark)),
+      signed(p.unrealized, decimals),
+      signed(p.realized, decimals),
+      el('td', {}, `${money(p.initial_margin, decimals)} / ${money(p.maintenance_margin, decimals)}`),
+      el('td', {}, liquidation),
+    );
+  });
+  $('positions').replaceChildren(
+    el('tr', {}, ...['contract', 'size', 'avg price', 'mark', 'unrealised P&L', 'realised P&L', 'margin init / maint', 'liquidation'].map((h) => el('th', {}, h))),
+    ...(rows.length > 0 ? rows : [el('tr', {}, el('td', { class: 'muted', colspan: '8' }, 'no positions yet: buy or sell a margin contract'))]),
+  );
+  $('margin').replaceChildren(
+    el('tr', {}, ...['settlement', 'cash', 'unrealised', 'equity', 'initial', 'maintenance', 'free margin'].map((h) => el('th', {}, h))),
+    ...report.margin.map((m) => {
+      const decimals = assetDecimals.get(m.asset) ?? 0;
+      return el(
+        'tr',
+        { 'data-testid': 'margin', 'data-asset': m.asset_name, 'data-equity': String(m.equity) },
+        el('td', {}, m.asset_name),
+        el('td', {}, money(m.cash, decimals)),
+        signed(m.unrealized, decimals),
+        el('td', {}, money(m.equity, decimals)),
+        el('td', {}, money(m.initial_margin, decimals)),
+        el('td', {}, money(m.maintenance_margin, decimals)),
+        el('td', { class: m.free_margin < 0 ? 'down' : '' }, money(m.free_margin, decimals)),
+      );
+    }),
+  );
 }
 
 function renderEvents(): void {
@@ -160,8 +217,9 @@ async function place(event: SubmitEvent): Promise<void> {
   const order = { account, symbol: String(id), side, type, qty } as Parameters<typeof api.place>[0];
   if (type === 'limit') {
     order.px = cents($<HTMLInputElement>('px').value, decimals);
-  } else if (side === 'buy') {
-    // A market buy names the most it may spend: the ask plus 5 %, per share.
+  } else if (side === 'buy' && !multiplierOf.has(id)) {
+    // A market buy names the most it may spend: the ask plus 5 %, per share. (A margin
+    // contract's market order holds its margin at the symbol's highest price instead.)
     const ask = bbo.get(id)?.ask;
     if (ask === undefined) return say('no offer to buy from right now', false);
     order.budget = Math.ceil(ask * 1.05) * qty;
@@ -180,8 +238,13 @@ async function main(): Promise<void> {
     assetDecimals.set(a.id, a.decimals);
     assetNames.set(a.id, a.name);
   }
-  for (const s of symbols) decimalsOf.set(s.id, assetDecimals.get(s.quote) ?? 2);
-  $<HTMLSelectElement>('symbol').replaceChildren(...symbols.map((s) => el('option', { value: String(s.id) }, s.name)));
+  for (const s of symbols) {
+    decimalsOf.set(s.id, assetDecimals.get(s.quote) ?? 2);
+    if (s.margin) multiplierOf.set(s.id, s.margin.multiplier);
+  }
+  $<HTMLSelectElement>('symbol').replaceChildren(
+    ...symbols.map((s) => el('option', { value: String(s.id) }, s.margin ? `${s.name} (future ×${s.margin.multiplier})` : s.name)),
+  );
   $<HTMLSelectElement>('symbol').onchange = () => {
     const quote = bbo.get(Number($<HTMLSelectElement>('symbol').value));
     const decimals = decimalsOf.get(Number($<HTMLSelectElement>('symbol').value)) ?? 2;

@@ -128,7 +128,7 @@ fn the_dashboard_shows_a_living_market_that_survives_a_leader_kill() {
             while demo.line(Duration::from_millis(50)).is_some() {}
         });
     assert!(status.success(), "the browser checks failed: {report}");
-    assert_eq!(report["symbols"], 10, "every symbol on the ticker");
+    assert_eq!(report["symbols"], 11, "every symbol on the ticker: ten stocks and the margin contract");
     assert!(report["trades_first"].as_u64().unwrap_or(0) > 0);
     assert!(report["moved"].as_array().is_some_and(|m| !m.is_empty()), "a price moved");
     assert_ne!(report["old_leader"], report["new_leader"], "a new leader after the kill");
@@ -136,6 +136,8 @@ fn the_dashboard_shows_a_living_market_that_survives_a_leader_kill() {
     assert!(report["trades_after_failover"].as_u64().unwrap_or(0) >= 10, "trading went on");
     assert_eq!(report["filled"], true, "the trading page's marketable order filled");
     assert_eq!(report["statement"], true, "the trading page's statement, from the demo's history sink, shows the fill");
+    assert!(report["position"].as_i64().is_some_and(|size| size > 0), "the trading page shows the bought future");
+    assert!(report["margin_equity"].as_i64().is_some_and(|equity| equity > 0), "and the margin it needs");
     for shot in ["dashboard.png", "trade.png"] {
         let size = std::fs::metadata(shots.join(shot)).map(|m| m.len()).unwrap_or(0);
         assert!(size > 20_000, "{shot} is {size} bytes");
@@ -148,6 +150,11 @@ fn the_dashboard_shows_a_living_market_that_survives_a_leader_kill() {
     assert!(
         lines.iter().any(|l| l.starts_with("  history: ") && l.contains("rows written")),
         "the history sink wrote and stopped cleanly: {}",
+        lines.join("\n")
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("  margin contract FUT/USD")),
+        "the demo lists its margin contract: {}",
         lines.join("\n")
     );
     assert!(

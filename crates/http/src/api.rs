@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
-use bourse_engine::command::{CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use bourse_engine::command::{CommandBody, MarginSymbol, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
 use bourse_engine::{AccountId, Amount, AssetId, OrderId, Px, Qty, SymbolId};
 use bourse_protocol::convert::{self, ConvertError};
 use bourse_protocol::proto;
@@ -41,6 +41,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/symbols", get(list_symbols).post(create_symbol))
         .route("/v1/accounts", post(create_account))
         .route("/v1/accounts/{account}/balances", get(get_balances))
+        .route("/v1/accounts/{account}/report", get(crate::margin::account_report))
         .route("/v1/accounts/{account}/orders", get(account_orders))
         .route("/v1/accounts/{account}/deposits", post(deposit))
         .route("/v1/accounts/{account}/withdrawals", post(withdraw))
@@ -57,6 +58,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/orders/{order}/query", get(crate::history::order_query))
         .route("/v1/history/trades/{symbol}", get(crate::history::trades))
         .route("/v1/admin/close-day", post(close_day))
+        .route("/v1/admin/report", get(crate::margin::exchange_report))
+        .route("/v1/admin/symbols/{symbol}/mark", post(crate::margin::set_mark))
         .route("/v1/daytrading/users/{userid}/add", post(crate::daytrading::add))
         .route("/v1/daytrading/users/{userid}/quote", post(crate::daytrading::quote))
         .route("/v1/daytrading/users/{userid}/buy", post(crate::daytrading::buy))
@@ -102,7 +105,8 @@ pub fn router(state: Shared) -> Router {
         health, list_assets, create_asset, list_symbols, create_symbol, create_account, get_balances,
         account_orders, deposit, withdraw, credit, place_order, get_order, cancel_order, order_fills,
         move_order, reduce_order, get_book, get_trades, crate::control::cluster, crate::control::kill,
-        crate::control::stats, crate::control::guest, close_day, crate::history::statement, crate::history::order_history,
+        crate::control::stats, crate::control::guest, close_day, crate::margin::account_report,
+        crate::margin::exchange_report, crate::margin::set_mark, crate::history::statement, crate::history::order_history,
         crate::history::order_query, crate::history::trades,
         crate::daytrading::add, crate::daytrading::quote, crate::daytrading::buy, crate::daytrading::commit_buy,
         crate::daytrading::cancel_buy, crate::daytrading::sell, crate::daytrading::commit_sell,
@@ -124,7 +128,8 @@ pub fn router(state: Shared) -> Router {
         (name = "cluster", description = "Cluster status and the demo's controls (demo servers only)"),
         (name = "history", description = "Statements, order histories and trades from the history store \
             (servers started with --history only)"),
-        (name = "admin", description = "Operator commands: the close of the trading day"),
+        (name = "admin", description = "Operator commands and reports: the close of the trading day, margin \
+            symbols' marks, the exchange's totals"),
         (name = "daytrading", description = "The day-trading service's sixteen commands (servers started with \
             --day-trading only): a user's key acts as the user it is named after, an administrator's for anyone"),
     )
@@ -359,7 +364,8 @@ async fn list_symbols(State(state): State<Shared>, Key(key): Key) -> ApiResult<J
     Ok(Json(symbols))
 }
 
-/// Creates a symbol (administrative key).
+/// Creates a symbol (administrative key): a spot pair, or with `margin` a margin
+/// contract (a future) settled in its quote asset.
 #[utoipa::path(post, path = "/v1/symbols", tag = "market", request_body = CreateSymbol,
     responses((status = 201, body = Accepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
@@ -372,13 +378,40 @@ async fn create_symbol(
     let session = state.upstream.session(key).await?;
     let base = state.upstream.asset(&session, &body.base).await?;
     let quote = state.upstream.asset(&session, &body.quote).await?;
-    let spec = symbol_spec(body, AssetId(base.id), AssetId(quote.id));
-    let accepted = session.submit(CommandBody::CreateSymbol(Box::new(spec))).await?;
+    let accepted = session.submit(symbol_command(body, AssetId(base.id), AssetId(quote.id))).await?;
     Ok((StatusCode::CREATED, Json(accepted)))
 }
 
-/// The symbol a `POST /v1/symbols` body describes, its assets found.
-pub(crate) fn symbol_spec(body: CreateSymbol, base: AssetId, quote: AssetId) -> SymbolSpec {
+/// The command a `POST /v1/symbols` body asks for, its assets found: a spot pair, or a
+/// margin symbol when the body has `margin` (its rules are the engine's to check:
+/// `margin_spec_invalid`).
+pub(crate) fn symbol_command(body: CreateSymbol, base: AssetId, quote: AssetId) -> CommandBody {
+    let margin = body.margin;
+    let spec = symbol_spec(body, base, quote);
+    match margin {
+        None => CommandBody::CreateSymbol(Box::new(spec)),
+        Some(margin) => CommandBody::CreateMarginSymbol(Box::new(MarginSymbol { spec, margin: margin_spec(margin) })),
+    }
+}
+
+/// The engine's margin rules from the JSON's.
+fn margin_spec(margin: crate::model::MarginSpec) -> bourse_engine::command::MarginSpec {
+    bourse_engine::command::MarginSpec {
+        initial_bp: margin.initial_bp,
+        maintenance_bp: margin.maintenance_bp,
+        multiplier: margin.multiplier,
+        position_limit: Qty(margin.position_limit),
+        mark: match margin.mark {
+            crate::model::MarkSource::Operator => bourse_engine::command::MarkSource::Operator,
+            crate::model::MarkSource::LastTrade => bourse_engine::command::MarkSource::LastTrade,
+        },
+        insurance: AccountId(margin.insurance),
+    }
+}
+
+/// The symbol a `POST /v1/symbols` body describes, its assets found (its margin rules
+/// aside).
+fn symbol_spec(body: CreateSymbol, base: AssetId, quote: AssetId) -> SymbolSpec {
     SymbolSpec {
         name: body.name,
         base,
@@ -781,7 +814,7 @@ pub fn side_from(value: i32, field: &'static str) -> Result<Side, ApiError> {
     }
 }
 
-fn order_from(info: &proto::OrderInfo, log_index: u64) -> ApiResult<Order> {
+pub(crate) fn order_from(info: &proto::OrderInfo, log_index: u64) -> ApiResult<Order> {
     use proto::order_kind::Kind;
     let (order_type, px, trigger, budget) = match info.kind.as_ref().and_then(|k| k.kind.as_ref()) {
         Some(Kind::Limit(limit)) => (OrderType::Limit, Some(limit.px), None, None),
@@ -867,6 +900,23 @@ fn symbol_from(state: &AppState, info: &proto::SymbolInfo) -> ApiResult<Symbol> 
         fee_maker: spec.fee_maker,
         fee_taker: spec.fee_taker,
         policy,
+        margin: spec.margin.as_ref().map(margin_from).transpose()?,
+    })
+}
+
+/// A margin symbol's rules as the exchange sent them.
+fn margin_from(wire: &proto::MarginSpec) -> ApiResult<crate::model::MarginSpec> {
+    let margin = bourse_engine::command::MarginSpec::try_from(wire).map_err(unreadable)?;
+    Ok(crate::model::MarginSpec {
+        initial_bp: margin.initial_bp,
+        maintenance_bp: margin.maintenance_bp,
+        multiplier: margin.multiplier,
+        position_limit: margin.position_limit.0,
+        mark: match margin.mark {
+            bourse_engine::command::MarkSource::Operator => crate::model::MarkSource::Operator,
+            bourse_engine::command::MarkSource::LastTrade => crate::model::MarkSource::LastTrade,
+        },
+        insurance: margin.insurance.0,
     })
 }
 

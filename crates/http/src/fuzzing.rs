@@ -75,9 +75,12 @@ pub fn request_body(data: &[u8]) -> usize {
     }
     if let Some(body) = read::<CreateSymbol>(data, &mut read_as) {
         match (asset(&catalog, &body.base), asset(&catalog, &body.quote)) {
-            (Ok(base), Ok(quote)) => wire(CommandBody::CreateSymbol(Box::new(api::symbol_spec(body, base, quote)))),
+            (Ok(base), Ok(quote)) => wire(api::symbol_command(body, base, quote)),
             (Err(error), _) | (_, Err(error)) => refused(error, StatusCode::NOT_FOUND),
         }
+    }
+    if let Some(body) = read::<SetMark>(data, &mut read_as) {
+        wire(CommandBody::SetMark { symbol: SymbolId(1), px: bourse_engine::Px(body.px) });
     }
     day_trading(data, &mut read_as);
     if let Ok(text) = std::str::from_utf8(data) {

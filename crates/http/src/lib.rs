@@ -34,6 +34,7 @@ pub mod daytrading;
 pub mod error;
 pub mod fuzzing;
 pub mod history;
+pub mod margin;
 pub mod market;
 pub mod model;
 pub mod upstream;

@@ -287,10 +287,55 @@ pub struct CreateSymbol {
     pub fee_taker: i64,
     #[serde(default = "fifo")]
     pub policy: MatchPolicy,
+    /// Margin rules: present, the symbol is a margin contract (a future) whose base
+    /// asset is the contract (no balance of it ever moves) and whose quote asset is the
+    /// settlement currency; absent or null, a spot pair.
+    #[serde(default)]
+    pub margin: Option<MarginSpec>,
 }
 
 fn fifo() -> MatchPolicy {
     MatchPolicy::Fifo
+}
+
+/// Where a margin symbol's mark price comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkSource {
+    /// The operator's (`POST /v1/admin/symbols/{symbol}/mark`); the last trade until
+    /// the operator first sets one.
+    Operator,
+    /// The price of the latest trade.
+    LastTrade,
+}
+
+/// The margin rules of a margin symbol (a future). A position of signed size `s`
+/// (contracts) has the notional `|s| × mark × multiplier` in minor units of the quote
+/// asset; opening or adding needs `initial_bp` of it free, and an account whose equity
+/// (cash plus unrealised P&L) falls below `maintenance_bp` of its notionals is
+/// liquidated. `px_max × position_limit × multiplier` is at most 2^53.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MarginSpec {
+    /// Initial margin in basis points of the notional, 1 to 10000.
+    #[schema(minimum = 1, maximum = 10000)]
+    pub initial_bp: u32,
+    /// Maintenance margin in basis points, 1 to `initial_bp` and below 10000.
+    #[schema(minimum = 1, maximum = 9999)]
+    pub maintenance_bp: u32,
+    /// Quote minor units per (price unit × contract), at least 1.
+    #[schema(minimum = 1)]
+    pub multiplier: i64,
+    /// The largest position of either sign, counting open orders as filled; a
+    /// positive multiple of the lot.
+    #[schema(minimum = 1)]
+    pub position_limit: i64,
+    pub mark: MarkSource,
+    /// The insurance account: it takes what the book cannot take from a liquidated
+    /// account, at that account's bankruptcy price, and pays losses beyond an
+    /// account's cash. It is never liquidated.
+    #[schema(minimum = 0, maximum = 4294967295_u64)]
+    pub insurance: u32,
 }
 
 /// An asset.
@@ -320,6 +365,8 @@ pub struct Symbol {
     pub fee_maker: i64,
     pub fee_taker: i64,
     pub policy: MatchPolicy,
+    /// The margin rules of a margin symbol (a future); null for a spot pair.
+    pub margin: Option<MarginSpec>,
 }
 
 /// One aggregated price level.
@@ -361,6 +408,120 @@ pub struct Trade {
 pub struct Trades {
     pub symbol: u32,
     pub trades: Vec<Trade>,
+}
+
+/// A margin symbol's new mark price (a multiple of its tick, within its bounds).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetMark {
+    pub px: i64,
+}
+
+/// One margin position of an account. Amounts are minor units of the symbol's quote
+/// asset; the average open price is `cost / (size × multiplier)`.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct Position {
+    pub symbol: u32,
+    pub symbol_name: String,
+    /// Contracts: positive long, negative short, 0 for a closed position that keeps
+    /// its realised P&L.
+    pub size: i64,
+    /// Sum of signed qty × px × multiplier of the open size (reset to size × settle
+    /// price × multiplier by each close of the day).
+    pub cost: i64,
+    /// P&L realised by reducing trades.
+    pub realized: i64,
+    /// Open buy and sell orders' remaining quantities.
+    pub buying: i64,
+    pub selling: i64,
+    /// The symbol's mark; null before its first trade or mark.
+    pub mark: Option<i64>,
+    /// size × mark × multiplier − cost.
+    pub unrealized: i64,
+    /// Initial and maintenance margin of the position at the mark (rounded up).
+    pub initial_margin: i64,
+    pub maintenance_margin: i64,
+    /// The mark at which the account is liquidated, the other marks held: a long when
+    /// the mark falls below it, a short when it reaches it. Null when flat, for the
+    /// insurance account, for a long that no positive mark liquidates, or outside int64.
+    pub liquidation_px: Option<i64>,
+}
+
+/// An account's margin figures in one settlement asset (minor units of it).
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct MarginSummary {
+    pub asset: u32,
+    pub asset_name: String,
+    /// Available plus reserved.
+    pub cash: i64,
+    pub unrealized: i64,
+    /// cash + unrealized: the account is liquidated when it falls below
+    /// `maintenance_margin`.
+    pub equity: i64,
+    pub initial_margin: i64,
+    pub maintenance_margin: i64,
+    /// available + unrealized − initial_margin: what new orders may still hold.
+    pub free_margin: i64,
+}
+
+/// One account's report: balances, margin positions valued at their marks, margin
+/// figures per settlement asset, open orders, all read at one log index.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct AccountReport {
+    pub account: u32,
+    pub log_index: u64,
+    pub balances: Vec<Balance>,
+    /// By symbol id: open positions, and closed ones with realised P&L.
+    pub positions: Vec<Position>,
+    /// Per settlement asset the account has positions in, by asset id.
+    pub margin: Vec<MarginSummary>,
+    /// The resting orders and pending stops, as `GET /v1/accounts/{account}/orders`.
+    pub open_orders: Vec<Order>,
+}
+
+/// One asset's totals over every account: available + reserved + fees − bad_debt −
+/// open_cost = supply, which `balanced` states.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct AssetTotals {
+    pub asset: u32,
+    pub asset_name: String,
+    /// Deposited and credited minus withdrawn.
+    pub supply: i64,
+    pub available: i64,
+    pub reserved: i64,
+    /// Collected by the exchange.
+    pub fees: i64,
+    /// Losses beyond an account's cash that the insurance account could not pay.
+    pub bad_debt: i64,
+    /// Sum of the open margin positions' costs in symbols settled in this asset (0
+    /// after a day's settlement).
+    pub open_cost: i64,
+    pub balanced: bool,
+}
+
+/// A margin symbol's open interest.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct OpenInterest {
+    pub symbol: u32,
+    pub symbol_name: String,
+    /// Null before its first trade or mark.
+    pub mark: Option<i64>,
+    /// The sum of the long positions (that of the shorts is the same).
+    pub open_interest: i64,
+    /// Accounts long and short.
+    pub longs: u32,
+    pub shorts: u32,
+}
+
+/// The exchange's report: per-asset totals (the conservation check) and the open
+/// interest of every margin symbol, read at one log index.
+#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+pub struct ExchangeReport {
+    pub log_index: u64,
+    /// Every asset, by id.
+    pub assets: Vec<AssetTotals>,
+    /// Every margin symbol, by id.
+    pub symbols: Vec<OpenInterest>,
 }
 
 /// The body of every error reply.

@@ -83,6 +83,7 @@ async fn every_route_refuses_what_a_key_may_not_do_and_changes_nothing() {
         ("POST", "/v1/orders".into(), Some(limit(2, "buy", 1, 100)), 403),
         ("GET", "/v1/accounts/2/balances".into(), None, 403),
         ("GET", "/v1/accounts/2/orders".into(), None, 403),
+        ("GET", "/v1/accounts/2/report".into(), None, 403),
         ("GET", "/v1/accounts/2/statement".into(), None, 403),
         ("GET", o(""), None, 404),
         ("DELETE", o(""), None, 404),
@@ -92,8 +93,8 @@ async fn every_route_refuses_what_a_key_may_not_do_and_changes_nothing() {
         ("GET", o("/history"), None, 404),
         ("GET", o("/query"), None, 404),
     ];
-    // Alice is no admin: creating things, moving money and closing the day are not hers,
-    // even for her own accounts.
+    // Alice is no admin: creating things, moving money, closing the day, setting a mark
+    // and reading the exchange's totals are not hers, even for her own accounts.
     let money = Some(json!({"asset": "USD", "amount": 100}));
     let symbol = json!({"name": "EVIL/USD", "base": "ACME", "quote": "USD", "tick": 1, "lot": 1,
         "px_min": 1, "px_max": 1000, "fee_taker": 0});
@@ -105,6 +106,8 @@ async fn every_route_refuses_what_a_key_may_not_do_and_changes_nothing() {
         ("POST", "/v1/accounts/0/withdrawals".into(), money.clone(), 403),
         ("POST", "/v1/accounts/0/credits".into(), Some(json!({"asset": "ACME", "amount": 5})), 403),
         ("POST", "/v1/admin/close-day".into(), None, 403),
+        ("GET", "/v1/admin/report".into(), None, 403),
+        ("POST", "/v1/admin/symbols/ACME%2FUSD/mark".into(), Some(json!({"px": 100})), 403),
         ("POST", "/v1/daytrading/dumplog".into(), Some(json!({"filename": "all.xml"})), 403),
     ];
     // Alice acting as another day trader (a user's key acts only as its user).
@@ -212,6 +215,8 @@ async fn every_route_refuses_what_a_key_may_not_do_and_changes_nothing() {
     let user = exchange.client(&exchange.dt_user_key);
     user.expect(200, "GET", &u("/summary"), None).await;
     admin.expect(200, "GET", "/v1/accounts/2/balances", None).await;
+    admin.expect(200, "GET", "/v1/accounts/2/report", None).await;
+    admin.expect(200, "GET", "/v1/admin/report", None).await;
     admin.expect(200, "POST", "/v1/accounts/0/credits", Some(json!({"asset": "ACME", "amount": 5}))).await;
     admin.expect(200, "POST", &o("/move"), Some(json!({"px": 121}))).await;
 

@@ -45,6 +45,7 @@ fn random_body(rng: &mut Rng) -> Vec<u8> {
         "fee_maker",
         "fee_taker",
         "policy",
+        "margin",
         "price",
         "filename",
         "op",
@@ -91,6 +92,8 @@ fn random_body(rng: &mut Rng) -> Vec<u8> {
         "\"\\ud800\"",
         "[]",
         "{}",
+        "{\"initial_bp\":1000,\"maintenance_bp\":500,\"multiplier\":10,\"position_limit\":100,\"mark\":\"operator\",\"insurance\":3}",
+        "{\"initial_bp\":1000,\"mark\":\"foo\"}",
     ];
     let mut body = String::from("{");
     for i in 0..rng.next() % 10 {

@@ -50,6 +50,21 @@ fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
         let alice = exchange.client(&exchange.alice);
         alice.expect(201, "POST", "/v1/orders", Some(support::limit(0, "sell", 5, 150))).await;
         alice.expect(201, "POST", "/v1/orders", Some(support::limit(1, "buy", 5, 140))).await;
+        // A margin contract (insurance: account 2) in which alice's accounts hold
+        // positions, so the reports answer with positions, margin and open interest.
+        use serde_json::json;
+        admin.expect(201, "POST", "/v1/assets", Some(json!({"name": "FUT", "decimals": 0}))).await;
+        assert_eq!(admin.expect(201, "POST", "/v1/accounts", None).await["id"], 2);
+        let margin = json!({"initial_bp": 1000, "maintenance_bp": 500, "multiplier": 10, "position_limit": 1000,
+            "mark": "operator", "insurance": 2});
+        let future = json!({"name": "FUT/USD", "base": "FUT", "quote": "USD", "tick": 1, "lot": 1, "px_min": 10,
+            "px_max": 10000, "margin": margin});
+        admin.expect(201, "POST", "/v1/symbols", Some(future)).await;
+        let order = |account: u32, side: &str| {
+            json!({"account": account, "symbol": "FUT/USD", "side": side, "type": "limit", "qty": 2, "px": 100})
+        };
+        alice.expect(201, "POST", "/v1/orders", Some(order(0, "sell"))).await;
+        alice.expect(201, "POST", "/v1/orders", Some(order(1, "buy"))).await;
         exchange
     });
     let url = format!("https://127.0.0.1:{}/openapi.json", exchange.http.addr().port());

@@ -42,6 +42,7 @@ macro_rules! say_error {
 }
 
 mod control;
+mod margin;
 mod nodes;
 mod stats;
 mod traders;
@@ -183,7 +184,7 @@ pub fn run(args: DemoArgs) -> Result<(), String> {
 
 async fn demo(
     args: &DemoArgs,
-    scenario: Scenario,
+    mut scenario: Scenario,
     spec: &ProfileSpec,
     data: PathBuf,
     temporary: bool,
@@ -191,6 +192,7 @@ async fn demo(
     // Caught from the start: a signal while the demo starts up stops it cleanly once it
     // runs, rather than killing it (and one sent just after "running for" is not lost).
     let signals = crate::history::Signals::install().ok();
+    margin::add_to_agents(&mut scenario);
     say!(
         "Bourse demo: a replicated exchange on loopback, {} gateways and {} simulated traders",
         args.gateways,
@@ -220,19 +222,25 @@ async fn demo(
     let addresses: Vec<String> = gateways.iter().map(|g| g.addr().to_string()).collect();
     say!("  {} gateways up (profile {}): {}", gateways.len(), args.profile, addresses.join(" "));
 
-    let guest_account = setup(&scenario, &addresses[0], &keys.admin).await?;
+    let (guest_account, future) = setup(&scenario, &addresses[0], &keys.admin).await?;
+    // The stocks, then the margin contract: the agents' symbol indexes.
+    let mut rules = scenario.rules();
+    rules.push(margin::RULES);
+    let mut fundamentals = scenario.fundamental_processes();
+    fundamentals.push(margin::fundamental(args.seed));
     let shared = Arc::new(Shared {
-        symbols: (0..scenario.symbols.len() as u32).map(SymbolId).collect(),
+        symbols: (0..=future.symbol.0).map(SymbolId).collect(),
         assets: (0..scenario.symbols.len() as u32).map(|k| AssetId(1 + k)).collect(),
-        rules: scenario.rules(),
-        fundamentals: Mutex::new(scenario.fundamental_processes()),
+        future: Some(future),
+        rules,
+        fundamentals: Mutex::new(fundamentals),
         recorder: Mutex::new(Recorder::new(scenario.agents.len())),
         started: Instant::now(),
     });
     let (stop, stopped) = watch::channel(false);
     let views: Vec<Arc<MarketView>> = addresses
         .iter()
-        .map(|a| MarketView::start(a.clone(), ApiKey(keys.viewer.clone()), scenario.symbols.len(), stopped.clone()))
+        .map(|a| MarketView::start(a.clone(), ApiKey(keys.viewer.clone()), shared.symbols.len(), stopped.clone()))
         .collect();
 
     let stats = Arc::new(Stats::new(
@@ -457,8 +465,9 @@ async fn start_day_trading(
 }
 
 /// Creates the scenario's assets, symbols and funded accounts, then the guest's account
-/// (funded like a trader); returns the guest's account id.
-async fn setup(scenario: &Scenario, gateway: &str, admin_key: &str) -> Result<u32, String> {
+/// (funded like a trader), then the margin contract and its insurance account; returns
+/// the guest's account id and the contract.
+async fn setup(scenario: &Scenario, gateway: &str, admin_key: &str) -> Result<(u32, margin::Future), String> {
     let options = ClientOptions { api_key: Some(ApiKey(admin_key.to_owned())), ..ClientOptions::default() };
     let client =
         Client::connect(vec![gateway.to_owned()], random_client_id(), options).await.map_err(|e| e.to_string())?;
@@ -480,6 +489,14 @@ async fn setup(scenario: &Scenario, gateway: &str, admin_key: &str) -> Result<u3
     if accounts != (0..=u64::from(guest)).collect::<Vec<_>>() {
         return Err(format!("the accounts were numbered {accounts:?}, not 0 to {guest}: is the cluster new?"));
     }
+    let future = margin::future(scenario, AccountId(guest));
+    let commands = margin::setup_commands(scenario, &future);
+    let replies =
+        client.submit_batch(commands.clone()).await.map_err(|e| format!("setting up {}: {e}", margin::NAME))?;
+    let ids: Vec<Option<u64>> = replies.iter().map(|r| r.ok_id()).collect();
+    if ids != margin::expected_ids(&future).map(Some) {
+        return Err(format!("setting up the margin contract: {commands:?} answered {ids:?} (is the cluster new?)"));
+    }
     let _ = client.close().await;
     say!(
         "  market set up: {} symbols, {} accounts with ${} and {} shares of every symbol each",
@@ -488,7 +505,21 @@ async fn setup(scenario: &Scenario, gateway: &str, admin_key: &str) -> Result<u3
         scenario.cash / 100,
         scenario.shares
     );
-    Ok(guest)
+    let (makers, random) = margin::traders(scenario);
+    say!(
+        "  margin contract {}/{} (a future; mark: the last trade): worth {} × its price, initial margin {} %, \
+         maintenance {} %, position limit {}, insurance account {} with ${}; traded by {makers} market maker and \
+         {random} random traders",
+        margin::NAME,
+        scenario.quote,
+        margin::MULTIPLIER,
+        margin::INITIAL_BP / 100,
+        margin::MAINTENANCE_BP / 100,
+        future.position_limit,
+        future.insurance.0,
+        margin::INSURANCE_CASH / 100
+    );
+    Ok((guest, future))
 }
 
 fn trader_views(scenario: &Scenario, gateways: u32) -> Vec<TraderView> {

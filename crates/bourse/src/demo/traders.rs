@@ -1,10 +1,11 @@
 //! The agents, live: each on its own order-entry session at a gateway, with its own key.
 //!
-//! A [`Trader`] wraps one `bourse_sim` strategy. At each wake-up it reads its balances
-//! and resting orders through the gateway (the exchange's word, so a lost fill report or
-//! a failover cannot leave it with a wrong picture), takes the best bid and offer and last
-//! trades of its gateway's [`MarketView`], asks the strategy, and sends the intents in
-//! order on its session (each answered once committed), timing each from send to answer.
+//! A [`Trader`] wraps one `bourse_sim` strategy. At each wake-up it reads its account
+//! report through the gateway: balances, margin position and resting orders (the
+//! exchange's word, so a lost fill report or a failover cannot leave it with a wrong
+//! picture), takes the best bid and offer and last trades of its gateway's
+//! [`MarketView`], asks the strategy, and sends the intents in order on its session
+//! (each answered once committed), timing each from send to answer.
 //! The accepted orders' ids and gateway stamps go to the [`Recorder`], from which the
 //! demo measures inbound unfairness.
 //!
@@ -128,9 +129,12 @@ pub fn latency_histogram() -> Histogram<u64> {
 
 /// What every trader shares: the symbols, the fundamentals, the recorder.
 pub struct Shared {
+    /// The stocks, then the margin contract (when there is one).
     pub symbols: Vec<SymbolId>,
-    /// Asset of each symbol's shares; the cash is asset 0.
+    /// Asset of each stock's shares; the cash is asset 0.
     pub assets: Vec<AssetId>,
+    /// The margin contract, after the stocks.
+    pub future: Option<super::margin::Future>,
     pub rules: Vec<SymbolRules>,
     pub fundamentals: Mutex<Vec<Fundamental>>,
     pub recorder: Mutex<Recorder>,
@@ -248,21 +252,34 @@ impl Trader {
         healthy
     }
 
-    /// Balances and resting orders, as the exchange has them.
+    /// Balances, the margin contract's position and resting orders, as the exchange has
+    /// them (one account report: one log index). The cash's total counts the position's
+    /// unrealised P&L, so the portfolio's value is the account's.
     async fn read_state(&self, query: &mut QueryClient) -> bourse_client::Result<(Portfolio, Vec<OpenOrder>)> {
-        let balances = query.balances(self.account).await?.balances;
+        let report = query.account_report(self.account).await?;
+        let balances = &report.balances;
         let of = |asset: AssetId| {
             balances.iter().find(|b| b.asset == asset.0).map_or((0, 0), |b| (b.available, b.available + b.reserved))
         };
         let (cash_available, cash_total) = of(AssetId(0));
-        let shares: Vec<(i64, i64)> = self.shared.assets.iter().map(|&asset| of(asset)).collect();
+        let mut shares: Vec<(i64, i64)> = self.shared.assets.iter().map(|&asset| of(asset)).collect();
+        let mut unrealized = 0;
+        if let Some(future) = &self.shared.future {
+            let position = report.positions.iter().find(|p| p.symbol == future.symbol.0);
+            shares.push(
+                position.map_or(super::margin::holding(future, 0, 0), |p| {
+                    super::margin::holding(future, p.size, p.selling)
+                }),
+            );
+            unrealized = position.map_or(0, |p| p.unrealized);
+        }
         let portfolio = Portfolio {
             cash_available,
-            cash_total,
+            cash_total: cash_total + unrealized,
             shares_available: shares.iter().map(|s| s.0).collect(),
             shares_total: shares.iter().map(|s| s.1).collect(),
         };
-        let orders = query.open_orders(self.account).await?.orders;
+        let orders = report.open_orders;
         let mut open: Vec<OpenOrder> = orders
             .iter()
             .filter_map(|o| {
