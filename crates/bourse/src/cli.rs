@@ -735,8 +735,12 @@ impl Cli {
             }
             for s in &reply.symbols {
                 println!(
-                    "  symbol {:<4} mark {:?} open interest {} ({} long, {} short)",
-                    s.symbol, s.mark, s.open_interest, s.longs, s.shorts
+                    "  symbol {:<4} mark {} open interest {} ({} long, {} short)",
+                    s.symbol,
+                    s.mark.map_or("-".into(), |m| m.to_string()),
+                    s.open_interest,
+                    s.longs,
+                    s.shorts
                 );
             }
         }

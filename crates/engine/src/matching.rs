@@ -262,47 +262,51 @@ impl<B: Book> Engine<B> {
         let fee_maker = terms.fee_maker.checked_mul(lots).expect("fee bounded by notional");
         let fee_taker = terms.fee_taker.checked_mul(lots).expect("fee bounded by notional");
         if let Some(margin) = terms.margin {
-            self.fill_margin(sym, terms, &margin, maker, taker, qty, Amount(fee_maker), Amount(fee_taker), events);
-            return;
-        }
-        let value = px.0.checked_mul(qty.0).expect("notional bounded by supply");
-        match taker.side {
-            Side::Buy => {
-                let paid = value + fee_taker;
-                let released = match taker.budget.as_mut() {
-                    Some(budget) => {
-                        *budget -= paid;
-                        paid
-                    }
-                    None => value_held(terms, taker.limit.expect("limit buy"), qty),
-                };
-                self.settle_buyer(taker.account, terms, released, paid, qty);
-                self.settle_seller(maker.account, terms, qty, value - fee_maker);
+            // A margin fill is reported first, then each side's hold release, position,
+            // P&L and fee are settled (see `margin.rs`).
+            self.report_trade(sym, terms, maker, taker, qty, fee_maker, fee_taker, events);
+            let maker_release = margin.release(maker.px, maker.qty_remaining(), qty);
+            let taker_release =
+                if taker.liquidation { 0 } else { margin.release(margin.hold_px(taker.limit), taker.qty, qty) };
+            self.margin_fill(maker.account, sym, maker.side, qty, px, fee_maker, maker_release, true, events);
+            self.margin_fill(taker.account, sym, taker.side, qty, px, fee_taker, taker_release, true, events);
+            self.emit_balance(maker.account, terms.quote, events);
+            if taker.account != maker.account {
+                self.emit_balance(taker.account, terms.quote, events);
             }
-            Side::Sell => {
-                let released = value_held(terms, px, qty);
-                self.settle_buyer(maker.account, terms, released, value + fee_maker, qty);
-                self.settle_seller(taker.account, terms, qty, value - fee_taker);
+            // The last trade is the mark of a last-trade symbol, and of an
+            // operator-marked one until the operator first sets a mark.
+            let margin = self.symbols[sym.0 as usize].margin.as_ref();
+            let moves_mark = terms.mark_last_trade || margin.is_some_and(|m| m.mark_set.is_none());
+            if moves_mark && self.marks_moved.last() != Some(&sym) {
+                self.marks_moved.push(sym);
             }
-        }
-        self.assets[terms.quote.0 as usize].fees.0 += fee_maker + fee_taker;
-        let maker_done = maker.qty_remaining() == qty;
-        events.push(Event::Trade {
-            symbol: sym,
-            px,
-            qty,
-            taker_side: taker.side,
-            maker_order: maker.id,
-            taker_order: taker.id,
-            maker_account: maker.account,
-            taker_account: taker.account,
-            fee_maker: Amount(fee_maker),
-            fee_taker: Amount(fee_taker),
-            maker_done,
-        });
-        for account in [maker.account, taker.account] {
-            self.emit_balance(account, terms.quote, events);
-            self.emit_balance(account, terms.base, events);
+        } else {
+            let value = px.0.checked_mul(qty.0).expect("notional bounded by supply");
+            match taker.side {
+                Side::Buy => {
+                    let paid = value + fee_taker;
+                    let released = match taker.budget.as_mut() {
+                        Some(budget) => {
+                            *budget -= paid;
+                            paid
+                        }
+                        None => value_held(terms, taker.limit.expect("limit buy"), qty),
+                    };
+                    self.settle_buyer(taker.account, terms, released, paid, qty);
+                    self.settle_seller(maker.account, terms, qty, value - fee_maker);
+                }
+                Side::Sell => {
+                    let released = value_held(terms, px, qty);
+                    self.settle_buyer(maker.account, terms, released, value + fee_maker, qty);
+                    self.settle_seller(taker.account, terms, qty, value - fee_taker);
+                }
+            }
+            self.report_trade(sym, terms, maker, taker, qty, fee_maker, fee_taker, events);
+            for account in [maker.account, taker.account] {
+                self.emit_balance(account, terms.quote, events);
+                self.emit_balance(account, terms.base, events);
+            }
         }
         let ts = taker.ts;
         self.record_fill(maker.id, Fill { px, qty, fee: Amount(fee_maker), maker: true, counter_order: taker.id, ts });
@@ -321,68 +325,33 @@ impl<B: Book> Engine<B> {
         taker.traded = true;
     }
 
-    /// One fill in a margin symbol: the trade is reported first, then each side's
-    /// hold release, position, P&L and fee are settled (see `margin.rs`).
+    /// Collects both fees and reports the trade.
     #[allow(clippy::too_many_arguments)]
-    fn fill_margin(
+    fn report_trade(
         &mut self,
         sym: SymbolId,
         terms: &Terms,
-        margin: &MarginTerms,
         maker: &RestingOrder,
-        taker: &mut Taker,
+        taker: &Taker,
         qty: Qty,
-        fee_maker: Amount,
-        fee_taker: Amount,
+        fee_maker: i64,
+        fee_taker: i64,
         events: &mut Vec<Event>,
     ) {
-        let px = maker.px;
-        self.assets[terms.quote.0 as usize].fees.0 += fee_maker.0 + fee_taker.0;
-        let maker_done = maker.qty_remaining() == qty;
+        self.assets[terms.quote.0 as usize].fees.0 += fee_maker + fee_taker;
         events.push(Event::Trade {
             symbol: sym,
-            px,
+            px: maker.px,
             qty,
             taker_side: taker.side,
             maker_order: maker.id,
             taker_order: taker.id,
             maker_account: maker.account,
             taker_account: taker.account,
-            fee_maker,
-            fee_taker,
-            maker_done,
+            fee_maker: Amount(fee_maker),
+            fee_taker: Amount(fee_taker),
+            maker_done: maker.qty_remaining() == qty,
         });
-        let maker_release = margin.release(maker.px, maker.qty_remaining(), qty);
-        let taker_release =
-            if taker.liquidation { 0 } else { margin.release(margin.hold_px(taker.limit), taker.qty, qty) };
-        self.margin_fill(maker.account, sym, maker.side, qty, px, fee_maker.0, maker_release, true, events);
-        self.margin_fill(taker.account, sym, taker.side, qty, px, fee_taker.0, taker_release, true, events);
-        self.emit_balance(maker.account, terms.quote, events);
-        if taker.account != maker.account {
-            self.emit_balance(taker.account, terms.quote, events);
-        }
-        let ts = taker.ts;
-        self.record_fill(maker.id, Fill { px, qty, fee: fee_maker, maker: true, counter_order: taker.id, ts });
-        self.record_fill(taker.id, Fill { px, qty, fee: fee_taker, maker: false, counter_order: maker.id, ts });
-        let symbol = &mut self.symbols[sym.0 as usize];
-        symbol.last_px = Some(px);
-        // The last trade is the mark of a last-trade symbol, and of an operator-marked
-        // one until the operator first sets a mark.
-        let moves_mark = terms.mark_last_trade || symbol.margin.as_ref().is_some_and(|m| m.mark_set.is_none());
-        if moves_mark && self.marks_moved.last() != Some(&sym) {
-            self.marks_moved.push(sym);
-        }
-        let symbol = &mut self.symbols[sym.0 as usize];
-        match symbol.book.fill(maker.id, qty) {
-            FillEffect::Partial => {}
-            FillEffect::Refreshed { qty_visible } => events.push(Event::Refreshed { order: maker.id, qty_visible }),
-            FillEffect::Done(_) => {
-                self.accounts[maker.account.0 as usize].open_orders -= 1;
-                self.close_record(maker.id, OrderStatus::Filled);
-            }
-        }
-        taker.qty.0 -= qty.0;
-        taker.traded = true;
     }
 
     fn settle_buyer(&mut self, account: AccountId, terms: &Terms, released: i64, paid: i64, qty: Qty) {
