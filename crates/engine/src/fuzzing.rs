@@ -284,10 +284,13 @@ fn assert_fok_refusal_right(mut engine: Engine<FastBook>, command: &Command) {
 /// Builds one command for the [`Differential`] fixture from a few bytes.
 pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> CommandBody {
     let account = account_from(bytes);
-    // One time in sixteen a symbol that does not exist.
+    // One time in sixteen a symbol that does not exist; else one of the fixture's (the
+    // margin contracts too where the engine has them: other users of this generator
+    // set up only the two spot pairs).
+    let fixture = fixture_symbols(engine);
     let sym = match bytes.below(16) {
         15 => 4,
-        n => n % 4,
+        n => n % fixture,
     };
     let symbol = SymbolId(u32::from(sym));
     match bytes.below(24) {
@@ -357,6 +360,12 @@ pub fn body_from_bytes<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> Co
     }
 }
 
+/// How many of the fixture's symbols (`SYMBOLS`) the engine has: 4 with the margin
+/// contracts of [`Differential::new`], 2 where only the spot pairs were set up.
+fn fixture_symbols<B: Book>(engine: &Engine<B>) -> u8 {
+    engine.symbols_len().clamp(1, SYMBOLS.len()) as u8
+}
+
 fn account_from(bytes: &mut Bytes<'_>) -> AccountId {
     // One time in seventeen an account that does not exist.
     match u32::from(bytes.below(ACCOUNTS as u8 * 4 + 1)) {
@@ -386,7 +395,7 @@ fn off_tick(bytes: &mut Bytes<'_>) -> i64 {
 /// Usually a resting order; sometimes a recent id (a stop, a closed or unknown order).
 /// Usually with its owner.
 fn recent_order<B: Book>(bytes: &mut Bytes<'_>, engine: &Engine<B>) -> (OrderId, AccountId) {
-    let symbol = SymbolId(u32::from(bytes.below(4)));
+    let symbol = SymbolId(u32::from(bytes.below(4) % fixture_symbols(engine)));
     let side = if bytes.below(2) == 0 { Side::Buy } else { Side::Sell };
     let resting = engine.book_orders(symbol, side, 32);
     let pick = usize::from(bytes.byte());

@@ -102,21 +102,33 @@ impl MarginTerms {
 
     /// What a margin order of `qty` at `px` holds: its initial margin, rounded up, plus
     /// the taker fee it may pay. `None` past `i64` (an order over the position limit).
-    #[inline(always)]
+    #[inline]
     pub fn hold(&self, px: Px, qty: Qty) -> Option<i64> {
+        self.initial(px, qty)?.checked_add(self.fee(qty)?)
+    }
+
+    /// The initial margin of `qty` at `px`, rounded up: the hold without the fee.
+    #[inline(always)]
+    pub fn initial(&self, px: Px, qty: Qty) -> Option<i64> {
         // In `i64` whenever the notional fits, as it does for every order within the
         // position limit (≤ 2^53): `ceil(a × bp / 10000) = (a / 10000) × bp + ceil((a %
         // 10000) × bp / 10000)` for `a ≥ 0`, no 128-bit division on the hot path.
         let fast = px.0.checked_mul(qty.0).and_then(|a| a.checked_mul(self.multiplier)).filter(|&a| a >= 0);
         if let Some(a) = fast {
             let (bp, one) = (i64::from(self.initial_bp), i64::from(BP_ONE));
-            let im = (a / one).checked_mul(bp)?.checked_add(((a % one) * bp + one - 1) / one)?;
-            return im.checked_add(self.fee_taker.checked_mul(qty.0 / self.lot)?);
+            return (a / one).checked_mul(bp)?.checked_add(((a % one) * bp + one - 1) / one);
         }
         let scaled = notional(px, qty) * i128::from(self.multiplier) * i128::from(self.initial_bp);
-        let im = ceil_div(scaled, i128::from(BP_ONE));
-        let fee = i128::from(self.fee_taker) * i128::from(qty.0 / self.lot);
-        i64::try_from(im + fee).ok()
+        i64::try_from(ceil_div(scaled, i128::from(BP_ONE))).ok()
+    }
+
+    /// The taker fee a hold of `qty` includes (quantities are whole lots).
+    #[inline(always)]
+    fn fee(&self, qty: Qty) -> Option<i64> {
+        match self.fee_taker {
+            0 => Some(0),
+            fee => fee.checked_mul(qty.0 / self.lot),
+        }
     }
 
     /// The hold's worst price for an order: its limit, or `px_max`.
@@ -124,11 +136,13 @@ impl MarginTerms {
         limit.unwrap_or(self.px_max)
     }
 
-    /// What a fill of `qty` out of `remaining` releases of a hold at `px`.
+    /// What a fill of `qty` out of `remaining` releases of a hold at `px`: the two
+    /// initial margins' difference (each rounded, so partial releases add up to the
+    /// hold exactly) and the fee of `qty`.
     pub fn release(&self, px: Px, remaining: Qty, qty: Qty) -> i64 {
-        let before = self.hold(px, remaining).expect("hold fitted when placed");
-        let after = self.hold(px, Qty(remaining.0 - qty.0)).expect("hold fitted when placed");
-        before - after
+        let before = self.initial(px, remaining).expect("hold fitted when placed");
+        let after = self.initial(px, Qty(remaining.0 - qty.0)).expect("hold fitted when placed");
+        before - after + self.fee(qty).expect("hold fitted when placed")
     }
 }
 

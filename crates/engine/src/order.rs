@@ -449,9 +449,10 @@ impl<B: Book> Engine<B> {
         let qty = order.qty_remaining();
         let margin = self.margin_terms(sym);
         let delta = match (margin, order.side) {
+            // The fee part of the hold depends on the quantity only.
             (Some(terms), _) => {
-                let new = terms.hold(px, qty).ok_or(Reject::AmountOverflow)?;
-                new - terms.hold(order.px, qty).expect("hold fitted when placed")
+                let new = terms.initial(px, qty).ok_or(Reject::AmountOverflow)?;
+                new - terms.initial(order.px, qty).expect("hold fitted when placed")
             }
             (None, Side::Buy) => {
                 // The taker-fee part of the hold depends on the quantity only, so the
