@@ -18,9 +18,9 @@
 //!   the one that saw everything.
 //!
 //! Streams come from the engine's fuzzing generator (every order kind, cancels,
-//! reduces, moves, bad input, four accounts, a FIFO and a pro-rata symbol), mixed with
-//! plain and iceberg limit orders so books get deep, and a third symbol created
-//! mid-stream.
+//! reduces, moves, bad input, four accounts, a FIFO and a pro-rata symbol and two margin
+//! contracts, liquidations among their trades), mixed with plain and iceberg limit orders
+//! so books get deep, and a fifth symbol created mid-stream.
 
 use bourse_engine::command::{CommandBody, MatchPolicy, OrderRequest, Stp, SymbolSpec, Tif};
 use bourse_engine::fuzzing::{body_from_bytes, Bytes, Differential, ACCOUNTS, CLIENTS};
@@ -33,8 +33,9 @@ use bourse_protocol::feed::FeedBuilder;
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
-/// Per symbol of the stream: (mid, tick, lot). The first two are the fuzzing fixture's.
-const SYMBOLS: [(i64, i64, i64); 3] = [(1_000, 1, 1), (1_000, 5, 10), (1_000, 1, 1)];
+/// Per symbol of the stream: (mid, tick, lot). The first four are the fuzzing fixture's
+/// (two spot pairs, two margin contracts), the last the one created mid-stream.
+const SYMBOLS: [(i64, i64, i64); 5] = [(1_000, 1, 1), (1_000, 5, 10), (1_000, 1, 1), (1_000, 5, 10), (1_000, 1, 1)];
 
 fn resting_order(bytes: &mut Bytes<'_>, engine: &Engine) -> CommandBody {
     let sym = bytes.below(engine.symbols_len() as u8);
@@ -60,18 +61,20 @@ fn resting_order(bytes: &mut Bytes<'_>, engine: &Engine) -> CommandBody {
 
 fn next_body(bytes: &mut Bytes<'_>, engine: &Engine) -> CommandBody {
     match bytes.below(16) {
-        0 if engine.symbols_len() < 3 && bytes.below(4) == 0 => CommandBody::CreateSymbol(Box::new(SymbolSpec {
-            name: "GAMMA/USD".into(),
-            base: AssetId(1),
-            quote: AssetId(0),
-            tick: Px(1),
-            lot: Qty(1),
-            px_min: Px(500),
-            px_max: Px(5_000),
-            fee_maker: Amount(0),
-            fee_taker: Amount(1),
-            policy: MatchPolicy::Fifo,
-        })),
+        0 if engine.symbols_len() < SYMBOLS.len() && bytes.below(4) == 0 => {
+            CommandBody::CreateSymbol(Box::new(SymbolSpec {
+                name: "GAMMA/USD".into(),
+                base: AssetId(1),
+                quote: AssetId(0),
+                tick: Px(1),
+                lot: Qty(1),
+                px_min: Px(500),
+                px_max: Px(5_000),
+                fee_maker: Amount(0),
+                fee_taker: Amount(1),
+                policy: MatchPolicy::Fifo,
+            }))
+        }
         0..=5 => resting_order(bytes, engine),
         _ => body_from_bytes(bytes, engine),
     }
