@@ -6,23 +6,10 @@
 
 mod support;
 
-use serde_json::Value;
-use support::{bourse_replay, bourse_run, NodeProcess};
-
-/// Runs a verb against the node with `--json` and returns its last line, which must
-/// say it succeeded.
-fn verb(node: &NodeProcess, args: &[&str]) -> Value {
-    let addr = node.addr.to_string();
-    let mut all = args.to_vec();
-    all.extend(["--node", &addr, "--json"]);
-    let finished = bourse_run(&all);
-    assert!(finished.status.success(), "bourse {}: {}\n{}", args.join(" "), finished.stdout, finished.stderr);
-    let last = finished.stdout.lines().last().unwrap_or_else(|| panic!("bourse {} printed nothing", args.join(" ")));
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("bourse {}: {e}: {last}", args.join(" ")))
-}
+use support::{bourse_replay, NodeProcess};
 
 fn reserved_usd(node: &NodeProcess, account: &str) -> i64 {
-    let balances = verb(node, &["balances", account]);
+    let balances = node.verb(&["balances", account]);
     let usd = balances["balances"].as_array().expect("balances").iter().find(|b| b["name"] == "USD");
     usd.map_or(0, |b| b["reserved"].as_i64().expect("reserved"))
 }
@@ -32,32 +19,32 @@ fn close_day_expires_day_orders_placed_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let node = NodeProcess::start(&data, "127.0.0.1:0".parse().unwrap(), &[]);
-    verb(&node, &["asset-create", "USD"]);
-    verb(&node, &["asset-create", "ACME", "--decimals", "0"]);
-    verb(&node, &["symbol-create", "ACME/USD", "--base", "ACME", "--quote", "USD"]);
-    verb(&node, &["account-create"]);
-    verb(&node, &["account-create"]);
-    verb(&node, &["deposit", "0", "USD", "100000"]);
-    verb(&node, &["credit", "1", "ACME", "100"]);
+    node.verb(&["asset-create", "USD"]);
+    node.verb(&["asset-create", "ACME", "--decimals", "0"]);
+    node.verb(&["symbol-create", "ACME/USD", "--base", "ACME", "--quote", "USD"]);
+    node.verb(&["account-create"]);
+    node.verb(&["account-create"]);
+    node.verb(&["deposit", "0", "USD", "100000"]);
+    node.verb(&["credit", "1", "ACME", "100"]);
 
-    let day = verb(&node, &["place", "0", "ACME/USD", "buy", "10", "--px", "150", "--tif", "day"]);
+    let day = node.verb(&["place", "0", "ACME/USD", "buy", "10", "--px", "150", "--tif", "day"]);
     let day = day["id"].as_u64().expect("order id").to_string();
-    let gtc = verb(&node, &["place", "0", "ACME/USD", "buy", "5", "--px", "140"]);
+    let gtc = node.verb(&["place", "0", "ACME/USD", "buy", "5", "--px", "140"]);
     let gtc = gtc["id"].as_u64().expect("order id").to_string();
-    verb(&node, &["place", "1", "ACME/USD", "sell", "4", "--px", "150", "--tif", "ioc"]);
+    node.verb(&["place", "1", "ACME/USD", "sell", "4", "--px", "150", "--tif", "ioc"]);
     assert_eq!(reserved_usd(&node, "0"), 6 * 150 + 5 * 140);
 
-    let closed = verb(&node, &["close-day"]);
+    let closed = node.verb(&["close-day"]);
     assert_eq!((closed["ok"].as_bool(), closed["expired"].as_u64()), (Some(true), Some(1)), "{closed}");
-    let expired = verb(&node, &["order", &day]);
+    let expired = node.verb(&["order", &day]);
     let status = bourse_protocol::proto::OrderStatus::Expired as i64;
     assert_eq!(expired["status"].as_i64(), Some(status), "{expired}");
     assert_eq!((expired["qty_filled"].as_i64(), expired["qty_open"].as_i64()), (Some(4), Some(0)));
-    let open = verb(&node, &["order", &gtc]);
+    let open = node.verb(&["order", &gtc]);
     assert_eq!(open["status"].as_i64(), Some(bourse_protocol::proto::OrderStatus::Open as i64));
     assert_eq!(reserved_usd(&node, "0"), 5 * 140);
 
-    let again = verb(&node, &["close-day"]);
+    let again = node.verb(&["close-day"]);
     assert_eq!(again["expired"].as_u64(), Some(0));
     let index_last = again["log_index"].as_u64().expect("log index");
 

@@ -10,19 +10,9 @@ mod support;
 use serde_json::Value;
 use support::{bourse_replay, bourse_run, NodeProcess};
 
-fn verb(node: &NodeProcess, args: &[&str]) -> Value {
-    let addr = node.addr.to_string();
-    let mut all = args.to_vec();
-    all.extend(["--node", &addr, "--json"]);
-    let finished = bourse_run(&all);
-    assert!(finished.status.success(), "bourse {}: {}\n{}", args.join(" "), finished.stdout, finished.stderr);
-    let last = finished.stdout.lines().last().unwrap_or_else(|| panic!("bourse {} printed nothing", args.join(" ")));
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("bourse {}: {e}: {last}", args.join(" ")))
-}
-
 /// `(size, cost, realised)` of the account's position in symbol 0.
 fn position(node: &NodeProcess, account: &str) -> (i64, i64, i64) {
-    let report = verb(node, &["report", account]);
+    let report = node.verb(&["report", account]);
     let positions = report["positions"].as_array().expect("positions");
     positions.iter().find(|p| p["symbol"] == 0).map_or((0, 0, 0), |p| {
         (p["size"].as_i64().unwrap(), p["cost"].as_i64().unwrap(), p["realized"].as_i64().unwrap())
@@ -30,13 +20,13 @@ fn position(node: &NodeProcess, account: &str) -> (i64, i64, i64) {
 }
 
 fn usd_available(node: &NodeProcess, account: &str) -> i64 {
-    let report = verb(node, &["report", account]);
+    let report = node.verb(&["report", account]);
     let usd = report["balances"].as_array().expect("balances").iter().find(|b| b["asset"] == 0).cloned();
     usd.map_or(0, |b| b["available"].as_i64().unwrap())
 }
 
 fn assert_balanced(node: &NodeProcess) -> Value {
-    let report = verb(node, &["exchange-report"]);
+    let report = node.verb(&["exchange-report"]);
     for asset in report["assets"].as_array().expect("assets") {
         assert_eq!(asset["balanced"], true, "{report}");
     }
@@ -48,34 +38,31 @@ fn a_margin_contract_is_traded_marked_liquidated_and_settled_from_the_command_li
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let node = NodeProcess::start(&data, "127.0.0.1:0".parse().unwrap(), &[]);
-    verb(&node, &["asset-create", "USD"]);
-    verb(&node, &["asset-create", "FUT", "--decimals", "0"]);
+    node.verb(&["asset-create", "USD"]);
+    node.verb(&["asset-create", "FUT", "--decimals", "0"]);
     for _ in 0..4 {
-        verb(&node, &["account-create"]);
+        node.verb(&["account-create"]);
     }
-    verb(
-        &node,
-        &[
-            "symbol-create",
-            "FUT/USD",
-            "--base",
-            "FUT",
-            "--quote",
-            "USD",
-            "--px-min",
-            "10",
-            "--px-max",
-            "10000",
-            "--margin-initial-bp",
-            "1000",
-            "--margin-maintenance-bp",
-            "500",
-            "--margin-multiplier",
-            "10",
-            "--margin-insurance",
-            "3",
-        ],
-    );
+    node.verb(&[
+        "symbol-create",
+        "FUT/USD",
+        "--base",
+        "FUT",
+        "--quote",
+        "USD",
+        "--px-min",
+        "10",
+        "--px-max",
+        "10000",
+        "--margin-initial-bp",
+        "1000",
+        "--margin-maintenance-bp",
+        "500",
+        "--margin-multiplier",
+        "10",
+        "--margin-insurance",
+        "3",
+    ]);
     let markets = bourse_run(&["markets", "--node", &node.addr.to_string()]);
     assert!(
         markets.stdout.contains("margin: initial 1000 bp, maintenance 500 bp, multiplier 10"),
@@ -83,14 +70,14 @@ fn a_margin_contract_is_traded_marked_liquidated_and_settled_from_the_command_li
         markets.stdout
     );
     for (account, amount) in [("0", "1000"), ("1", "10000"), ("2", "10000"), ("3", "5000")] {
-        verb(&node, &["deposit", account, "USD", amount]);
+        node.verb(&["deposit", account, "USD", amount]);
     }
     // A buys 10 at 100 from B: 10 contracts worth 10,000 on 1,000 of cash.
-    verb(&node, &["place", "1", "FUT/USD", "sell", "10", "--px", "100"]);
-    verb(&node, &["place", "0", "FUT/USD", "buy", "10", "--px", "100"]);
+    node.verb(&["place", "1", "FUT/USD", "sell", "10", "--px", "100"]);
+    node.verb(&["place", "0", "FUT/USD", "buy", "10", "--px", "100"]);
     assert_eq!(position(&node, "0"), (10, 10_000, 0));
     assert_eq!(position(&node, "1"), (-10, -10_000, 0));
-    let report = verb(&node, &["report", "0"]);
+    let report = node.verb(&["report", "0"]);
     let margin = &report["margin"][0];
     assert_eq!((margin["equity"].as_i64(), margin["initial_margin"].as_i64()), (Some(1_000), Some(1_000)));
     // A liquidates at a mark below 95 (equity 1,000 − 10 × (100 − p) × 10 under 5 %).
@@ -103,8 +90,8 @@ fn a_margin_contract_is_traded_marked_liquidated_and_settled_from_the_command_li
 
     // C bids 3 at 92; the mark falls to 80: A is liquidated, 3 into C's bid, 7 to the
     // insurance account at the bankruptcy price 90.
-    verb(&node, &["place", "2", "FUT/USD", "buy", "3", "--px", "92"]);
-    verb(&node, &["mark", "FUT/USD", "80"]);
+    node.verb(&["place", "2", "FUT/USD", "buy", "3", "--px", "92"]);
+    node.verb(&["mark", "FUT/USD", "80"]);
     assert_eq!(position(&node, "0"), (0, 0, -940));
     assert_eq!(usd_available(&node, "0"), 60);
     assert_eq!(position(&node, "3"), (7, 6_300, 0));
@@ -113,7 +100,7 @@ fn a_margin_contract_is_traded_marked_liquidated_and_settled_from_the_command_li
     assert_eq!(totals["symbols"][0]["open_interest"].as_i64(), Some(10));
 
     // The close of the day settles everyone at 80: B (short 10 at 100) gains 2,000.
-    verb(&node, &["close-day"]);
+    node.verb(&["close-day"]);
     assert_eq!(position(&node, "1"), (-10, -8_000, 0));
     assert_eq!(usd_available(&node, "1"), 12_000);
     let totals = assert_balanced(&node);

@@ -149,6 +149,19 @@ impl Drop for GatewayProcess {
 }
 
 impl NodeProcess {
+    /// Runs a CLI verb against this node with `--json` and returns its last line, which
+    /// must say it succeeded.
+    pub fn verb(&self, args: &[&str]) -> serde_json::Value {
+        let addr = self.addr.to_string();
+        let mut all = args.to_vec();
+        all.extend(["--node", &addr, "--json"]);
+        let finished = bourse_run(&all);
+        assert!(finished.status.success(), "bourse {}: {}\n{}", args.join(" "), finished.stdout, finished.stderr);
+        let last =
+            finished.stdout.lines().last().unwrap_or_else(|| panic!("bourse {} printed nothing", args.join(" ")));
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("bourse {}: {e}: {last}", args.join(" ")))
+    }
+
     /// Starts `bourse serve --data DATA --listen LISTEN ARGS…` and waits for its address.
     pub fn start(data: &Path, listen: SocketAddr, args: &[&str]) -> NodeProcess {
         match NodeProcess::try_start(data, listen, args) {
