@@ -37,6 +37,52 @@ const SYMBOLS: [(i64, i64, i64); 4] = [(1_000, 1, 1), (1_000, 5, 10), (1_000, 1,
 /// The fixture's margin symbols' insurance account.
 pub const INSURANCE: AccountId = AccountId(3);
 
+/// The fixture's margin contracts, for a market that has its three spot assets, two
+/// spot pairs and four accounts: assets M (settlement), FUT and FUT2; symbols FUT/M
+/// (FIFO, last-trade mark, multiplier 1) and FUT2/M (pro-rata, operator mark,
+/// multiplier 2), insured by account 3; 2,000 M deposited to each account.
+pub fn margin_market() -> Vec<CommandBody> {
+    let mut bodies: Vec<CommandBody> = ["M", "FUT", "FUT2"]
+        .iter()
+        .map(|name| CommandBody::CreateAsset { name: (*name).into(), decimals: 2 })
+        .collect();
+    // High leverage and thin cash, so the stream's price moves of a few per cent
+    // liquidate.
+    let margins = [
+        ("FUT/M", 4, MatchPolicy::Fifo, MarkSource::LastTrade, 1),
+        ("FUT2/M", 5, MatchPolicy::ProRata, MarkSource::Operator, 2),
+    ];
+    for (i, (name, base, policy, mark, multiplier)) in margins.into_iter().enumerate() {
+        let (_, tick, lot) = SYMBOLS[2 + i];
+        bodies.push(CommandBody::CreateMarginSymbol(Box::new(MarginSymbol {
+            spec: SymbolSpec {
+                name: name.into(),
+                base: AssetId(base),
+                quote: AssetId(3),
+                tick: Px(tick),
+                lot: Qty(lot),
+                px_min: Px(500),
+                px_max: Px(5_000),
+                fee_maker: Amount(-1),
+                fee_taker: Amount(2),
+                policy,
+            },
+            margin: MarginSpec {
+                initial_bp: 300,
+                maintenance_bp: 200,
+                multiplier,
+                position_limit: Qty(500 * lot),
+                mark,
+                insurance: INSURANCE,
+            },
+        })));
+    }
+    for account in 0..ACCOUNTS {
+        bodies.push(CommandBody::Deposit { account: AccountId(account), asset: AssetId(3), amount: Amount(2_000) });
+    }
+    bodies
+}
+
 /// A reader of fuzz bytes that yields zeros once exhausted.
 pub struct Bytes<'a> {
     data: &'a [u8],
@@ -81,6 +127,9 @@ pub struct Differential {
     ts: u64,
     events_fast: Vec<Event>,
     events_reference: Vec<Event>,
+    /// Every balance as its last `Balance` event said: what a client following the
+    /// events believes.
+    reported: std::collections::BTreeMap<(AccountId, AssetId), (i64, i64)>,
 }
 
 impl Default for Differential {
@@ -92,7 +141,7 @@ impl Default for Differential {
 impl Differential {
     /// Assets USD, ACME, BETA; symbols ACME/USD (FIFO, tick 1, lot 1, maker rebate 1,
     /// taker fee 2) and BETA/USD (pro-rata, tick 5, lot 10, taker fee 3); four funded
-    /// accounts.
+    /// accounts; then [`margin_market`]'s two contracts.
     pub fn new() -> Self {
         let mut d = Differential {
             fast: Engine::default(),
@@ -101,8 +150,9 @@ impl Differential {
             ts: 1_000_000,
             events_fast: Vec::new(),
             events_reference: Vec::new(),
+            reported: Default::default(),
         };
-        for name in ["USD", "ACME", "BETA", "M", "FUT", "FUT2"] {
+        for name in ["USD", "ACME", "BETA"] {
             d.apply_as(0, CommandBody::CreateAsset { name: name.into(), decimals: 2 });
         }
         let specs = [("ACME/USD", 1, MatchPolicy::Fifo, -1, 2), ("BETA/USD", 2, MatchPolicy::ProRata, 0, 3)];
@@ -127,47 +177,15 @@ impl Differential {
         for _ in 0..ACCOUNTS {
             d.apply_as(0, CommandBody::CreateAccount);
         }
-        // Margin contracts settled in M: high leverage and thin cash, so the stream's
-        // price moves of a few per cent liquidate.
-        let margins = [
-            ("FUT/M", 4, MatchPolicy::Fifo, MarkSource::LastTrade, 1),
-            ("FUT2/M", 5, MatchPolicy::ProRata, MarkSource::Operator, 2),
-        ];
-        for (i, (name, base, policy, mark, multiplier)) in margins.into_iter().enumerate() {
-            let (_, tick, lot) = SYMBOLS[2 + i];
-            d.apply_as(
-                0,
-                CommandBody::CreateMarginSymbol(Box::new(MarginSymbol {
-                    spec: SymbolSpec {
-                        name: name.into(),
-                        base: AssetId(base),
-                        quote: AssetId(3),
-                        tick: Px(tick),
-                        lot: Qty(lot),
-                        px_min: Px(500),
-                        px_max: Px(5_000),
-                        fee_maker: Amount(-1),
-                        fee_taker: Amount(2),
-                        policy,
-                    },
-                    margin: MarginSpec {
-                        initial_bp: 300,
-                        maintenance_bp: 200,
-                        multiplier,
-                        position_limit: Qty(500 * lot),
-                        mark,
-                        insurance: INSURANCE,
-                    },
-                })),
-            );
-        }
         for account in 0..ACCOUNTS {
             let account = AccountId(account);
             d.apply_as(0, CommandBody::Deposit { account, asset: AssetId(0), amount: Amount(50_000_000) });
             for asset in [1, 2] {
                 d.apply_as(0, CommandBody::Credit { account, asset: AssetId(asset), amount: Amount(20_000) });
             }
-            d.apply_as(0, CommandBody::Deposit { account, asset: AssetId(3), amount: Amount(2_000) });
+        }
+        for body in margin_market() {
+            d.apply_as(0, body);
         }
         d
     }
@@ -191,6 +209,7 @@ impl Differential {
         assert_eq!(self.events_fast, self.events_reference, "events differ for {command:?}");
         self.fast.check_invariants();
         self.reference.check_invariants();
+        self.assert_balances_reported(command);
         if let (Some(before), Outcome::Rejected(Reject::FokCannotFill)) = (before, fast.outcome) {
             assert_fok_refusal_right(before, command);
         }
@@ -200,6 +219,27 @@ impl Differential {
             assert_eq!(open_day_orders(&self.fast), 0, "a Day order outlived CloseDay");
         }
         fast
+    }
+
+    /// Every balance the command changed was reported by a `Balance` event: the
+    /// balances the events say are the engine's.
+    fn assert_balances_reported(&mut self, command: &Command) {
+        for event in &self.events_fast {
+            if let Event::Balance { account, asset, available, reserved } = *event {
+                self.reported.insert((account, asset), (available.0, reserved.0));
+            }
+        }
+        for (i, account) in self.fast.accounts.iter().enumerate() {
+            for (asset, balance) in &account.balances {
+                let reported = self.reported.get(&(AccountId(i as u32), *asset)).copied().unwrap_or((0, 0));
+                assert_eq!(
+                    reported,
+                    (balance.available.0, balance.reserved.0),
+                    "account {i} asset {} changed without a Balance event in {command:?}",
+                    asset.0
+                );
+            }
+        }
     }
 
     /// Applies `body` as the next command of `client`.
@@ -237,6 +277,7 @@ impl Differential {
             ts: self.ts,
             events_fast: Vec::new(),
             events_reference: Vec::new(),
+            reported: self.reported.clone(),
         }
     }
 

@@ -707,6 +707,11 @@ impl<B: Book> Engine<B> {
                 events.push(Event::PositionTransferred { symbol: sym, from: account, to: insurance, qty, px });
                 self.margin_fill(account, sym, side, rest, px, 0, 0, false, events);
                 self.margin_fill(insurance, sym, side.opposite(), rest, px, 0, 0, false, events);
+                // The transfer realised P&L on both sides: their cash changed.
+                self.emit_balance(account, quote, events);
+                if insurance != account {
+                    self.emit_balance(insurance, quote, events);
+                }
             } else {
                 self.close_record(id, OrderStatus::Filled);
             }
