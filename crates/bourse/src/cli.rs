@@ -717,9 +717,13 @@ impl Cli {
                            "longs": s.longs, "shorts": s.shorts})
                 })
                 .collect();
-            println!("{}", json!({"assets": assets, "symbols": symbols, "log_index": reply.log_index}));
+            println!(
+                "{}",
+                json!({"assets": assets, "symbols": symbols, "log_index": reply.log_index,
+                       "days_closed": reply.days_closed})
+            );
         } else {
-            println!("exchange totals (log index {})", reply.log_index);
+            println!("exchange totals (log index {}, {} trading days closed)", reply.log_index, reply.days_closed);
             for a in &reply.assets {
                 println!(
                     "  asset {:<4} supply {:>20} = available {} + reserved {} + fees {} - bad debt {} - open cost {}: {}",

@@ -206,6 +206,8 @@ pub struct Engine<B: Book = FastBook> {
     pub(crate) next_order_id: u64,
     /// The timestamp of the last command applied, so a new leader never stamps earlier.
     pub(crate) ts_last: Timestamp,
+    /// Trading days closed ([`CommandBody::CloseDay`]); the day trading now is the next.
+    pub(crate) days_closed: u64,
     /// Open and pending orders.
     pub(crate) orders: FxHashMap<OrderId, OrderRecord>,
     /// The most recently closed orders, in closing order; the oldest are forgotten
@@ -262,6 +264,7 @@ impl<B: Book> Engine<B> {
             clients_refused: 0,
             next_order_id: 1,
             ts_last: 0,
+            days_closed: 0,
             orders: FxHashMap::default(),
             // Sized up front: growing a ring of records copies it, a latency spike.
             orders_closed: VecDeque::with_capacity(config.orders_closed_max as usize),

@@ -797,6 +797,8 @@ pub struct OpenInterest {
 /// The exchange-wide report: totals per asset, open interest per margin symbol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExchangeReport {
+    /// Trading days closed so far (the day trading now is the next).
+    pub days_closed: u64,
     pub assets: Vec<AssetTotals>,
     pub symbols: Vec<OpenInterest>,
 }
@@ -910,6 +912,6 @@ impl<B: Book> Engine<B> {
                 }
             }
         }
-        ExchangeReport { assets, symbols }
+        ExchangeReport { days_closed: self.days_closed, assets, symbols }
     }
 }

@@ -382,6 +382,7 @@ impl<B: Book> Engine<B> {
             }
         }
         self.settle_margin(events);
+        self.days_closed += 1;
         day.len() as u64
     }
 

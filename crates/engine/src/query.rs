@@ -93,6 +93,13 @@ impl<B: Book> Engine<B> {
         self.ts_last
     }
 
+    /// Trading days closed so far: the day trading now is number `days_closed() + 1`,
+    /// and the `n`-th [`CommandBody::CloseDay`](crate::command::CommandBody::CloseDay)
+    /// closes day `n`.
+    pub fn days_closed(&self) -> u64 {
+        self.days_closed
+    }
+
     /// Resting orders and pending stops of an account, by order id.
     pub fn open_orders(&self, account: AccountId) -> Vec<OrderView> {
         let mut ids: Vec<OrderId> = self

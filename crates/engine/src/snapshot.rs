@@ -26,7 +26,8 @@ use crate::types::{AccountId, AssetId, ClientId, Px, Side, SymbolId};
 ///    sweep; the configuration has `clients_max` and `client_expiry_secs`.
 /// 6: the fairness delays set through the log.
 /// 7: margin symbols (their rules and operator mark), positions, bad debt per asset.
-pub const SNAPSHOT_VERSION: u32 = 7;
+/// 8: the number of trading days closed.
+pub const SNAPSHOT_VERSION: u32 = 8;
 
 #[derive(Serialize, Deserialize)]
 struct SymbolImage {
@@ -53,6 +54,7 @@ struct Image {
     config: EngineConfig,
     next_order_id: u64,
     ts_last: u64,
+    days_closed: u64,
     assets: Vec<Asset>,
     symbols: Vec<SymbolImage>,
     accounts: Vec<AccountImage>,
@@ -132,6 +134,7 @@ impl<B: Book> Engine<B> {
             config: self.config,
             next_order_id: self.next_order_id,
             ts_last: self.ts_last,
+            days_closed: self.days_closed,
             assets: self.assets.clone(),
             symbols,
             accounts,
@@ -163,6 +166,7 @@ impl<B: Book> Engine<B> {
         let mut engine = Engine::<B>::new(image.config);
         engine.next_order_id = image.next_order_id;
         engine.ts_last = image.ts_last;
+        engine.days_closed = image.days_closed;
         for (i, asset) in image.assets.into_iter().enumerate() {
             engine.asset_names.insert(asset.name.clone(), AssetId(i as u32));
             engine.assets.push(asset);

@@ -94,7 +94,7 @@ pub async fn exchange_report(State(state): State<Shared>, Key(key): Key) -> ApiR
             shorts: s.shorts,
         });
     }
-    Ok(Json(ExchangeReport { log_index: reply.log_index, assets, symbols }))
+    Ok(Json(ExchangeReport { log_index: reply.log_index, days_closed: reply.days_closed, assets, symbols }))
 }
 
 /// Sets the mark price of a margin symbol whose mark is the operator's (administrative

@@ -518,6 +518,8 @@ pub struct OpenInterest {
 #[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
 pub struct ExchangeReport {
     pub log_index: u64,
+    /// Trading days closed so far (`close-day`); the day trading now is the next.
+    pub days_closed: u64,
     /// Every asset, by id.
     pub assets: Vec<AssetTotals>,
     /// Every margin symbol, by id.

@@ -930,6 +930,7 @@ pub fn exchange_report_reply(
 ) -> proto::GetExchangeReportReply {
     proto::GetExchangeReportReply {
         log_index,
+        days_closed: report.days_closed,
         assets: report
             .assets
             .iter()
