@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod clearing;
 mod cli;
 mod cluster;
 mod daytrading;
@@ -66,6 +67,11 @@ enum TopCommand {
     History {
         #[command(subcommand)]
         command: history::HistoryCommand,
+    },
+    /// End-of-day clearing from the history store: `clearing report --day D [--csv|--json]`.
+    Clearing {
+        #[command(subcommand)]
+        command: clearing::ClearingCommand,
     },
     /// The cluster's certificate authority: create it, issue and revoke certificates, list them.
     Pki {
@@ -127,6 +133,7 @@ fn main() -> ExitCode {
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::History { command } => history::run(command, &cli.target),
+        TopCommand::Clearing { command } => clearing::run(command, cli.target.json),
         TopCommand::Workload(args) => daytrading::workload(args),
         TopCommand::Gateway { command } => gateway::run(command, &cli.target),
         TopCommand::Demo(args) => demo::run(args),

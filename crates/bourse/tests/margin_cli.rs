@@ -2,8 +2,9 @@
 //! node, a margin contract made with `symbol-create --margin-initial-bp …`, positions
 //! opened with `place`, valued in `report`, an account liquidated by `mark`, its rest
 //! taken over by the insurance account, `close-day` settling the variation margin, the
-//! `exchange-report` balancing every asset throughout, and the journal replaying to the
-//! same state.
+//! `exchange-report` balancing every asset throughout, the journal replaying to the
+//! same state, and `clearing report` of the day — from the node's own history while it
+//! runs, and from a history rebuilt from its journal — saying what the engine says.
 
 mod support;
 
@@ -107,9 +108,77 @@ fn a_margin_contract_is_traded_marked_liquidated_and_settled_from_the_command_li
     let usd = &totals["assets"][0];
     assert_eq!(usd["open_cost"].as_i64(), Some(0), "settled costs sum to zero: {totals}");
     let index_last = totals["log_index"].as_u64().expect("log index");
+    assert_eq!(totals["days_closed"].as_u64(), Some(1));
+
+    // The day's clearing report from the node's own history (once its sink has the close).
+    let history = data.join("history.sqlite");
+    let live = clearing_report(&history, std::time::Duration::from_secs(30));
+    assert_clears_like_the_engine(&live, &totals);
 
     let (status, stderr) = node.terminate();
     assert!(status.success(), "{stderr}");
     let (replayed, _) = bourse_replay(&data).unwrap_or_else(|f| panic!("replay failed:\n{}", f.stderr));
     assert_eq!(replayed.index, index_last);
+
+    // A history rebuilt from the journal reports the same day, byte for byte.
+    let rebuilt = dir.path().join("rebuilt.sqlite");
+    let done = bourse_run(&["history", "rebuild", "--data", data.to_str().unwrap(), "--db", rebuilt.to_str().unwrap()]);
+    assert!(done.status.success(), "{}", done.stderr);
+    assert_eq!(clearing_report(&rebuilt, std::time::Duration::ZERO), live);
+    let csv = bourse_run(&["clearing", "report", "--day", "1", "--csv", "--db", rebuilt.to_str().unwrap()]);
+    assert!(csv.status.success(), "{}", csv.stderr);
+    assert!(csv.stdout.starts_with("positions,day,account,symbol,"), "{}", csv.stdout);
+    assert!(csv.stdout.contains("\nasset,1,USD,"), "{}", csv.stdout);
+    // Day 2 has not closed: it is the open day; day 3 is not there.
+    let open = bourse_run(&["clearing", "report", "--day", "2", "--json", "--db", rebuilt.to_str().unwrap()]);
+    assert!(open.status.success(), "{}", open.stderr);
+    let missing = bourse_run(&["clearing", "report", "--day", "3", "--db", rebuilt.to_str().unwrap()]);
+    assert!(!missing.status.success() && missing.stderr.contains("1 trading days closed"), "{}", missing.stderr);
+}
+
+/// `bourse clearing report --day 1 --json` on `db`, retried for up to `wait` while the
+/// history has not recorded the close yet.
+fn clearing_report(db: &std::path::Path, wait: std::time::Duration) -> Value {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let done = bourse_run(&["clearing", "report", "--day", "1", "--json", "--db", db.to_str().unwrap()]);
+        if done.status.success() {
+            let last = done.stdout.lines().last().expect("a report");
+            return serde_json::from_str(last).expect("JSON");
+        }
+        assert!(std::time::Instant::now() < deadline, "no clearing report: {}", done.stderr);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The report of the day just closed against the engine's totals after the close, and
+/// the positions the scenario made.
+fn assert_clears_like_the_engine(report: &Value, totals: &Value) {
+    assert_eq!(report["closed"], true, "{report}");
+    assert_eq!(report["imbalances"].as_array().map(Vec::len), Some(0), "{report}");
+    for (line, engine) in report["assets"].as_array().unwrap().iter().zip(totals["assets"].as_array().unwrap()) {
+        assert_eq!(line["asset"], engine["asset"]);
+        for field in ["supply", "fees", "bad_debt", "open_cost"] {
+            assert_eq!(line[field], engine[field], "{field}: {line} {engine}");
+        }
+        let cash = engine["available"].as_i64().unwrap() + engine["reserved"].as_i64().unwrap();
+        assert_eq!(line["cash"].as_i64(), Some(cash), "{line} {engine}");
+    }
+    let symbol = &report["symbols"][0];
+    assert_eq!(symbol["open_interest"], totals["symbols"][0]["open_interest"]);
+    assert_eq!(symbol["settle_px"], totals["symbols"][0]["mark"]);
+    assert_eq!((symbol["trades"].as_i64(), symbol["volume"].as_i64()), (Some(2), Some(13)), "{symbol}");
+    let line = |account: i64| {
+        report["positions"].as_array().unwrap().iter().find(|l| l["account"] == account).cloned().expect("a line")
+    };
+    let fields = |l: &Value, names: &[&str]| names.iter().map(|n| l[*n].as_i64().unwrap()).collect::<Vec<_>>();
+    let names = ["bought", "sold", "transferred", "position", "realized", "variation"];
+    // A: bought 10, 3 sold into C's bid by the liquidation, 7 given to the insurance account.
+    assert_eq!(fields(&line(0), &names), [10, 3, -7, 0, -940, 0]);
+    // B: short 10 at 100, settled at 80.
+    assert_eq!(fields(&line(1), &names), [0, 10, 0, -10, 0, 2_000]);
+    // C: long 3 at 92, settled at 80.
+    assert_eq!(fields(&line(2), &names), [3, 0, 0, 3, 0, -360]);
+    // The insurance account: 7 taken over at 90, settled at 80.
+    assert_eq!(fields(&line(3), &names), [0, 0, 7, 7, 0, -700]);
 }

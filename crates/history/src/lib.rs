@@ -12,10 +12,13 @@
 //!   member, failover); [`files`]: the source for a stopped node's journal.
 //! - [`store`]: the two backends, one [`schema`]; [`query`]: the queries, one SQL text
 //!   each for both.
+//! - [`clearing`]: a trading day's clearing report (per account and symbol, per
+//!   account and asset, per symbol, the conservation line per asset) from the rows.
 //! - [`testing`]: a throwaway PostgreSQL server (initdb into a temporary directory, a
 //!   free port) for tests and benchmarks, and made-up rows for the stores' tests.
 
 pub mod audit;
+pub mod clearing;
 pub mod files;
 pub mod follow;
 pub mod pace;

@@ -19,11 +19,14 @@
 //! from the ledger after applying it.
 
 use bourse_engine::codec;
-use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, Tif};
-use bourse_engine::{Engine, EngineConfig, Event, OrderId, OrderStatus, Side};
+use bourse_engine::command::{Command, CommandBody, MarkSource, MatchPolicy, OrderKind, OrderRequest, Stp, Tif};
+use bourse_engine::{Engine, EngineConfig, Event, OrderId, OrderStatus, Outcome, Side, SymbolId};
 use rustc_hash::FxHashMap;
 
-use crate::rows::{AccountRow, AssetRow, BalanceRow, ExecutionRow, OrderEventRow, OrderRow, RowKey, Rows, SymbolRow};
+use crate::rows::{
+    AccountRow, AssetRow, BalanceRow, ExecutionRow, MarginEventRow, MarginRules, OrderEventRow, OrderRow, RowKey, Rows,
+    SymbolRow, TradingDayRow,
+};
 
 /// One committed log entry: its index and its encoded commands in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +62,12 @@ pub struct Recorder {
     last: Option<u64>,
     /// Balances as last reported, for the deltas.
     balances: FxHashMap<(u32, u32), (i64, i64)>,
+    /// Margin positions as last reported, `(account, symbol) → (size, cost,
+    /// realised)`: for the P&L each change realises and the cost a settlement leaves.
+    positions: FxHashMap<(u32, u32), (i64, i64, i64)>,
+    /// The margin symbol of the last position change or settlement in the command: a
+    /// shortfall that follows is paid by its insurance account.
+    margin_symbol: Option<SymbolId>,
     events: Vec<Event>,
     touched: Vec<OrderId>,
     cancelled: Vec<OrderId>,
@@ -81,15 +90,22 @@ impl Recorder {
 
     fn from_engine(engine: Engine, last: Option<u64>) -> Self {
         let mut balances = FxHashMap::default();
+        let mut positions = FxHashMap::default();
         for account in 0..engine.accounts_len() as u32 {
-            for (asset, balance) in engine.balances(bourse_engine::AccountId(account)).unwrap_or_default() {
+            let id = bourse_engine::AccountId(account);
+            for (asset, balance) in engine.balances(id).unwrap_or_default() {
                 balances.insert((account, asset.0), (balance.available.0, balance.reserved.0));
+            }
+            for p in engine.position_reports(id).unwrap_or_default() {
+                positions.insert((account, p.symbol.0), (p.size, p.cost, p.realized));
             }
         }
         Recorder {
             engine,
             last,
             balances,
+            positions,
+            margin_symbol: None,
             events: Vec::new(),
             touched: Vec::new(),
             cancelled: Vec::new(),
@@ -133,9 +149,19 @@ impl Recorder {
             // never goes backwards.
             command.ts = command.ts.max(self.engine.ts_last());
             self.events.clear();
-            self.engine.apply(&command, &mut self.events);
+            let days = self.engine.days_closed();
+            let applied = self.engine.apply(&command, &mut self.events);
             if let Some(rows) = rows.as_deref_mut() {
                 self.record_command(entry.index, &mut pos, &command, rows);
+                if self.engine.days_closed() > days {
+                    let expired = match applied.outcome {
+                        Outcome::Ok { id } => id as i64,
+                        Outcome::Rejected(_) => 0,
+                    };
+                    let key = RowKey { log_index: entry.index as i64, pos, ts: command.ts as i64 };
+                    pos += 1;
+                    rows.days.push(TradingDayRow { key, day: self.engine.days_closed() as i64, expired });
+                }
             } else {
                 self.track_balances();
             }
@@ -144,17 +170,29 @@ impl Recorder {
         Ok(())
     }
 
-    /// Keeps the balance memory current without producing rows.
+    /// Keeps the balance and position memory current without producing rows.
     fn track_balances(&mut self) {
         for event in &self.events {
-            if let Event::Balance { account, asset, available, reserved } = *event {
-                self.balances.insert((account.0, asset.0), (available.0, reserved.0));
+            match *event {
+                Event::Balance { account, asset, available, reserved } => {
+                    self.balances.insert((account.0, asset.0), (available.0, reserved.0));
+                }
+                Event::Position { account, symbol, size, cost, realized } => {
+                    self.positions.insert((account.0, symbol.0), (size.0, cost.0, realized.0));
+                }
+                Event::Settled { account, symbol, variation, .. } => {
+                    if let Some(position) = self.positions.get_mut(&(account.0, symbol.0)) {
+                        position.1 += variation.0;
+                    }
+                }
+                _ => {}
             }
         }
     }
 
     fn record_command(&mut self, index: u64, pos: &mut i64, command: &Command, rows: &mut Rows) {
         let mut cause = Cause::Command(command_cause(&command.body));
+        self.margin_symbol = None;
         self.touched.clear();
         self.cancelled.clear();
         let mut keys = Keys { log_index: index as i64, pos: *pos, ts: command.ts as i64, command_pos: *pos };
@@ -241,6 +279,17 @@ impl Recorder {
                         MatchPolicy::Fifo => "fifo",
                         MatchPolicy::ProRata => "pro_rata",
                     },
+                    margin: self.engine.symbol_margin(symbol).map(|m| MarginRules {
+                        multiplier: m.multiplier,
+                        initial_bp: i64::from(m.initial_bp),
+                        maintenance_bp: i64::from(m.maintenance_bp),
+                        position_limit: m.position_limit.0,
+                        mark: match m.mark {
+                            MarkSource::Operator => "operator",
+                            MarkSource::LastTrade => "last_trade",
+                        },
+                        insurance: i64::from(m.insurance.0),
+                    }),
                 });
             }
             Event::AccountCreated { account } => {
@@ -286,15 +335,91 @@ impl Recorder {
                 });
             }
             Event::Rejected { .. } => unreachable!("handled above"),
-            // Margin positions, marks and liquidations are not in the history store yet:
-            // balances and trades are, which is what the conservation line needs.
-            Event::Position { .. }
-            | Event::Mark { .. }
-            | Event::Liquidated { .. }
-            | Event::PositionTransferred { .. }
-            | Event::Shortfall { .. }
-            | Event::Settled { .. }
-            | Event::Settlement { .. } => {}
+            Event::Position { account, symbol, size, cost, realized } => {
+                let (size_before, _, realized_before) =
+                    self.positions.insert((account.0, symbol.0), (size.0, cost.0, realized.0)).unwrap_or((0, 0, 0));
+                // A change from flat realises nothing; and a flat position with no
+                // orders is forgotten by the engine, its realised P&L with it, so the
+                // next one starts again from 0.
+                let change = if size_before == 0 { 0 } else { realized.0 - realized_before };
+                self.margin_symbol = Some(symbol);
+                rows.margin.push(MarginEventRow {
+                    key,
+                    event: "position",
+                    account: Some(i64::from(account.0)),
+                    symbol: Some(i64::from(symbol.0)),
+                    qty: Some(size.0),
+                    cost: Some(cost.0),
+                    realized: Some(realized.0),
+                    amount: Some(change),
+                    ..MarginEventRow::default()
+                });
+            }
+            Event::Mark { symbol, px } => rows.margin.push(MarginEventRow {
+                key,
+                event: "mark",
+                symbol: Some(i64::from(symbol.0)),
+                px: Some(px.0),
+                ..MarginEventRow::default()
+            }),
+            Event::Liquidated { account, asset } => rows.margin.push(MarginEventRow {
+                key,
+                event: "liquidated",
+                account: Some(i64::from(account.0)),
+                asset: Some(i64::from(asset.0)),
+                ..MarginEventRow::default()
+            }),
+            Event::PositionTransferred { symbol, from, to, qty, px } => rows.margin.push(MarginEventRow {
+                key,
+                event: "transferred",
+                account: Some(i64::from(from.0)),
+                symbol: Some(i64::from(symbol.0)),
+                px: Some(px.0),
+                qty: Some(qty.0),
+                counterparty: Some(i64::from(to.0)),
+                ..MarginEventRow::default()
+            }),
+            Event::Settled { account, symbol, px, variation } => {
+                let position = self.positions.entry((account.0, symbol.0)).or_default();
+                position.1 += variation.0;
+                let (size, cost) = (position.0, position.1);
+                self.margin_symbol = Some(symbol);
+                rows.margin.push(MarginEventRow {
+                    key,
+                    event: "settled",
+                    account: Some(i64::from(account.0)),
+                    symbol: Some(i64::from(symbol.0)),
+                    px: Some(px.0),
+                    qty: Some(size),
+                    cost: Some(cost),
+                    amount: Some(variation.0),
+                    ..MarginEventRow::default()
+                });
+            }
+            Event::Settlement { symbol, px, open_interest } => rows.margin.push(MarginEventRow {
+                key,
+                event: "settlement",
+                symbol: Some(i64::from(symbol.0)),
+                px: Some(px.0),
+                qty: Some(open_interest.0),
+                ..MarginEventRow::default()
+            }),
+            Event::Shortfall { account, asset, covered, bad_debt } => {
+                let insurance = self
+                    .margin_symbol
+                    .and_then(|symbol| self.engine.symbol_margin(symbol))
+                    .map(|m| i64::from(m.insurance.0));
+                rows.margin.push(MarginEventRow {
+                    key,
+                    event: "shortfall",
+                    account: Some(i64::from(account.0)),
+                    asset: Some(i64::from(asset.0)),
+                    amount: Some(covered.0),
+                    bad_debt: Some(bad_debt.0),
+                    counterparty: insurance,
+                    ..MarginEventRow::default()
+                })
+            }
             Event::Accepted { order, account, symbol, side, kind, qty, ts: _ } => {
                 *cause = Cause::Order("accepted", order);
                 self.touched.push(order);

@@ -11,7 +11,7 @@
 //! Integers are stored as signed 64-bit (ids and indexes stay far below 2^63).
 
 /// Where a row came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RowKey {
     pub log_index: i64,
     pub pos: i64,
@@ -133,6 +133,56 @@ pub struct SymbolRow {
     pub fee_taker: i64,
     /// `fifo` or `pro_rata`.
     pub policy: &'static str,
+    /// A margin contract's rules (`None`: a spot pair).
+    pub margin: Option<MarginRules>,
+}
+
+/// A margin contract's rules, as `CreateMarginSymbol` set them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarginRules {
+    pub multiplier: i64,
+    pub initial_bp: i64,
+    pub maintenance_bp: i64,
+    pub position_limit: i64,
+    /// `operator` or `last_trade`.
+    pub mark: &'static str,
+    pub insurance: i64,
+}
+
+/// One margin event (`margin_events`), its columns by event:
+///
+/// | event | columns |
+/// |---|---|
+/// | `position` | account, symbol; after the change `qty` (signed size), `cost`, `realized` (the position's realised P&L so far); `amount` the P&L this change realised |
+/// | `mark` | symbol, `px` |
+/// | `liquidated` | account, asset |
+/// | `transferred` | symbol, account (from), `counterparty` (to), `qty` (signed, as the counterparty receives it), `px` |
+/// | `settled` | account, symbol, `px` (the settle price), `amount` (the variation margin paid in), `qty` (size) and `cost` after it |
+/// | `settlement` | symbol, `px` (the settle price), `qty` (open interest) |
+/// | `shortfall` | account, asset, `counterparty` (the insurance account), `amount` (what it covered), `bad_debt` |
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MarginEventRow {
+    pub key: RowKey,
+    pub event: &'static str,
+    pub account: Option<i64>,
+    pub symbol: Option<i64>,
+    pub asset: Option<i64>,
+    pub px: Option<i64>,
+    pub qty: Option<i64>,
+    pub cost: Option<i64>,
+    pub realized: Option<i64>,
+    pub amount: Option<i64>,
+    pub bad_debt: Option<i64>,
+    pub counterparty: Option<i64>,
+}
+
+/// The close of a trading day: the `day`-th `CloseDay`, keyed after every row of its
+/// command (the day's expiries and settlements), and how many Day orders it expired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TradingDayRow {
+    pub key: RowKey,
+    pub day: i64,
+    pub expired: i64,
 }
 
 /// One day-trading audit record (spec 9.2): `userCommand`, `quoteServer`,
@@ -180,6 +230,8 @@ pub struct Rows {
     pub assets: Vec<AssetRow>,
     pub symbols: Vec<SymbolRow>,
     pub audit: Vec<AuditEntryRow>,
+    pub margin: Vec<MarginEventRow>,
+    pub days: Vec<TradingDayRow>,
 }
 
 impl Rows {
@@ -193,6 +245,8 @@ impl Rows {
             + self.assets.len()
             + self.symbols.len()
             + self.audit.len()
+            + self.margin.len()
+            + self.days.len()
     }
 
     /// Each table's name and row count, in `schema::TABLES` order.
@@ -206,6 +260,8 @@ impl Rows {
             ("assets", self.assets.len()),
             ("symbols", self.symbols.len()),
             ("dt_audit", self.audit.len()),
+            ("margin_events", self.margin.len()),
+            ("trading_days", self.days.len()),
         ]
     }
 
@@ -232,5 +288,7 @@ impl Rows {
         self.assets.extend(other.assets);
         self.symbols.extend(other.symbols);
         self.audit.extend(other.audit);
+        self.margin.extend(other.margin);
+        self.days.extend(other.days);
     }
 }

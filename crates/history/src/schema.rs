@@ -45,7 +45,10 @@ pub enum Dialect {
 /// Version 8: PostgreSQL's batches are written by four writers (`order_events` and
 /// `balance_movements` shared out by order id and account: [`Part`]), the progress of
 /// every part after the first a row of `history_progress_parts`.
-pub const SCHEMA_VERSION: i64 = 8;
+/// Version 9: margin trading and clearing: `symbols` has a margin contract's rules,
+/// `margin_events` the positions, marks, liquidations, transfers, settlements and
+/// shortfalls, `trading_days` each close of the day.
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The row tables and their columns after the key, in insert order.
 pub const TABLES: &[(&str, &str)] = &[
@@ -77,12 +80,19 @@ pub const TABLES: &[(&str, &str)] = &[
         "symbols",
         "symbol BIGINT NOT NULL, name TEXT NOT NULL, base BIGINT NOT NULL, quote BIGINT NOT NULL, tick BIGINT NOT NULL, \
          lot BIGINT NOT NULL, px_min BIGINT NOT NULL, px_max BIGINT NOT NULL, fee_maker BIGINT NOT NULL, \
-         fee_taker BIGINT NOT NULL, policy TEXT NOT NULL",
+         fee_taker BIGINT NOT NULL, policy TEXT NOT NULL, multiplier BIGINT, initial_bp BIGINT, \
+         maintenance_bp BIGINT, position_limit BIGINT, mark TEXT, insurance BIGINT",
     ),
     (
         "dt_audit",
         "audit_seq BIGINT NOT NULL, username TEXT, records BLOB NOT NULL",
     ),
+    (
+        "margin_events",
+        "event TEXT NOT NULL, account BIGINT, symbol BIGINT, asset BIGINT, px BIGINT, qty BIGINT, cost BIGINT, \
+         realized BIGINT, amount BIGINT, bad_debt BIGINT, counterparty BIGINT",
+    ),
+    ("trading_days", "day BIGINT NOT NULL, expired BIGINT NOT NULL"),
 ];
 
 /// How many writers write a batch, in parallel, each its part of the rows in a

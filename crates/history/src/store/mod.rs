@@ -355,6 +355,12 @@ pub(crate) fn each_row<'a>(
                         Cell::Int(r.fee_maker),
                         Cell::Int(r.fee_taker),
                         Cell::Text(r.policy),
+                        opt(r.margin.as_ref().map(|m| m.multiplier)),
+                        opt(r.margin.as_ref().map(|m| m.initial_bp)),
+                        opt(r.margin.as_ref().map(|m| m.maintenance_bp)),
+                        opt(r.margin.as_ref().map(|m| m.position_limit)),
+                        r.margin.as_ref().map_or(Cell::Null, |m| Cell::Text(m.mark)),
+                        opt(r.margin.as_ref().map(|m| m.insurance)),
                     ],
                 )?;
             }
@@ -369,6 +375,31 @@ pub(crate) fn each_row<'a>(
                         Cell::Blob(&r.records),
                     ],
                 )?;
+            }
+        }
+        "margin_events" => {
+            for r in batches.iter().flat_map(|p| &p.margin).filter(|r| new(&r.key)) {
+                row(
+                    &r.key,
+                    &[
+                        Cell::Text(r.event),
+                        opt(r.account),
+                        opt(r.symbol),
+                        opt(r.asset),
+                        opt(r.px),
+                        opt(r.qty),
+                        opt(r.cost),
+                        opt(r.realized),
+                        opt(r.amount),
+                        opt(r.bad_debt),
+                        opt(r.counterparty),
+                    ],
+                )?;
+            }
+        }
+        "trading_days" => {
+            for r in batches.iter().flat_map(|p| &p.days).filter(|r| new(&r.key)) {
+                row(&r.key, &[Cell::Int(r.day), Cell::Int(r.expired)])?;
             }
         }
         other => return Err(StoreError::Invalid(format!("no rows for table {other}"))),

@@ -36,6 +36,13 @@ pub fn workload(seed: u64, commands: usize, entry_commands_max: usize, first_ind
     scripted_workload(seed, commands, entry_commands_max, first_index, Vec::new())
 }
 
+/// [`workload`] on the fuzzing fixture's whole market: its two margin contracts too
+/// (`fuzzing::margin_market`), so the stream has positions, marks, liquidations and
+/// the close of the day's settlements.
+pub fn margin_workload(seed: u64, commands: usize, entry_commands_max: usize) -> Workload {
+    scripted_workload(seed, commands, entry_commands_max, 1, bourse_engine::fuzzing::margin_market())
+}
+
 /// [`workload`] with `script` (commands of client 1) after the market's setup and before
 /// the seeded commands.
 pub fn scripted_workload(
