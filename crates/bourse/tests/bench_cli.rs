@@ -42,6 +42,21 @@ fn ec2020_json_has_the_required_keys() {
     assert!(assert_number(&report, "/book/levels_avg") > 100.0);
 }
 
+/// `--margin --against-spot`: spot and margin cycles alternated, a ratio per pair, the
+/// median ratio between the extremes.
+#[test]
+fn margin_against_spot_reports_each_pair() {
+    let report =
+        bench_json(&["--workload", "ec2020", "--margin", "--against-spot", "--commands", "20000", "--cycles", "3"]);
+    assert_eq!(report["margin"], true);
+    assert!(assert_number(&report, "/spot_mops") > 0.0 && assert_number(&report, "/mops") > 0.0);
+    let ratios: Vec<f64> = report["ratios"].as_array().expect("ratios").iter().filter_map(Value::as_f64).collect();
+    assert_eq!(ratios.len(), 3);
+    assert!(ratios.iter().all(|r| *r > 0.0));
+    assert_eq!(assert_number(&report, "/ratio"), ratios[1], "the median of three sorted ratios");
+    assert!(!bourse(&["bench", "engine", "--against-spot"]).status.success(), "--against-spot needs --margin");
+}
+
 #[test]
 fn ec2018_reports_every_rate_and_cycle() {
     let report = bench_json(&[

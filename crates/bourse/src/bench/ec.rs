@@ -6,7 +6,7 @@
 //! run. Then throughput cycles and latency runs, each on a fresh copy of the pre-filled
 //! engine, each checked to end in the generator's end state (same state hash).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bourse_engine::SymbolId;
 use bourse_sim::workload::ec::{
@@ -15,6 +15,7 @@ use bourse_sim::workload::ec::{
 use serde_json::json;
 
 use super::engine::{EngineArgs, Workload};
+use super::measure::{median, mops, run_closed_loop};
 use super::phases::{latency, throughput, Expected};
 use super::report::{book_json, book_line, mix_json, mix_lines, progress, round3, Report};
 
@@ -64,8 +65,66 @@ pub fn run(args: &EngineArgs) -> Result<(), String> {
     report.set("book", book_json(&workload.book, BOOK_SAMPLE_EVERY));
 
     let expected = Expected::of(&workload.end, workload.mix.rejected, true);
+    if args.against_spot {
+        progress(format!("generating the same {commands} commands on the spot contract"));
+        let spot = EcWorkload::generate(&EcConfig { margin: false, ..config });
+        let spot_expected = Expected::of(&spot.end, spot.mix.rejected, true);
+        paired(&mut report, (&spot, &spot_expected), (&workload, &expected), args.cycles)?;
+        report.finish();
+        return Ok(());
+    }
     throughput(&mut report, &workload.start, &workload.commands, args.cycles, &expected)?;
     latency(&mut report, &workload.start, &workload.commands, &args.rates, &expected)?;
     report.finish();
+    Ok(())
+}
+
+/// Spot and margin cycles alternated; sets `spot_mops`, `mops` (margin), `ratio` (the
+/// median of the pairs' margin/spot throughput ratios) and `ratios`.
+fn paired(
+    report: &mut Report,
+    spot: (&EcWorkload, &Expected),
+    margin: (&EcWorkload, &Expected),
+    cycles: u32,
+) -> Result<(), String> {
+    report.say("throughput, spot and margin cycles alternated (one thread, each cycle on a fresh copy):");
+    let (mut spot_times, mut margin_times, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for cycle in 1..=cycles {
+        let mut times = [Duration::ZERO; 2];
+        for (i, (workload, expected)) in [spot, margin].into_iter().enumerate() {
+            let mut engine = workload.start.clone();
+            let (elapsed, counts) = run_closed_loop(&mut engine, &workload.commands);
+            expected.check(&engine, counts, &format!("cycle {cycle}"))?;
+            times[i] = elapsed;
+        }
+        let n = spot.0.commands.len() as u64;
+        let ratio = times[0].as_secs_f64() / times[1].as_secs_f64();
+        let line = format!(
+            "pair {cycle}/{cycles}: spot {:.3}, margin {:.3} M commands/s: {:.1}%",
+            mops(n, times[0]),
+            mops(n, times[1]),
+            ratio * 100.0
+        );
+        progress(&line);
+        report.say(format!("  {line}"));
+        spot_times.push(times[0]);
+        margin_times.push(times[1]);
+        ratios.push(ratio);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let ratio = ratios[ratios.len() / 2];
+    let n = spot.0.commands.len() as u64;
+    let (spot_mops, margin_mops) = (mops(n, median(&spot_times)), mops(n, median(&margin_times)));
+    report.say(format!(
+        "  median: spot {spot_mops:.3}, margin {margin_mops:.3} M commands/s; median pair ratio {:.1}% (pairs {:.1}%–{:.1}%)",
+        ratio * 100.0,
+        ratios[0] * 100.0,
+        ratios[ratios.len() - 1] * 100.0
+    ));
+    report.set("cycles", cycles);
+    report.set("spot_mops", round3(spot_mops));
+    report.set("mops", round3(margin_mops));
+    report.set("ratio", round3(ratio));
+    report.set("ratios", ratios.iter().map(|r| round3(*r)).collect::<Vec<_>>());
     Ok(())
 }
