@@ -52,6 +52,7 @@ impl Position {
     /// Nothing open, nothing pending, nothing realised and out of the index: the entry
     /// can go. (A closed position with realised P&L stays, for the reports, until a
     /// settlement pays its P&L out.)
+    #[inline]
     pub fn is_idle(&self) -> bool {
         self.size == 0 && self.buying == 0 && self.selling == 0 && self.realized == 0 && self.threshold.is_none()
     }
@@ -59,6 +60,7 @@ impl Position {
 
 impl Account {
     /// The balance of `asset`, zero when the account never held it.
+    #[inline]
     pub fn balance(&self, asset: AssetId) -> Balance {
         match self.balances.binary_search_by_key(&asset, |(a, _)| *a) {
             Ok(i) => self.balances[i].1,
@@ -67,6 +69,7 @@ impl Account {
     }
 
     /// The balance of `asset`, created at zero when missing.
+    #[inline]
     pub fn balance_mut(&mut self, asset: AssetId) -> &mut Balance {
         let i = match self.balances.binary_search_by_key(&asset, |(a, _)| *a) {
             Ok(i) => i,
@@ -79,12 +82,14 @@ impl Account {
     }
 
     /// The position in `symbol`, if the account has one.
+    #[inline]
     pub fn position(&self, symbol: SymbolId) -> Option<&Position> {
         let i = self.positions.binary_search_by_key(&symbol, |(s, _)| *s).ok()?;
         Some(&self.positions[i].1)
     }
 
     /// The position in `symbol`, created flat when missing.
+    #[inline]
     pub fn position_mut(&mut self, symbol: SymbolId) -> &mut Position {
         let i = match self.positions.binary_search_by_key(&symbol, |(s, _)| *s) {
             Ok(i) => i,
@@ -97,6 +102,7 @@ impl Account {
     }
 
     /// Drops the entry of `symbol` when it is idle (flat with no open orders).
+    #[inline]
     pub fn position_tidy(&mut self, symbol: SymbolId) {
         if let Ok(i) = self.positions.binary_search_by_key(&symbol, |(s, _)| *s) {
             if self.positions[i].1.is_idle() {
@@ -106,6 +112,7 @@ impl Account {
     }
 
     /// Moves `amount` from available to reserved. The caller checked it is available.
+    #[inline]
     pub fn reserve(&mut self, asset: AssetId, amount: Amount) {
         let balance = self.balance_mut(asset);
         assert!(balance.available >= amount, "reserve beyond available");
@@ -114,6 +121,7 @@ impl Account {
     }
 
     /// Moves `amount` from reserved back to available.
+    #[inline]
     pub fn release(&mut self, asset: AssetId, amount: Amount) {
         let balance = self.balance_mut(asset);
         assert!(balance.reserved >= amount, "release beyond reserved");

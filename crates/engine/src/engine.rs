@@ -655,6 +655,7 @@ impl<B: Book> Engine<B> {
         self.symbols.get(symbol.0 as usize).ok_or(Reject::SymbolUnknown)
     }
 
+    #[inline]
     pub(crate) fn emit_balance(&self, account: AccountId, asset: AssetId, events: &mut Vec<Event>) {
         let balance = self.accounts[account.0 as usize].balance(asset);
         events.push(Event::Balance { account, asset, available: balance.available, reserved: balance.reserved });

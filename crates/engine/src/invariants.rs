@@ -173,13 +173,15 @@ impl<B: Book> Engine<B> {
                 let expected = if exempt { None } else { self.threshold(id, *sym, &totals) };
                 assert_eq!(position.threshold, expected, "account {id} liquidation key in {sym} stale");
                 if let Some(key) = expected {
-                    let set = if position.size > 0 { &margin.longs } else { &margin.shorts };
-                    assert!(set.contains(&(key, id)), "account {id} missing from the index of {sym}");
                     let entry = &mut keys[sym.0 as usize];
-                    if position.size > 0 {
-                        entry.0 += 1
-                    } else {
-                        entry.1 += 1
+                    if crate::margin::in_band(&symbol.spec, key, position.size > 0) {
+                        let set = if position.size > 0 { &margin.longs } else { &margin.shorts };
+                        assert!(set.contains(&(key, id)), "account {id} missing from the index of {sym}");
+                        if position.size > 0 {
+                            entry.0 += 1
+                        } else {
+                            entry.1 += 1
+                        }
                     }
                     if totals.open >= 2 {
                         assert!(margin.multi.contains(&id), "account {id} missing from the multi list of {sym}");

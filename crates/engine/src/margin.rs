@@ -27,7 +27,9 @@
 //! unrealised) < Σ |size| × mark × m × maintenance_bp`. Each open position is indexed
 //! per symbol by the mark at which that becomes true, the other marks held where they
 //! are ([`Engine::threshold`]): longs when `mark < t`, shorts when `mark ≥ t`, exact
-//! integer comparisons. A mark move therefore finds the accounts to liquidate by a
+//! integer comparisons. Only keys a mark within the symbol's price bounds can reach are
+//! in the index (an account whose cash covers any move within the bounds is not). A
+//! mark move therefore finds the accounts to liquidate by a
 //! range of the index, O(log n + k), never a scan of the holders; the few accounts with
 //! positions in two or more symbols of one asset (whose key moves with the other
 //! marks) are listed per symbol and re-keyed on every mark move there. Liquidation
@@ -113,10 +115,14 @@ impl MarginTerms {
         // In `i64` whenever the notional fits, as it does for every order within the
         // position limit (≤ 2^53): `ceil(a × bp / 10000) = (a / 10000) × bp + ceil((a %
         // 10000) × bp / 10000)` for `a ≥ 0`, no 128-bit division on the hot path.
+        // Unsigned, so the divisions by the constant are a multiply and a shift each;
+        // `(a / 10000) × bp ≤ a` (bp ≤ 10000) and the rest is below 10000, so nothing
+        // overflows `u64`.
         let fast = px.0.checked_mul(qty.0).and_then(|a| a.checked_mul(self.multiplier)).filter(|&a| a >= 0);
         if let Some(a) = fast {
-            let (bp, one) = (i64::from(self.initial_bp), i64::from(BP_ONE));
-            return (a / one).checked_mul(bp)?.checked_add(((a % one) * bp + one - 1) / one);
+            const ONE: u64 = BP_ONE as u64;
+            let (a, bp) = (a as u64, u64::from(self.initial_bp));
+            return i64::try_from((a / ONE) * bp + ((a % ONE) * bp).div_ceil(ONE)).ok();
         }
         let scaled = notional(px, qty) * i128::from(self.multiplier) * i128::from(self.initial_bp);
         i64::try_from(ceil_div(scaled, i128::from(BP_ONE))).ok()
@@ -143,6 +149,17 @@ impl MarginTerms {
         let before = self.initial(px, remaining).expect("hold fitted when placed");
         let after = self.initial(px, Qty(remaining.0 - qty.0)).expect("hold fitted when placed");
         before - after + self.fee(qty).expect("hold fitted when placed")
+    }
+}
+
+/// Whether a liquidation key is within reach of a mark the symbol can have (marks stay
+/// within `[px_min, px_max]`): a long's when some mark is below it, a short's when some
+/// mark is at or above it. Keys out of reach stay out of the index.
+pub(crate) fn in_band(spec: &SymbolSpec, key: i128, long: bool) -> bool {
+    if long {
+        key > i128::from(spec.px_min.0)
+    } else {
+        key <= i128::from(spec.px_max.0)
     }
 }
 
@@ -184,7 +201,12 @@ fn trade_position(size: &mut i64, cost: &mut i64, d: i64, px: Px, multiplier: i6
         return 0;
     }
     if d.abs() <= s.abs() {
-        let removed = i128::from(*cost) * i128::from(-d) / i128::from(s);
+        // A 64-bit division when the product fits (the usual case), else a 128-bit one:
+        // the same quotient, truncated towards zero.
+        let removed = match cost.checked_mul(-d) {
+            Some(product) => i128::from(product / s),
+            None => i128::from(*cost) * i128::from(-d) / i128::from(s),
+        };
         *cost = i64::try_from(i128::from(*cost) - removed).expect("part of a cost");
         *size += d;
         return -value - removed;
@@ -338,12 +360,18 @@ impl<B: Book> Engine<B> {
             let (old, was_long, size) = (position.threshold, position.indexed_long, position.size);
             position.threshold = threshold;
             position.indexed_long = size > 0;
+            let keyed = threshold.is_some();
             if !position.is_idle() {
                 i += 1;
             }
             holder.position_tidy(sym);
-            let margin = self.symbols[sym.0 as usize].margin.as_mut().expect("positions are in margin symbols");
-            let was = old.map(|old| (old, was_long));
+            let symbol = &mut self.symbols[sym.0 as usize];
+            let spec = &symbol.spec;
+            let margin = symbol.margin.as_mut().expect("positions are in margin symbols");
+            // Only keys some mark within the price bounds reaches are indexed: an
+            // account whose cash covers any move within them costs no B-tree work.
+            let was = old.filter(|&key| in_band(spec, key, was_long)).map(|key| (key, was_long));
+            let threshold = threshold.filter(|&key| in_band(spec, key, size > 0));
             if was != threshold.map(|key| (key, size > 0)) {
                 if let Some((old, long)) = was {
                     if long {
@@ -360,7 +388,7 @@ impl<B: Book> Engine<B> {
                     }
                 }
             }
-            if threshold.is_some() && totals.open >= 2 {
+            if keyed && totals.open >= 2 {
                 margin.multi.insert(account);
             } else if !margin.multi.is_empty() {
                 margin.multi.remove(&account);
@@ -369,16 +397,27 @@ impl<B: Book> Engine<B> {
         !exempt && totals.liquidatable()
     }
 
-    /// Adds or removes open order quantity in a margin position.
+    /// Adds or removes open order quantity in a margin position (one search of the
+    /// account's positions: this runs for every order placed, filled or cancelled).
+    #[inline]
     pub(crate) fn position_orders(&mut self, account: AccountId, sym: SymbolId, side: Side, qty: i64) {
-        let holder = &mut self.accounts[account.0 as usize];
-        let position = holder.position_mut(sym);
+        let positions = &mut self.accounts[account.0 as usize].positions;
+        let i = match positions.binary_search_by_key(&sym, |(s, _)| *s) {
+            Ok(i) => i,
+            Err(i) => {
+                positions.insert(i, (sym, crate::account::Position::default()));
+                i
+            }
+        };
+        let position = &mut positions[i].1;
         match side {
             Side::Buy => position.buying += qty,
             Side::Sell => position.selling += qty,
         }
         debug_assert!(position.buying >= 0 && position.selling >= 0, "open order quantity went negative");
-        holder.position_tidy(sym);
+        if position.is_idle() {
+            positions.remove(i);
+        }
     }
 
     /// The checks a margin order must pass beyond its shape: no budget, the position
@@ -913,5 +952,44 @@ impl<B: Book> Engine<B> {
             }
         }
         ExchangeReport { days_closed: self.days_closed, assets, symbols }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn terms(multiplier: i64, initial_bp: u32) -> MarginTerms {
+        MarginTerms { multiplier, initial_bp, px_max: Px(i64::MAX), fee_taker: 0, lot: 1 }
+    }
+
+    /// `ceil(px × qty × m × bp / 10000)` exactly, in 128 bits.
+    fn exact(px: i64, qty: i64, m: i64, bp: u32) -> i128 {
+        ceil_div(i128::from(px) * i128::from(qty) * i128::from(m) * i128::from(bp), i128::from(BP_ONE))
+    }
+
+    proptest! {
+        /// The hold's 64-bit path rounds exactly as the 128-bit formula, up to the
+        /// notional bound and past it (where the 128-bit path takes over).
+        #[test]
+        fn initial_margin_is_the_exact_ceiling(
+            px in 1i64..=1 << 40,
+            qty in 1i64..=1 << 30,
+            m in 1i64..=1_000,
+            bp in 1u32..=BP_ONE,
+        ) {
+            let want = exact(px, qty, m, bp);
+            prop_assert_eq!(terms(m, bp).initial(Px(px), Qty(qty)).map(i128::from), i64::try_from(want).ok().map(i128::from));
+        }
+    }
+
+    #[test]
+    fn initial_margin_at_the_edges() {
+        for (px, qty, m, bp) in
+            [(1, 1, 1, 1), (9_999, 1, 1, 1), (10_000, 1, 1, 1), (10_001, 1, 1, 10_000), (1 << 53, 1, 1, 10_000)]
+        {
+            assert_eq!(terms(m, bp).initial(Px(px), Qty(qty)).map(i128::from), Some(exact(px, qty, m, bp)));
+        }
     }
 }
