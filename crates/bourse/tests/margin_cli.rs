@@ -137,16 +137,24 @@ fn a_margin_contract_is_traded_marked_liquidated_and_settled_from_the_command_li
 }
 
 /// `bourse clearing report --day 1 --json` on `db`, retried for up to `wait` while the
-/// history has not recorded the close yet.
+/// history has not recorded the close yet (until then day 1 is the open day, or the
+/// store is not there yet).
 fn clearing_report(db: &std::path::Path, wait: std::time::Duration) -> Value {
     let deadline = std::time::Instant::now() + wait;
     loop {
         let done = bourse_run(&["clearing", "report", "--day", "1", "--json", "--db", db.to_str().unwrap()]);
-        if done.status.success() {
-            let last = done.stdout.lines().last().expect("a report");
-            return serde_json::from_str(last).expect("JSON");
+        let report: Option<Value> = done
+            .status
+            .success()
+            .then(|| serde_json::from_str(done.stdout.lines().last().expect("a report")).expect("JSON"));
+        match report {
+            Some(report) if report["closed"] == true => return report,
+            report => assert!(
+                std::time::Instant::now() < deadline,
+                "no clearing report of the closed day: {report:?} {}",
+                done.stderr
+            ),
         }
-        assert!(std::time::Instant::now() < deadline, "no clearing report: {}", done.stderr);
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
