@@ -56,7 +56,7 @@ pub enum ClearingError {
 pub type Result<T> = std::result::Result<T, ClearingError>;
 
 /// A point of the log: a row key `(log_index, pos)` and its time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Point {
     pub log_index: i64,
     pub pos: i64,
@@ -64,7 +64,7 @@ pub struct Point {
 }
 
 /// One account's day in one symbol.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct PositionLine {
     pub account: i64,
     pub symbol: i64,
@@ -98,7 +98,7 @@ pub struct PositionLine {
 
 /// One account's cash in one asset over the day: `opening + deposits − withdrawals +
 /// trades − fees + pnl + shortfall = closing`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct CashLine {
     pub account: i64,
     pub asset: i64,
@@ -122,7 +122,7 @@ pub struct CashLine {
 }
 
 /// One symbol's day.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SymbolLine {
     pub symbol: i64,
     pub name: String,
@@ -142,7 +142,7 @@ pub struct SymbolLine {
 
 /// One asset's conservation line at the day's end: `cash + fees − bad_debt −
 /// open_cost = supply`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct AssetLine {
     pub asset: i64,
     pub name: String,
@@ -159,7 +159,7 @@ pub struct AssetLine {
 }
 
 /// The clearing report of one trading day.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ClearingReport {
     pub day: u64,
     /// False for the day trading now: the report covers it so far.

@@ -57,6 +57,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/orders/{order}/history", get(crate::history::order_history))
         .route("/v1/orders/{order}/query", get(crate::history::order_query))
         .route("/v1/history/trades/{symbol}", get(crate::history::trades))
+        .route("/v1/admin/clearing", get(crate::history::clearing))
         .route("/v1/admin/close-day", post(close_day))
         .route("/v1/admin/report", get(crate::margin::exchange_report))
         .route("/v1/admin/symbols/{symbol}/mark", post(crate::margin::set_mark))
@@ -107,7 +108,7 @@ pub fn router(state: Shared) -> Router {
         move_order, reduce_order, get_book, get_trades, crate::control::cluster, crate::control::kill,
         crate::control::stats, crate::control::guest, close_day, crate::margin::account_report,
         crate::margin::exchange_report, crate::margin::set_mark, crate::history::statement, crate::history::order_history,
-        crate::history::order_query, crate::history::trades,
+        crate::history::order_query, crate::history::trades, crate::history::clearing,
         crate::daytrading::add, crate::daytrading::quote, crate::daytrading::buy, crate::daytrading::commit_buy,
         crate::daytrading::cancel_buy, crate::daytrading::sell, crate::daytrading::commit_sell,
         crate::daytrading::cancel_sell, crate::daytrading::set_buy_amount, crate::daytrading::set_buy_trigger,
@@ -129,7 +130,7 @@ pub fn router(state: Shared) -> Router {
         (name = "history", description = "Statements, order histories and trades from the history store \
             (servers started with --history only)"),
         (name = "admin", description = "Operator commands and reports: the close of the trading day, margin \
-            symbols' marks, the exchange's totals"),
+            symbols' marks, the exchange's totals, a day's clearing report (from the history store)"),
         (name = "daytrading", description = "The day-trading service's sixteen commands (servers started with \
             --day-trading only): a user's key acts as the user it is named after, an administrator's for anyone"),
     )

@@ -6,7 +6,9 @@
 //! The store answers; the gateway still decides who may ask: a statement, or an
 //! order's history, is read only after the gateway answered a balance query for the
 //! account with the caller's key (so a key sees only its accounts, as everywhere else).
-//! A symbol's trades are market data: any key the gateway accepts may read them.
+//! A symbol's trades are market data: any key the gateway accepts may read them. A
+//! day's clearing report covers every account: read only after the gateway answered
+//! the exchange's report (administrative keys) with the caller's key.
 //!
 //! Without a configured store the routes answer 404 `not_found`. Store calls block (the
 //! PostgreSQL client is synchronous), so they run on tokio's blocking threads, one at a
@@ -17,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use axum::extract::State;
 use axum::Json;
 use bourse_engine::AccountId;
+use bourse_history::clearing::{self, ClearingError, ClearingReport};
 use bourse_history::query::{self, OrderHistory, OrderQuery, Statement};
 use bourse_history::store::StoreError;
 use bourse_history::Store;
@@ -267,4 +270,58 @@ pub async fn trades(
     let (trades, truncated) = db.run(move |store| query::trades(store, i64::from(id), from, to, limit)).await?;
     let trades = trades.into_iter().map(|trade| HistoryTrade::shown(trade, rights.as_ref())).collect();
     Ok(Json(HistoryTrades { symbol: id, trades, truncated }))
+}
+
+/// `?day=` of the clearing report.
+#[derive(Clone, Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ClearingParams {
+    /// The trading day: the N-th close of the day closes day N; the day after the last
+    /// close is reported so far (default: the last day closed, or the open day if none).
+    pub day: Option<u64>,
+}
+
+/// A trading day's clearing report from the history (administrative key): per account
+/// and symbol the day's trades netted, liquidation transfers, positions, cash, fees and
+/// P&L; per account and asset the opening balance, the day's flows and the closing
+/// balance; per symbol volume, VWAP, open interest and the settle price; per asset the
+/// conservation line. `imbalances` lists every check that fails (empty when it balances).
+#[utoipa::path(get, path = "/v1/admin/clearing", tag = "admin",
+    params(ClearingParams),
+    responses((status = 200, body = ClearingReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 502, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn clearing(
+    State(state): State<Shared>,
+    Key(key): Key,
+    Params(params): Params<ClearingParams>,
+) -> ApiResult<Json<ClearingReport>> {
+    let db = Arc::clone(history(&state)?);
+    let session = state.upstream.session(key).await?;
+    session.query().exchange_report().await?;
+    let report = db
+        .run(move |store| {
+            let day = match params.day {
+                Some(day) => day,
+                None => match clearing::days_closed(store) {
+                    Ok(closed) => closed.max(1),
+                    Err(ClearingError::Store(error)) => return Err(error),
+                    Err(other) => return Ok(Err(other)),
+                },
+            };
+            match clearing::report(store, day) {
+                Err(ClearingError::Store(error)) => Err(error),
+                other => Ok(other),
+            }
+        })
+        .await?;
+    match report {
+        Ok(report) => Ok(Json(report)),
+        Err(error @ (ClearingError::NoSuchDay { .. } | ClearingError::Empty)) => {
+            Err(ApiError::NotFound(error.to_string()))
+        }
+        // A history that begins at a snapshot, or a total past 64 bits: this store
+        // cannot give the report.
+        Err(error) => Err(ApiError::Unavailable(error.to_string())),
+    }
 }

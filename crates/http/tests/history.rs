@@ -116,6 +116,52 @@ async fn statement_order_history_query_and_trades() {
     exchange.stop().await;
 }
 
+/// The clearing report of a closed day over REST: the day's trade netted per account,
+/// the fee on the taker's cash line, the conservation line per asset; administrative
+/// keys only; a day not there is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clearing_report_of_a_closed_day() {
+    let exchange = Exchange::start_with_history().await;
+    exchange.market().await;
+    let admin = exchange.client(&exchange.admin);
+    let alice = exchange.client(&exchange.alice);
+    alice.expect(201, "POST", "/v1/orders", Some(limit(0, "sell", 10, 150))).await;
+    alice.expect(201, "POST", "/v1/orders", Some(limit(1, "buy", 4, 151))).await;
+    admin.expect(200, "POST", "/v1/admin/close-day", None).await;
+    exchange.history_caught_up().await;
+
+    let report = admin.expect(200, "GET", "/v1/admin/clearing", None).await;
+    assert_eq!((report["day"].as_u64(), report["closed"].as_bool()), (Some(1), Some(true)), "{report}");
+    assert_eq!(report["imbalances"], json!([]));
+    let line = |account: i64| {
+        report["positions"].as_array().unwrap().iter().find(|l| l["account"] == account).cloned().expect("a line")
+    };
+    // Seller 0 sold 4 at 150 (the maker, no fee); buyer 1 paid 600 and the taker fee, 1 a lot.
+    assert_eq!((line(0)["sold"].as_i64(), line(0)["cash"].as_i64()), (Some(4), Some(600)));
+    assert_eq!(
+        (line(1)["net_qty"].as_i64(), line(1)["cash"].as_i64(), line(1)["fees"].as_i64()),
+        (Some(4), Some(-600), Some(4))
+    );
+    let symbol = &report["symbols"][0];
+    assert_eq!(
+        (symbol["trades"].as_i64(), symbol["volume"].as_i64(), symbol["vwap"].as_f64()),
+        (Some(1), Some(4), Some(150.0))
+    );
+    for asset in report["assets"].as_array().unwrap() {
+        assert_eq!(asset["balanced"], true, "{asset}");
+    }
+    let usd = report["assets"].as_array().unwrap().iter().find(|a| a["name"] == "USD").unwrap();
+    assert_eq!((usd["supply"].as_i64(), usd["fees"].as_i64()), (Some(2_000_000), Some(4)));
+    assert_eq!(admin.expect(200, "GET", "/v1/admin/clearing?day=1", None).await, report);
+    // Day 2 is open (nothing yet); day 3 is not there; a trader's key may not read it.
+    let open = admin.expect(200, "GET", "/v1/admin/clearing?day=2", None).await;
+    assert_eq!((open["closed"].as_bool(), open["positions"].as_array().map(Vec::len)), (Some(false), Some(0)));
+    let missing = admin.expect(404, "GET", "/v1/admin/clearing?day=3", None).await;
+    assert_eq!(missing["error"]["name"], "not_found");
+    alice.expect(403, "GET", "/v1/admin/clearing", None).await;
+    exchange.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_store_the_history_routes_are_404() {
     let exchange = Exchange::start().await;
@@ -123,5 +169,6 @@ async fn without_a_store_the_history_routes_are_404() {
     let error = alice.expect(404, "GET", "/v1/accounts/0/statement", None).await;
     assert_eq!(error["error"]["name"], "not_found");
     alice.expect(404, "GET", "/v1/orders/1/query", None).await;
+    exchange.client(&exchange.admin).expect(404, "GET", "/v1/admin/clearing", None).await;
     exchange.stop().await;
 }
