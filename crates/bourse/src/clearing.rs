@@ -46,7 +46,7 @@ fn report(args: ReportArgs, json: bool) -> Result<(), String> {
     let mut store = Store::open(&args.db).map_err(|e| e.to_string())?;
     let day = match args.day {
         Some(day) => day,
-        None => clearing::days_closed(&mut store).map_err(|e| e.to_string())?.max(1),
+        None => clearing::last_day(&mut store).map_err(|e| e.to_string())?,
     };
     let report = clearing::report(&mut store, day).map_err(|e| e.to_string())?;
     if args.csv {

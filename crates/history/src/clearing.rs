@@ -347,6 +347,12 @@ pub fn days_closed(store: &mut Store) -> Result<u64> {
     Ok(rows.first().map_or(0, |r| int(&r[0])) as u64)
 }
 
+/// The day a report is of when none is named: the last day closed, or day 1 (open)
+/// before the first close.
+pub fn last_day(store: &mut Store) -> Result<u64> {
+    Ok(days_closed(store)?.max(1))
+}
+
 /// The clearing report of day `day` (from 1; the day after the last close is the open
 /// day, reported so far).
 pub fn report(store: &mut Store, day: u64) -> Result<ClearingReport> {

@@ -177,17 +177,29 @@ impl Recorder {
                 Event::Balance { account, asset, available, reserved } => {
                     self.balances.insert((account.0, asset.0), (available.0, reserved.0));
                 }
-                Event::Position { account, symbol, size, cost, realized } => {
-                    self.positions.insert((account.0, symbol.0), (size.0, cost.0, realized.0));
-                }
-                Event::Settled { account, symbol, variation, .. } => {
-                    if let Some(position) = self.positions.get_mut(&(account.0, symbol.0)) {
-                        position.1 += variation.0;
-                    }
+                Event::Position { .. } | Event::Settled { .. } => {
+                    Self::track_position(&mut self.positions, event);
                 }
                 _ => {}
             }
         }
+    }
+
+    /// Remembers the position a `Position` or `Settled` event leaves (a settlement
+    /// moves the cost by its variation); returns `(size, cost, realised)` before and
+    /// after (zeros before a position's first event).
+    fn track_position(positions: &mut FxHashMap<(u32, u32), (i64, i64, i64)>, event: &Event) -> [(i64, i64, i64); 2] {
+        let (Event::Position { account, symbol, .. } | Event::Settled { account, symbol, .. }) = *event else {
+            unreachable!("only position events")
+        };
+        let position = positions.entry((account.0, symbol.0)).or_default();
+        let before = *position;
+        *position = match *event {
+            Event::Settled { variation, .. } => (before.0, before.1 + variation.0, before.2),
+            Event::Position { size, cost, realized, .. } => (size.0, cost.0, realized.0),
+            _ => unreachable!("only position events"),
+        };
+        [before, *position]
     }
 
     fn record_command(&mut self, index: u64, pos: &mut i64, command: &Command, rows: &mut Rows) {
@@ -336,8 +348,7 @@ impl Recorder {
             }
             Event::Rejected { .. } => unreachable!("handled above"),
             Event::Position { account, symbol, size, cost, realized } => {
-                let (size_before, _, realized_before) =
-                    self.positions.insert((account.0, symbol.0), (size.0, cost.0, realized.0)).unwrap_or((0, 0, 0));
+                let [(size_before, _, realized_before), _] = Self::track_position(&mut self.positions, event);
                 // A change from flat realises nothing; and a flat position with no
                 // orders is forgotten by the engine, its realised P&L with it, so the
                 // next one starts again from 0.
@@ -380,9 +391,7 @@ impl Recorder {
                 ..MarginEventRow::default()
             }),
             Event::Settled { account, symbol, px, variation } => {
-                let position = self.positions.entry((account.0, symbol.0)).or_default();
-                position.1 += variation.0;
-                let (size, cost) = (position.0, position.1);
+                let [_, (size, cost, _)] = Self::track_position(&mut self.positions, event);
                 self.margin_symbol = Some(symbol);
                 rows.margin.push(MarginEventRow {
                     key,

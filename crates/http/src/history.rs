@@ -301,15 +301,11 @@ pub async fn clearing(
     session.query().exchange_report().await?;
     let report = db
         .run(move |store| {
-            let day = match params.day {
-                Some(day) => day,
-                None => match clearing::days_closed(store) {
-                    Ok(closed) => closed.max(1),
-                    Err(ClearingError::Store(error)) => return Err(error),
-                    Err(other) => return Ok(Err(other)),
-                },
+            let report = match params.day {
+                Some(day) => clearing::report(store, day),
+                None => clearing::last_day(store).and_then(|day| clearing::report(store, day)),
             };
-            match clearing::report(store, day) {
+            match report {
                 Err(ClearingError::Store(error)) => Err(error),
                 other => Ok(other),
             }
