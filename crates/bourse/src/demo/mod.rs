@@ -93,6 +93,11 @@ pub struct DemoArgs {
     /// adapts both to the delays it observes, through the log (`[fairness] adaptive`).
     #[arg(long)]
     fixed_hold: bool,
+    /// Release jitter of every gateway, µs (0: none): each market data release put off by
+    /// a pseudo-random 0 to this, drawn per entry and gateway, so that gateways sharing
+    /// this machine's cores take turns at going first (docs/ARCHITECTURE.md).
+    #[arg(long, default_value_t = 50)]
+    release_jitter_us: u64,
     /// Where the dashboard and the REST + WebSocket API listen (port 0: any free port),
     /// over HTTPS with a certificate from the demo's CA (DATA/pki/ca.pem).
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -409,6 +414,8 @@ async fn start_gateways(
         config.hold_us = args.hold_us;
         config.probe = true;
         config.inject = Profile::for_gateway(spec, id - 1, args.seed);
+        config.release_jitter_us = args.release_jitter_us;
+        config.release_jitter_seed = args.seed;
         // Each gateway links as itself; its admin key's calls (the market's set-up) go
         // to the nodes as the demo's operator.
         let pki = nodes.pki();
