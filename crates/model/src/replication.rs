@@ -152,6 +152,17 @@ impl Replication {
         (Self::last_term(a), a.len()) >= (Self::last_term(b), b.len())
     }
 
+    /// A follower takes the leader's term and log (what every message from a leader
+    /// does); returns a copy of the leader and the follower.
+    fn follow(state: &mut State, leader: u8, follower: u8) -> (Replica, &mut Replica) {
+        let source = state.replicas[leader as usize].clone();
+        let f = &mut state.replicas[follower as usize];
+        f.term = source.term;
+        f.leader = false;
+        f.log = source.log.clone();
+        (source, f)
+    }
+
     fn ack(state: &mut State, cmd: Cmd) {
         let client = &mut state.clients[cmd.0 as usize];
         if client.next == cmd.1 {
@@ -259,11 +270,7 @@ impl Model for Replication {
                 }
             }
             Action::Replicate { leader, follower } => {
-                let source = state.replicas[leader as usize].clone();
-                let f = &mut state.replicas[follower as usize];
-                f.term = source.term;
-                f.leader = false;
-                f.log = source.log.clone();
+                let (source, f) = Self::follow(&mut state, leader, follower);
                 f.commit = f.commit.max(source.commit.min(source.log.len()));
             }
             Action::Commit { leader } => {
@@ -303,11 +310,7 @@ impl Model for Replication {
                 }
             }
             Action::InstallSnapshot { leader, follower } => {
-                let source = state.replicas[leader as usize].clone();
-                let f = &mut state.replicas[follower as usize];
-                f.term = source.term;
-                f.leader = false;
-                f.log = source.log.clone();
+                let (source, f) = Self::follow(&mut state, leader, follower);
                 f.applied = source.applied;
                 f.commit = f.commit.max(source.applied).min(f.log.len());
                 f.sessions = source.sessions.clone();
