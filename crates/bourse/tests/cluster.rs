@@ -72,6 +72,12 @@ async fn finish(h: &ClusterHarness, mut w: Workload) {
     let live = h.live();
     let (index, hash) = h.wait_converged(&live, CONVERGE_MAX).await;
     check_state(h, &w, &live, index).await;
+    if !w.history.ops.lock().expect("history").is_empty() {
+        match w.history.check(h.dir()) {
+            Ok(verdict) => say!(h.name, "historians' operations: {verdict}"),
+            Err(error) => h.fail(&format!("the historians' operations: {error}")).await,
+        }
+    }
     say!(
         h.name,
         "done: {} deposits and {} trading commands acknowledged; final index {index} hash {}…",
@@ -116,7 +122,7 @@ async fn three_nodes_kill_pause_isolate() {
     let _one = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let mut h = ClusterHarness::start("three", 3, HarnessOptions::default()).await;
-    let options = WorkloadOptions { seed: 0x3_0001, tls: h.tls(), ..WorkloadOptions::default() };
+    let options = WorkloadOptions { seed: 0x3_0001, tls: h.tls(), historians: 3, ..WorkloadOptions::default() };
     let w = Workload::start("three", h.endpoints(), options).await;
     w.wait_progress(&h, "the start", PROGRESS_DELTA, PROGRESS_MAX).await;
     let all = h.all();
@@ -177,7 +183,7 @@ async fn five_nodes_kill_two_and_split() {
     let _one = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let mut h = ClusterHarness::start("five", 5, HarnessOptions::default()).await;
-    let options = WorkloadOptions { seed: 0x5_0001, tls: h.tls(), ..WorkloadOptions::default() };
+    let options = WorkloadOptions { seed: 0x5_0001, tls: h.tls(), historians: 3, ..WorkloadOptions::default() };
     let w = Workload::start("five", h.endpoints(), options).await;
     w.wait_progress(&h, "the start", PROGRESS_DELTA, PROGRESS_MAX).await;
     let all = h.all();
@@ -337,6 +343,28 @@ async fn a_gateway_follows_the_leader() {
     gateway.shutdown().await;
 }
 
+/// The outside checker has teeth: a read that misses a deposit that returned before the
+/// read was called is not linearizable; the same read overlapping the deposit is.
+#[test]
+fn porcupine_refuses_a_stale_read() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, read_call: u64| {
+        let path = dir.path().join(name);
+        let text = format!(
+            "{{\"client\":0,\"account\":7,\"op\":\"deposit\",\"amount\":2,\"call\":0,\"return\":10}}\n\
+             {{\"client\":1,\"account\":7,\"op\":\"read\",\"balance\":0,\"call\":{read_call},\"return\":30}}\n"
+        );
+        std::fs::write(&path, text).expect("write history");
+        path
+    };
+    let html = dir.path().join("stale.html");
+    let verdict = harness::lincheck(&write("stale.jsonl", 20), &html).expect_err("a stale read");
+    assert!(verdict.contains("NOT linearizable"), "{verdict}");
+    assert!(html.exists(), "the visualization of the failure");
+    let verdict = harness::lincheck(&write("overlap.jsonl", 5), &html).expect("an overlapping read");
+    assert!(verdict.starts_with("linearizable: 2 operations"), "{verdict}");
+}
+
 // ---------------------------------------------------------------------------------------
 // The long form
 // ---------------------------------------------------------------------------------------
@@ -378,6 +406,7 @@ async fn chaos_long() {
         trader_accounts: 6,
         trader_rate: if fast { 1500.0 } else { 250.0 },
         tls: h.tls(),
+        historians: 4,
     };
     let w = Workload::start("chaos", h.endpoints(), workload).await;
     w.wait_progress(&h, "the start", PROGRESS_DELTA, PROGRESS_MAX).await;

@@ -274,6 +274,11 @@ impl ClusterHarness {
         self.slots.iter().map(|s| s.api.to_string()).collect()
     }
 
+    /// The harness's temporary directory (removed at the end).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     pub fn data_dir(&self, slot: usize) -> &Path {
         &self.slots[slot].data
     }
@@ -757,6 +762,10 @@ pub struct WorkloadOptions {
     /// The clients' mutual TLS: a harness cluster's nodes take order entry from gateway
     /// certificates only ([`ClusterHarness::tls`]); none for a gateway's client port.
     pub tls: Option<ClientTls>,
+    /// Clients whose every operation is recorded for the linearizability check (see
+    /// [`History`]): one operation outstanding each, deposits and linearizable balance
+    /// reads on [`HISTORY_ACCOUNTS`] accounts of their own.
+    pub historians: usize,
 }
 
 impl Default for WorkloadOptions {
@@ -770,6 +779,7 @@ impl Default for WorkloadOptions {
             trader_accounts: 4,
             trader_rate: 250.0,
             tls: None,
+            historians: 0,
         }
     }
 }
@@ -803,6 +813,86 @@ pub struct CounterStats {
     pub inflight: AtomicU64,
 }
 
+/// Accounts the historians share (each a partition of the linearizability check).
+pub const HISTORY_ACCOUNTS: usize = 2;
+
+/// What the historians did: every operation with its call and return times (ns since
+/// the workload started), and the USD they deposited (acknowledged).
+#[derive(Default)]
+pub struct History {
+    pub ops: Mutex<Vec<HistoryOp>>,
+    pub deposited: AtomicU64,
+    pub inflight: AtomicU64,
+}
+
+/// One completed operation: a deposit of `amount`, or a read that returned `balance`.
+#[derive(Clone, Debug)]
+pub struct HistoryOp {
+    pub client: usize,
+    pub account: AccountId,
+    pub deposit: Option<i64>,
+    pub balance: i64,
+    pub call_ns: u128,
+    pub return_ns: u128,
+}
+
+impl History {
+    /// Writes the history as JSON lines (tools/lincheck's input) and has Porcupine (a Go
+    /// module, an outside checker) decide whether it is linearizable against a model of
+    /// account balances. Returns its verdict line, or why not.
+    pub fn check(&self, dir: &Path) -> Result<String, String> {
+        let ops = self.ops.lock().expect("history").clone();
+        let mut text = String::new();
+        for op in &ops {
+            let what = match op.deposit {
+                Some(amount) => format!("\"op\":\"deposit\",\"amount\":{amount}"),
+                None => format!("\"op\":\"read\",\"balance\":{}", op.balance),
+            };
+            text.push_str(&format!(
+                "{{\"client\":{},\"account\":{},{what},\"call\":{},\"return\":{}}}\n",
+                op.client, op.account.0, op.call_ns, op.return_ns
+            ));
+        }
+        let file = dir.join("history.jsonl");
+        std::fs::write(&file, text).map_err(|e| format!("write {}: {e}", file.display()))?;
+        lincheck(&file, &dir.join("history.html"))
+    }
+}
+
+/// Runs tools/lincheck (built once per test binary) on `file`; Ok with its verdict when
+/// the history is linearizable.
+pub fn lincheck(file: &Path, html: &Path) -> Result<String, String> {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let tool = BUILT
+        .get_or_init(|| {
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/lincheck");
+            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lincheck");
+            let go = ["go", "/usr/local/go/bin/go"]
+                .into_iter()
+                .find(|go| Process::new(go).arg("version").output().is_ok_and(|o| o.status.success()))
+                .ok_or("no Go toolchain (scripts/test-deps.sh installs one)")?;
+            let built = Process::new(go)
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(".")
+                .current_dir(&source)
+                .output()
+                .map_err(|e| format!("go build: {e}"))?;
+            if !built.status.success() {
+                return Err(format!("go build of tools/lincheck: {}", String::from_utf8_lossy(&built.stderr)));
+            }
+            Ok(out)
+        })
+        .clone()?;
+    let run = Process::new(&tool).arg(file).arg(html).output().map_err(|e| format!("lincheck: {e}"))?;
+    let said = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    if run.status.success() {
+        Ok(said.trim().to_string())
+    } else {
+        Err(format!("{} (history {})", said.trim(), file.display()))
+    }
+}
+
 #[derive(Default)]
 pub struct TraderStats {
     pub sent: AtomicU64,
@@ -821,6 +911,8 @@ pub struct Market {
     /// Where probe clients deposit (see [`Workload::probe_progress`]).
     pub probe_account: AccountId,
     pub trader_accounts: Vec<Vec<AccountId>>,
+    /// The historians' accounts (none without historians).
+    pub history_accounts: Vec<AccountId>,
     /// Per asset id: deposits and credits the setup made (acknowledged).
     pub setup_supply: BTreeMap<u32, i128>,
 }
@@ -839,6 +931,7 @@ pub struct Workload {
     pub probe_acked: AtomicU64,
     probes: AtomicU64,
     tls: Option<ClientTls>,
+    pub history: Arc<History>,
 }
 
 /// Every task's error so far (the first wins).
@@ -890,6 +983,7 @@ impl Workload {
         };
         let counter_accounts = create(options.counters).await;
         let probe_account = create(1).await[0];
+        let history_accounts = if options.historians > 0 { create(HISTORY_ACCOUNTS).await } else { Vec::new() };
         let mut trader_accounts = Vec::new();
         let mut setup_supply: BTreeMap<u32, i128> = BTreeMap::new();
         for _ in 0..options.traders {
@@ -911,7 +1005,16 @@ impl Workload {
             trader_accounts.push(accounts);
         }
         setup_client.close().await.expect("setup client closes");
-        let market = Market { usd, acme, symbol, counter_accounts, probe_account, trader_accounts, setup_supply };
+        let market = Market {
+            usd,
+            acme,
+            symbol,
+            counter_accounts,
+            probe_account,
+            trader_accounts,
+            history_accounts,
+            setup_supply,
+        };
         let (paused, _) = watch::channel(false);
         let stop = Arc::new(AtomicBool::new(false));
         let mut workload = Workload {
@@ -926,7 +1029,27 @@ impl Workload {
             probe_acked: AtomicU64::new(0),
             probes: AtomicU64::new(0),
             tls: options.tls.clone(),
+            history: Arc::new(History::default()),
         };
+        let started = Instant::now();
+        for i in 0..options.historians {
+            let client_id = ClientId(0xA0_0000_0000 + options.seed.wrapping_mul(1000) + i as u64);
+            let client = Client::connect(endpoints.clone(), client_id, client_options(1, &options.tls))
+                .await
+                .expect("historian connects");
+            let query = bourse_client::QueryClient::connect(endpoints.clone(), client_options(1, &options.tls))
+                .await
+                .expect("historian's reads connect")
+                .linearizable(true);
+            workload.tasks.push(tokio::spawn(history_run(
+                (i, client, query),
+                (market.history_accounts.clone(), usd),
+                options.seed.wrapping_add(i as u64 * 104_729),
+                (started, Arc::clone(&workload.history)),
+                workload.paused.subscribe(),
+                Arc::clone(&stop),
+            )));
+        }
         for (i, &account) in market.counter_accounts.iter().enumerate() {
             let stats = Arc::new(CounterStats::default());
             let client_id = ClientId(0xC0_0000_0000 + options.seed.wrapping_mul(1000) + i as u64);
@@ -989,7 +1112,8 @@ impl Workload {
     }
 
     fn inflight(&self) -> u64 {
-        self.counters.iter().map(|c| c.inflight.load(Ordering::Relaxed)).sum::<u64>()
+        self.history.inflight.load(Ordering::Relaxed)
+            + self.counters.iter().map(|c| c.inflight.load(Ordering::Relaxed)).sum::<u64>()
             + self.traders.iter().map(|c| c.inflight.load(Ordering::Relaxed)).sum::<u64>()
     }
 
@@ -1123,8 +1247,9 @@ impl Workload {
     /// Per asset: what the test put into the exchange (setup plus counter deposits).
     pub fn expected_supply(&self) -> BTreeMap<u32, i128> {
         let mut supply = self.market.setup_supply.clone();
-        *supply.entry(self.market.usd.0).or_default() +=
-            i128::from(self.counter_acked()) + i128::from(self.probe_acked.load(Ordering::Relaxed));
+        *supply.entry(self.market.usd.0).or_default() += i128::from(self.counter_acked())
+            + i128::from(self.probe_acked.load(Ordering::Relaxed))
+            + i128::from(self.history.deposited.load(Ordering::Relaxed));
         supply
     }
 }
@@ -1144,6 +1269,60 @@ async fn wait_unpaused(paused: &mut watch::Receiver<bool>, stop: &AtomicBool) ->
         }
         let _ = tokio::time::timeout(Duration::from_millis(50), paused.changed()).await;
     }
+}
+
+/// One historian: one operation at a time, about every 5 ms, on a random one of
+/// `accounts`: a deposit of 1–3 USD units (exactly-once, retried across failovers until
+/// answered) or a linearizable read of the balance (retried until a node answers; a read
+/// that failed changed nothing, so only the answered attempt is recorded, from its own
+/// call). Each operation's call and return times go into `history`.
+async fn history_run(
+    (index, client, mut query): (usize, Client, bourse_client::QueryClient),
+    (accounts, usd): (Vec<AccountId>, AssetId),
+    seed: u64,
+    (started, history): (Instant, Arc<History>),
+    mut paused: watch::Receiver<bool>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let now = || started.elapsed().as_nanos();
+    while wait_unpaused(&mut paused, &stop).await {
+        let account = accounts[rng.gen_range(0..accounts.len())];
+        let op = if rng.gen_bool(0.5) {
+            let amount = rng.gen_range(1..=3i64);
+            history.inflight.fetch_add(1, Ordering::Relaxed);
+            let call_ns = now();
+            let reply = client
+                .submit(CommandBody::Deposit { account, asset: usd, amount: Amount(amount) })
+                .await
+                .map_err(|e| format!("historian {index} deposit: {e}"))?;
+            let return_ns = now();
+            if !matches!(reply.outcome, Outcome::Ok { .. }) {
+                return Err(format!("historian {index}: deposit answered {:?}", reply.outcome));
+            }
+            history.deposited.fetch_add(amount as u64, Ordering::Relaxed);
+            history.inflight.fetch_sub(1, Ordering::Relaxed);
+            HistoryOp { client: index, account, deposit: Some(amount), balance: 0, call_ns, return_ns }
+        } else {
+            loop {
+                let call_ns = now();
+                match query.balances(account).await {
+                    Ok(reply) => {
+                        let return_ns = now();
+                        let balance =
+                            reply.balances.iter().find(|b| b.asset == usd.0).map_or(0, |b| b.available + b.reserved);
+                        break HistoryOp { client: index, account, deposit: None, balance, call_ns, return_ns };
+                    }
+                    Err(_) if stop.load(Ordering::Relaxed) => return client.close().await.map_err(|e| e.to_string()),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        };
+        history.ops.lock().expect("history").push(op);
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(1..10))).await;
+    }
+    client.close().await.map_err(|e| format!("historian {index} close: {e}"))
 }
 
 /// One counter: deposits of 1 USD unit into its own account, pipelined, at a rate.
