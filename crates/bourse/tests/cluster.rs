@@ -350,10 +350,11 @@ fn porcupine_refuses_a_stale_read() {
     let dir = tempfile::tempdir().expect("temp dir");
     let write = |name: &str, read_call: u64| {
         let path = dir.path().join(name);
-        let text = format!(
-            "{{\"client\":0,\"account\":7,\"op\":\"deposit\",\"amount\":2,\"call\":0,\"return\":10}}\n\
-             {{\"client\":1,\"account\":7,\"op\":\"read\",\"balance\":0,\"call\":{read_call},\"return\":30}}\n"
-        );
+        let deposit =
+            serde_json::json!({"client": 0, "account": 7, "op": "deposit", "amount": 2, "call": 0, "return": 10});
+        let read =
+            serde_json::json!({"client": 1, "account": 7, "op": "read", "balance": 0, "call": read_call, "return": 30});
+        let text = format!("{deposit}\n{read}\n");
         std::fs::write(&path, text).expect("write history");
         path
     };

@@ -832,8 +832,8 @@ pub struct HistoryOp {
     pub account: AccountId,
     pub deposit: Option<i64>,
     pub balance: i64,
-    pub call_ns: u128,
-    pub return_ns: u128,
+    pub call_ns: u64,
+    pub return_ns: u64,
 }
 
 impl History {
@@ -844,14 +844,24 @@ impl History {
         let ops = self.ops.lock().expect("history").clone();
         let mut text = String::new();
         for op in &ops {
-            let what = match op.deposit {
-                Some(amount) => format!("\"op\":\"deposit\",\"amount\":{amount}"),
-                None => format!("\"op\":\"read\",\"balance\":{}", op.balance),
-            };
-            text.push_str(&format!(
-                "{{\"client\":{},\"account\":{},{what},\"call\":{},\"return\":{}}}\n",
-                op.client, op.account.0, op.call_ns, op.return_ns
-            ));
+            let mut line = serde_json::json!({
+                "client": op.client,
+                "account": op.account.0,
+                "call": op.call_ns,
+                "return": op.return_ns,
+            });
+            match op.deposit {
+                Some(amount) => {
+                    line["op"] = "deposit".into();
+                    line["amount"] = amount.into();
+                }
+                None => {
+                    line["op"] = "read".into();
+                    line["balance"] = op.balance.into();
+                }
+            }
+            text.push_str(&line.to_string());
+            text.push('\n');
         }
         let file = dir.join("history.jsonl");
         std::fs::write(&file, text).map_err(|e| format!("write {}: {e}", file.display()))?;
@@ -1286,7 +1296,7 @@ async fn history_run(
 ) -> Result<(), String> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let now = || started.elapsed().as_nanos();
+    let now = || started.elapsed().as_nanos() as u64;
     while wait_unpaused(&mut paused, &stop).await {
         let account = accounts[rng.gen_range(0..accounts.len())];
         let op = if rng.gen_bool(0.5) {
