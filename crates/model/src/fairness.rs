@@ -165,11 +165,6 @@ impl Fairness {
         }
         q
     }
-
-    fn anything_due(&self, state: &State) -> bool {
-        self.resequencer(state).pop_ready(state.now).is_some()
-            || state.gateways.iter().any(|g| self.hold_queue(g).pop_due(state.now).is_some())
-    }
 }
 
 impl Model for Fairness {
@@ -195,6 +190,8 @@ impl Model for Fairness {
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        // Whether the sequencer or a gateway has something to do now (then time waits).
+        let mut due = false;
         for (g, gateway) in state.gateways.iter().enumerate() {
             let g = g as u8;
             if gateway.stamped < self.orders {
@@ -213,16 +210,18 @@ impl Model for Fairness {
                 actions.push(Action::Feed(g));
             }
             if self.hold_queue(gateway).pop_due(state.now).is_some() {
+                due = true;
                 actions.push(Action::Release(g));
             }
         }
         if self.resequencer(state).pop_ready(state.now).is_some() {
+            due = true;
             actions.push(Action::Sequence);
         }
         let next = state.now + 1;
         let within = |ts: u64| ts + self.max_delay >= next;
         if state.now < self.horizon
-            && !self.anything_due(state)
+            && !due
             && state
                 .gateways
                 .iter()
