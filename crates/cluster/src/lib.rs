@@ -14,6 +14,8 @@ pub mod log_store;
 pub mod member;
 pub mod network;
 pub mod replay;
+pub mod runtime;
+pub mod sim;
 pub mod snapshot_store;
 pub mod state_machine;
 pub mod tls;

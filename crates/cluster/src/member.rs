@@ -96,6 +96,48 @@ fn raft_error(e: impl std::fmt::Display) -> MemberError {
     MemberError::Raft(e.to_string())
 }
 
+/// openraft's configuration for a member: the same for a real member and a simulated one.
+pub(crate) fn raft_config(config: &MemberConfig) -> Result<Arc<openraft::Config>, MemberError> {
+    let raft_config = openraft::Config {
+        cluster_name: "bourse".into(),
+        heartbeat_interval: config.heartbeat_ms,
+        election_timeout_min: config.election_min_ms,
+        election_timeout_max: config.election_max_ms,
+        enable_pre_vote: Some(true),
+        api_batch_linger_ms: 0,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
+        max_in_snapshot_log_to_keep: config.log_kept_after_snapshot,
+        install_snapshot_timeout: 10_000,
+        // Replicate an entry as soon as the leader's append returns, so the leader's
+        // fsync overlaps the followers' (docs/BENCHMARKS.md: 4–24 % more durable
+        // commands per second on 3 nodes, measured A/B in one session).
+        broadcast_submitted_on_append: Some(true),
+        ..Default::default()
+    };
+    Ok(Arc::new(raft_config.validate().map_err(raft_error)?))
+}
+
+/// Leadership as the node sees it in openraft's metrics.
+///
+/// A new leader takes commands once an entry of its own term is applied: its blank
+/// entry committed by a quorum, so its lease is confirmed and every earlier entry is
+/// applied before new ones. A leader cut off from its quorum keeps its role in openraft
+/// until it hears a higher term, which an isolated node never does. It counts as leading
+/// only while a quorum acknowledged it within `quorum_stale` (two election timeouts: by
+/// then the majority side has elected another), so its clients are sent away instead of
+/// waiting on it.
+pub(crate) fn leadership_of(m: &crate::types::RaftMetrics, quorum_stale: Duration) -> Leadership {
+    let own_term_applied = m.last_applied.as_ref().is_some_and(|id| id.leader_id.term == m.current_term);
+    let quorum_fresh = m.last_quorum_acked.as_ref().is_some_and(|at| at.elapsed() < quorum_stale);
+    let single = m.membership_config.membership().voter_ids().count() == 1;
+    let is_leader = m.state == ServerState::Leader && own_term_applied && (quorum_fresh || single);
+    let leader = m
+        .current_leader
+        .filter(|&lid| lid != m.id || is_leader)
+        .and_then(|lid| m.membership_config.membership().get_node(&lid).map(|peer| (lid, peer.clone())));
+    Leadership { is_leader, term: m.current_term, leader }
+}
+
 impl<M: Machine> Member<M> {
     /// Opens the log, starts Raft and the transport, initializes a new cluster when
     /// this is the first bootstrap member and its log is empty, and proposes every
@@ -106,23 +148,7 @@ impl<M: Machine> Member<M> {
         mut proposals: mpsc::UnboundedReceiver<Batch>,
         on_refused: impl Fn(usize) + Send + Sync + 'static,
     ) -> Result<Self, MemberError> {
-        let raft_config = openraft::Config {
-            cluster_name: "bourse".into(),
-            heartbeat_interval: config.heartbeat_ms,
-            election_timeout_min: config.election_min_ms,
-            election_timeout_max: config.election_max_ms,
-            enable_pre_vote: Some(true),
-            api_batch_linger_ms: 0,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries),
-            max_in_snapshot_log_to_keep: config.log_kept_after_snapshot,
-            install_snapshot_timeout: 10_000,
-            // Replicate an entry as soon as the leader's append returns, so the leader's
-            // fsync overlaps the followers' (docs/BENCHMARKS.md: 4–24 % more durable
-            // commands per second on 3 nodes, measured A/B in one session).
-            broadcast_submitted_on_append: Some(true),
-            ..Default::default()
-        };
-        let raft_config = Arc::new(raft_config.validate().map_err(raft_error)?);
+        let raft_config = raft_config(&config)?;
         let log_store = LogStore::open(&config.dir.join("raft-log")).map_err(raft_error)?;
         let log = log_store.reader();
         let client_tls = config.tls.clone();
@@ -216,30 +242,13 @@ impl<M: Machine> Member<M> {
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
         let mut metrics = raft.metrics();
         let mut stopping_watch = stopping.clone();
-        // A leader cut off from its quorum keeps its role in openraft until it hears a
-        // higher term, which an isolated node never does. It counts as leading only while
-        // a quorum acknowledged it within two election timeouts (by then the majority side
-        // has elected another), so its clients are sent away instead of waiting on it.
+        // See `leadership_of` for why two election timeouts.
         let quorum_stale = Duration::from_millis(2 * config.election_max_ms);
         let mut tick = tokio::time::interval(Duration::from_millis(config.heartbeat_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tasks.push(tokio::spawn(async move {
             loop {
-                let now = {
-                    let m = metrics.borrow_and_update();
-                    // A new leader takes commands once an entry of its own term is
-                    // applied: its blank entry committed by a quorum, so its lease is
-                    // confirmed and every earlier entry is applied before new ones.
-                    let own_term_applied =
-                        m.last_applied.as_ref().is_some_and(|id| id.leader_id.term == m.current_term);
-                    let quorum_fresh = m.last_quorum_acked.as_ref().is_some_and(|at| at.elapsed() < quorum_stale);
-                    let single = m.membership_config.membership().voter_ids().count() == 1;
-                    let is_leader = m.state == ServerState::Leader && own_term_applied && (quorum_fresh || single);
-                    let leader = m.current_leader.filter(|&lid| lid != m.id || is_leader).and_then(|lid| {
-                        m.membership_config.membership().get_node(&lid).map(|peer| (lid, peer.clone()))
-                    });
-                    Leadership { is_leader, term: m.current_term, leader }
-                };
+                let now = leadership_of(&metrics.borrow_and_update(), quorum_stale);
                 leadership_tx.send_if_modified(|old| {
                     if *old != now {
                         *old = now.clone();

@@ -11,10 +11,14 @@
 //! fsynced, so a crash leaves either the old set of snapshots or the new one. The newest
 //! [`SNAPSHOTS_KEPT`] files are kept; a file that fails its checksum is skipped with a
 //! warning (an older valid one, or the log, still rebuilds the state).
+//!
+//! The deterministic simulator keeps its snapshots in memory instead
+//! ([`SnapshotStore::memory`]): the same store, saved and read on the caller's thread.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::types::SnapshotMeta;
 
@@ -27,7 +31,12 @@ pub const SNAPSHOTS_KEPT: usize = 2;
 #[derive(Clone, Debug)]
 pub struct SnapshotStore {
     dir: PathBuf,
+    /// In memory instead of `dir` (the simulator): the newest snapshots, oldest first.
+    memory: Option<Kept>,
 }
+
+/// Snapshots kept in memory, oldest first.
+type Kept = Arc<Mutex<Vec<(SnapshotMeta, Vec<u8>)>>>;
 
 impl SnapshotStore {
     /// Opens (creating) the directory and removes temporary files a crash left behind.
@@ -40,13 +49,39 @@ impl SnapshotStore {
                 fs::remove_file(&path)?;
             }
         }
-        Ok(SnapshotStore { dir })
+        Ok(SnapshotStore { dir, memory: None })
+    }
+
+    /// A store that keeps its newest [`SNAPSHOTS_KEPT`] snapshots in memory, for the
+    /// simulator: clones share them, so a simulated restart finds what was saved.
+    pub fn memory() -> SnapshotStore {
+        SnapshotStore { dir: PathBuf::new(), memory: Some(Arc::default()) }
+    }
+
+    /// [`SnapshotStore::save`] off the async thread (on the caller's, in memory).
+    pub async fn save_async(&self, meta: SnapshotMeta, data: Vec<u8>) -> io::Result<(SnapshotMeta, Vec<u8>)> {
+        if self.memory.is_some() {
+            return self.save(&meta, &data).map(|()| (meta, data));
+        }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.save(&meta, &data).map(|()| (meta, data)))
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    /// [`SnapshotStore::latest`] off the async thread (on the caller's, in memory).
+    pub async fn latest_async(&self) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
+        if self.memory.is_some() {
+            return self.latest();
+        }
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.latest()).await.map_err(io::Error::other)?
     }
 
     /// A handle that only reads the directory of a running member (it removes nothing:
     /// a temporary file there may be a snapshot being written).
     pub fn reader(dir: impl AsRef<Path>) -> SnapshotStore {
-        SnapshotStore { dir: dir.as_ref().to_path_buf() }
+        SnapshotStore { dir: dir.as_ref().to_path_buf(), memory: None }
     }
 
     fn files(&self) -> io::Result<Vec<(u64, PathBuf)>> {
@@ -66,6 +101,13 @@ impl SnapshotStore {
 
     /// Makes a snapshot durable, then deletes all but the newest [`SNAPSHOTS_KEPT`].
     pub fn save(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        if let Some(memory) = &self.memory {
+            let mut kept = memory.lock().map_err(|_| io::Error::other("snapshot store poisoned"))?;
+            kept.push((meta.clone(), data.to_vec()));
+            let excess = kept.len().saturating_sub(SNAPSHOTS_KEPT);
+            kept.drain(..excess);
+            return Ok(());
+        }
         let index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
         let meta_bytes = postcard::to_stdvec(meta).map_err(io::Error::other)?;
         let mut bytes = Vec::with_capacity(8 + 4 + meta_bytes.len() + 8 + data.len() + 4);
@@ -95,6 +137,10 @@ impl SnapshotStore {
 
     /// The newest snapshot whose checksum holds, if any.
     pub fn latest(&self) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
+        if let Some(memory) = &self.memory {
+            let kept = memory.lock().map_err(|_| io::Error::other("snapshot store poisoned"))?;
+            return Ok(kept.last().cloned());
+        }
         for (_, path) in self.files()?.into_iter().rev() {
             match read(&path) {
                 Ok(snapshot) => return Ok(Some(snapshot)),

@@ -120,10 +120,7 @@ impl<M: Machine> RaftSnapshotBuilder<TypeConfig> for StateMachine<M> {
             let meta = SnapshotMeta { last_log_id: inner.last_applied, last_membership: inner.membership.clone() };
             (meta, bytes)
         };
-        let store = self.snapshots.clone();
-        let (meta, bytes) = tokio::task::spawn_blocking(move || store.save(&meta, &bytes).map(|()| (meta, bytes)))
-            .await
-            .map_err(io::Error::other)??;
+        let (meta, bytes) = self.snapshots.save_async(meta, bytes).await?;
         tracing::info!(index = ?meta.last_log_id.as_ref().map(|id| id.index), bytes = bytes.len(), "snapshot built");
         self.inner.lock().await.current = Some(meta.clone());
         Ok(Snapshot { meta, snapshot: std::io::Cursor::new(bytes) })
@@ -183,13 +180,7 @@ impl<M: Machine> RaftStateMachine<TypeConfig> for StateMachine<M> {
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotData) -> Result<(), io::Error> {
         let bytes = snapshot.into_inner();
-        let store = self.snapshots.clone();
-        let (saved_meta, bytes) = {
-            let meta = meta.clone();
-            tokio::task::spawn_blocking(move || store.save(&meta, &bytes).map(|()| (meta, bytes)))
-                .await
-                .map_err(io::Error::other)??
-        };
+        let (saved_meta, bytes) = self.snapshots.save_async(meta.clone(), bytes).await?;
         let mut inner = self.inner.lock().await;
         let index = saved_meta.last_log_id.as_ref().map_or(0, |id| id.index);
         let (reply, answer) = oneshot::channel();
@@ -205,8 +196,7 @@ impl<M: Machine> RaftStateMachine<TypeConfig> for StateMachine<M> {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let store = self.snapshots.clone();
-        let latest = tokio::task::spawn_blocking(move || store.latest()).await.map_err(io::Error::other)??;
+        let latest = self.snapshots.latest_async().await?;
         Ok(latest.map(|(meta, bytes)| Snapshot { meta, snapshot: std::io::Cursor::new(bytes) }))
     }
 }

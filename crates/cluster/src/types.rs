@@ -131,6 +131,7 @@ openraft::declare_raft_types!(
         D = Batch,
         R = Applied,
         Node = Peer,
+        AsyncRuntime = crate::runtime::Runtime,
 );
 
 /// The snapshot bytes moved between state machine, store and network.
