@@ -2,12 +2,13 @@
 CARGO ?= cargo
 FUZZ_SECONDS ?= 60
 
-.PHONY: test deps demo build fmt lint fuzz bench chaos
+.PHONY: test deps demo build fmt lint fuzz bench chaos sim
 
 test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test --workspace
+	$(MAKE) sim
 
 # What the tests need beyond Cargo (Debian packages, npm, Maven), installed when missing.
 deps:
@@ -26,6 +27,15 @@ fmt:
 
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# The deterministic simulator (crates/simulator): SIM_SEEDS seeds from SIM_SEED, 3 members
+# and 2 gateways, then a tenth as many with 5 members; it stops at the first failing seed
+# and prints the command that replays it. `make sim SIM_SEEDS=100000` runs for hours.
+SIM_SEED ?= 1
+SIM_SEEDS ?= 300
+sim:
+	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $(SIM_SEEDS)
+	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 10 + 1 )) --nodes 5
 
 # Random faults on a real 5-node cluster under load, in release (crates/bourse/tests/cluster.rs):
 # `make chaos BOURSE_CHAOS_SECS=600 BOURSE_CHAOS_SEED=42`.

@@ -10,7 +10,7 @@ use crate::account::Balance;
 use crate::book::{Book, RestingOrder};
 use crate::command::SymbolSpec;
 use crate::engine::{Asset, Engine, OrderRecord, OrderStatus};
-use crate::types::{AccountId, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
+use crate::types::{AccountId, AssetId, ClientId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
 
 /// An order's status: its record plus what is still live.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +57,13 @@ impl<B: Book> Engine<B> {
             _ => Qty::ZERO,
         };
         Some(OrderView { record, px_resting, qty_open, qty_visible, qty_cancelled })
+    }
+
+    /// The highest sequence number of `client` applied, if the engine remembers the client
+    /// (every command up to it was applied once, in order: see [`crate::session`]).
+    pub fn client_seq_applied(&self, client: ClientId) -> Option<u64> {
+        let slot = *self.session_slots.get(&client)?;
+        Some(self.sessions[slot as usize].1.seq_applied)
     }
 
     /// The account created with this external id (`CreateAccountWithId`), if any.

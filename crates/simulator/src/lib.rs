@@ -1,0 +1,546 @@
+//! # bourse-simulator
+//!
+//! A whole cluster in one thread, from a seed: `bourse sim --seed S`.
+//!
+//! The real Raft member — openraft with the node's configuration, the Raft state
+//! machine with its snapshots, the engine — runs on simulated shells
+//! ([`bourse_cluster::sim`]): a network that delays, loses, duplicates and reorders
+//! messages and cuts links, disks with latency, failing `fsync`s and torn writes, and
+//! processes that crash and restart. Clients number their commands and resend each
+//! until it is answered. Time is virtual (a current-thread tokio runtime whose clock
+//! only moves when every task waits) and every random choice, openraft's election
+//! timeouts included ([`bourse_cluster::runtime`]), comes from the seed: the same seed
+//! is the same run, and prints the same trace hash.
+//!
+//! After the faults heal, the run checks: every replica's state hash is equal; no
+//! acknowledged command is lost and none applied twice (each client's answers against
+//! the engine's session record, and money and shares against what the clients' applied
+//! deposits, issues and withdrawals add up to); the engine's invariants on every
+//! replica; and liveness — every client's command in flight is answered within
+//! [`LIVENESS`] of the heal.
+
+mod client;
+mod gateway;
+mod node;
+mod world;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bourse_cluster::sim::Rafts;
+use bourse_engine::command::{CommandBody, MatchPolicy, SymbolSpec};
+use bourse_engine::event::Outcome;
+use bourse_engine::{AccountId, Amount, AssetId, ClientId, Px, Qty, SymbolId};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::client::{Client, ClientLog, Market};
+use crate::node::{Node, SimMachine, ENGINE_CLIENT_BASE};
+pub use crate::world::Counts;
+use crate::world::{lock, Rates, World};
+
+/// How long after the faults heal every client's command in flight must be answered.
+pub const LIVENESS: Duration = Duration::from_secs(30);
+
+/// Which faults strike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// None: the happy path.
+    Calm,
+    /// Message loss, duplication, slow links and partitions.
+    Network,
+    /// Slow disks, failing fsyncs, crashes with torn writes.
+    Disk,
+    /// All of them, and clock jumps.
+    All,
+}
+
+impl FromStr for Profile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "calm" => Ok(Profile::Calm),
+            "network" => Ok(Profile::Network),
+            "disk" => Ok(Profile::Disk),
+            "all" => Ok(Profile::All),
+            _ => Err(format!("unknown fault profile `{s}` (calm, network, disk or all)")),
+        }
+    }
+}
+
+/// A bug planted on purpose, to show that the checks find it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plant {
+    /// The node answers a command when it hands it to Raft, before it is committed.
+    AckBeforeCommit,
+    /// A command the session record knows is executed again.
+    SkipDuplicateCheck,
+    /// A node installs (or restarts from) the oldest snapshot it has instead of the one
+    /// it was given: a state older than the log it claims.
+    StaleSnapshot,
+    /// Gateways release market data as it arrives, not at its release time.
+    EarlyMarketData,
+}
+
+impl FromStr for Plant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "ack-before-commit" => Ok(Plant::AckBeforeCommit),
+            "skip-duplicate-check" => Ok(Plant::SkipDuplicateCheck),
+            "stale-snapshot" => Ok(Plant::StaleSnapshot),
+            "early-market-data" => Ok(Plant::EarlyMarketData),
+            _ => Err(format!(
+                "unknown planted bug `{s}` (ack-before-commit, skip-duplicate-check, stale-snapshot or early-market-data)"
+            )),
+        }
+    }
+}
+
+/// One run's settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    pub nodes: u64,
+    /// Gateways the clients send through (0: straight to the nodes).
+    pub gateways: u64,
+    pub clients: u64,
+    pub faults: Profile,
+    /// Virtual seconds of trading under faults.
+    pub seconds: u64,
+    pub plant: Option<Plant>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { seed: 1, nodes: 3, gateways: 2, clients: 4, faults: Profile::All, seconds: 10, plant: None }
+    }
+}
+
+/// What a run did and found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub options: Options,
+    pub trace_hash: u64,
+    /// The replicas' common state hash (hex), when they agree.
+    pub state_hash: Option<String>,
+    pub simulated: Duration,
+    pub counts: Counts,
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.counts;
+        write!(
+            f,
+            "seed {}: {} — trace {:016x}, {:.1} s simulated, {} faults ({} crashes, {} torn writes, {} fsync failures, {} partitions), \
+             {} messages ({} lost, {} duplicated), {} commands applied, {} answers, {} resends, {} snapshots installed, {} market data releases",
+            self.options.seed,
+            if self.passed() { "ok" } else { "FAILED" },
+            self.trace_hash,
+            self.simulated.as_secs_f64(),
+            c.faults,
+            c.crashes,
+            c.torn,
+            c.fsync_failures,
+            c.partitions,
+            c.messages,
+            c.lost,
+            c.duplicated,
+            c.commands_applied,
+            c.acks,
+            c.resends,
+            c.snapshots_installed,
+            c.market_data,
+        )?;
+        for violation in self.violations.iter().take(10) {
+            write!(f, "\n  violation: {violation}")?;
+        }
+        if self.violations.len() > 10 {
+            write!(f, "\n  … and {} more violations", self.violations.len() - 10)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether this build replays a seed exactly: tokio's internal random source is seeded
+/// only in builds with `--cfg tokio_unstable` (set in `.cargo/config.toml`).
+pub const REPRODUCIBLE: bool = cfg!(tokio_unstable);
+
+/// Runs one simulation on this thread.
+pub fn run(options: Options) -> Report {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    // tokio's own random choices (which notifier a watch channel's waiter joins, and so
+    // the order waiters wake in) from the seed too: see .cargo/config.toml.
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&options.seed.to_le_bytes()));
+    let runtime = builder.build().expect("a current-thread runtime builds");
+    // openraft's election timeouts come from this thread's generator: seeded by the run.
+    bourse_cluster::runtime::seed_thread_rng(options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed);
+    // Made inside the runtime, so that its start is virtual time's zero.
+    let world =
+        runtime.block_on(async { Arc::new(World::new(options.clone(), ChaCha8Rng::seed_from_u64(options.seed))) });
+    let (state_hash, simulated) = runtime.block_on(simulate(Arc::clone(&world)));
+    drop(runtime);
+    let counts = lock(&world.counts).clone();
+    let violations = lock(&world.ledger).violations.iter().map(|v| v.0.clone()).collect();
+    Report { options, trace_hash: world.trace_hash(), state_hash, simulated, counts, violations }
+}
+
+struct Cluster {
+    world: Arc<World>,
+    rafts: Rafts<SimMachine>,
+    nodes: Vec<Node>,
+}
+
+impl Cluster {
+    async fn crash(&mut self, index: usize) {
+        self.nodes[index].crash(&self.world, &self.rafts).await;
+    }
+
+    async fn start(&mut self, index: usize) {
+        if let Err(error) = self.nodes[index].start(&self.world, &self.rafts).await {
+            self.world.violation(format!("node {} does not restart: {error}", self.nodes[index].id));
+        }
+    }
+}
+
+async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
+    let options = world.options.clone();
+    for id in 1..=options.nodes {
+        let offset = world.rng(|rng| rng.gen_range(-2_000_000..=2_000_000));
+        lock(&world.clock_offset_ns).insert(id, offset);
+    }
+    for gateway in 0..options.gateways {
+        let clock = world.rng(|rng| (rng.gen_range(-1_000_000..=1_000_000), rng.gen_range(-100..=100)));
+        lock(&world.gateway_clock).insert(gateway, clock);
+        tokio::spawn(gateway::Gateway::new(gateway, &world).run());
+    }
+    let mut cluster = Cluster {
+        world: Arc::clone(&world),
+        rafts: Arc::default(),
+        nodes: (1..=options.nodes).map(Node::new).collect(),
+    };
+    for index in 0..cluster.nodes.len() {
+        cluster.start(index).await;
+    }
+
+    // Setup, without faults: the market and one account per client.
+    let mut admin = Client::new(0, None, &world);
+    let asset = |outcome: Option<Outcome>| match outcome {
+        Some(Outcome::Ok { id }) => Some(id),
+        _ => None,
+    };
+    let cash = asset(admin.call(CommandBody::CreateAsset { name: "USD".into(), decimals: 2 }).await);
+    let shares = asset(admin.call(CommandBody::CreateAsset { name: "ACME".into(), decimals: 0 }).await);
+    let (Some(cash), Some(shares)) = (cash, shares) else {
+        world.violation("setup: the assets were not created".into());
+        return (None, world.elapsed());
+    };
+    let (cash, shares) = (AssetId(cash as u32), AssetId(shares as u32));
+    let spec = SymbolSpec {
+        name: "ACME/USD".into(),
+        base: shares,
+        quote: cash,
+        tick: Px(1),
+        lot: Qty(1),
+        px_min: Px(1),
+        px_max: Px(1_000_000),
+        fee_maker: Amount(0),
+        fee_taker: Amount(0),
+        policy: MatchPolicy::Fifo,
+    };
+    let Some(symbol) = asset(admin.call(CommandBody::CreateSymbol(Box::new(spec))).await) else {
+        world.violation("setup: the symbol was not created".into());
+        return (None, world.elapsed());
+    };
+    let market = Market { cash, shares, symbol: SymbolId(symbol as u32) };
+    let mut accounts = Vec::new();
+    for _ in 0..options.clients {
+        match asset(admin.call(CommandBody::CreateAccount).await) {
+            Some(id) => accounts.push(AccountId(id as u32)),
+            None => {
+                world.violation("setup: an account was not created".into());
+                return (None, world.elapsed());
+            }
+        }
+    }
+
+    // Trading under faults.
+    world.trading.store(true, std::sync::atomic::Ordering::Relaxed);
+    let until = world.elapsed() + Duration::from_secs(options.seconds);
+    let mut traders = Vec::new();
+    for (n, account) in accounts.iter().enumerate() {
+        let gateway = (options.gateways > 0).then(|| n as u64 % options.gateways);
+        let mut client = Client::new(n as u64 + 1, gateway, &world);
+        let account = *account;
+        traders.push(tokio::spawn(async move {
+            client.trade(account, market, until).await;
+            (client.id, client.log)
+        }));
+    }
+    inject_faults(&mut cluster, until).await;
+
+    // Heal: every link, every disk, every process.
+    *lock(&world.conditions) = Default::default();
+    for index in 0..cluster.nodes.len() {
+        if cluster.nodes[index].process.is_none() {
+            cluster.start(index).await;
+        }
+    }
+    let healed = world.elapsed();
+    world.trace(&[50, healed.as_nanos() as u64]);
+    let mut logs = vec![(0, admin.log)];
+    for trader in traders {
+        match tokio::time::timeout_at(tokio::time::Instant::now() + LIVENESS, trader).await {
+            Ok(Ok(log)) => logs.push(log),
+            Ok(Err(error)) => world.violation(format!("a client task failed: {error}")),
+            Err(_) => {
+                world.violation(format!("liveness: a client's command is unanswered {LIVENESS:?} after the heal"))
+            }
+        }
+    }
+
+    let state_hash = converge(&cluster).await;
+    check(&cluster, &logs, market, &accounts, state_hash.is_some());
+    let simulated = world.elapsed();
+    for index in 0..cluster.nodes.len() {
+        if let Some(process) = cluster.nodes[index].process.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), process.member.stop()).await;
+        }
+    }
+    (state_hash, simulated)
+}
+
+/// Strikes faults at random until `until`, each healed after a while.
+async fn inject_faults(cluster: &mut Cluster, until: Duration) {
+    let world = Arc::clone(&cluster.world);
+    let profile = world.options.faults;
+    let network = matches!(profile, Profile::Network | Profile::All);
+    let disk = matches!(profile, Profile::Disk | Profile::All);
+    lock(&world.conditions).rates = Rates {
+        loss: if network { 20 } else { 0 },
+        duplicate: if network { 20 } else { 0 },
+        slow: if network { 30 } else { 0 },
+        fsync_fail: if disk { 100 } else { 0 },
+        disk_slow: if disk { 20 } else { 0 },
+    };
+    let n = cluster.nodes.len();
+    // (when, node index) restarts and (when, link) heals due.
+    let mut restarts: Vec<(Duration, usize)> = Vec::new();
+    let mut heals: Vec<(Duration, Vec<(u64, u64)>)> = Vec::new();
+    let mut next_fault = world.elapsed() + Duration::from_millis(world.rng(|rng| rng.gen_range(100..600)));
+    while world.elapsed() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = world.elapsed();
+        // A process whose disk failed has stopped: it crashes, and restarts later.
+        for index in 0..n {
+            let stopped = cluster.nodes[index].process.as_ref().is_some_and(|p| p.member.stopped());
+            if stopped {
+                cluster.crash(index).await;
+                let after = Duration::from_millis(world.rng(|rng| rng.gen_range(20..1_000)));
+                restarts.push((now + after, index));
+            }
+        }
+        let due: Vec<usize> = restarts.iter().filter(|(at, _)| *at <= now).map(|(_, i)| *i).collect();
+        restarts.retain(|(at, _)| *at > now);
+        for index in due {
+            if cluster.nodes[index].process.is_none() {
+                cluster.start(index).await;
+            }
+        }
+        for (_, links) in heals.iter().filter(|(at, _)| *at <= now) {
+            let mut conditions = lock(&world.conditions);
+            for link in links {
+                conditions.cut.remove(link);
+            }
+        }
+        heals.retain(|(at, _)| *at > now);
+        if profile == Profile::Calm || now < next_fault {
+            continue;
+        }
+        next_fault = now + Duration::from_millis(world.rng(|rng| rng.gen_range(100..900)));
+        let kind = world.rng(|rng| rng.gen_range(0..4));
+        world.count(|c| c.faults += 1);
+        match kind {
+            // Crash a node; it restarts after a while.
+            0 | 1 if disk => {
+                let index = world.rng(|rng| rng.gen_range(0..n));
+                if cluster.nodes[index].process.is_some() {
+                    cluster.crash(index).await;
+                    let after = Duration::from_millis(world.rng(|rng| rng.gen_range(20..2_000)));
+                    restarts.push((now + after, index));
+                }
+            }
+            // Cut one node off, or split the cluster in two.
+            0..=2 if network => {
+                let (mut links, isolate) = (Vec::new(), world.rng(|rng| rng.gen_bool(0.5)));
+                let side: Vec<bool> = world.rng(|rng| {
+                    let lone = rng.gen_range(0..n);
+                    (0..n).map(|i| if isolate { i == lone } else { rng.gen_bool(0.5) }).collect()
+                });
+                for a in 0..n {
+                    for b in a + 1..n {
+                        if side[a] != side[b] {
+                            links.push((a as u64 + 1, b as u64 + 1));
+                        }
+                    }
+                }
+                lock(&world.conditions).cut.extend(links.iter().copied());
+                world.count(|c| c.partitions += 1);
+                world.trace(&[60, links.len() as u64]);
+                let after = Duration::from_millis(world.rng(|rng| rng.gen_range(50..2_000)));
+                heals.push((now + after, links));
+            }
+            // A node's or a gateway's clock jumps (and a gateway's drift changes).
+            _ => {
+                let gateways = world.options.gateways;
+                let (which, offset, drift) = world.rng(|rng| {
+                    let which = rng.gen_range(0..n as u64 + gateways);
+                    (which, rng.gen_range(-50_000_000i64..=50_000_000), rng.gen_range(-200..=200))
+                });
+                if which < n as u64 {
+                    lock(&world.clock_offset_ns).insert(which + 1, offset);
+                } else {
+                    lock(&world.gateway_clock).insert(which - n as u64, (offset, drift));
+                }
+                world.count(|c| c.clock_jumps += 1);
+                world.trace(&[61, which, offset as u64]);
+            }
+        }
+    }
+}
+
+/// Waits until every replica has applied the same log, then compares their state
+/// hashes; returns the common hash.
+async fn converge(cluster: &Cluster) -> Option<String> {
+    let world = &cluster.world;
+    let deadline = world.elapsed() + Duration::from_secs(20);
+    loop {
+        let applied: Vec<(u64, u64)> =
+            cluster.nodes.iter().filter_map(|node| node.process.as_ref().map(|p| p.member.progress())).collect();
+        let settled = applied.len() == cluster.nodes.len()
+            && applied.windows(2).all(|w| w[0] == w[1])
+            && applied.first().is_some_and(|(applied, committed)| applied == committed);
+        if settled {
+            break;
+        }
+        if world.elapsed() > deadline {
+            world.violation(format!(
+                "the replicas did not converge within 20 s of the heal: (applied, committed) {applied:?}"
+            ));
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let hashes: Vec<(u64, String)> = cluster
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let process = node.process.as_ref()?;
+            let replica = lock(&process.machine.replica);
+            Some((node.id, bourse_engine::hex(&replica.engine.state_hash())))
+        })
+        .collect();
+    world.trace(&[70, u64::from_str_radix(&hashes[0].1[..16], 16).unwrap_or(0)]);
+    if hashes.iter().any(|(_, hash)| *hash != hashes[0].1) {
+        let summaries: Vec<String> = cluster
+            .nodes
+            .iter()
+            .filter_map(|node| {
+                let process = node.process.as_ref()?;
+                let replica = lock(&process.machine.replica);
+                let engine = &replica.engine;
+                Some(format!(
+                    "node {}: hash {}…, applied {:?}, last time {}, next order {}, resting {}, clients {}",
+                    node.id,
+                    &bourse_engine::hex(&engine.state_hash())[..12],
+                    process.member.progress(),
+                    engine.ts_last(),
+                    engine.next_order_id().0,
+                    engine.orders_resting(),
+                    engine.clients(),
+                ))
+            })
+            .collect();
+        world.violation(format!("replicas' state hashes differ: {}", summaries.join("; ")));
+        return None;
+    }
+    Some(hashes[0].1.clone())
+}
+
+/// The checks on the converged state.
+fn check(cluster: &Cluster, logs: &[(u64, ClientLog)], market: Market, accounts: &[AccountId], converged: bool) {
+    let world = &cluster.world;
+    for node in &cluster.nodes {
+        let Some(process) = &node.process else { continue };
+        let replica = lock(&process.machine.replica);
+        let invariants = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| replica.engine.check_invariants()));
+        if let Err(panic) = invariants {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            world.violation(format!("node {}: the engine's invariants fail: {why}", node.id));
+        }
+    }
+    if !converged {
+        return;
+    }
+    let Some(process) = cluster.nodes.iter().find_map(|node| node.process.as_ref()) else { return };
+    let replica = lock(&process.machine.replica);
+    let engine = &replica.engine;
+    let ledger = lock(&world.ledger);
+    let mut found = Vec::new();
+    let mut expected = [0i128; 2];
+    for (client, log) in logs {
+        let applied = engine.client_seq_applied(ClientId(client + ENGINE_CLIENT_BASE)).unwrap_or(0);
+        for (seq, outcome) in &log.acked {
+            if *seq > applied {
+                found.push(format!(
+                    "client {client}: command {seq} was acknowledged but is not in the state (applied up to {applied})"
+                ));
+            }
+            let recorded = ledger.outcomes.get(&(*client, *seq));
+            if let (Some(told), Some(recorded)) = (outcome, recorded) {
+                if told != recorded {
+                    found.push(format!("client {client}: command {seq} answered {told:?}, applied as {recorded:?}"));
+                }
+            }
+        }
+        for (seq, body) in log.sent.range(..=applied) {
+            let Some((asset, change)) = node::supply_change(body) else { continue };
+            if matches!(ledger.outcomes.get(&(*client, *seq)), Some(Outcome::Ok { .. })) {
+                expected[usize::from(asset != market.cash)] += change;
+            }
+        }
+    }
+    drop(ledger);
+    for violation in found {
+        world.violation(violation);
+    }
+    for (slot, asset) in [market.cash, market.shares].into_iter().enumerate() {
+        let held: i128 = accounts
+            .iter()
+            .filter_map(|account| engine.balance(*account, asset))
+            .map(|b| i128::from(b.available.0) + i128::from(b.reserved.0))
+            .sum();
+        if held != expected[slot] {
+            world.violation(format!(
+                "asset {}: accounts hold {held}, but the applied deposits, issues and withdrawals add up to {}",
+                asset.0, expected[slot]
+            ));
+        }
+    }
+}
