@@ -112,6 +112,13 @@ pub(crate) fn raft_config(config: &MemberConfig) -> Result<Arc<openraft::Config>
         // fsync overlaps the followers' (docs/BENCHMARKS.md: 4–24 % more durable
         // commands per second on 3 nodes, measured A/B in one session).
         broadcast_submitted_on_append: Some(true),
+        // A leader that restarts runs an election like any node: openraft's default
+        // would resume its old term at once, and with entries sent before its own write
+        // was durable (above), a restart after a machine crash that lost that write
+        // would write a different entry under a (term, index) a follower already holds
+        // — two replicas applying different commands at one index. Found by the
+        // deterministic simulator (crates/simulator; docs/ARCHITECTURE.md).
+        enable_leader_restore: Some(false),
         ..Default::default()
     };
     Ok(Arc::new(raft_config.validate().map_err(raft_error)?))
