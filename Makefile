@@ -29,13 +29,14 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # The deterministic simulator (crates/simulator): SIM_SEEDS seeds from SIM_SEED, 3 members
-# and 2 gateways, then a tenth as many with 5 members; it stops at the first failing seed
+# and 2 gateways, then a tenth as many with 5 members and clients sending straight to
+# the nodes; it stops at the first failing seed
 # and prints the command that replays it. `make sim SIM_SEEDS=100000` runs for hours.
 SIM_SEED ?= 1
 SIM_SEEDS ?= 300
 sim:
 	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $(SIM_SEEDS)
-	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 10 + 1 )) --nodes 5
+	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 10 + 1 )) --nodes 5 --gateways 0
 
 # Random faults on a real 5-node cluster under load, in release (crates/bourse/tests/cluster.rs):
 # `make chaos BOURSE_CHAOS_SECS=600 BOURSE_CHAOS_SEED=42`.

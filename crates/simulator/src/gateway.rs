@@ -81,14 +81,14 @@ impl Gateway {
 
     fn handle(&mut self, message: GatewayMsg) {
         match message {
-            GatewayMsg::Command { client, seq, body } => {
+            GatewayMsg::Command { client, stream, command } => {
                 let ts = self.watermark();
                 self.last_stamp = ts;
                 self.seq += 1;
                 let stamp = Stamp { ts, gateway: self.number as u32, gateway_seq: self.seq };
-                self.world.trace(&[80, self.number, client, seq, ts]);
-                let command = ToNode { client, seq, body, stamp: Some(stamp) };
-                self.world.to_node(self.id(), self.target, NodeMsg::Command(command));
+                self.world.trace(&[80, self.number, client, command.seq, ts]);
+                let command = ToNode { client, command, stream, stamp: Some(stamp) };
+                self.world.to_node(self.id(), self.target, NodeMsg::Command(Box::new(command)));
             }
             GatewayMsg::Reply { client, message } => self.world.to_client(self.id(), client, message),
             GatewayMsg::Refused { hint, command } => {
@@ -97,7 +97,11 @@ impl Gateway {
                     _ => self.world.rng(|rng| rng.gen_range(1..=self.world.options.nodes)),
                 };
                 // The client sends it again (restamped) once told.
-                self.world.to_client(self.id(), command.client, ToClient::NotLeader { hint: None });
+                self.world.to_client(
+                    self.id(),
+                    command.client,
+                    ToClient::NotLeader { hint: None, stream: command.stream },
+                );
             }
             GatewayMsg::Feed { index, release_ts } => {
                 let now = self.now();

@@ -14,8 +14,9 @@ use bourse_cluster::snapshot_store::SnapshotStore;
 use bourse_cluster::state_machine::{Committed, Machine, MachineRequest, StateMachine};
 use bourse_cluster::{Batch, NodeId, Peer};
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::{codec, ClientId, Engine, EngineConfig};
+use bourse_engine::{codec, ClientId, Engine, EngineConfig, Outcome, Reject};
 use bourse_fairness::{Resequencer, Stamp};
+use bourse_protocol::{convert, proto};
 use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -39,7 +40,7 @@ pub struct Replica {
     next_index: u64,
     /// Clients whose commands came in through this process, and where from (the
     /// client's or its gateway's fabric id): they get the answers.
-    sessions: Arc<Mutex<BTreeMap<u64, u64>>>,
+    sessions: Arc<Mutex<BTreeMap<u64, (u64, u64)>>>,
     /// Whether this process leads (as its front last saw): it publishes market data.
     leading: Arc<AtomicBool>,
     events: Vec<bourse_engine::Event>,
@@ -103,7 +104,10 @@ impl Replica {
             }
             let client = command.client.0 - ENGINE_CLIENT_BASE;
             world.trace(&[20, self.node, entry.index, client, command.seq, u64::from(applied.duplicate)]);
-            if !applied.duplicate {
+            // A number ahead of the next is refused unrecorded (the client sends it again
+            // once the ones before are in): not an application.
+            let unrecorded = matches!(applied.outcome, Outcome::Rejected(Reject::SequenceGap | Reject::SequenceTooOld));
+            if !applied.duplicate && !unrecorded {
                 world.count(|c| c.commands_applied += 1);
                 let mut ledger = lock(&world.ledger);
                 let first = *ledger.outcomes.entry((client, command.seq)).or_insert(applied.outcome);
@@ -114,13 +118,15 @@ impl Replica {
                     )));
                 }
             }
-            let via = lock(&self.sessions).get(&client).copied();
-            if let Some(via) = via {
+            // Only the leader answers: a node that stops leading ends its sessions (as
+            // `bourse_node::replica::watch_leadership` does), so its clients go elsewhere.
+            let session = lock(&self.sessions).get(&client).copied().filter(|_| self.leading.load(Ordering::Relaxed));
+            if let Some((via, stream)) = session {
                 world.answer(
                     self.node,
                     via,
                     client,
-                    ToClient::Ack { seq: command.seq, outcome: Some(applied.outcome) },
+                    ToClient::Ack(convert::ack(command.seq, entry.index, &applied), stream),
                 );
             }
         }
@@ -340,7 +346,7 @@ struct Front {
     node: NodeId,
     world: Arc<World>,
     member: Arc<SimMember<SimMachine>>,
-    sessions: Arc<Mutex<BTreeMap<u64, u64>>>,
+    sessions: Arc<Mutex<BTreeMap<u64, (u64, u64)>>>,
     leading: Arc<AtomicBool>,
     /// Commands waiting, with their arrival number and where they came from.
     sequencer: Resequencer<(u64, u64, ToNode)>,
@@ -384,7 +390,7 @@ impl Front {
                     NodeMsg::Command(command) => match command.stamp {
                         Some(stamp) => {
                             self.sequencer.connect(stamp.gateway);
-                            match self.sequencer.push(now, stamp, (self.arrivals, from, command)) {
+                            match self.sequencer.push(now, stamp, (self.arrivals, from, *command)) {
                                 Ok(()) => self.arrivals += 1,
                                 Err(full) => {
                                     let (_, from, command) = full.item;
@@ -392,7 +398,7 @@ impl Front {
                                 }
                             }
                         }
-                        None => direct.push((from, command)),
+                        None => direct.push((from, *command)),
                     },
                 }
             }
@@ -405,7 +411,7 @@ impl Front {
     fn refuse(&self, from: u64, command: ToNode) {
         let hint = self.member.leadership().leader.map(|(id, _)| id);
         if from >= crate::world::CLIENT_BASE {
-            self.world.to_client(self.node, command.client, ToClient::NotLeader { hint });
+            self.world.to_client(self.node, command.client, ToClient::NotLeader { hint, stream: command.stream });
         } else {
             self.world.to_gateway(self.node, from - crate::world::GATEWAY_BASE, GatewayMsg::Refused { hint, command });
         }
@@ -414,7 +420,9 @@ impl Front {
     /// Proposes `direct` and whatever the sequencer releases now; false when Raft stopped.
     async fn release(&mut self, direct: Vec<(u64, ToNode)>) -> bool {
         let leadership = self.member.leadership();
-        self.leading.store(leadership.is_leader, Ordering::Relaxed);
+        if self.leading.swap(leadership.is_leader, Ordering::Relaxed) && !leadership.is_leader {
+            lock(&self.sessions).clear();
+        }
         let now = self.world.node_now_ns(self.node);
         let mut batch_items = direct;
         while let Some(released) = self.sequencer.pop_ready(now) {
@@ -433,18 +441,24 @@ impl Front {
             return true;
         }
         let mut batch = Batch::with_capacity(batch_items.len() * 64);
-        for (from, ToNode { client, seq, body, .. }) in &batch_items {
-            lock(&self.sessions).insert(*client, *from);
-            let command =
-                Command { client: ClientId(client + ENGINE_CLIENT_BASE), seq: *seq, ts: now, body: body.clone() };
-            batch.push_with(|buffer| codec::encode_into(&command, buffer));
+        for (from, ToNode { client, command, stream, .. }) in &batch_items {
+            lock(&self.sessions).insert(*client, (*from, *stream));
+            // The node service's conversion: a command of the wrong shape is refused
+            // before the log, its seq not used up.
+            match convert::command_from_proto(ClientId(client + ENGINE_CLIENT_BASE), now, command) {
+                Ok(command) => batch.push_with(|buffer| codec::encode_into(&command, buffer)),
+                Err(error) => {
+                    let ack = ToClient::Ack(convert::ack_refused(command.seq, &error), *stream);
+                    self.world.answer(self.node, *from, *client, ack);
+                }
+            }
         }
         self.world.trace(&[22, self.node, batch_items.len() as u64, now]);
         if self.world.options.plant == Some(Plant::AckBeforeCommit) && self.world.trading.load(Ordering::Relaxed) {
             // Planted: answered as soon as it is handed to Raft.
-            for (from, command) in &batch_items {
-                let ack = ToClient::Ack { seq: command.seq, outcome: None };
-                self.world.answer(self.node, *from, command.client, ack);
+            for (from, ToNode { client, command, stream, .. }) in &batch_items {
+                let ack = proto::Ack { seq: command.seq, ..proto::Ack::default() };
+                self.world.answer(self.node, *from, *client, ToClient::Ack(ack, *stream));
             }
         }
         self.member.propose(batch).await

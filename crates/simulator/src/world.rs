@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use bourse_cluster::sim::{DiskWrite, Fabric, Fate};
 use bourse_cluster::NodeId;
-use bourse_engine::command::CommandBody;
 use bourse_engine::event::Outcome;
 use bourse_fairness::Stamp;
+use bourse_protocol::proto;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc;
@@ -35,12 +35,15 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A client's command on its way to a node, directly or through a gateway.
+/// A client's command on its way to a node, directly or through a gateway, in its wire
+/// form (the client library's window makes it; the node converts it as its service does).
 #[derive(Clone, Debug)]
 pub struct ToNode {
     pub client: u64,
-    pub seq: u64,
-    pub body: CommandBody,
+    pub command: proto::ClientCommand,
+    /// The client's stream (connection) it was sent on: answers go back on it, and a
+    /// client that has opened a new stream hears nothing more from the old one.
+    pub stream: u64,
     /// The gateway's stamp, when it came through one.
     pub stamp: Option<Stamp>,
 }
@@ -48,7 +51,7 @@ pub struct ToNode {
 /// What reaches a node's front.
 #[derive(Clone, Debug)]
 pub enum NodeMsg {
-    Command(ToNode),
+    Command(Box<ToNode>),
     /// A gateway's watermark: it stamps nothing earlier from now on.
     Heartbeat {
         gateway: u32,
@@ -60,7 +63,7 @@ pub enum NodeMsg {
 #[derive(Clone, Debug)]
 pub enum GatewayMsg {
     /// A client's command, to stamp and forward.
-    Command { client: u64, seq: u64, body: CommandBody },
+    Command { client: u64, stream: u64, command: proto::ClientCommand },
     /// A node's answer for a client.
     Reply { client: u64, message: ToClient },
     /// A node that does not lead gives a command back.
@@ -72,10 +75,10 @@ pub enum GatewayMsg {
 /// A node's message to a client.
 #[derive(Clone, Debug)]
 pub enum ToClient {
-    /// The command `seq` was applied with this outcome (`None`: accepted, outcome unknown).
-    Ack { seq: u64, outcome: Option<Outcome> },
+    /// The node's answer to one command, as the node sends it, on the client's stream.
+    Ack(proto::Ack, u64),
     /// Not the leader; the leader, if known.
-    NotLeader { hint: Option<NodeId> },
+    NotLeader { hint: Option<NodeId>, stream: u64 },
 }
 
 /// How often each kind of fault strikes while faults are on.
@@ -154,6 +157,8 @@ pub struct World {
     pub nodes: Mutex<BTreeMap<NodeId, mpsc::UnboundedSender<(u64, NodeMsg)>>>,
     pub gateways: Mutex<BTreeMap<u64, mpsc::UnboundedSender<GatewayMsg>>>,
     pub clients: Mutex<BTreeMap<u64, mpsc::UnboundedSender<ToClient>>>,
+    /// The connections between clients, gateways and node fronts, by (from, to).
+    links: Mutex<BTreeMap<(u64, u64), Link>>,
     /// Set once setup is done and trading under faults begins.
     pub trading: std::sync::atomic::AtomicBool,
     /// Each gateway's clock: offset from true time (ns) and drift (parts per million).
@@ -175,6 +180,7 @@ impl World {
             nodes: Mutex::default(),
             gateways: Mutex::default(),
             clients: Mutex::default(),
+            links: Mutex::default(),
             trading: Default::default(),
             clock_offset_ns: Mutex::default(),
             gateway_clock: Mutex::default(),
@@ -230,7 +236,8 @@ impl World {
         true_ns.saturating_add_signed(offset + elapsed / 1_000_000 * drift_ppm)
     }
 
-    fn fate_of(&self, from: NodeId, to: NodeId, bytes: usize, to_up: bool) -> Fate {
+    /// The fate of one message; `stream`: on a connection (no duplicates).
+    fn fate_of(&self, from: NodeId, to: NodeId, bytes: usize, to_up: bool, stream: bool) -> Fate {
         let conditions = lock(&self.conditions);
         let rates = conditions.rates;
         let nodes_cut = from < GATEWAY_BASE && to < GATEWAY_BASE && conditions.is_cut(from, to);
@@ -245,8 +252,8 @@ impl World {
             let slow = rng.gen_range(0..1000) < rates.slow;
             let delay =
                 Duration::from_micros(if slow { rng.gen_range(2_000..50_000) } else { rng.gen_range(50..2_000) });
-            let copy =
-                (rng.gen_range(0..1000) < rates.duplicate).then(|| Duration::from_micros(rng.gen_range(0..5_000)));
+            let copy = (!stream && rng.gen_range(0..1000) < rates.duplicate)
+                .then(|| Duration::from_micros(rng.gen_range(0..5_000)));
             Fate::Delivered { delay, copy }
         });
         let (kind, ns) = match fate {
@@ -270,30 +277,30 @@ impl World {
     /// Sends a message to a node through the fabric (`from`: a fabric id).
     pub fn to_node(self: &Arc<Self>, from: u64, node: NodeId, message: NodeMsg) {
         let up = lock(&self.nodes).contains_key(&node);
-        let fate = self.fate_of(from, node, 64, up);
-        self.deliver(fate, move |world| {
+        let fate = self.fate_of(from, node, 64, up, true);
+        self.deliver(from, node, fate, move |world| {
             if let Some(inbox) = lock(&world.nodes).get(&node) {
-                let _ = inbox.send((from, message.clone()));
+                let _ = inbox.send((from, message));
             }
         });
     }
 
     /// Sends a message to a gateway (by number) through the fabric.
     pub fn to_gateway(self: &Arc<Self>, from: u64, gateway: u64, message: GatewayMsg) {
-        let fate = self.fate_of(from, GATEWAY_BASE + gateway, 64, true);
-        self.deliver(fate, move |world| {
+        let fate = self.fate_of(from, GATEWAY_BASE + gateway, 64, true, true);
+        self.deliver(from, GATEWAY_BASE + gateway, fate, move |world| {
             if let Some(inbox) = lock(&world.gateways).get(&gateway) {
-                let _ = inbox.send(message.clone());
+                let _ = inbox.send(message);
             }
         });
     }
 
     /// Sends an answer to a client (by number) through the fabric (`from`: a fabric id).
     pub fn to_client(self: &Arc<Self>, from: u64, client: u64, message: ToClient) {
-        let fate = self.fate_of(from, CLIENT_BASE + client, 32, true);
-        self.deliver(fate, move |world| {
+        let fate = self.fate_of(from, CLIENT_BASE + client, 32, true, true);
+        self.deliver(from, CLIENT_BASE + client, fate, move |world| {
             if let Some(inbox) = lock(&world.clients).get(&client) {
-                let _ = inbox.send(message.clone());
+                let _ = inbox.send(message);
             }
         });
     }
@@ -307,24 +314,58 @@ impl World {
         }
     }
 
-    fn deliver(self: &Arc<Self>, fate: Fate, put: impl Fn(&World) + Send + 'static) {
-        let Fate::Delivered { delay, copy } = fate else { return };
+    /// Delivers on the link `from → to` as a TCP connection does: in the order sent
+    /// (each message after its own delay, but never before the one sent ahead of it)
+    /// and never twice. A lost message is gone; those behind it still arrive.
+    fn deliver(self: &Arc<Self>, from: u64, to: u64, fate: Fate, put: impl FnOnce(&World) + Send + 'static) {
+        let Fate::Delivered { delay, .. } = fate else { return };
+        let mut links = lock(&self.links);
+        let link = links.entry((from, to)).or_default();
+        let arrival = (self.elapsed() + delay).max(link.last_arrival);
+        link.last_arrival = arrival;
+        link.queue.push_back((arrival, Box::new(put)));
+        if link.busy {
+            return;
+        }
+        link.busy = true;
+        drop(links);
         let world = Arc::clone(self);
         tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            put(&world);
-            if let Some(copy) = copy {
-                tokio::time::sleep(copy).await;
+            loop {
+                let next = {
+                    let mut links = lock(&world.links);
+                    let link = links.get_mut(&(from, to)).expect("the link exists");
+                    match link.queue.pop_front() {
+                        Some(next) => next,
+                        None => {
+                            link.busy = false;
+                            return;
+                        }
+                    }
+                };
+                let (arrival, put) = next;
+                tokio::time::sleep(arrival.saturating_sub(world.elapsed())).await;
                 put(&world);
             }
         });
     }
 }
 
+/// What a message does when it arrives.
+type Delivery = Box<dyn FnOnce(&World) + Send>;
+
+/// One direction of a client's, gateway's or node front's connection.
+#[derive(Default)]
+pub struct Link {
+    queue: std::collections::VecDeque<(Duration, Delivery)>,
+    last_arrival: Duration,
+    busy: bool,
+}
+
 impl Fabric for World {
     fn fate(&self, from: NodeId, to: NodeId, bytes: usize) -> Fate {
         let up = lock(&self.nodes).contains_key(&to);
-        self.fate_of(from, to, bytes, up)
+        self.fate_of(from, to, bytes, up, false)
     }
 
     fn disk_write(&self, node: NodeId, bytes: usize) -> DiskWrite {

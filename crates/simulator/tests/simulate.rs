@@ -53,14 +53,18 @@ fn first_failure(plant: Plant, budget: u64) -> Option<Report> {
 
 #[test]
 fn planted_bugs_are_caught_within_a_few_seeds() {
+    // What each is caught by: the simulator's checks, or the client library's window,
+    // which ends a session whose node forgot a command it acknowledged.
+    let forgotten = "the exchange forgot seq";
     let cases = [
-        (Plant::AckBeforeCommit, "was acknowledged but is not in the state"),
-        (Plant::SkipDuplicateCheck, "the applied deposits, issues and withdrawals add up to"),
-        (Plant::StaleSnapshot, "applied with"),
-        (Plant::EarlyMarketData, "before its release time"),
+        (Plant::AckBeforeCommit, ["was acknowledged but is not in the state", forgotten]),
+        (Plant::SkipDuplicateCheck, ["the applied deposits, issues and withdrawals add up to", "applied with"]),
+        (Plant::StaleSnapshot, ["applied with", forgotten]),
+        (Plant::EarlyMarketData, ["before its release time", "before its release time"]),
     ];
-    for (plant, finding) in cases {
+    for (plant, findings) in cases {
         let report = first_failure(plant, 5).unwrap_or_else(|| panic!("{plant:?} was not caught in 5 seeds"));
-        assert!(report.violations.iter().any(|v| v.contains(finding)), "{plant:?}: {report}");
+        let found = report.violations.iter().any(|v| findings.iter().any(|finding| v.contains(finding)));
+        assert!(found, "{plant:?}: {report}");
     }
 }
