@@ -40,6 +40,10 @@ pub struct SimArgs {
     /// Prints one line per seed even when it passes (default: one line per 10 seeds).
     #[arg(long)]
     verbose: bool,
+    /// Prints every event the trace hash covers (message fates, disk writes, applied
+    /// entries, answers, faults) with its virtual time, to stderr.
+    #[arg(long)]
+    print_trace: bool,
 }
 
 thread_local! {
@@ -91,6 +95,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             faults: args.faults,
             seconds: args.seconds,
             plant: args.plant,
+            print_trace: args.print_trace,
         };
         let report: Report = bourse_simulator::run(options);
         simulated += report.simulated.as_secs_f64();

@@ -111,11 +111,23 @@ pub struct Options {
     /// Virtual seconds of trading under faults.
     pub seconds: u64,
     pub plant: Option<Plant>,
+    /// Prints every trace event (virtual time and values) to stderr as it happens: two
+    /// runs of a seed print the same lines, and a failure can be followed step by step.
+    pub print_trace: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { seed: 1, nodes: 3, gateways: 2, clients: 4, faults: Profile::All, seconds: 10, plant: None }
+        Options {
+            seed: 1,
+            nodes: 3,
+            gateways: 2,
+            clients: 4,
+            faults: Profile::All,
+            seconds: 10,
+            plant: None,
+            print_trace: false,
+        }
     }
 }
 

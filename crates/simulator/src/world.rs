@@ -196,7 +196,7 @@ impl World {
     /// Adds values to the trace.
     pub fn trace(&self, values: &[u64]) {
         let mut trace = lock(&self.trace);
-        if std::env::var_os("SIM_DUMP").is_some() {
+        if self.options.print_trace {
             eprintln!("{:?} {values:?}", self.elapsed());
         }
         for value in values {
