@@ -26,8 +26,9 @@ pub struct SimArgs {
     /// Clients, each trading in its own account.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     clients: u64,
-    /// Which faults strike: calm, network (loss, duplication, delay, partitions), disk
-    /// (slow disks, failing fsyncs, crashes with torn writes) or all (and clock jumps).
+    /// Which faults strike: calm (none), network (loss, duplication, delay, partitions),
+    /// disk (slow disks, failing fsyncs, crashes with torn writes) or all; clock jumps
+    /// in all but calm.
     #[arg(long, default_value = "all")]
     faults: Profile,
     /// Virtual seconds of trading under faults (then everything heals).

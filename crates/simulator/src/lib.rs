@@ -6,17 +6,21 @@
 //! machine with its snapshots, the engine — runs on simulated shells
 //! ([`bourse_cluster::sim`]): a network that delays, loses, duplicates and reorders
 //! messages and cuts links, disks with latency, failing `fsync`s and torn writes, and
-//! processes that crash and restart. Clients number their commands and resend each
-//! until it is answered. Time is virtual (a current-thread tokio runtime whose clock
-//! only moves when every task waits) and every random choice, openraft's election
-//! timeouts included ([`bourse_cluster::runtime`]), comes from the seed: the same seed
-//! is the same run, and prints the same trace hash.
+//! processes that crash and restart. Gateways stamp orders with skewed, drifting clocks
+//! for the production `Resequencer` on the leader and hold market data in the production
+//! `HoldQueue`; clients keep commands in flight in the client library's own `Window`.
+//! Time is virtual (a current-thread tokio runtime whose clock only moves when every
+//! task waits) and every random choice, openraft's election timeouts and tokio's own
+//! included ([`bourse_cluster::runtime`], `Builder::rng_seed`), comes from the seed: the
+//! same seed is the same run, and prints the same trace hash.
 //!
-//! After the faults heal, the run checks: every replica's state hash is equal; no
-//! acknowledged command is lost and none applied twice (each client's answers against
-//! the engine's session record, and money and shares against what the clients' applied
-//! deposits, issues and withdrawals add up to); the engine's invariants on every
-//! replica; and liveness — every client's command in flight is answered within
+//! Checks, as the run goes and after the faults heal: every replica applies the same
+//! entry at each index and ends with the same state hash; no acknowledged command is
+//! lost and none applied twice (each client's answers against the engine's session
+//! record, and money and shares against what the clients' applied deposits, issues and
+//! withdrawals add up to); the engine's invariants on every replica; the sequencer
+//! releases in stamp order what arrived in time; no gateway releases market data before
+//! its release time; and liveness — every client's command in flight is answered within
 //! [`LIVENESS`] of the heal.
 
 mod client;
@@ -49,11 +53,11 @@ pub const LIVENESS: Duration = Duration::from_secs(30);
 pub enum Profile {
     /// None: the happy path.
     Calm,
-    /// Message loss, duplication, slow links and partitions.
+    /// Message loss, duplication, slow links and partitions (and clock jumps).
     Network,
-    /// Slow disks, failing fsyncs, crashes with torn writes.
+    /// Slow disks, failing fsyncs, crashes with torn writes (and clock jumps).
     Disk,
-    /// All of them, and clock jumps.
+    /// All of them.
     All,
 }
 
