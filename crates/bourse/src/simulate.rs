@@ -61,14 +61,10 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     let replay = |seed: u64| {
         let mut command = format!(
             "bourse sim --seed {seed} --nodes {} --gateways {} --clients {} --faults {} --seconds {}",
-            args.nodes,
-            args.gateways,
-            args.clients,
-            profile_name(args.faults),
-            args.seconds
+            args.nodes, args.gateways, args.clients, args.faults, args.seconds
         );
         if let Some(plant) = args.plant {
-            command.push_str(&format!(" --plant {}", plant_name(plant)));
+            command.push_str(&format!(" --plant {plant}"));
         }
         command
     };
@@ -125,22 +121,4 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         messages_hit as f64 * 60.0 / wall
     );
     Ok(())
-}
-
-fn profile_name(profile: Profile) -> &'static str {
-    match profile {
-        Profile::Calm => "calm",
-        Profile::Network => "network",
-        Profile::Disk => "disk",
-        Profile::All => "all",
-    }
-}
-
-fn plant_name(plant: Plant) -> &'static str {
-    match plant {
-        Plant::AckBeforeCommit => "ack-before-commit",
-        Plant::SkipDuplicateCheck => "skip-duplicate-check",
-        Plant::StaleSnapshot => "stale-snapshot",
-        Plant::EarlyMarketData => "early-market-data",
-    }
 }

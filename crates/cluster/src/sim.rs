@@ -395,7 +395,6 @@ struct DiskInner {
     incarnation: u64,
     /// The run being written now, in order: a crash keeps a prefix of it.
     in_flight: Vec<Op>,
-    writes: u64,
 }
 
 /// A node's disk, which outlives its processes: what is durable survives a crash.
@@ -414,34 +413,6 @@ impl SimDisk {
             inner.durable.apply(op);
         }
         inner.incarnation += 1;
-    }
-
-    /// Runs of writes made durable so far.
-    pub fn writes(&self) -> u64 {
-        lock(&self.0).writes
-    }
-
-    /// The durable log: index, term and a hash of each entry's payload.
-    pub fn log_digest(&self) -> Vec<(u64, u64, u64)> {
-        use std::hash::{Hash, Hasher};
-        let inner = lock(&self.0);
-        inner
-            .durable
-            .log
-            .values()
-            .map(|entry| {
-                let mut hasher = std::hash::DefaultHasher::new();
-                if let EntryPayload::Normal(batch) = &entry.payload {
-                    batch.iter().for_each(|command| command.hash(&mut hasher));
-                }
-                (entry.log_id.index, entry.log_id.leader_id.term, hasher.finish())
-            })
-            .collect()
-    }
-
-    /// The durable log's last index (0 when empty).
-    pub fn last_index(&self) -> u64 {
-        lock(&self.0).durable.last().map_or(0, |id| id.index)
     }
 }
 
@@ -531,7 +502,6 @@ async fn write(
             for (op, _) in &run {
                 inner.durable.apply(op);
             }
-            inner.writes += 1;
         }
         for (_, done) in run {
             done.complete(Ok(()));

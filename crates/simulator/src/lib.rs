@@ -61,18 +61,47 @@ pub enum Profile {
     All,
 }
 
-impl FromStr for Profile {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "calm" => Ok(Profile::Calm),
-            "network" => Ok(Profile::Network),
-            "disk" => Ok(Profile::Disk),
-            "all" => Ok(Profile::All),
-            _ => Err(format!("unknown fault profile `{s}` (calm, network, disk or all)")),
-        }
-    }
+impl Profile {
+    /// Each profile with its name on the command line.
+    const NAMES: [(Profile, &'static str); 4] =
+        [(Profile::Calm, "calm"), (Profile::Network, "network"), (Profile::Disk, "disk"), (Profile::All, "all")];
 }
+
+impl Plant {
+    /// Each planted bug with its name on the command line.
+    const NAMES: [(Plant, &'static str); 4] = [
+        (Plant::AckBeforeCommit, "ack-before-commit"),
+        (Plant::SkipDuplicateCheck, "skip-duplicate-check"),
+        (Plant::StaleSnapshot, "stale-snapshot"),
+        (Plant::EarlyMarketData, "early-market-data"),
+    ];
+}
+
+/// Parses and prints an enum by its table of names.
+macro_rules! named {
+    ($type:ty, $what:literal) => {
+        impl FromStr for $type {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                let found = <$type>::NAMES.iter().find(|(_, name)| *name == s);
+                found.map(|(value, _)| *value).ok_or_else(|| {
+                    let names: Vec<&str> = <$type>::NAMES.iter().map(|(_, name)| *name).collect();
+                    format!("unknown {} `{s}` ({})", $what, names.join(", "))
+                })
+            }
+        }
+
+        impl fmt::Display for $type {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let name = <$type>::NAMES.iter().find(|(value, _)| value == self).map_or("?", |(_, name)| *name);
+                f.write_str(name)
+            }
+        }
+    };
+}
+
+named!(Profile, "fault profile");
+named!(Plant, "planted bug");
 
 /// A bug planted on purpose, to show that the checks find it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,21 +115,6 @@ pub enum Plant {
     StaleSnapshot,
     /// Gateways release market data as it arrives, not at its release time.
     EarlyMarketData,
-}
-
-impl FromStr for Plant {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "ack-before-commit" => Ok(Plant::AckBeforeCommit),
-            "skip-duplicate-check" => Ok(Plant::SkipDuplicateCheck),
-            "stale-snapshot" => Ok(Plant::StaleSnapshot),
-            "early-market-data" => Ok(Plant::EarlyMarketData),
-            _ => Err(format!(
-                "unknown planted bug `{s}` (ack-before-commit, skip-duplicate-check, stale-snapshot or early-market-data)"
-            )),
-        }
-    }
 }
 
 /// One run's settings.

@@ -253,23 +253,18 @@ impl Node {
     /// Starts a process on this node's disk and snapshots.
     pub async fn start(&mut self, world: &Arc<World>, rafts: &Rafts<SimMachine>) -> Result<(), String> {
         let config = member_config(self.id, world.options.nodes);
-        let engine = match self.snapshots.latest().map_err(|e| e.to_string())? {
-            Some((_, bytes)) => {
+        let (engine, next_index) = match self.snapshots.latest().map_err(|e| e.to_string())? {
+            Some((meta, bytes)) => {
                 let planted = world.options.plant == Some(Plant::StaleSnapshot);
                 let bytes = match lock(&self.history).first() {
                     Some((_, stale)) if planted => stale.clone(),
                     _ => bytes,
                 };
-                Engine::restore(&bytes).map_err(|e| e.to_string())?
+                let next_index = meta.last_log_id.map_or(1, |id| id.index + 1);
+                (Engine::restore(&bytes).map_err(|e| e.to_string())?, next_index)
             }
-            None => Engine::new(EngineConfig::default()),
+            None => (Engine::new(EngineConfig::default()), 1),
         };
-        let next_index = self
-            .snapshots
-            .latest()
-            .map_err(|e| e.to_string())?
-            .and_then(|(meta, _)| meta.last_log_id)
-            .map_or(1, |id| id.index + 1);
         let sessions = Arc::new(Mutex::new(BTreeMap::new()));
         let leading = Arc::new(AtomicBool::new(false));
         let replica = Replica {
