@@ -91,14 +91,20 @@ impl Account {
     /// The position in `symbol`, created flat when missing.
     #[inline]
     pub fn position_mut(&mut self, symbol: SymbolId) -> &mut Position {
-        let i = match self.positions.binary_search_by_key(&symbol, |(s, _)| *s) {
+        let i = self.position_index(symbol);
+        &mut self.positions[i].1
+    }
+
+    /// Where the position in `symbol` is in `positions`, created flat when missing.
+    #[inline]
+    pub fn position_index(&mut self, symbol: SymbolId) -> usize {
+        match self.positions.binary_search_by_key(&symbol, |(s, _)| *s) {
             Ok(i) => i,
             Err(i) => {
                 self.positions.insert(i, (symbol, Position::default()));
                 i
             }
-        };
-        &mut self.positions[i].1
+        }
     }
 
     /// Drops the entry of `symbol` when it is idle (flat with no open orders).
@@ -109,6 +115,18 @@ impl Account {
                 self.positions.remove(i);
             }
         }
+    }
+
+    /// Moves `delta` from available to reserved (a negative `delta` back) and returns
+    /// the balance after: one search of the balances. The caller checked that what it
+    /// reserves is available.
+    #[inline]
+    pub fn shift(&mut self, asset: AssetId, delta: i64) -> Balance {
+        let balance = self.balance_mut(asset);
+        assert!(balance.available.0 >= delta && balance.reserved.0 >= -delta, "hold change beyond the balance");
+        balance.available.0 -= delta;
+        balance.reserved.0 += delta;
+        *balance
     }
 
     /// Moves `amount` from available to reserved. The caller checked it is available.

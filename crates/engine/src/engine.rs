@@ -655,6 +655,14 @@ impl<B: Book> Engine<B> {
         self.symbols.get(symbol.0 as usize).ok_or(Reject::SymbolUnknown)
     }
 
+    /// Reserves `delta` of `asset` (releases, when negative) and reports the balance:
+    /// [`Account::shift`] and [`Engine::emit_balance`] with one search of the balances.
+    #[inline]
+    pub(crate) fn shift_hold(&mut self, account: AccountId, asset: AssetId, delta: i64, events: &mut Vec<Event>) {
+        let balance = self.accounts[account.0 as usize].shift(asset, delta);
+        events.push(Event::Balance { account, asset, available: balance.available, reserved: balance.reserved });
+    }
+
     #[inline]
     pub(crate) fn emit_balance(&self, account: AccountId, asset: AssetId, events: &mut Vec<Event>) {
         let balance = self.accounts[account.0 as usize].balance(asset);
@@ -695,8 +703,7 @@ impl<B: Book> Engine<B> {
             self.position_orders(account, symbol, side, -qty.0);
         }
         if hold.1 .0 > 0 {
-            self.accounts[account.0 as usize].release(hold.0, hold.1);
-            self.emit_balance(account, hold.0, events);
+            self.shift_hold(account, hold.0, -hold.1 .0, events);
         }
         let status = if reason == CancelReason::Expired { OrderStatus::Expired } else { OrderStatus::Cancelled };
         self.close_record(id, status);

@@ -355,16 +355,17 @@ impl<B: Book> Engine<B> {
                 continue;
             }
             let threshold = if exempt { None } else { self.threshold(account, sym, &totals) };
-            let holder = &mut self.accounts[account.0 as usize];
-            let position = holder.position_mut(sym);
+            let positions = &mut self.accounts[account.0 as usize].positions;
+            let position = &mut positions[i].1;
             let (old, was_long, size) = (position.threshold, position.indexed_long, position.size);
             position.threshold = threshold;
             position.indexed_long = size > 0;
             let keyed = threshold.is_some();
-            if !position.is_idle() {
+            if position.is_idle() {
+                positions.remove(i);
+            } else {
                 i += 1;
             }
-            holder.position_tidy(sym);
             let symbol = &mut self.symbols[sym.0 as usize];
             let spec = &symbol.spec;
             let margin = symbol.margin.as_mut().expect("positions are in margin symbols");
@@ -488,7 +489,8 @@ impl<B: Book> Engine<B> {
         let margin = symbol.margin.as_ref().expect("a margin symbol");
         let (multiplier, insurance) = (margin.spec.multiplier, margin.spec.insurance);
         let holder = &mut self.accounts[account.0 as usize];
-        let position = holder.position_mut(sym);
+        let at = holder.position_index(sym);
+        let position = &mut holder.positions[at].1;
         if order {
             match side {
                 Side::Buy => position.buying -= qty.0,
@@ -499,7 +501,9 @@ impl<B: Book> Engine<B> {
         let realized = trade_position(&mut position.size, &mut position.cost, d, px, multiplier);
         position.realized = i64::try_from(i128::from(position.realized) + realized).expect("realised P&L within i64");
         let (size, cost, realized_total) = (position.size, position.cost, position.realized);
-        holder.position_tidy(sym);
+        if position.is_idle() {
+            holder.positions.remove(at);
+        }
         let balance = holder.balance_mut(quote);
         balance.reserved.0 -= release;
         assert!(balance.reserved.0 >= 0, "margin reservation went negative");

@@ -153,12 +153,16 @@ impl<B: Book> Engine<B> {
         }
         let margin = self.margin_terms(request.symbol);
         let hold = match &margin {
+            // The margin checks include the hold's.
             Some(terms) => (spec.quote, Amount(self.margin_check_place(request, terms)?)),
-            None => hold_request(spec, None, request)?,
+            None => {
+                let hold = hold_request(spec, None, request)?;
+                if holder.balance(hold.0).available < hold.1 {
+                    return Err(Reject::BalanceInsufficient);
+                }
+                hold
+            }
         };
-        if holder.balance(hold.0).available < hold.1 {
-            return Err(Reject::BalanceInsufficient);
-        }
         if let OrderKind::Limit { px } = request.kind {
             let best = symbol.book.best(request.side.opposite());
             if request.post_only && best.is_some_and(|best| request.side.crosses(px, best)) {
@@ -171,7 +175,6 @@ impl<B: Book> Engine<B> {
 
         let id = OrderId(self.next_order_id);
         self.next_order_id += 1;
-        self.accounts[request.account.0 as usize].reserve(hold.0, hold.1);
         events.push(Event::Accepted {
             order: id,
             account: request.account,
@@ -181,7 +184,7 @@ impl<B: Book> Engine<B> {
             qty: request.qty,
             ts,
         });
-        self.emit_balance(request.account, hold.0, events);
+        self.shift_hold(request.account, hold.0, hold.1 .0, events);
         self.orders.insert(id, new_record(id, request, stop, ts));
         if margin.is_some() {
             self.position_orders(request.account, request.symbol, request.side, request.qty.0);
@@ -218,8 +221,7 @@ impl<B: Book> Engine<B> {
         if taker.qty.0 == 0 {
             if hold_left.1 .0 > 0 {
                 // A market buy that spent less than its budget gets the rest back.
-                self.accounts[request.account.0 as usize].release(hold_left.0, hold_left.1);
-                self.emit_balance(request.account, hold_left.0, events);
+                self.shift_hold(request.account, hold_left.0, -hold_left.1 .0, events);
             }
             self.close_record(id, OrderStatus::Filled);
             return taker.traded;
@@ -422,10 +424,9 @@ impl<B: Book> Engine<B> {
             self.position_orders(account, sym, order.side, -qty_by.0);
         }
         self.symbols[sym.0 as usize].book.reduce(id, qty_by);
-        self.accounts[account.0 as usize].release(released.0, released.1);
         self.orders.get_mut(&id).expect("resting order has a record").qty_reduced.0 += qty_by.0;
         events.push(Event::Reduced { order: id, qty_by, qty_remaining: Qty(order.qty_remaining().0 - qty_by.0) });
-        self.emit_balance(account, released.0, events);
+        self.shift_hold(account, released.0, -released.1 .0, events);
         Ok(id.0)
     }
 
@@ -473,15 +474,9 @@ impl<B: Book> Engine<B> {
             self.symbols[sym.0 as usize].book.remove(id);
             self.accounts[account.0 as usize].open_orders -= 1;
         }
-        let holder = &mut self.accounts[account.0 as usize];
-        match delta.signum() {
-            1 => holder.reserve(quote, Amount(delta)),
-            -1 => holder.release(quote, Amount(-delta)),
-            _ => {}
-        }
         events.push(Event::Moved { order: id, px });
         if delta != 0 {
-            self.emit_balance(account, quote, events);
+            self.shift_hold(account, quote, delta, events);
         }
         if !crosses {
             // The common case: nothing to trade, so the order changes level in place,
