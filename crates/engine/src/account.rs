@@ -107,16 +107,6 @@ impl Account {
         }
     }
 
-    /// Drops the entry of `symbol` when it is idle (flat with no open orders).
-    #[inline]
-    pub fn position_tidy(&mut self, symbol: SymbolId) {
-        if let Ok(i) = self.positions.binary_search_by_key(&symbol, |(s, _)| *s) {
-            if self.positions[i].1.is_idle() {
-                self.positions.remove(i);
-            }
-        }
-    }
-
     /// Moves `delta` from available to reserved (a negative `delta` back) and returns
     /// the balance after: one search of the balances. The caller checked that what it
     /// reserves is available.
@@ -127,23 +117,5 @@ impl Account {
         balance.available.0 -= delta;
         balance.reserved.0 += delta;
         *balance
-    }
-
-    /// Moves `amount` from available to reserved. The caller checked it is available.
-    #[inline]
-    pub fn reserve(&mut self, asset: AssetId, amount: Amount) {
-        let balance = self.balance_mut(asset);
-        assert!(balance.available >= amount, "reserve beyond available");
-        balance.available.0 -= amount.0;
-        balance.reserved.0 += amount.0;
-    }
-
-    /// Moves `amount` from reserved back to available.
-    #[inline]
-    pub fn release(&mut self, asset: AssetId, amount: Amount) {
-        let balance = self.balance_mut(asset);
-        assert!(balance.reserved >= amount, "release beyond reserved");
-        balance.reserved.0 -= amount.0;
-        balance.available.0 += amount.0;
     }
 }
