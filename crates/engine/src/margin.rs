@@ -120,12 +120,33 @@ impl MarginTerms {
         // overflows `u64`.
         let fast = px.0.checked_mul(qty.0).and_then(|a| a.checked_mul(self.multiplier)).filter(|&a| a >= 0);
         if let Some(a) = fast {
-            const ONE: u64 = BP_ONE as u64;
-            let (a, bp) = (a as u64, u64::from(self.initial_bp));
-            return i64::try_from((a / ONE) * bp + ((a % ONE) * bp).div_ceil(ONE)).ok();
+            return Some(self.initial_of(a));
         }
         let scaled = notional(px, qty) * i128::from(self.multiplier) * i128::from(self.initial_bp);
         i64::try_from(ceil_div(scaled, i128::from(BP_ONE))).ok()
+    }
+
+    /// `ceil(a × initial_bp / 10000)` for a notional `0 ≤ a ≤ i64::MAX` (see `initial`).
+    #[inline(always)]
+    fn initial_of(&self, a: i64) -> i64 {
+        const ONE: u64 = BP_ONE as u64;
+        let (a, bp) = (a as u64, u64::from(self.initial_bp));
+        // At most `a`, so within `i64`.
+        ((a / ONE) * bp + ((a % ONE) * bp).div_ceil(ONE)) as i64
+    }
+
+    /// What moving a resting order of `qty` from `from` to `to` changes its hold by:
+    /// `initial(to, qty) − initial(from, qty)` (the fee part depends on the quantity
+    /// only), with one product of quantity and multiplier for both. `None` when the hold
+    /// at `to` passes `i64`.
+    #[inline]
+    pub fn initial_change(&self, from: Px, to: Px, qty: Qty) -> Option<i64> {
+        let notionals =
+            qty.0.checked_mul(self.multiplier).and_then(|qm| Some((from.0.checked_mul(qm)?, to.0.checked_mul(qm)?)));
+        match notionals {
+            Some((a, b)) if a >= 0 && b >= 0 => Some(self.initial_of(b) - self.initial_of(a)),
+            _ => Some(self.initial(to, qty)? - self.initial(from, qty).expect("hold fitted when placed")),
+        }
     }
 
     /// The taker fee a hold of `qty` includes (quantities are whole lots).
@@ -146,9 +167,16 @@ impl MarginTerms {
     /// initial margins' difference (each rounded, so partial releases add up to the
     /// hold exactly) and the fee of `qty`.
     pub fn release(&self, px: Px, remaining: Qty, qty: Qty) -> i64 {
+        self.release_initial(px, remaining, qty) + self.fee(qty).expect("hold fitted when placed")
+    }
+
+    /// The initial-margin part of [`MarginTerms::release`]; a fill, which has worked out
+    /// the taker fee of its quantity already, adds that.
+    #[inline]
+    pub fn release_initial(&self, px: Px, remaining: Qty, qty: Qty) -> i64 {
         let before = self.initial(px, remaining).expect("hold fitted when placed");
         let after = self.initial(px, Qty(remaining.0 - qty.0)).expect("hold fitted when placed");
-        before - after + self.fee(qty).expect("hold fitted when placed")
+        before - after
     }
 }
 

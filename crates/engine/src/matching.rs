@@ -265,9 +265,14 @@ impl<B: Book> Engine<B> {
             // A margin fill is reported first, then each side's hold release, position,
             // P&L and fee are settled (see `margin.rs`).
             self.report_trade(sym, terms, maker, taker, qty, fee_maker, fee_taker, events);
-            let maker_release = margin.release(maker.px, maker.qty_remaining(), qty);
-            let taker_release =
-                if taker.liquidation { 0 } else { margin.release(margin.hold_px(taker.limit), taker.qty, qty) };
+            // Every margin hold includes the taker fee of its quantity (`MarginTerms::hold`),
+            // which is `fee_taker` for this fill's.
+            let maker_release = margin.release_initial(maker.px, maker.qty_remaining(), qty) + fee_taker;
+            let taker_release = if taker.liquidation {
+                0
+            } else {
+                margin.release_initial(margin.hold_px(taker.limit), taker.qty, qty) + fee_taker
+            };
             self.margin_fill(maker.account, sym, maker.side, qty, px, fee_maker, maker_release, true, events);
             self.margin_fill(taker.account, sym, taker.side, qty, px, fee_taker, taker_release, true, events);
             self.emit_balance(maker.account, terms.quote, events);

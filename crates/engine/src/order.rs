@@ -452,10 +452,7 @@ impl<B: Book> Engine<B> {
         let margin = self.margin_terms(sym);
         let delta = match (margin, order.side) {
             // The fee part of the hold depends on the quantity only.
-            (Some(terms), _) => {
-                let new = terms.initial(px, qty).ok_or(Reject::AmountOverflow)?;
-                new - terms.initial(order.px, qty).expect("hold fitted when placed")
-            }
+            (Some(terms), _) => terms.initial_change(order.px, px, qty).ok_or(Reject::AmountOverflow)?,
             (None, Side::Buy) => {
                 // The taker-fee part of the hold depends on the quantity only, so the
                 // hold changes by the price difference times the quantity.
