@@ -216,9 +216,12 @@ impl<B: Book> Engine<B> {
             "order {id}: the fill-or-kill check passed but matching left {} unfilled",
             taker.qty
         );
-        let spec = &self.symbols[sym].spec;
-        let hold_left = taker.hold_remaining(spec, self.margin_terms(request.symbol));
+        // What the order still holds, worked out only where it is given back (an order
+        // that rests keeps it).
+        let hold_left =
+            |engine: &Self| taker.hold_remaining(&engine.symbols[sym].spec, engine.margin_terms(request.symbol));
         if taker.qty.0 == 0 {
+            let hold_left = hold_left(self);
             if hold_left.1 .0 > 0 {
                 // A market buy that spent less than its budget gets the rest back.
                 self.shift_hold(request.account, hold_left.0, -hold_left.1 .0, events);
@@ -234,7 +237,7 @@ impl<B: Book> Engine<B> {
                     id,
                     request.account,
                     (request.symbol, request.side),
-                    hold_left,
+                    hold_left(self),
                     taker.qty,
                     reason,
                     events,
