@@ -49,9 +49,9 @@ pub struct EngineArgs {
     #[arg(long)]
     pub margin: bool,
     /// With --margin: time the spot contract too, its cycles alternating with the margin
-    /// ones (spot then margin, margin then spot, …), and report the margin/spot ratio of each pair and
-    /// their median — an A/B that a slow spell of a shared host shifts far less than two
-    /// runs minutes apart (no latency runs).
+    /// ones (spot then margin, margin then spot, …), and report the margin/spot ratio of
+    /// each pair and their median — an A/B that a slow spell of a shared host shifts far
+    /// less than two runs minutes apart (no latency runs).
     #[arg(long, requires = "margin")]
     pub against_spot: bool,
     /// Print one JSON object as the last line of stdout instead of the human report.
