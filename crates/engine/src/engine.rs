@@ -228,6 +228,9 @@ pub struct Engine<B: Book = FastBook> {
     /// whose mark it moved: settled when the command ends (scratch, empty between commands).
     pub(crate) margin_dirty: Vec<(AccountId, AssetId)>,
     pub(crate) marks_moved: Vec<SymbolId>,
+    /// [`Engine::margin_settle`]'s work lists, kept between commands so that settling
+    /// allocates nothing once they have grown (scratch, empty between commands).
+    pub(crate) margin_scratch: crate::margin::SettleScratch,
 }
 
 /// The fairness delays in force, and the earliest release time of what comes next.
@@ -275,6 +278,7 @@ impl<B: Book> Engine<B> {
             insurers: BTreeSet::new(),
             margin_dirty: Vec::new(),
             marks_moved: Vec::new(),
+            margin_scratch: crate::margin::SettleScratch::default(),
         }
     }
 

@@ -52,6 +52,15 @@ use crate::matching::Taker;
 use crate::reject::Reject;
 use crate::types::{notional, AccountId, Amount, AssetId, OrderId, Px, Qty, Side, SymbolId, Timestamp};
 
+/// [`Engine::margin_settle`]'s work lists: the accounts to re-key, the symbols whose
+/// mark moved, and the accounts to check for liquidation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SettleScratch {
+    dirty: Vec<(AccountId, AssetId)>,
+    marks: Vec<SymbolId>,
+    candidates: Vec<(AccountId, AssetId)>,
+}
+
 /// A margin symbol's rules and state beside its book.
 #[derive(Clone, Debug)]
 pub struct Margin {
@@ -577,34 +586,32 @@ impl<B: Book> Engine<B> {
     /// moved concern, and liquidates whoever fell below maintenance margin, until
     /// nothing is left (a liquidation's trades may move a last-trade mark).
     pub(crate) fn margin_settle(&mut self, ts: Timestamp, events: &mut Vec<Event>) {
-        // The two lists' buffers are handed back each round, so a command allocates
-        // nothing here once they have grown.
-        let mut dirty = Vec::new();
-        let mut marks = Vec::new();
+        // Each round swaps the command's lists for the scratch's empty ones, so both
+        // buffers of each list are kept and a command allocates nothing here once they
+        // have grown.
+        let mut work = std::mem::take(&mut self.margin_scratch);
         loop {
-            std::mem::swap(&mut dirty, &mut self.margin_dirty);
-            std::mem::swap(&mut marks, &mut self.marks_moved);
-            if dirty.is_empty() && marks.is_empty() {
-                std::mem::swap(&mut dirty, &mut self.margin_dirty);
-                std::mem::swap(&mut marks, &mut self.marks_moved);
-                return;
+            std::mem::swap(&mut work.dirty, &mut self.margin_dirty);
+            std::mem::swap(&mut work.marks, &mut self.marks_moved);
+            if work.dirty.is_empty() && work.marks.is_empty() {
+                break;
             }
+            let SettleScratch { dirty, marks, candidates } = &mut work;
             marks.sort_unstable();
             marks.dedup();
-            for &sym in &marks {
+            for &sym in marks.iter() {
                 let symbol = &self.symbols[sym.0 as usize];
                 let margin = symbol.margin.as_ref().expect("marks move in margin symbols");
                 dirty.extend(margin.multi.iter().map(|&account| (account, symbol.spec.quote)));
             }
             dirty.sort_unstable();
             dirty.dedup();
-            let mut candidates = Vec::new();
-            for &(account, asset) in &dirty {
+            for &(account, asset) in dirty.iter() {
                 if self.margin_refresh(account, asset) {
                     candidates.push((account, asset));
                 }
             }
-            for &sym in &marks {
+            for &sym in marks.iter() {
                 let symbol = &self.symbols[sym.0 as usize];
                 let margin = symbol.margin.as_ref().expect("marks move in margin symbols");
                 let Some(mark) = margin.mark(symbol.last_px) else { continue };
@@ -615,14 +622,16 @@ impl<B: Book> Engine<B> {
             }
             candidates.sort_unstable();
             candidates.dedup();
-            for (account, asset) in candidates {
+            for &(account, asset) in candidates.iter() {
                 if !self.exempt(account, asset) && self.totals(account, asset).liquidatable() {
                     self.liquidate(account, asset, ts, events);
                 }
             }
             dirty.clear();
             marks.clear();
+            candidates.clear();
         }
+        self.margin_scratch = work;
     }
 
     /// The price at which closing the account's whole position in `sym` leaves its
