@@ -44,6 +44,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::account::{Account, Balance, Position};
 use crate::book::Book;
 use crate::command::{MarginSpec, MarginSymbol, MarkSource, OrderKind, OrderRequest, SymbolSpec, Tif, BP_ONE};
 use crate::engine::{Engine, OrderStatus};
@@ -317,7 +318,12 @@ impl<B: Book> Engine<B> {
     /// The account's margin figures in `asset`.
     pub(crate) fn totals(&self, account: AccountId, asset: AssetId) -> Totals {
         let holder = &self.accounts[account.0 as usize];
-        let balance = holder.balance(asset);
+        self.totals_of(holder, holder.balance(asset), asset)
+    }
+
+    /// [`Engine::totals`] of a holder whose balance in `asset` the caller has found.
+    #[inline]
+    fn totals_of(&self, holder: &Account, balance: Balance, asset: AssetId) -> Totals {
         let mut totals = Totals {
             available: i128::from(balance.available.0),
             reserved: i128::from(balance.reserved.0),
@@ -346,7 +352,12 @@ impl<B: Book> Engine<B> {
     /// other marks held: a long liquidates when the mark is below it, a short when the
     /// mark is at or above it.
     pub(crate) fn threshold(&self, account: AccountId, sym: SymbolId, totals: &Totals) -> Option<i128> {
-        let position = self.accounts[account.0 as usize].position(sym)?;
+        self.threshold_of(sym, self.accounts[account.0 as usize].position(sym)?, totals)
+    }
+
+    /// [`Engine::threshold`] of a position the caller holds already.
+    #[inline]
+    fn threshold_of(&self, sym: SymbolId, position: &Position, totals: &Totals) -> Option<i128> {
         if position.size == 0 {
             return None;
         }
@@ -391,7 +402,11 @@ impl<B: Book> Engine<B> {
                 i += 1;
                 continue;
             }
-            let threshold = if exempt { None } else { self.threshold(account, sym, &totals) };
+            let threshold = if exempt {
+                None
+            } else {
+                self.threshold_of(sym, &self.accounts[account.0 as usize].positions[i].1, &totals)
+            };
             let positions = &mut self.accounts[account.0 as usize].positions;
             let position = &mut positions[i].1;
             let (old, was_long, size) = (position.threshold, position.indexed_long, position.size);
@@ -443,7 +458,7 @@ impl<B: Book> Engine<B> {
         let i = match positions.binary_search_by_key(&sym, |(s, _)| *s) {
             Ok(i) => i,
             Err(i) => {
-                positions.insert(i, (sym, crate::account::Position::default()));
+                positions.insert(i, (sym, Position::default()));
                 i
             }
         };
@@ -478,14 +493,15 @@ impl<B: Book> Engine<B> {
             return Err(Reject::PositionLimit);
         }
         let hold = terms.hold(terms.hold_px(limit), request.qty).ok_or(Reject::AmountOverflow)?;
-        if holder.balance(symbol.spec.quote).available.0 < hold {
+        let cash = holder.balance(symbol.spec.quote);
+        if cash.available.0 < hold {
             return Err(Reject::BalanceInsufficient);
         }
         let reducing = match request.side {
             Side::Buy => position.size < 0 && i128::from(position.buying) + q <= -i128::from(position.size),
             Side::Sell => position.size > 0 && i128::from(position.selling) + q <= i128::from(position.size),
         };
-        if !reducing && self.totals(request.account, symbol.spec.quote).free_after(i128::from(hold)) < 0 {
+        if !reducing && self.totals_of(holder, cash, symbol.spec.quote).free_after(i128::from(hold)) < 0 {
             return Err(Reject::MarginInsufficient);
         }
         Ok(hold)
