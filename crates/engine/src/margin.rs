@@ -141,6 +141,12 @@ impl MarginTerms {
     fn initial_of(&self, a: i64) -> i64 {
         const ONE: u64 = BP_ONE as u64;
         let (a, bp) = (a as u64, u64::from(self.initial_bp));
+        // Below 2^50 (the usual case; notionals may reach 2^53), `a × bp + 9999 <
+        // 2^50 × 10000 + 9999 < 2^64`: one product and one division by the constant.
+        // Above, the product is split around the division.
+        if a < 1 << 50 {
+            return ((a * bp + (ONE - 1)) / ONE) as i64;
+        }
         // At most `a`, so within `i64`.
         ((a / ONE) * bp + ((a % ONE) * bp).div_ceil(ONE)) as i64
     }
@@ -1039,12 +1045,25 @@ mod tests {
             let want = exact(px, qty, m, bp);
             prop_assert_eq!(terms(m, bp).initial(Px(px), Qty(qty)).map(i128::from), i64::try_from(want).ok().map(i128::from));
         }
+
+        /// Notionals below 2^50, where one product and one division do it.
+        #[test]
+        fn initial_margin_of_a_small_notional_is_the_exact_ceiling(
+            px in 1i64..=1 << 26,
+            qty in 1i64..=1 << 20,
+            m in 1i64..=15,
+            bp in 1u32..=BP_ONE,
+        ) {
+            prop_assert_eq!(terms(m, bp).initial(Px(px), Qty(qty)).map(i128::from), Some(exact(px, qty, m, bp)));
+        }
     }
 
     #[test]
     fn initial_margin_at_the_edges() {
         for (px, qty, m, bp) in
             [(1, 1, 1, 1), (9_999, 1, 1, 1), (10_000, 1, 1, 1), (10_001, 1, 1, 10_000), (1 << 53, 1, 1, 10_000)]
+                .into_iter()
+                .chain([(1 << 50) - 1, 1 << 50].into_iter().flat_map(|px| [(px, 1, 1, 10_000), (px, 1, 1, 9_999)]))
         {
             assert_eq!(terms(m, bp).initial(Px(px), Qty(qty)).map(i128::from), Some(exact(px, qty, m, bp)));
         }
