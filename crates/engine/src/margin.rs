@@ -461,12 +461,8 @@ impl<B: Book> Engine<B> {
     #[inline]
     pub(crate) fn position_orders(&mut self, account: AccountId, sym: SymbolId, side: Side, qty: i64) {
         let positions = &mut self.accounts[account.0 as usize].positions;
-        let i = match positions.binary_search_by_key(&sym, |(s, _)| *s) {
-            Ok(i) => i,
-            Err(i) => {
-                positions.insert(i, (sym, Position::default()));
-                i
-            }
+        let Ok(i) = positions.binary_search_by_key(&sym, |(s, _)| *s) else {
+            return self.position_orders_first(account, sym, side, qty);
         };
         let position = &mut positions[i].1;
         match side {
@@ -474,9 +470,19 @@ impl<B: Book> Engine<B> {
             Side::Sell => position.selling += qty,
         }
         debug_assert!(position.buying >= 0 && position.selling >= 0, "open order quantity went negative");
-        if position.is_idle() {
+        // Only taking open quantity away can leave the position idle.
+        if qty < 0 && position.is_idle() {
             positions.remove(i);
         }
+    }
+
+    /// [`Engine::position_orders`] for an account with no position in `sym` yet (its
+    /// first order there): opens an empty one, out of the common path.
+    #[cold]
+    #[inline(never)]
+    fn position_orders_first(&mut self, account: AccountId, sym: SymbolId, side: Side, qty: i64) {
+        self.accounts[account.0 as usize].position_index(sym);
+        self.position_orders(account, sym, side, qty);
     }
 
     /// The checks a margin order must pass beyond its shape: no budget, the position
