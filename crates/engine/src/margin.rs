@@ -207,6 +207,27 @@ pub(crate) fn in_band(spec: &SymbolSpec, key: i128, long: bool) -> bool {
     }
 }
 
+/// The liquidation key of a position of signed size `s` (not zero), multiplier `m`
+/// and maintenance rate `mb`, where `k` is the maintenance of the account's other
+/// positions less `10000 × (cash + their unrealised P&L − this position's cost)`:
+/// liquidation comes at `mark × d < k` for a long and `mark × d > −k` for a short,
+/// with `d = |s| × m × (10000 ∓ mb)`, so the key is `ceil(k / d)`, or `floor(−k / d) + 1`.
+#[inline(always)]
+fn key_of(s: i128, m: i128, mb: i128, k: i128) -> i128 {
+    let one = i128::from(BP_ONE);
+    let d = if s > 0 { s * m * (one - mb) } else { -s * m * (one + mb) };
+    // A 64-bit division when both fit (the usual case), else a 128-bit one.
+    let small = |v: i128| i64::try_from(v).ok();
+    match (small(k), small(d)) {
+        (Some(k), Some(d)) if k > i64::MIN => {
+            let key = if s > 0 { -((-k).div_euclid(d)) } else { (-k).div_euclid(d) + 1 };
+            i128::from(key)
+        }
+        _ if s > 0 => ceil_div(k, d),
+        _ => (-k).div_euclid(d) + 1,
+    }
+}
+
 fn ceil_div(a: i128, b: i128) -> i128 {
     -((-a).div_euclid(b))
 }
@@ -376,19 +397,23 @@ impl<B: Book> Engine<B> {
         let value = s * i128::from(mark.0) * m;
         let unrealized_others = totals.unrealized - (value - cost);
         let maintenance_others = totals.maintenance - value.abs() * mb;
-        let one = i128::from(BP_ONE);
-        let k = maintenance_others - one * (totals.available + totals.reserved + unrealized_others - cost);
-        let d = if s > 0 { s * m * (one - mb) } else { -s * m * (one + mb) };
-        // A 64-bit division when both fit (the usual case), else a 128-bit one.
-        let small = |v: i128| i64::try_from(v).ok();
-        Some(match (small(k), small(d)) {
-            (Some(k), Some(d)) if k > i64::MIN => {
-                let key = if s > 0 { -((-k).div_euclid(d)) } else { (-k).div_euclid(d) + 1 };
-                i128::from(key)
-            }
-            _ if s > 0 => ceil_div(k, d),
-            _ => (-k).div_euclid(d) + 1,
-        })
+        let k =
+            maintenance_others - i128::from(BP_ONE) * (totals.available + totals.reserved + unrealized_others - cost);
+        Some(key_of(s, m, mb, k))
+    }
+
+    /// [`Engine::threshold`] of an account's only open position in its settlement
+    /// asset, whose `cash` there (available and reserved) the caller has: the other
+    /// positions' terms are zero, so `k = 10000 × (cost − cash)` and no mark is needed.
+    #[inline]
+    fn threshold_alone(&self, sym: SymbolId, position: &Position, cash: i128) -> Option<i128> {
+        if position.size == 0 {
+            return None;
+        }
+        let margin = self.symbols[sym.0 as usize].margin.as_ref().expect("positions are in margin symbols");
+        let (m, mb) = (i128::from(margin.spec.multiplier), i128::from(margin.spec.maintenance_bp));
+        let k = i128::from(BP_ONE) * (i128::from(position.cost) - cash);
+        Some(key_of(i128::from(position.size), m, mb, k))
     }
 
     fn exempt(&self, account: AccountId, asset: AssetId) -> bool {
@@ -399,19 +424,35 @@ impl<B: Book> Engine<B> {
     /// whether the account is (not exempt and) below maintenance margin now.
     pub(crate) fn margin_refresh(&mut self, account: AccountId, asset: AssetId) -> bool {
         let exempt = self.exempt(account, asset);
-        let totals = if exempt { Totals::default() } else { self.totals(account, asset) };
+        let holder = &self.accounts[account.0 as usize];
+        let open = holder
+            .positions
+            .iter()
+            .filter(|(sym, position)| position.size != 0 && self.symbols[sym.0 as usize].spec.quote == asset)
+            .count();
+        // With one open position in the asset (or none), the common case, its key needs
+        // only the cash: no marks, no totals over the positions.
+        let totals = (!exempt && open >= 2).then(|| self.totals(account, asset));
+        let cash = match totals {
+            None => {
+                let balance = holder.balance(asset);
+                i128::from(balance.available.0) + i128::from(balance.reserved.0)
+            }
+            Some(_) => 0,
+        };
+        let mut crossed = false;
         // By index, not a collected list (no allocation per refresh): tidying may drop
         // the entry at `i`, and only that one.
         let mut i = 0;
-        while let Some(&(sym, _)) = self.accounts[account.0 as usize].positions.get(i) {
+        while let Some(&(sym, position)) = self.accounts[account.0 as usize].positions.get(i) {
             if self.symbols[sym.0 as usize].spec.quote != asset {
                 i += 1;
                 continue;
             }
-            let threshold = if exempt {
-                None
-            } else {
-                self.threshold_of(sym, &self.accounts[account.0 as usize].positions[i].1, &totals)
+            let threshold = match &totals {
+                _ if exempt => None,
+                Some(totals) => self.threshold_of(sym, &position, totals),
+                None => self.threshold_alone(sym, &position, cash),
             };
             let positions = &mut self.accounts[account.0 as usize].positions;
             let position = &mut positions[i].1;
@@ -431,6 +472,12 @@ impl<B: Book> Engine<B> {
             // account whose cash covers any move within them costs no B-tree work.
             let was = old.filter(|&key| in_band(spec, key, was_long)).map(|key| (key, was_long));
             let threshold = threshold.filter(|&key| in_band(spec, key, size > 0));
+            if let (None, Some(key)) = (&totals, threshold) {
+                // The only position: the account is below maintenance exactly when the
+                // mark is past its key (a key out of band never is).
+                let mark = i128::from(margin.mark(symbol.last_px).expect("an open position has traded").0);
+                crossed |= if size > 0 { mark < key } else { mark >= key };
+            }
             if was != threshold.map(|key| (key, size > 0)) {
                 if let Some((old, long)) = was {
                     if long {
@@ -447,13 +494,16 @@ impl<B: Book> Engine<B> {
                     }
                 }
             }
-            if keyed && totals.open >= 2 {
+            if keyed && open >= 2 {
                 margin.multi.insert(account);
             } else if !margin.multi.is_empty() {
                 margin.multi.remove(&account);
             }
         }
-        !exempt && totals.liquidatable()
+        match totals {
+            Some(totals) => totals.liquidatable(),
+            None => crossed,
+        }
     }
 
     /// Adds or removes open order quantity in a margin position (one search of the
