@@ -545,11 +545,12 @@ impl<B: Book> Engine<B> {
         let symbol = &self.symbols[request.symbol.0 as usize];
         let margin = symbol.margin.as_ref().expect("a margin symbol");
         let holder = &self.accounts[request.account.0 as usize];
-        let position = holder.position(request.symbol).copied().unwrap_or_default();
+        let position = holder.position(request.symbol);
+        let (size, buying, selling, cost) = position.map_or((0, 0, 0, 0), |p| (p.size, p.buying, p.selling, p.cost));
         let q = i128::from(request.qty.0);
         let worst = match request.side {
-            Side::Buy => i128::from(position.size) + i128::from(position.buying) + q,
-            Side::Sell => i128::from(position.selling) + q - i128::from(position.size),
+            Side::Buy => i128::from(size) + i128::from(buying) + q,
+            Side::Sell => i128::from(selling) + q - i128::from(size),
         };
         if worst > i128::from(margin.spec.position_limit.0) {
             return Err(Reject::PositionLimit);
@@ -560,10 +561,36 @@ impl<B: Book> Engine<B> {
             return Err(Reject::BalanceInsufficient);
         }
         let reducing = match request.side {
-            Side::Buy => position.size < 0 && i128::from(position.buying) + q <= -i128::from(position.size),
-            Side::Sell => position.size > 0 && i128::from(position.selling) + q <= i128::from(position.size),
+            Side::Buy => size < 0 && i128::from(buying) + q <= -i128::from(size),
+            Side::Sell => size > 0 && i128::from(selling) + q <= i128::from(size),
         };
-        if !reducing && self.totals_of(holder, cash, symbol.spec.quote).free_after(i128::from(hold)) < 0 {
+        if reducing {
+            return Ok(hold);
+        }
+        // An account whose only position is in this symbol (the common case) has its
+        // margin figures from that position alone, as `totals` would sum them.
+        let alone = match holder.positions.as_slice() {
+            [] => true,
+            [(sym, _)] => *sym == request.symbol,
+            _ => false,
+        };
+        let free = match alone {
+            // No open position: the free margin is what stays available, and the hold is.
+            true if size == 0 => return Ok(hold),
+            true => {
+                let mark = margin.mark(symbol.last_px).expect("an open position has traded");
+                let value = i128::from(size) * i128::from(mark.0) * i128::from(margin.spec.multiplier);
+                let totals = Totals {
+                    available: i128::from(cash.available.0),
+                    unrealized: value - i128::from(cost),
+                    initial: value.abs() * i128::from(margin.spec.initial_bp),
+                    ..Totals::default()
+                };
+                totals.free_after(i128::from(hold))
+            }
+            false => self.totals_of(holder, cash, symbol.spec.quote).free_after(i128::from(hold)),
+        };
+        if free < 0 {
             return Err(Reject::MarginInsufficient);
         }
         Ok(hold)
