@@ -661,7 +661,7 @@ impl<B: Book> Engine<B> {
 
     /// Reserves `delta` of `asset` (releases, when negative) and reports the balance:
     /// [`Account::shift`] and [`Engine::emit_balance`] with one search of the balances.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn shift_hold(&mut self, account: AccountId, asset: AssetId, delta: i64, events: &mut Vec<Event>) {
         let balance = self.accounts[account.0 as usize].shift(asset, delta);
         events.push(Event::Balance { account, asset, available: balance.available, reserved: balance.reserved });
