@@ -515,10 +515,10 @@ impl<B: Book> Engine<B> {
             return self.position_orders_first(account, sym, side, qty);
         };
         let position = &mut positions[i].1;
-        match side {
-            Side::Buy => position.buying += qty,
-            Side::Sell => position.selling += qty,
-        }
+        // Without a branch on the side, which is as likely one as the other.
+        let buy = i64::from(side == Side::Buy);
+        position.buying += qty * buy;
+        position.selling += qty * (1 - buy);
         debug_assert!(position.buying >= 0 && position.selling >= 0, "open order quantity went negative");
         // Only taking open quantity away can leave the position idle.
         if qty < 0 && position.is_idle() {
@@ -548,10 +548,13 @@ impl<B: Book> Engine<B> {
         let position = holder.position(request.symbol);
         let (size, buying, selling, cost) = position.map_or((0, 0, 0, 0), |p| (p.size, p.buying, p.selling, p.cost));
         let q = i128::from(request.qty.0);
-        let worst = match request.side {
-            Side::Buy => i128::from(size) + i128::from(buying) + q,
-            Side::Sell => i128::from(selling) + q - i128::from(size),
+        // The position and open quantity seen from the order's side (a sell's long is
+        // negative), chosen without a branch: the side is as likely one as the other.
+        let (along, open) = match request.side {
+            Side::Buy => (size, buying),
+            Side::Sell => (-size, selling),
         };
+        let worst = i128::from(along) + i128::from(open) + q;
         if worst > i128::from(margin.spec.position_limit.0) {
             return Err(Reject::PositionLimit);
         }
@@ -560,10 +563,7 @@ impl<B: Book> Engine<B> {
         if cash.available.0 < hold {
             return Err(Reject::BalanceInsufficient);
         }
-        let reducing = match request.side {
-            Side::Buy => size < 0 && i128::from(buying) + q <= -i128::from(size),
-            Side::Sell => size > 0 && i128::from(selling) + q <= i128::from(size),
-        };
+        let reducing = along < 0 && i128::from(open) + q <= -i128::from(along);
         if reducing {
             return Ok(hold);
         }

@@ -127,10 +127,13 @@ impl Side {
     /// True when a resting order at `maker_px` on the opposite side is reachable by a
     /// taker of this side with limit `limit_px`.
     pub fn crosses(self, limit_px: Px, maker_px: Px) -> bool {
-        match self {
-            Side::Buy => maker_px <= limit_px,
-            Side::Sell => maker_px >= limit_px,
-        }
+        // One comparison of the pair in the side's order, which compiles without a
+        // branch on the side: moves and cancels come from either side at random.
+        let (low, high) = match self {
+            Side::Buy => (maker_px, limit_px),
+            Side::Sell => (limit_px, maker_px),
+        };
+        low <= high
     }
 
     /// True when `a` has better price priority than `b` for resting orders of this side.
