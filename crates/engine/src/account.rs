@@ -118,4 +118,22 @@ impl Account {
         balance.reserved.0 += delta;
         *balance
     }
+
+    /// Where the balance in `asset` is in `balances`, if the account has one: for a
+    /// caller that checks a balance and then changes it ([`Account::shift_at`]).
+    #[inline]
+    pub fn balance_slot(&self, asset: AssetId) -> Option<usize> {
+        self.balances.binary_search_by_key(&asset, |(a, _)| *a).ok()
+    }
+
+    /// [`Account::shift`] of the balance at `slot` (from [`Account::balance_slot`],
+    /// with no balance added since).
+    #[inline]
+    pub fn shift_at(&mut self, slot: usize, delta: i64) -> Balance {
+        let balance = &mut self.balances[slot].1;
+        assert!(balance.available.0 >= delta && balance.reserved.0 >= -delta, "hold change beyond the balance");
+        balance.available.0 -= delta;
+        balance.reserved.0 += delta;
+        *balance
+    }
 }

@@ -667,6 +667,23 @@ impl<B: Book> Engine<B> {
         events.push(Event::Balance { account, asset, available: balance.available, reserved: balance.reserved });
     }
 
+    /// [`Engine::shift_hold`] of the balance at `slot` ([`Account::shift_at`]), for a
+    /// change that may be zero, which changes nothing and reports nothing. No branch on
+    /// whether it is: the event is written and then dropped again.
+    #[inline(always)]
+    pub(crate) fn shift_hold_at(
+        &mut self,
+        account: AccountId,
+        asset: AssetId,
+        slot: usize,
+        delta: i64,
+        events: &mut Vec<Event>,
+    ) {
+        let balance = self.accounts[account.0 as usize].shift_at(slot, delta);
+        events.push(Event::Balance { account, asset, available: balance.available, reserved: balance.reserved });
+        events.truncate(events.len() - usize::from(delta == 0));
+    }
+
     #[inline]
     pub(crate) fn emit_balance(&self, account: AccountId, asset: AssetId, events: &mut Vec<Event>) {
         let balance = self.accounts[account.0 as usize].balance(asset);
