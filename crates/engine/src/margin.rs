@@ -563,34 +563,33 @@ impl<B: Book> Engine<B> {
         if cash.available.0 < hold {
             return Err(Reject::BalanceInsufficient);
         }
-        let reducing = along < 0 && i128::from(open) + q <= -i128::from(along);
-        if reducing {
-            return Ok(hold);
-        }
+        let reducing = (along < 0) & (i128::from(open) + q <= -i128::from(along));
         // An account whose only position is in this symbol (the common case) has its
-        // margin figures from that position alone, as `totals` would sum them.
+        // margin figures from that position alone, as `totals` would sum them; worked
+        // out whether or not the order can only reduce, so that neither that nor a flat
+        // position (size and cost zero: the free margin is what stays available, which
+        // covers the hold) is a branch — either is a coin toss in a mixed order flow.
         let alone = match holder.positions.as_slice() {
             [] => true,
             [(sym, _)] => *sym == request.symbol,
             _ => false,
         };
-        let free = match alone {
-            // No open position: the free margin is what stays available, and the hold is.
-            true if size == 0 => return Ok(hold),
-            true => {
-                let mark = margin.mark(symbol.last_px).expect("an open position has traded");
-                let value = i128::from(size) * i128::from(mark.0) * i128::from(margin.spec.multiplier);
-                let totals = Totals {
-                    available: i128::from(cash.available.0),
-                    unrealized: value - i128::from(cost),
-                    initial: value.abs() * i128::from(margin.spec.initial_bp),
-                    ..Totals::default()
-                };
-                totals.free_after(i128::from(hold))
-            }
-            false => self.totals_of(holder, cash, symbol.spec.quote).free_after(i128::from(hold)),
+        let free = if alone {
+            let mark = margin.mark(symbol.last_px).map_or(0, |px| px.0);
+            let value = i128::from(size) * i128::from(mark) * i128::from(margin.spec.multiplier);
+            let totals = Totals {
+                available: i128::from(cash.available.0),
+                unrealized: value - i128::from(cost),
+                initial: value.abs() * i128::from(margin.spec.initial_bp),
+                ..Totals::default()
+            };
+            totals.free_after(i128::from(hold))
+        } else if reducing {
+            0
+        } else {
+            self.totals_of(holder, cash, symbol.spec.quote).free_after(i128::from(hold))
         };
-        if free < 0 {
+        if !reducing & (free < 0) {
             return Err(Reject::MarginInsufficient);
         }
         Ok(hold)
