@@ -145,6 +145,9 @@ impl MarginTerms {
         // 2^50 × 10000 + 9999 < 2^64`: one product and one division by the constant.
         // Above, the product is split around the division.
         if a < 1 << 50 {
+            // `(x + 9999) / 10000`, not `x.div_ceil(10000)`: one multiply and shift, no
+            // remainder to test (the bound keeps the sum within `u64`).
+            #[allow(clippy::manual_div_ceil)]
             return ((a * bp + (ONE - 1)) / ONE) as i64;
         }
         // At most `a`, so within `i64`.
