@@ -466,7 +466,7 @@ impl<B: Book> Engine<B> {
         };
         let quote = spec.quote;
         let slot = match margin {
-            // A margin move changes its hold up or down as often (and in 28% of ec2020's
+            // A margin move changes its hold up or down as often (and in 28.5% of ec2020's
             // moves not at all, after rounding): its balance is found once, then checked
             // and changed without a branch on the change.
             Some(_) => {

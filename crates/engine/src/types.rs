@@ -128,7 +128,7 @@ impl Side {
     /// taker of this side with limit `limit_px`.
     pub fn crosses(self, limit_px: Px, maker_px: Px) -> bool {
         // One comparison of the pair in the side's order, which compiles without a
-        // branch on the side: moves and cancels come from either side at random.
+        // branch on the side: an order flow's moves come from either side at random.
         let (low, high) = match self {
             Side::Buy => (maker_px, limit_px),
             Side::Sell => (limit_px, maker_px),
