@@ -71,14 +71,20 @@ impl Account {
     /// The balance of `asset`, created at zero when missing.
     #[inline]
     pub fn balance_mut(&mut self, asset: AssetId) -> &mut Balance {
-        let i = match self.balances.binary_search_by_key(&asset, |(a, _)| *a) {
+        let i = self.balance_index(asset);
+        &mut self.balances[i].1
+    }
+
+    /// Where the balance of `asset` is in `balances`, created at zero when missing.
+    #[inline]
+    pub fn balance_index(&mut self, asset: AssetId) -> usize {
+        match self.balances.binary_search_by_key(&asset, |(a, _)| *a) {
             Ok(i) => i,
             Err(i) => {
                 self.balances.insert(i, (asset, Balance::default()));
                 i
             }
-        };
-        &mut self.balances[i].1
+        }
     }
 
     /// The position in `symbol`, if the account has one.
@@ -112,11 +118,8 @@ impl Account {
     /// reserves is available.
     #[inline]
     pub fn shift(&mut self, asset: AssetId, delta: i64) -> Balance {
-        let balance = self.balance_mut(asset);
-        assert!(balance.available.0 >= delta && balance.reserved.0 >= -delta, "hold change beyond the balance");
-        balance.available.0 -= delta;
-        balance.reserved.0 += delta;
-        *balance
+        let slot = self.balance_index(asset);
+        self.shift_at(slot, delta)
     }
 
     /// Where the balance in `asset` is in `balances`, if the account has one: for a
@@ -126,8 +129,8 @@ impl Account {
         self.balances.binary_search_by_key(&asset, |(a, _)| *a).ok()
     }
 
-    /// [`Account::shift`] of the balance at `slot` (from [`Account::balance_slot`],
-    /// with no balance added since).
+    /// [`Account::shift`] of the balance at `slot` (from [`Account::balance_slot`] or
+    /// [`Account::balance_index`], with no balance added since).
     #[inline]
     pub fn shift_at(&mut self, slot: usize, delta: i64) -> Balance {
         let balance = &mut self.balances[slot].1;
