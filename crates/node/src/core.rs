@@ -14,6 +14,11 @@
 //! numbers entries in queue order and this thread is its only producer); outputs are
 //! released in index order; an I/O error in the journal stops the node (a node that
 //! stops beats one whose state ran ahead of a log it can no longer write).
+//!
+//! Replicated, the same loop stamps and proposes (the leader) and openraft decides the
+//! log; the core is shared ([`SharedCore`]): the Raft state machine applies committed
+//! entries on it under its lock, with no hand-off to this thread. Whoever holds the lock
+//! runs one whole batch, so the state is only ever seen between batches.
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
