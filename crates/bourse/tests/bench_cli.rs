@@ -136,11 +136,11 @@ fn history_on_a_named_server_writes_into_new_databases_and_drops_them() {
     assert!(left.is_empty(), "databases left behind: {left:?}");
 }
 
-/// `bench order-latency` on a real 3-node cluster, briefly: every round of both paths
-/// is reported, its orders acknowledged and none lost, and the disk's fdatasync is
-/// measured beside them.
+/// `bench order-latency` on a real 3-node cluster, briefly: every round of the three
+/// paths (nodes, gateway, REST on the gateway) is reported, its orders acknowledged and
+/// none lost, and the disk's fdatasync is measured beside them.
 #[test]
-fn order_latency_reports_every_round_of_both_paths() {
+fn order_latency_reports_every_round_of_every_path() {
     let dir = tempfile::tempdir().unwrap();
     let args = ["bench", "order-latency", "--clients", "1,4", "--seconds", "1", "--json"];
     let output = Command::new(env!("CARGO_BIN_EXE_bourse"))
@@ -156,7 +156,7 @@ fn order_latency_reports_every_round_of_both_paths() {
     let rounds = report["rounds"].as_array().expect("rounds");
     let shape: Vec<(String, u64)> =
         rounds.iter().map(|r| (r["via"].as_str().unwrap().to_string(), r["clients"].as_u64().unwrap())).collect();
-    let expected = [("nodes", 1), ("nodes", 4), ("gateway", 1), ("gateway", 4)];
+    let expected = [("nodes", 1), ("nodes", 4), ("gateway", 1), ("gateway", 4), ("rest", 1), ("rest", 4)];
     assert_eq!(shape, expected.map(|(v, c)| (v.to_string(), c)).to_vec());
     for round in rounds {
         assert!(assert_number(round, "/acked") > 0.0, "{round}");

@@ -116,7 +116,7 @@ async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
 
 /// One client: orders until `end`, on one connection. Returns (answered 201, other
 /// answers, latency in µs).
-async fn client_loop(
+pub(super) async fn client_loop(
     addr: SocketAddr,
     symbol: u32,
     px: i64,

@@ -4,9 +4,11 @@
 //! ports, as `cluster up` runs them; data on disk, not in memory), and rounds of N
 //! closed-loop clients, each with exactly one order outstanding (`inflight 1`, one
 //! command per message): for each N, orders/s, ack latency p50/p99/p99.9 and the CPU
-//! the nodes (and this process, the clients) spent per order; direct to the nodes and
+//! the nodes (and this process, the clients) spent per order; direct to the nodes,
 //! through one gateway (in this process, linking as `gateway:1`, its clients on its
-//! plaintext client port). Beside them, the disk's `fdatasync` p50, measured in the
+//! plaintext client port), and through the REST front end on that gateway (in process,
+//! its clients each on one keep-alive HTTP/1.1 connection sending `POST /v1/orders`, as
+//! `bench http` does). Beside them, the disk's `fdatasync` p50, measured in the
 //! same run on the same file system, which the one-client latency is held against, and
 //! where an order's time goes, from the nodes' `/metrics` over the round: the mean
 //! Raft-log fdatasync of the three nodes, and the leader's mean time from proposing a
@@ -35,9 +37,9 @@ pub struct OrderLatencyArgs {
     /// Seconds each round runs.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
-    /// Which paths to measure.
-    #[arg(long, value_enum, default_value_t = Via::Both)]
-    via: Via,
+    /// Which paths to measure, comma separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "nodes,gateway,rest")]
+    via: Vec<Via>,
     /// Client ports are base+id, Raft ports base+100+id (default 0: free ports picked
     /// at start).
     #[arg(long, default_value_t = 0)]
@@ -55,9 +57,12 @@ pub struct OrderLatencyArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Via {
+    /// Clients on the nodes' client port.
     Nodes,
+    /// Clients on a gateway's client port (gRPC sessions).
     Gateway,
-    Both,
+    /// Clients of the REST front end on that gateway.
+    Rest,
 }
 
 pub fn run(args: &OrderLatencyArgs) -> Result<(), String> {
@@ -192,7 +197,7 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
 
     let mut rounds = Vec::new();
     let (operator, gateway_load) = (tls("operator:admin")?, tls("gateway:load")?);
-    if args.via != Via::Gateway {
+    if args.via.contains(&Via::Nodes) {
         for &clients in &args.clients {
             let flow = ClientOptions { tls: Some(gateway_load.clone()), ..one_at_a_time() };
             let setup = ClientOptions { tls: Some(operator.clone()), ..one_at_a_time() };
@@ -200,7 +205,7 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
             rounds.push(round);
         }
     }
-    if args.via != Via::Nodes {
+    if args.via.contains(&Via::Gateway) || args.via.contains(&Via::Rest) {
         let mut config = bourse_gateway::GatewayConfig::new(
             1,
             "127.0.0.1:0".parse().expect("an address"),
@@ -217,9 +222,16 @@ async fn run_async(args: &OrderLatencyArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("the gateway: {e}"))?;
         let endpoints = vec![gateway.addr().to_string()];
-        for &clients in &args.clients {
-            let round = measure(args, &cluster, "gateway", clients, endpoints.clone(), one_at_a_time(), None).await?;
-            rounds.push(round);
+        if args.via.contains(&Via::Gateway) {
+            for &clients in &args.clients {
+                let round =
+                    measure(args, &cluster, "gateway", clients, endpoints.clone(), one_at_a_time(), None).await?;
+                rounds.push(round);
+            }
+        }
+        if args.via.contains(&Via::Rest) {
+            let operator = ClientOptions { tls: Some(operator.clone()), ..ClientOptions::default() };
+            rounds.extend(rest_rounds(args, &cluster, &gateway, operator).await?);
         }
         gateway.shutdown().await;
     }
@@ -347,6 +359,72 @@ async fn measure(
         round.report.throughput, round.report.latency_us.p50, round.report.latency_us.p99
     );
     Ok(round)
+}
+
+/// The REST rounds: a market and two funded accounts per client (set up on the nodes
+/// as the operator), the REST front end on `gateway` in this process, then for each
+/// client count closed-loop clients sending `POST /v1/orders` one at a time (a buy and a
+/// sell in turn between their two accounts, as `bench http`).
+async fn rest_rounds(
+    args: &OrderLatencyArgs,
+    cluster: &Cluster,
+    gateway: &bourse_gateway::Gateway,
+    operator: ClientOptions,
+) -> Result<Vec<Round>, String> {
+    use bourse_client::load::{funded_accounts, setup_market, SymbolSetup};
+    let setup = SymbolSetup::default();
+    let (market, assets) =
+        setup_market(&cluster.addresses, &setup, &operator).await.map_err(|e| format!("rest: the market: {e}"))?;
+    let clients_max = args.clients.iter().copied().max().expect("checked non-empty");
+    let admin = bourse_client::Client::connect(cluster.addresses.clone(), bourse_client::random_client_id(), operator)
+        .await
+        .map_err(|e| format!("rest: {e}"))?;
+    let count = u32::try_from(clients_max * 2).expect("at most 4096 clients");
+    let accounts = funded_accounts(&admin, count, assets, &setup).await.map_err(|e| format!("rest: accounts: {e}"))?;
+    admin.close().await.map_err(|e| format!("rest: {e}"))?;
+    let mut config = bourse_http::HttpConfig::new("127.0.0.1:0".parse().expect("an address"), Vec::new());
+    config.upstream = bourse_port::Upstream::InProcess(gateway.local());
+    let http = bourse_http::HttpServer::start(config).await.map_err(|e| format!("the REST front end: {e}"))?;
+    let mut rounds = Vec::new();
+    for &clients in &args.clients {
+        let nodes_before = cpu_seconds(&cluster.pids());
+        let self_before = cpu_seconds(&[std::process::id()]);
+        let timings_before = Timings::scrape(cluster).await;
+        let end = Instant::now() + Duration::from_secs_f64(args.seconds);
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..clients)
+            .map(|client| {
+                let pair = (accounts[2 * client].0, accounts[2 * client + 1].0);
+                tokio::spawn(super::http::client_loop(http.addr(), market.symbol.0, setup.px_mid, pair, end))
+            })
+            .collect();
+        let mut latency = super::measure::new_histogram();
+        let (mut acked, mut errors) = (0, 0);
+        for task in tasks {
+            let (orders, failed, histogram) = task.await.map_err(|e| e.to_string())??;
+            latency.add(&histogram).map_err(|e| e.to_string())?;
+            acked += orders;
+            errors += failed;
+        }
+        let report = LoadReport::new(acked, started.elapsed().as_secs_f64(), &latency, errors, 0);
+        let breakdown = Timings::scrape(cluster).await.means_since(&timings_before);
+        let per_order = |seconds: f64| seconds * 1e6 / report.acked.max(1) as f64;
+        let round = Round {
+            breakdown,
+            via: "rest",
+            clients,
+            nodes_cpu_us_per_order: per_order(cpu_seconds(&cluster.pids()) - nodes_before),
+            clients_cpu_us_per_order: per_order(cpu_seconds(&[std::process::id()]) - self_before),
+            report,
+        };
+        eprintln!(
+            "order-latency: via rest, {clients} clients: {:.0} orders/s, p50 {} µs, p99 {} µs, {} not 201",
+            round.report.throughput, round.report.latency_us.p50, round.report.latency_us.p99, round.report.errors
+        );
+        rounds.push(round);
+    }
+    http.shutdown().await;
+    Ok(rounds)
 }
 
 /// User plus system CPU seconds of the processes `pids` (from `/proc/PID/stat`).
