@@ -321,8 +321,6 @@ impl InProcessGateway {
     }
 
     async fn start(self, node: &Node) -> Result<(Gateway, Option<DayTradingServer>), String> {
-        let link = node.local_link();
-        let feed = link.clone();
         let mut config = GatewayConfig::new(1, self.listen, vec![node.addr.to_string()]);
         config.open = self.open;
         config.hold_us = self.hold_us;
@@ -332,14 +330,7 @@ impl InProcessGateway {
             config.tls = Some(tls("gateway:1")?);
             config.admin_tls = Some(tls("operator:admin")?);
         }
-        config.local_node = Some(LocalNode {
-            addr: node.addr.to_string(),
-            link: Arc::new(move |up| link.link(up)),
-            feed: Arc::new(move || {
-                let feed = feed.clone();
-                Box::pin(async move { feed.feed().await })
-            }),
-        });
+        config.local_node = Some(local_node(node));
         let gateway = Gateway::start(config, self.keys).await.map_err(|e| format!("--gateway: {e}"))?;
         let over = if self.edge_tls.is_some() { " (TLS)" } else { "" };
         println!("bourse gateway listening on {}{over}", gateway.addr());
@@ -351,6 +342,21 @@ impl InProcessGateway {
             .start(gateway.addr(), Some(gateway.local()), self.dt_key, self.keys_path.as_deref())
             .await?;
         Ok((gateway, day_trading))
+    }
+}
+
+/// `node`, for a gateway in its process: the link to it and the feed from it handed over
+/// in memory.
+pub(crate) fn local_node(node: &Node) -> LocalNode {
+    let link = node.local_link();
+    let feed = link.clone();
+    LocalNode {
+        addr: node.addr.to_string(),
+        link: Arc::new(move |up| link.link(up)),
+        feed: Arc::new(move || {
+            let feed = feed.clone();
+            Box::pin(async move { feed.feed().await })
+        }),
     }
 }
 

@@ -175,6 +175,33 @@ fn order_latency_reports_every_round_of_every_path() {
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "the scratch directory is removed");
 }
 
+/// `bench http`, `bench fix` and `bench xml`, briefly, with the gateway linked to the
+/// node in memory (as `bourse serve --gateway` runs them) and over loopback gRPC: each
+/// round places orders and every one is answered as placed.
+#[test]
+fn front_end_benches_run_on_both_layouts() {
+    for layout in ["local", "grpc"] {
+        for (bench, clients) in [("http", "--clients"), ("fix", "--sessions"), ("xml", "--clients")] {
+            let dir = tempfile::tempdir().unwrap();
+            let data = dir.path().to_str().unwrap();
+            let mut args = vec!["bench", bench, clients, "1", "--seconds", "1", "--layout", layout, "--json"];
+            args.extend(["--data", data]);
+            if bench == "xml" {
+                args.extend(["--framing", "prefixed"]);
+            }
+            let output = bourse(&args);
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(output.status.success(), "bourse {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+            let report: Value = serde_json::from_str(stdout.lines().last().expect("output")).expect("JSON");
+            let rounds = report["rounds"].as_array().expect("rounds");
+            assert_eq!(rounds.len(), 1, "{report}");
+            assert_eq!(rounds[0]["errors"], 0, "{bench} {layout}: {report}");
+            let done = rounds[0].get("orders").or_else(|| rounds[0].get("requests")).and_then(Value::as_u64);
+            assert!(done.is_some_and(|n| n > 0), "{bench} {layout}: nothing done: {report}");
+        }
+    }
+}
+
 #[test]
 fn identical_traders_race_and_each_race_has_one_winner_at_most() {
     let args = [

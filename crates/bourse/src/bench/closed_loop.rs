@@ -104,3 +104,28 @@ pub fn scratch_dir(prefix: &str, parent: Option<&Path>) -> Result<tempfile::Temp
     };
     tempfile::Builder::new().prefix(prefix).tempdir_in(&parent).map_err(|e| format!("{}: {e}", parent.display()))
 }
+
+/// How a bench's gateway reaches the node in its process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    /// As `bourse serve --gateway` runs them: the gateway's link and feed handed over in
+    /// memory.
+    Local,
+    /// Over loopback gRPC, as a gateway on another machine links.
+    Grpc,
+}
+
+/// The bench's gateway in front of `node`: open (no keys), no hold, no rate limit,
+/// linked as `layout` says.
+pub async fn gateway(node: &bourse_node::Node, layout: Layout) -> Result<bourse_gateway::Gateway, String> {
+    let mut config =
+        bourse_gateway::GatewayConfig::new(1, "127.0.0.1:0".parse().expect("an address"), vec![node.addr.to_string()]);
+    config.open = true;
+    config.hold_us = 0;
+    config.rate_per_sec = u64::MAX / 2;
+    config.burst = u64::MAX / 2;
+    if layout == Layout::Local {
+        config.local_node = Some(crate::serve::local_node(node));
+    }
+    bourse_gateway::Gateway::start(config, bourse_gateway::KeyStore::default()).await.map_err(|e| e.to_string())
+}

@@ -2,7 +2,9 @@
 //!
 //! One process runs a node (data on /dev/shm when there is one), a gateway and the
 //! FIX front end in front of it (its session stores beside the node's data, fsynced
-//! before every batch it sends), all on loopback. Each of N sessions is one TCP
+//! before every batch it sends); the gateway is linked to the node in memory, as `bourse
+//! serve --gateway` runs them (`--layout grpc`: over loopback gRPC), and clients reach
+//! the front end on loopback. Each of N sessions is one TCP
 //! connection that logs on (ResetSeqNumFlag=Y) and keeps up to `--window`
 //! NewOrderSingles unanswered: it sends until the window is full, then reads
 //! ExecutionReports. A round trip is from writing a NewOrderSingle to reading its
@@ -21,7 +23,6 @@ use bourse_client::{random_client_id, Client, ClientOptions};
 use bourse_fix::codec::{self, Message};
 use bourse_fix::time::{now_ns, utc_timestamp};
 use bourse_fix::{FixConfig, FixServer};
-use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
 use bourse_node::{Node, NodeConfig};
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -39,6 +40,10 @@ pub struct FixArgs {
     /// Seconds per round.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// How the gateway reaches the node: in memory, as `bourse serve --gateway` runs
+    /// them, or over loopback gRPC.
+    #[arg(long, value_enum, default_value = "local")]
+    layout: closed_loop::Layout,
     /// The data directories' parent (default /dev/shm when present): give a disk
     /// directory to pay for real fsyncs of the node's journal and the FIX stores.
     #[arg(long)]
@@ -93,12 +98,7 @@ async fn rounds(args: &FixArgs) -> Result<Vec<Round>, String> {
     let accounts = funded_accounts(&admin, sessions_max * 2, assets, &setup).await.map_err(|e| e.to_string())?;
     admin.close().await.map_err(|e| e.to_string())?;
 
-    let mut gateway_config = GatewayConfig::new(1, "127.0.0.1:0".parse().expect("an address"), endpoints);
-    gateway_config.open = true;
-    gateway_config.hold_us = 0;
-    gateway_config.rate_per_sec = u64::MAX / 2;
-    gateway_config.burst = u64::MAX / 2;
-    let gateway = Gateway::start(gateway_config, KeyStore::default()).await.map_err(|e| e.to_string())?;
+    let gateway = closed_loop::gateway(&node, args.layout).await?;
     let mut fix_config = FixConfig::new("127.0.0.1:0".parse().expect("an address"), Vec::new(), dir.path().join("fix"));
     fix_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
     let fix = FixServer::start(fix_config).await.map_err(|e| e.to_string())?;

@@ -1,7 +1,9 @@
 //! `bourse bench http`: orders per second and latency through the REST API.
 //!
 //! One process runs a node (data on /dev/shm when there is one), a gateway, and the
-//! HTTP front end in front of it, all on loopback. N clients each hold one keep-alive
+//! HTTP front end in front of it (the gateway linked to the node in memory, as `bourse
+//! serve --gateway` runs them, or over loopback gRPC with `--layout grpc`); clients
+//! reach it on loopback. N clients each hold one keep-alive
 //! HTTP/1.1 connection and send `POST /v1/orders` one at a time (closed loop, as wrk
 //! does: each measures request to response, so the percentiles are per request and
 //! carry no open-loop intended-time correction). Clients alternate a buy and a sell at
@@ -14,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use bourse_client::load::{funded_accounts, setup_market, SymbolSetup};
 use bourse_client::{random_client_id, Client, ClientOptions};
-use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
 use bourse_http::{HttpConfig, HttpServer};
 use bourse_node::{Node, NodeConfig};
 use clap::Args;
@@ -30,6 +31,10 @@ pub struct HttpArgs {
     /// Seconds per round.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// How the gateway reaches the node: in memory, as `bourse serve --gateway` runs
+    /// them, or over loopback gRPC.
+    #[arg(long, value_enum, default_value = "local")]
+    layout: closed_loop::Layout,
     /// The node's data directory's parent (default /dev/shm when present).
     #[arg(long)]
     data: Option<std::path::PathBuf>,
@@ -79,12 +84,7 @@ async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
     let accounts = funded_accounts(&admin, clients_max * 2, assets, &setup).await.map_err(|e| e.to_string())?;
     admin.close().await.map_err(|e| e.to_string())?;
 
-    let mut gateway_config = GatewayConfig::new(1, "127.0.0.1:0".parse().expect("an address"), endpoints);
-    gateway_config.open = true;
-    gateway_config.hold_us = 0;
-    gateway_config.rate_per_sec = u64::MAX / 2;
-    gateway_config.burst = u64::MAX / 2;
-    let gateway = Gateway::start(gateway_config, KeyStore::default()).await.map_err(|e| e.to_string())?;
+    let gateway = closed_loop::gateway(&node, args.layout).await?;
     let mut http_config = HttpConfig::new("127.0.0.1:0".parse().expect("an address"), Vec::new());
     http_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
     let http = HttpServer::start(http_config).await.map_err(|e| e.to_string())?;

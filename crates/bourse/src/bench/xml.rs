@@ -2,7 +2,9 @@
 //! protocol.
 //!
 //! One process runs a node (data on /dev/shm when there is one), a gateway, and the XML
-//! front end in front of it, all on loopback. N clients each send `<transactions>`
+//! front end in front of it (the gateway linked to the node in memory, as `bourse serve
+//! --gateway` runs them, or over loopback gRPC with `--layout grpc`); clients reach it
+//! on loopback. N clients each send `<transactions>`
 //! requests holding one `<order>`, one at a time (closed loop: each measures request to
 //! reply, so the percentiles are per request with no open-loop correction). Clients
 //! alternate a buy and a sell of 1 share at the same price between two accounts of
@@ -17,7 +19,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bourse_gateway::{Gateway, GatewayConfig, KeyStore};
 use bourse_node::{Node, NodeConfig};
 use bourse_xml::{Exchange, ExchangeConfig, Framing, NoHistory, XmlConfig, XmlServer};
 use clap::{Args, ValueEnum};
@@ -33,6 +34,10 @@ pub struct XmlArgs {
     /// Seconds per round.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// How the gateway reaches the node: in memory, as `bourse serve --gateway` runs
+    /// them, or over loopback gRPC.
+    #[arg(long, value_enum, default_value = "local")]
+    layout: closed_loop::Layout,
     /// Reply framing; without it both are measured, length-prefixed first.
     #[arg(long, value_enum)]
     framing: Option<FramingArg>,
@@ -94,13 +99,7 @@ async fn rounds(args: &XmlArgs) -> Result<Vec<Round>, String> {
         ..NodeConfig::default()
     };
     let node = Node::start(config).await.map_err(|e| e.to_string())?;
-    let mut gateway_config =
-        GatewayConfig::new(1, "127.0.0.1:0".parse().expect("an address"), vec![node.addr.to_string()]);
-    gateway_config.open = true;
-    gateway_config.hold_us = 0;
-    gateway_config.rate_per_sec = u64::MAX / 2;
-    gateway_config.burst = u64::MAX / 2;
-    let gateway = Gateway::start(gateway_config, KeyStore::default()).await.map_err(|e| e.to_string())?;
+    let gateway = closed_loop::gateway(&node, args.layout).await?;
     let mut exchange_config = ExchangeConfig::new(Vec::new());
     exchange_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
     exchange_config.sessions = args.sessions;
