@@ -340,10 +340,22 @@ async fn measure(
         progress: false,
         ..LoadConfig::default()
     };
+    let load = async { run_load(config).await.map_err(|e| format!("{via}, {clients} clients: {e}")) };
+    measured(cluster, via, clients, load).await
+}
+
+/// Runs one round's `load` with the CPU time of the nodes and of this process, and the
+/// nodes' timings, read before and after it.
+async fn measured(
+    cluster: &Cluster,
+    via: &'static str,
+    clients: usize,
+    load: impl std::future::Future<Output = Result<LoadReport, String>>,
+) -> Result<Round, String> {
     let nodes_before = cpu_seconds(&cluster.pids());
     let self_before = cpu_seconds(&[std::process::id()]);
     let timings_before = Timings::scrape(cluster).await;
-    let report = run_load(config).await.map_err(|e| format!("{via}, {clients} clients: {e}"))?;
+    let report = load.await?;
     let breakdown = Timings::scrape(cluster).await.means_since(&timings_before);
     let per_order = |seconds: f64| seconds * 1e6 / report.acked.max(1) as f64;
     let round = Round {
@@ -355,8 +367,8 @@ async fn measure(
         report,
     };
     eprintln!(
-        "order-latency: via {via}, {clients} clients: {:.0} orders/s, p50 {} µs, p99 {} µs",
-        round.report.throughput, round.report.latency_us.p50, round.report.latency_us.p99
+        "order-latency: via {via}, {clients} clients: {:.0} orders/s, p50 {} µs, p99 {} µs, {} errors",
+        round.report.throughput, round.report.latency_us.p50, round.report.latency_us.p99, round.report.errors
     );
     Ok(round)
 }
@@ -387,41 +399,26 @@ async fn rest_rounds(
     let http = bourse_http::HttpServer::start(config).await.map_err(|e| format!("the REST front end: {e}"))?;
     let mut rounds = Vec::new();
     for &clients in &args.clients {
-        let nodes_before = cpu_seconds(&cluster.pids());
-        let self_before = cpu_seconds(&[std::process::id()]);
-        let timings_before = Timings::scrape(cluster).await;
-        let end = Instant::now() + Duration::from_secs_f64(args.seconds);
-        let started = Instant::now();
-        let tasks: Vec<_> = (0..clients)
-            .map(|client| {
-                let pair = (accounts[2 * client].0, accounts[2 * client + 1].0);
-                tokio::spawn(super::http::client_loop(http.addr(), market.symbol.0, setup.px_mid, pair, end))
-            })
-            .collect();
-        let mut latency = super::measure::new_histogram();
-        let (mut acked, mut errors) = (0, 0);
-        for task in tasks {
-            let (orders, failed, histogram) = task.await.map_err(|e| e.to_string())??;
-            latency.add(&histogram).map_err(|e| e.to_string())?;
-            acked += orders;
-            errors += failed;
-        }
-        let report = LoadReport::new(acked, started.elapsed().as_secs_f64(), &latency, errors, 0);
-        let breakdown = Timings::scrape(cluster).await.means_since(&timings_before);
-        let per_order = |seconds: f64| seconds * 1e6 / report.acked.max(1) as f64;
-        let round = Round {
-            breakdown,
-            via: "rest",
-            clients,
-            nodes_cpu_us_per_order: per_order(cpu_seconds(&cluster.pids()) - nodes_before),
-            clients_cpu_us_per_order: per_order(cpu_seconds(&[std::process::id()]) - self_before),
-            report,
+        let load = async {
+            let end = Instant::now() + Duration::from_secs_f64(args.seconds);
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..clients)
+                .map(|client| {
+                    let pair = (accounts[2 * client].0, accounts[2 * client + 1].0);
+                    tokio::spawn(super::http::client_loop(http.addr(), market.symbol.0, setup.px_mid, pair, end))
+                })
+                .collect();
+            let mut latency = super::measure::new_histogram();
+            let (mut acked, mut errors) = (0, 0);
+            for task in tasks {
+                let (orders, not_created, histogram) = task.await.map_err(|e| e.to_string())??;
+                latency.add(&histogram).map_err(|e| e.to_string())?;
+                acked += orders;
+                errors += not_created;
+            }
+            Ok(LoadReport::new(acked, started.elapsed().as_secs_f64(), &latency, errors, 0))
         };
-        eprintln!(
-            "order-latency: via rest, {clients} clients: {:.0} orders/s, p50 {} µs, p99 {} µs, {} not 201",
-            round.report.throughput, round.report.latency_us.p50, round.report.latency_us.p99, round.report.errors
-        );
-        rounds.push(round);
+        rounds.push(measured(cluster, "rest", clients, load).await?);
     }
     http.shutdown().await;
     Ok(rounds)
