@@ -12,12 +12,12 @@ use std::time::Duration;
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::Instant as _;
 use openraft::{ChangeMembers, ReadPolicy, ServerState, SnapshotPolicy};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::log_store::LogStore;
 use crate::network::{Network, NetworkConfig};
 use crate::state_machine::{Machine, StateMachine};
-use crate::types::{Batch, NodeId, OnComplete, Peer, Raft};
+use crate::types::{Batch, NodeId, Peer, Raft};
 
 /// Everything a member needs to start.
 #[derive(Clone, Debug)]
@@ -89,71 +89,7 @@ pub struct Member<M: Machine> {
     id: NodeId,
     leadership: watch::Receiver<Leadership>,
     stop: watch::Sender<bool>,
-    proposer: Proposer<M>,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-/// Hands command batches to Raft, in the order of the calls, from a thread outside the
-/// runtime: the node's core thread proposes directly, with no task between it and
-/// openraft. The outcome reaches clients when the entry is applied. A batch Raft refuses
-/// never reaches the log; that happens only while leadership moves (a node proposes
-/// only while it leads with a confirmed lease), so `on_refused` is told and the node
-/// sends its clients to resend where the leader is (exactly-once makes that safe even if
-/// the batch did reach the log).
-pub struct Proposer<M: Machine> {
-    raft: Raft<StateMachine<M>>,
-    runtime: tokio::runtime::Handle,
-    on_refused: Arc<dyn Fn(usize) + Send + Sync>,
-}
-
-impl<M: Machine> Clone for Proposer<M> {
-    fn clone(&self) -> Self {
-        Proposer { raft: self.raft.clone(), runtime: self.runtime.clone(), on_refused: Arc::clone(&self.on_refused) }
-    }
-}
-
-impl<M: Machine> Proposer<M> {
-    /// Proposes one batch; false when Raft has stopped. Blocks only while openraft's
-    /// request queue is full. Must not be called on a runtime thread.
-    pub fn propose(&self, batch: Batch) -> bool {
-        let refusal = Refusal {
-            commands: batch.len(),
-            on_refused: Some(Arc::clone(&self.on_refused)),
-            runtime: self.runtime.clone(),
-        };
-        let responder = OnComplete::new(move |outcome: crate::types::ClientWriteResult| {
-            let mut refusal = refusal;
-            match outcome {
-                Ok(_) => refusal.on_refused = None,
-                Err(error) => tracing::info!(%error, commands = refusal.commands, "proposal refused"),
-            }
-        });
-        match self.runtime.block_on(self.raft.client_write_ff(batch, Some(responder))) {
-            Ok(()) => true,
-            // The responder was dropped unanswered, which reports the refusal.
-            Err(error) => {
-                tracing::error!(%error, "raft stopped; proposals dropped");
-                false
-            }
-        }
-    }
-}
-
-/// Reports a batch as refused when dropped armed: refused by Raft, or never answered
-/// (Raft stopped with the batch in hand).
-struct Refusal {
-    commands: usize,
-    on_refused: Option<Arc<dyn Fn(usize) + Send + Sync>>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl Drop for Refusal {
-    fn drop(&mut self) {
-        if let Some(on_refused) = self.on_refused.take() {
-            let _runtime = self.runtime.enter();
-            on_refused(self.commands);
-        }
-    }
 }
 
 fn raft_error(e: impl std::fmt::Display) -> MemberError {
@@ -210,13 +146,13 @@ pub(crate) fn leadership_of(m: &crate::types::RaftMetrics, quorum_stale: Duratio
 }
 
 impl<M: Machine> Member<M> {
-    /// Opens the log, starts Raft and the transport, and initializes a new cluster when
-    /// this is the first bootstrap member and its log is empty. Batches are proposed
-    /// through [`Member::proposer`]; `on_refused` hears how many commands a batch Raft
-    /// refused held.
+    /// Opens the log, starts Raft and the transport, initializes a new cluster when
+    /// this is the first bootstrap member and its log is empty, and proposes every
+    /// batch that arrives on `proposals`, in order.
     pub async fn start(
         config: MemberConfig,
         state_machine: StateMachine<M>,
+        mut proposals: mpsc::UnboundedReceiver<Batch>,
         on_refused: impl Fn(usize) + Send + Sync + 'static,
     ) -> Result<Self, MemberError> {
         let raft_config = raft_config(&config)?;
@@ -280,11 +216,35 @@ impl<M: Machine> Member<M> {
             }));
         }
 
-        let proposer = Proposer {
-            raft: raft.clone(),
-            runtime: tokio::runtime::Handle::current(),
-            on_refused: Arc::new(on_refused),
-        };
+        let proposing = raft.clone();
+        let on_refused = Arc::new(on_refused);
+        tasks.push(tokio::spawn(async move {
+            while let Some(batch) = proposals.recv().await {
+                // The outcome reaches clients when the entry is applied. A batch Raft
+                // refuses never reaches the log; that happens only while leadership
+                // moves (a node proposes only while it leads with a confirmed lease), so
+                // the node is told and sends its clients to resend where the leader is
+                // (exactly-once makes that safe even if the batch did reach the log).
+                let commands = batch.len();
+                let (responder, outcome) = openraft::impls::ProgressResponder::complete_only();
+                if let Err(error) = proposing.client_write_ff(batch, Some(responder)).await {
+                    tracing::error!(%error, "raft stopped; proposals dropped");
+                    on_refused(commands);
+                    break;
+                }
+                let on_refused = Arc::clone(&on_refused);
+                tokio::spawn(async move {
+                    match outcome.await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(error)) => {
+                            tracing::info!(%error, commands, "proposal refused");
+                            on_refused(commands);
+                        }
+                        Err(_) => on_refused(commands),
+                    }
+                });
+            }
+        }));
 
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
         let mut metrics = raft.metrics();
@@ -311,12 +271,7 @@ impl<M: Machine> Member<M> {
                 }
             }
         }));
-        Ok(Member { raft, log, stats, id: config.id, leadership, stop, proposer, tasks: std::sync::Mutex::new(tasks) })
-    }
-
-    /// Proposes batches from a thread outside the runtime (the node's core thread).
-    pub fn proposer(&self) -> Proposer<M> {
-        self.proposer.clone()
+        Ok(Member { raft, log, stats, id: config.id, leadership, stop, tasks: std::sync::Mutex::new(tasks) })
     }
 
     /// A reader of this member's log (the history's log stream reads committed entries).

@@ -1,11 +1,10 @@
 //! The engine as openraft's state machine.
 //!
-//! The engine itself lives in the node's core; this state machine is the Raft-facing
-//! half. It hands committed entries to the core in order through a [`Machine`] (the
-//! node's machine applies them on this task, under the core's lock) and waits until
-//! they are applied, so what it reports as applied is what the engine holds. It
-//! remembers the last applied log id and membership, which openraft needs, and keeps
-//! snapshots on disk ([`SnapshotStore`]).
+//! The engine itself lives on the node's core thread (one owner, no lock on the hot
+//! path); this state machine is the Raft-facing half. It hands committed entries to the
+//! core in order through a [`Machine`] and waits until they are applied, so what it
+//! reports as applied is what the engine holds. It remembers the last applied log id and
+//! membership, which openraft needs, and keeps snapshots on disk ([`SnapshotStore`]).
 //!
 //! Invariants:
 //! - entries reach the machine exactly in log order, each once per process lifetime

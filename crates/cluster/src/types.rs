@@ -125,51 +125,14 @@ pub struct Applied {
     pub commands: u32,
 }
 
-/// Bourse's Raft types: entries carry command batches, members are [`Peer`]s, and a
-/// proposal's outcome is handed to a function ([`OnComplete`]). Written out rather than
-/// with `openraft::declare_raft_types!`, which cannot name the generic responder; the
-/// other types are that macro's defaults.
-#[derive(Debug, Clone, Copy, Default, Eq, PartialEq, Ord, PartialOrd)]
-pub struct TypeConfig {}
-
-impl openraft::RaftTypeConfig for TypeConfig {
-    type D = Batch;
-    type R = Applied;
-    type NodeId = u64;
-    type Node = Peer;
-    type Term = u64;
-    type LeaderId = openraft::impls::leader_id_adv::LeaderId<Self::Term, Self::NodeId>;
-    type Vote = openraft::impls::Vote<Self::LeaderId>;
-    type Payload = openraft::EntryPayload<Self::D, Self::NodeId, Self::Node>;
-    type Entry = openraft::Entry<<Self::LeaderId as openraft::vote::RaftLeaderId>::Committed, Self::Payload>;
-    type AsyncRuntime = crate::runtime::Runtime;
-    type Responder<T>
-        = OnComplete<T>
-    where
-        T: openraft::OptionalSend + 'static;
-    type Batch<T>
-        = openraft::impls::InlineBatch<T>
-    where
-        T: openraft::OptionalSend + 'static;
-    type ErrorSource = openraft::impls::BoxedErrorSource;
-}
-
-/// A proposal's responder: openraft calls the function with the outcome (applied, or
-/// refused because leadership moved) on its own task, so nothing waits for it on a
-/// channel or in a task of its own.
-pub struct OnComplete<T>(Box<dyn FnOnce(T) + Send>);
-
-impl<T> OnComplete<T> {
-    pub fn new(on_complete: impl FnOnce(T) + Send + 'static) -> OnComplete<T> {
-        OnComplete(Box::new(on_complete))
-    }
-}
-
-impl<T: openraft::OptionalSend + 'static> openraft::raft::responder::Responder<TypeConfig, T> for OnComplete<T> {
-    fn on_complete(self, result: T) {
-        (self.0)(result)
-    }
-}
+openraft::declare_raft_types!(
+    /// Bourse's Raft types: entries carry command batches, members are [`Peer`]s.
+    pub TypeConfig:
+        D = Batch,
+        R = Applied,
+        Node = Peer,
+        AsyncRuntime = crate::runtime::Runtime,
+);
 
 /// The snapshot bytes moved between state machine, store and network.
 pub type SnapshotData = std::io::Cursor<Vec<u8>>;
@@ -185,7 +148,6 @@ pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
 pub type LogState = openraft::storage::LogState<TypeConfig>;
 pub type IoFlushed = openraft::storage::IOFlushed<TypeConfig>;
 pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
-pub type ClientWriteResult = openraft::raft::ClientWriteResult<TypeConfig>;
 pub type RpcError = openraft::errors::RPCError<TypeConfig>;
 pub type RaftError<E = openraft::errors::Infallible> = openraft::errors::RaftError<TypeConfig, E>;
 pub type StreamingError = openraft::errors::StreamingError<TypeConfig>;

@@ -14,18 +14,12 @@
 //! numbers entries in queue order and this thread is its only producer); outputs are
 //! released in index order; an I/O error in the journal stops the node (a node that
 //! stops beats one whose state ran ahead of a log it can no longer write).
-//!
-//! Replicated, the same loop stamps and proposes (the leader) and openraft decides the
-//! log; the core is shared ([`SharedCore`]): the Raft state machine applies committed
-//! entries on it under its lock, with no hand-off to this thread. Whoever holds the lock
-//! runs one whole batch, so the state is only ever seen between batches.
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bourse_cluster::member::Proposer;
 use bourse_cluster::state_machine::{Committed, MachineRequest};
 use bourse_cluster::Batch;
 use bourse_engine::command::{Command, CommandBody};
@@ -42,7 +36,6 @@ use crate::config::NodeConfig;
 use crate::metrics::Metrics;
 use crate::outbox::{Broadcasts, ClientItem, FeedItem, FeedStart, Output, Pending};
 use crate::query::{answer, QueryAnswer, QueryRequest};
-use crate::replica::CoreMachine;
 
 /// Where an ack goes.
 pub enum Reply {
@@ -101,9 +94,11 @@ pub enum Sequencer {
 
 /// The core's side of Raft.
 pub struct Replica {
-    /// Hands each batch to Raft in order, from the core's thread; set once the Raft
-    /// member has started (nothing is proposed before: a node leads only after that).
-    pub proposer: Arc<OnceLock<Proposer<CoreMachine>>>,
+    /// To the proposer task, which hands each batch to Raft in order. Unbounded so the
+    /// core never blocks on Raft while Raft waits for the core to apply; what is queued
+    /// is bounded by the clients' in-flight windows (each session is read only as fast
+    /// as the core takes its batches).
+    pub proposer: mpsc::UnboundedSender<Batch>,
     /// Whether this node leads now (kept by the leadership watcher).
     pub leader: Arc<AtomicBool>,
 }
@@ -148,18 +143,6 @@ struct Owner {
 /// The best bid and offer last published for a symbol.
 type Bbo = (Option<(i64, i64)>, Option<(i64, i64)>);
 
-/// The core, owned by its thread and, in a replicated node, also taken by the Raft state
-/// machine to apply committed entries without a hand-off (one lock per batch; the two
-/// never wait for each other while holding it).
-pub type SharedCore = Arc<Mutex<Core>>;
-
-/// The core's lock. A panic while holding it (the release profile aborts instead) leaves
-/// the engine half-applied: whoever finds the lock poisoned panics too, so the core's
-/// thread stops as it would have after its own panic.
-pub fn core_lock(core: &SharedCore) -> MutexGuard<'_, Core> {
-    core.lock().expect("the core panicked while applying")
-}
-
 pub struct Core {
     engine: Engine,
     sequencer: Sequencer,
@@ -202,9 +185,6 @@ pub struct Core {
     commands_since_snapshot: u64,
     snapshot_at: Instant,
     snapshot_writer: Option<std::thread::JoinHandle<()>>,
-    /// Replicated leader: the batches the current request batch made, proposed once the
-    /// core's lock is released, so the state machine can apply while Raft takes them.
-    to_propose: Vec<Batch>,
 }
 
 impl Core {
@@ -252,59 +232,33 @@ impl Core {
             commands_since_snapshot: 0,
             snapshot_at: Instant::now(),
             snapshot_writer: None,
-            to_propose: Vec::new(),
         }
     }
 
-    /// Runs the core's thread until a shutdown request or until every sender is gone:
-    /// takes a batch of requests off the queue, then processes it under the core's lock
-    /// (which a replicated node's state machine takes to apply committed entries; see
-    /// [`crate::replica::CoreMachine`]).
-    pub fn run(core: SharedCore, mut requests: mpsc::Receiver<Request>) {
+    /// Runs until a shutdown request or until every sender is gone.
+    pub fn run(mut self, mut requests: mpsc::Receiver<Request>) {
         let mut batch: Vec<Request> = Vec::new();
-        let (batch_commands_max, proposer) = {
-            let core = core_lock(&core);
-            let proposer = match &core.sequencer {
-                Sequencer::Raft(replica) => Some(Arc::clone(&replica.proposer)),
-                Sequencer::Journal(_) => None,
-            };
-            (core.config.batch_commands_max, proposer)
-        };
         loop {
             let Some(first) = requests.blocking_recv() else { break };
             let mut commands = first.commands_len();
             batch.push(first);
-            while commands < batch_commands_max {
+            while commands < self.config.batch_commands_max {
                 let Ok(next) = requests.try_recv() else { break };
                 commands += next.commands_len();
                 batch.push(next);
             }
-            let (stop, proposals) = {
-                let mut core = core_lock(&core);
-                core.metrics.queue_depth.0.fetch_sub(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
-                let stop = core.process(&mut batch);
-                if !stop {
-                    core.maybe_snapshot();
-                }
-                (stop, std::mem::take(&mut core.to_propose))
-            };
-            let proposer = proposer.as_ref().and_then(|slot| slot.get());
-            for proposal in proposals {
-                // False: Raft stopped (the node is stopping); nothing proposed was acknowledged.
-                if !proposer.is_some_and(|proposer| proposer.propose(proposal)) {
-                    break;
-                }
-            }
+            self.metrics.queue_depth.0.fetch_sub(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
+            let stop = self.process(&mut batch);
             if stop {
                 break;
             }
+            self.maybe_snapshot();
         }
-        let mut core = core_lock(&core);
-        if let Some(writer) = core.snapshot_writer.take() {
+        if let Some(writer) = self.snapshot_writer.take() {
             let _ = writer.join();
         }
-        let state_hash = bourse_engine::hex(&core.engine.state_hash());
-        tracing::info!(index = core.next_index - 1, %state_hash, "core stopped");
+        let state_hash = bourse_engine::hex(&self.engine.state_hash());
+        tracing::info!(index = self.next_index - 1, %state_hash, "core stopped");
     }
 
     /// Applies one batch; returns true when a shutdown was requested.
@@ -435,10 +389,15 @@ impl Core {
             }
         }
         self.pending.push(self.next_index - 1, outputs);
+        let Sequencer::Raft(replica) = &self.sequencer else { unreachable!("replicated") };
         let now = Instant::now();
-        self.proposed_at.extend(std::iter::repeat_n(now, proposals.len()));
-        // Proposed by the core's thread once it lets go of the core (see `run`).
-        self.to_propose = proposals;
+        for batch in proposals {
+            self.proposed_at.push_back(now);
+            if replica.proposer.send(batch).is_err() {
+                // The node is stopping; nothing proposed was acknowledged.
+                break;
+            }
+        }
         stop
     }
 
@@ -488,9 +447,7 @@ impl Core {
         }
     }
 
-    /// Serves the Raft state machine: applies committed entries, copies or replaces the
-    /// engine.
-    pub fn machine(&mut self, request: MachineRequest) {
+    fn machine(&mut self, request: MachineRequest) {
         match request {
             MachineRequest::Apply { entries, done } => {
                 let mut outputs = Vec::new();

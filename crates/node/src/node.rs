@@ -299,8 +299,7 @@ impl Node {
             Broadcasts { market: market.clone(), feed },
             config.clone(),
         );
-        let core = Arc::new(std::sync::Mutex::new(core));
-        let core = std::thread::Builder::new().name("core".into()).spawn(move || Core::run(core, core_receiver))?;
+        let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
         let tls = node_tls(&config)?;
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
@@ -346,8 +345,7 @@ impl Node {
         let dir = config.data.join("raft");
         let (core_sender, core_receiver) = mpsc::channel(config.queue_requests_max);
         let store = SnapshotStore::open(dir.join("snapshots"))?;
-        let machine = CoreMachine::new(core_sender.clone());
-        let (state_machine, restored) = StateMachine::open(store, machine.clone())?;
+        let (state_machine, restored) = StateMachine::open(store, CoreMachine(core_sender.clone()))?;
         let snapshot_index = restored.meta.as_ref().and_then(|m| m.last_log_id.as_ref()).map(|id| id.index);
         let engine = match &restored.engine_bytes {
             Some(bytes) => Engine::restore(bytes).map_err(NodeError::Snapshot)?,
@@ -371,8 +369,8 @@ impl Node {
         let pending =
             Arc::new(Pending::new(u64::MAX, Arc::clone(&sessions), market.clone(), feed.clone(), Arc::clone(&metrics)));
         let leader = Arc::new(AtomicBool::new(false));
-        let proposer = Arc::new(std::sync::OnceLock::new());
-        let replica = Replica { proposer: Arc::clone(&proposer), leader: Arc::clone(&leader) };
+        let (proposer, proposals) = mpsc::unbounded_channel();
+        let replica = Replica { proposer, leader: Arc::clone(&leader) };
         let core = Core::new(
             engine,
             index,
@@ -382,9 +380,7 @@ impl Node {
             Broadcasts { market: market.clone(), feed },
             config.clone(),
         );
-        let core = Arc::new(std::sync::Mutex::new(core));
-        machine.attach(Arc::clone(&core));
-        let core = std::thread::Builder::new().name("core".into()).spawn(move || Core::run(core, core_receiver))?;
+        let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
 
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
@@ -422,8 +418,8 @@ impl Node {
             let core = refused_core.clone();
             tokio::spawn(async move { core.send(Request::Deposed).await });
         };
-        let member = Member::start(member_config, state_machine, on_refused).await.map_err(NodeError::Cluster)?;
-        let _ = proposer.set(member.proposer());
+        let member =
+            Member::start(member_config, state_machine, proposals, on_refused).await.map_err(NodeError::Cluster)?;
         let leadership = member.leadership();
         tokio::spawn(crate::replica::watch_leadership(
             leadership.clone(),

@@ -2,7 +2,7 @@
 //! [`Machine`], and what the services need to know about leadership.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bourse_cluster::member::{Leadership, Member};
 use bourse_cluster::state_machine::{Machine, MachineRequest};
@@ -10,48 +10,16 @@ use bourse_cluster::Peer;
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
-use crate::core::{Request, SharedCore};
+use crate::core::Request;
 use crate::outbox::Sessions;
 
-/// The core as the Raft state machine's [`Machine`].
-///
-/// Committed entries are applied on the state machine's own task, under the core's lock
-/// ([`SharedCore`]): no hand-off to the core's thread and back between commit and
-/// acknowledgement, and the outputs leave from a runtime worker. Snapshot copies and
-/// installs go through the core's queue. Order is kept: openraft hands over one request
-/// at a time and waits for each, and the core's thread processes its own batches under
-/// the same lock, so an apply never lands inside one of its batches.
+/// The core thread, reached through its request queue.
 #[derive(Clone)]
-pub struct CoreMachine {
-    queue: mpsc::Sender<Request>,
-    core: Arc<OnceLock<SharedCore>>,
-}
-
-impl CoreMachine {
-    /// A machine that queues everything until [`CoreMachine::attach`] hands it the core.
-    pub fn new(queue: mpsc::Sender<Request>) -> CoreMachine {
-        CoreMachine { queue, core: Arc::new(OnceLock::new()) }
-    }
-
-    /// From now on committed entries are applied directly on `core`.
-    pub fn attach(&self, core: SharedCore) {
-        let _ = self.core.set(core);
-    }
-}
+pub struct CoreMachine(pub mpsc::Sender<Request>);
 
 impl Machine for CoreMachine {
     async fn submit(&self, request: MachineRequest) -> bool {
-        match (request, self.core.get()) {
-            (request @ MachineRequest::Apply { .. }, Some(core)) => match core.lock() {
-                Ok(mut core) => {
-                    core.machine(request);
-                    true
-                }
-                // The core panicked mid-batch: it is gone.
-                Err(_) => false,
-            },
-            (request, _) => self.queue.send(Request::Machine(request)).await.is_ok(),
-        }
+        self.0.send(Request::Machine(request)).await.is_ok()
     }
 }
 
