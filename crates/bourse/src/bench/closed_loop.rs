@@ -115,6 +115,15 @@ pub enum Layout {
     Grpc,
 }
 
+/// `--layout`, the same for every front-end bench.
+#[derive(clap::Args, Debug)]
+pub struct LayoutArg {
+    /// How the gateway reaches the node: in memory, as `bourse serve --gateway` runs
+    /// them, or over loopback gRPC.
+    #[arg(long, value_enum, default_value = "local")]
+    pub layout: Layout,
+}
+
 /// The bench's gateway in front of `node`: open (no keys), no hold, no rate limit,
 /// linked as `layout` says.
 pub async fn gateway(node: &bourse_node::Node, layout: Layout) -> Result<bourse_gateway::Gateway, String> {

@@ -40,10 +40,8 @@ pub struct FixArgs {
     /// Seconds per round.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
-    /// How the gateway reaches the node: in memory, as `bourse serve --gateway` runs
-    /// them, or over loopback gRPC.
-    #[arg(long, value_enum, default_value = "local")]
-    layout: closed_loop::Layout,
+    #[command(flatten)]
+    layout: closed_loop::LayoutArg,
     /// The data directories' parent (default /dev/shm when present): give a disk
     /// directory to pay for real fsyncs of the node's journal and the FIX stores.
     #[arg(long)]
@@ -98,7 +96,7 @@ async fn rounds(args: &FixArgs) -> Result<Vec<Round>, String> {
     let accounts = funded_accounts(&admin, sessions_max * 2, assets, &setup).await.map_err(|e| e.to_string())?;
     admin.close().await.map_err(|e| e.to_string())?;
 
-    let gateway = closed_loop::gateway(&node, args.layout).await?;
+    let gateway = closed_loop::gateway(&node, args.layout.layout).await?;
     let mut fix_config = FixConfig::new("127.0.0.1:0".parse().expect("an address"), Vec::new(), dir.path().join("fix"));
     fix_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
     let fix = FixServer::start(fix_config).await.map_err(|e| e.to_string())?;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use bourse_client::load::{funded_accounts, setup_market, SymbolSetup};
 use bourse_client::{random_client_id, Client, ClientOptions};
+use bourse_engine::AccountId;
 use bourse_http::{HttpConfig, HttpServer};
 use bourse_node::{Node, NodeConfig};
 use clap::Args;
@@ -31,10 +32,8 @@ pub struct HttpArgs {
     /// Seconds per round.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
-    /// How the gateway reaches the node: in memory, as `bourse serve --gateway` runs
-    /// them, or over loopback gRPC.
-    #[arg(long, value_enum, default_value = "local")]
-    layout: closed_loop::Layout,
+    #[command(flatten)]
+    layout: closed_loop::LayoutArg,
     /// The node's data directory's parent (default /dev/shm when present).
     #[arg(long)]
     data: Option<std::path::PathBuf>,
@@ -84,29 +83,14 @@ async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
     let accounts = funded_accounts(&admin, clients_max * 2, assets, &setup).await.map_err(|e| e.to_string())?;
     admin.close().await.map_err(|e| e.to_string())?;
 
-    let gateway = closed_loop::gateway(&node, args.layout).await?;
+    let gateway = closed_loop::gateway(&node, args.layout.layout).await?;
     let mut http_config = HttpConfig::new("127.0.0.1:0".parse().expect("an address"), Vec::new());
     http_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
     let http = HttpServer::start(http_config).await.map_err(|e| e.to_string())?;
-    let symbol = market.symbol.0;
-    let px = setup.px_mid;
     let mut rounds = Vec::new();
     for &clients in &args.clients {
         eprintln!("  {clients} clients for {} s …", args.seconds);
-        let end = Instant::now() + Duration::from_secs_f64(args.seconds);
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for client in 0..clients as usize {
-            let pair = (accounts[2 * client].0, accounts[2 * client + 1].0);
-            tasks.push(tokio::spawn(client_loop(http.addr(), symbol, px, pair, end)));
-        }
-        let mut round = Round::new(None, clients);
-        for task in tasks {
-            let (orders, errors, latency) = task.await.map_err(|e| e.to_string())??;
-            round.add(orders, errors, &latency)?;
-        }
-        round.elapsed = started.elapsed();
-        rounds.push(round);
+        rounds.push(round(http.addr(), market.symbol.0, setup.px_mid, &accounts, clients, args.seconds).await?);
     }
     http.shutdown().await;
     gateway.shutdown().await;
@@ -114,9 +98,36 @@ async fn rounds(args: &HttpArgs) -> Result<Vec<Round>, String> {
     Ok(rounds)
 }
 
+/// One round: `clients` clients on `addr` for `seconds`, client k trading between
+/// `accounts[2k]` and `accounts[2k + 1]`.
+pub(super) async fn round(
+    addr: SocketAddr,
+    symbol: u32,
+    px: i64,
+    accounts: &[AccountId],
+    clients: u32,
+    seconds: f64,
+) -> Result<Round, String> {
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients as usize)
+        .map(|client| {
+            let pair = (accounts[2 * client].0, accounts[2 * client + 1].0);
+            tokio::spawn(client_loop(addr, symbol, px, pair, end))
+        })
+        .collect();
+    let mut round = Round::new(None, clients);
+    for task in tasks {
+        let (orders, errors, latency) = task.await.map_err(|e| e.to_string())??;
+        round.add(orders, errors, &latency)?;
+    }
+    round.elapsed = started.elapsed();
+    Ok(round)
+}
+
 /// One client: orders until `end`, on one connection. Returns (answered 201, other
 /// answers, latency in µs).
-pub(super) async fn client_loop(
+async fn client_loop(
     addr: SocketAddr,
     symbol: u32,
     px: i64,

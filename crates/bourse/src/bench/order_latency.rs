@@ -400,23 +400,11 @@ async fn rest_rounds(
     let mut rounds = Vec::new();
     for &clients in &args.clients {
         let load = async {
-            let end = Instant::now() + Duration::from_secs_f64(args.seconds);
-            let started = Instant::now();
-            let tasks: Vec<_> = (0..clients)
-                .map(|client| {
-                    let pair = (accounts[2 * client].0, accounts[2 * client + 1].0);
-                    tokio::spawn(super::http::client_loop(http.addr(), market.symbol.0, setup.px_mid, pair, end))
-                })
-                .collect();
-            let mut latency = super::measure::new_histogram();
-            let (mut acked, mut errors) = (0, 0);
-            for task in tasks {
-                let (orders, not_created, histogram) = task.await.map_err(|e| e.to_string())??;
-                latency.add(&histogram).map_err(|e| e.to_string())?;
-                acked += orders;
-                errors += not_created;
-            }
-            Ok(LoadReport::new(acked, started.elapsed().as_secs_f64(), &latency, errors, 0))
+            let clients = u32::try_from(clients).expect("at most 4096 clients");
+            let round =
+                super::http::round(http.addr(), market.symbol.0, setup.px_mid, &accounts, clients, args.seconds)
+                    .await?;
+            Ok(LoadReport::new(round.done, round.elapsed.as_secs_f64(), &round.latency, round.errors, 0))
         };
         rounds.push(measured(cluster, "rest", clients, load).await?);
     }

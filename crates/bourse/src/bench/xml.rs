@@ -34,10 +34,8 @@ pub struct XmlArgs {
     /// Seconds per round.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
-    /// How the gateway reaches the node: in memory, as `bourse serve --gateway` runs
-    /// them, or over loopback gRPC.
-    #[arg(long, value_enum, default_value = "local")]
-    layout: closed_loop::Layout,
+    #[command(flatten)]
+    layout: closed_loop::LayoutArg,
     /// Reply framing; without it both are measured, length-prefixed first.
     #[arg(long, value_enum)]
     framing: Option<FramingArg>,
@@ -99,7 +97,7 @@ async fn rounds(args: &XmlArgs) -> Result<Vec<Round>, String> {
         ..NodeConfig::default()
     };
     let node = Node::start(config).await.map_err(|e| e.to_string())?;
-    let gateway = closed_loop::gateway(&node, args.layout).await?;
+    let gateway = closed_loop::gateway(&node, args.layout.layout).await?;
     let mut exchange_config = ExchangeConfig::new(Vec::new());
     exchange_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
     exchange_config.sessions = args.sessions;
