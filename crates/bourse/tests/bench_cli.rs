@@ -104,6 +104,39 @@ fn the_human_report_names_workload_seed_and_figures() {
 }
 
 #[test]
+fn groups_run_their_pipeline_and_end_as_one_engine() {
+    let report = bench_json(&[
+        "--workload",
+        "groups",
+        "--groups",
+        "1,3",
+        "--accounts",
+        "600",
+        "--symbols",
+        "30",
+        "--commands",
+        "20000",
+        "--cycles",
+        "1",
+    ]);
+    assert_eq!(report["workload"], "groups");
+    assert!(assert_number(&report, "/engine/mops") > 0.0);
+    let rows = report["groups"].as_array().expect("a row per group count");
+    assert_eq!(rows.iter().map(|row| row["groups"].as_u64()).collect::<Vec<_>>(), [Some(1), Some(3)]);
+    for row in rows {
+        for key in ["mops", "cpu_s_per_m", "busiest_cpu_s_per_m", "projected_mops"] {
+            assert!(row[key].as_f64().is_some_and(|v| v > 0.0), "{key} in {row}");
+        }
+    }
+    // Accounts are spread by hash: with three groups most orders cross.
+    assert_eq!(rows[0]["crossing_share"], 0.0);
+    let crossing = rows[1]["crossing_share"].as_f64().expect("crossing share");
+    assert!((0.5..0.8).contains(&crossing), "crossing share {crossing}");
+    let refused = bourse(&["bench", "engine", "--workload", "ec2020", "--groups", "2"]);
+    assert!(!refused.status.success(), "--groups with ec2020 must be refused");
+}
+
+#[test]
 fn bad_arguments_are_refused() {
     assert!(!bourse(&["bench", "engine", "--cycles", "0"]).status.success());
     assert!(!bourse(&["bench", "engine", "--rates", "0"]).status.success());

@@ -22,6 +22,7 @@ mod invariants;
 pub mod margin;
 mod matching;
 mod order;
+pub use order::spot_hold;
 mod query;
 pub mod reject;
 mod session;

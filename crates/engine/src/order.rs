@@ -135,6 +135,14 @@ fn check_request(spec: &SymbolSpec, margin: bool, request: &OrderRequest) -> Res
     Ok(())
 }
 
+/// What a spot order reserves, by asset, after the same shape checks the engine's
+/// place runs: the account groups of a partitioned exchange (`bourse-shard`) take the
+/// hold before the order reaches its symbol's book.
+pub fn spot_hold(spec: &SymbolSpec, request: &OrderRequest) -> Result<(AssetId, Amount), Reject> {
+    check_request(spec, false, request)?;
+    hold_request(spec, None, request)
+}
+
 impl<B: Book> Engine<B> {
     pub(crate) fn place(
         &mut self,

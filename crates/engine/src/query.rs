@@ -131,6 +131,16 @@ impl<B: Book> Engine<B> {
         orders
     }
 
+    /// Order `id` if it rests in `symbol`'s book.
+    pub fn resting(&self, symbol: SymbolId, id: OrderId) -> Option<RestingOrder> {
+        self.symbols.get(symbol.0 as usize)?.book.get(id).copied()
+    }
+
+    /// The request of a stop order of `symbol` still waiting for its trigger.
+    pub fn stop_waiting(&self, symbol: SymbolId, id: OrderId) -> Option<&crate::command::OrderRequest> {
+        self.symbols.get(symbol.0 as usize)?.stops.by_id.get(&id).map(|stop| &stop.request)
+    }
+
     /// Up to `levels_max` price levels a side.
     pub fn depth(&self, symbol: SymbolId, levels_max: usize) -> Option<Depth> {
         let book = &self.symbols.get(symbol.0 as usize)?.book;

@@ -7,6 +7,8 @@
 //!   throughput, mixed-run throughput and latency, resident memory.
 //! - `mark`: 100,000 margin positions in one symbol; mark moves, a liquidating mark,
 //!   the close of the day's settlement of every position.
+//! - `groups`: the exchange partitioned over G groups, a thread per group, against one
+//!   engine (`--groups 1,2,4`).
 //! - `--margin` runs ec2020 or ec2018 on a margin contract (exchange-core's margin mode).
 
 use clap::{Args, ValueEnum};
@@ -24,6 +26,9 @@ pub enum Workload {
     /// Mark-to-market of 100,000 margin positions in one symbol: mark moves, a
     /// liquidating mark, the close of the day's settlement.
     Mark,
+    /// The exchange over G groups (account and symbol parts, a thread per group)
+    /// against one engine: 100,000 accounts, 10,000 books, the scale mix.
+    Groups,
 }
 
 #[derive(Args, Debug)]
@@ -54,6 +59,15 @@ pub struct EngineArgs {
     /// less than two runs minutes apart (no latency runs).
     #[arg(long, requires = "margin")]
     pub against_spot: bool,
+    /// With --workload groups: the group counts to run [default: 1,2,4].
+    #[arg(long, value_delimiter = ',')]
+    pub groups: Vec<u32>,
+    /// With --workload groups: accounts in the market [default: 100,000].
+    #[arg(long)]
+    pub accounts: Option<u32>,
+    /// With --workload groups: books in the market [default: 10,000].
+    #[arg(long)]
+    pub symbols: Option<u32>,
     /// Print one JSON object as the last line of stdout instead of the human report.
     #[arg(long)]
     pub json: bool,
@@ -72,7 +86,12 @@ pub fn run(args: &EngineArgs) -> Result<(), String> {
     if args.margin && !matches!(args.workload, Workload::Ec2020 | Workload::Ec2018) {
         return Err("--margin applies to --workload ec2020 or ec2018 (mark is margin already)".into());
     }
+    let sized = !args.groups.is_empty() || args.accounts.is_some() || args.symbols.is_some();
+    if sized && args.workload != Workload::Groups {
+        return Err("--groups, --accounts and --symbols apply to --workload groups".into());
+    }
     match args.workload {
+        Workload::Groups => super::groups::run(args),
         Workload::Ec2020 | Workload::Ec2018 => super::ec::run(args),
         Workload::Sweep => super::sweep::run(args),
         Workload::Scale => super::scale::run(args),

@@ -12,6 +12,7 @@ mod engine;
 mod failover;
 mod fairness;
 mod fix;
+mod groups;
 mod history;
 mod host;
 mod http;

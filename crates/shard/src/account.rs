@@ -1,0 +1,272 @@
+//! An account part: balances, exactly-once records and pre-trade holds of the accounts
+//! its group owns.
+//!
+//! A balance here is what the account has *available*; what its orders reserve sits
+//! in the symbol parts' mirrors of the account, so the account's whole balance is
+//! this plus those. A place takes the order's hold (the engine's own
+//! [`spot_hold`](bourse_engine::spot_hold), after the same shape checks) and forwards
+//! it with the order. A move of a buy to a higher price needs more: the price
+//! difference times the quantity left. Both come from the symbol part's reports
+//! ([`Settlement::Buy`], sent for a buy when it is placed and whenever a command
+//! touches it, before the command's outcome), and while moves are on their way the
+//! price charged from is the lowest the order may have when the next one arrives
+//! (its reported price or one of theirs, as each may apply or be refused). A stale
+//! quantity is never smaller than the true one (quantities only shrink), so a move
+//! takes at least what it needs; what it took beyond comes back as a credit.
+
+use bourse_engine::command::{CommandBody, SymbolSpec};
+use bourse_engine::{spot_hold, AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, SymbolId};
+use rustc_hash::FxHashMap;
+
+use crate::{Ack, Forward, Settlement, ShardMap, Unsupported};
+
+/// A resting buy of one of this part's accounts, as last reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Buy {
+    account: AccountId,
+    /// The lowest price the order may have when the next move reaches its symbol's
+    /// part: the reported one, or that of a move still on its way (which may or may
+    /// not apply). A move up is charged from here, so it never takes too little.
+    px: Px,
+    remaining: Qty,
+    /// Moves forwarded and not yet answered.
+    moves: u32,
+}
+
+/// What an account part made of a client command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Answered here: refused by the account's checks, or a command that ends here.
+    Done(Outcome),
+    /// Passed on to the part of the symbol's group.
+    Forward(usize, Forward),
+    /// A retry of a command already applied: nothing is done again.
+    Duplicate,
+}
+
+#[derive(Clone, Debug)]
+pub struct AccountPart {
+    group: usize,
+    map: ShardMap,
+    specs: Vec<SymbolSpec>,
+    assets: u32,
+    accounts: u32,
+    balances: FxHashMap<(AccountId, AssetId), i64>,
+    /// Client → the last sequence number applied.
+    sessions: FxHashMap<ClientId, u64>,
+    buys: FxHashMap<(SymbolId, OrderId), Buy>,
+}
+
+impl AccountPart {
+    pub fn new(group: usize, map: ShardMap) -> Self {
+        AccountPart {
+            group,
+            map,
+            specs: Vec::new(),
+            assets: 0,
+            accounts: 0,
+            balances: FxHashMap::default(),
+            sessions: FxHashMap::default(),
+            buys: FxHashMap::default(),
+        }
+    }
+
+    /// Takes in a catalog or account-creating command that every part applied.
+    pub(crate) fn configure(&mut self, body: &CommandBody) -> Result<(), Unsupported> {
+        match body {
+            CommandBody::CreateAsset { .. } => self.assets += 1,
+            CommandBody::CreateSymbol(spec) => self.specs.push((**spec).clone()),
+            CommandBody::CreateAccount => self.accounts += 1,
+            _ => return Err(Unsupported("this command as configuration")),
+        }
+        Ok(())
+    }
+
+    /// An account's available balance here.
+    pub fn available(&self, account: AccountId, asset: AssetId) -> i64 {
+        self.balances.get(&(account, asset)).copied().unwrap_or(0)
+    }
+
+    /// Every nonzero available balance of this part's accounts.
+    pub fn balances(&self) -> impl Iterator<Item = ((AccountId, AssetId), i64)> + '_ {
+        self.balances.iter().filter(|(_, &amount)| amount != 0).map(|(&key, &amount)| (key, amount))
+    }
+
+    /// Resting buys this part knows of.
+    pub fn buys_known(&self) -> usize {
+        self.buys.len()
+    }
+
+    fn owned(&self, account: AccountId) -> Result<(), Reject> {
+        if account.0 >= self.accounts {
+            return Err(Reject::AccountUnknown);
+        }
+        assert_eq!(self.map.account_group(account), self.group, "account {account} routed to the wrong group");
+        Ok(())
+    }
+
+    fn asset(&self, asset: AssetId) -> Result<(), Reject> {
+        if asset.0 >= self.assets {
+            return Err(Reject::AssetUnknown);
+        }
+        Ok(())
+    }
+
+    /// Applies a client's command: its exactly-once check, then the account's part of
+    /// the command. A client's sequence numbers must increase here but may skip: its
+    /// other commands may have gone to other groups (the operator's do). The design's
+    /// session per group, numbered on its own, would restore the gap check.
+    pub fn client(&mut self, client: ClientId, seq: u64, stamp: u64, body: &CommandBody) -> Result<Step, Unsupported> {
+        let last = self.sessions.get(&client).copied().unwrap_or(0);
+        if seq <= last {
+            return Ok(Step::Duplicate);
+        }
+        let step = match self.command(client, seq, stamp, body)? {
+            Ok(step) => step,
+            Err(reject) => Step::Done(Outcome::Rejected(reject)),
+        };
+        self.sessions.insert(client, seq);
+        Ok(step)
+    }
+
+    fn command(
+        &mut self,
+        client: ClientId,
+        seq: u64,
+        stamp: u64,
+        body: &CommandBody,
+    ) -> Result<Result<Step, Reject>, Unsupported> {
+        let forward = |fund, counted| Forward { stamp, client, seq, body: body.clone(), fund, counted };
+        Ok(match body {
+            CommandBody::Deposit { account, asset, amount } | CommandBody::Credit { account, asset, amount } => {
+                self.deposit(*account, *asset, *amount).map(|()| Step::Done(Outcome::Ok { id: 0 }))
+            }
+            CommandBody::Withdraw { account, asset, amount } => {
+                self.withdraw(*account, *asset, *amount).map(|()| Step::Done(Outcome::Ok { id: 0 }))
+            }
+            CommandBody::Place(request) => self
+                .place_hold(request)
+                .map(|hold| Step::Forward(self.map.symbol_group(request.symbol), forward(Some(hold), false))),
+            CommandBody::Cancel { account, symbol, .. } | CommandBody::Reduce { account, symbol, .. } => {
+                self.owned(*account).map(|()| Step::Forward(self.map.symbol_group(*symbol), forward(None, false)))
+            }
+            CommandBody::Move { account, symbol, order, px } => self
+                .move_hold(*account, *symbol, *order, *px)
+                .map(|(fund, counted)| Step::Forward(self.map.symbol_group(*symbol), forward(fund, counted))),
+            _ => return Err(Unsupported("this command from a client")),
+        })
+    }
+
+    fn deposit(&mut self, account: AccountId, asset: AssetId, amount: Amount) -> Result<(), Reject> {
+        self.owned(account)?;
+        self.asset(asset)?;
+        if amount.0 <= 0 {
+            return Err(Reject::AmountMustBePositive);
+        }
+        let balance = self.balances.entry((account, asset)).or_default();
+        *balance = balance.checked_add(amount.0).ok_or(Reject::AmountOverflow)?;
+        Ok(())
+    }
+
+    fn withdraw(&mut self, account: AccountId, asset: AssetId, amount: Amount) -> Result<(), Reject> {
+        self.owned(account)?;
+        self.asset(asset)?;
+        if amount.0 <= 0 {
+            return Err(Reject::AmountMustBePositive);
+        }
+        self.take(account, asset, amount.0)
+    }
+
+    fn take(&mut self, account: AccountId, asset: AssetId, amount: i64) -> Result<(), Reject> {
+        let balance = self.balances.entry((account, asset)).or_default();
+        if *balance < amount {
+            return Err(Reject::BalanceInsufficient);
+        }
+        *balance -= amount;
+        Ok(())
+    }
+
+    fn place_hold(&mut self, request: &bourse_engine::command::OrderRequest) -> Result<(AssetId, Amount), Reject> {
+        self.owned(request.account)?;
+        let spec = self.specs.get(request.symbol.0 as usize).ok_or(Reject::SymbolUnknown)?;
+        let (asset, amount) = spot_hold(spec, request)?;
+        self.take(request.account, asset, amount.0)?;
+        Ok((asset, amount))
+    }
+
+    /// What a move takes: for a buy of this account this part knows to rest, the
+    /// price difference times the quantity left when the price goes up; and whether
+    /// the move is counted as on its way.
+    fn move_hold(
+        &mut self,
+        account: AccountId,
+        symbol: SymbolId,
+        order: OrderId,
+        px: Px,
+    ) -> Result<(Option<(AssetId, Amount)>, bool), Reject> {
+        self.owned(account)?;
+        let quote = self.specs.get(symbol.0 as usize).ok_or(Reject::SymbolUnknown)?.quote;
+        let Some(buy) = self.buys.get(&(symbol, order)).copied().filter(|buy| buy.account == account) else {
+            // A sell, an order of another account, a stop, or no order: the move needs
+            // nothing more here, and the symbol part answers it.
+            return Ok((None, false));
+        };
+        let more = i128::from(px.0 - buy.px.0) * i128::from(buy.remaining.0);
+        let more = i64::try_from(more).map_err(|_| Reject::AmountOverflow)?;
+        if more > 0 {
+            self.take(account, quote, more)?;
+        }
+        let entry = self.buys.get_mut(&(symbol, order)).expect("found above");
+        entry.px = entry.px.min(px);
+        entry.moves += 1;
+        Ok(((more > 0).then_some((quote, Amount(more))), true))
+    }
+
+    /// Takes in what a symbol part sent back; returns the acknowledgement for the
+    /// client when it is one.
+    pub fn settle(&mut self, settlement: Settlement) -> Option<Ack> {
+        match settlement {
+            Settlement::Credit { account, asset, amount } => {
+                *self.balances.entry((account, asset)).or_default() += amount.0;
+                None
+            }
+            Settlement::Done { ack, moved, .. } => {
+                if let Some(moved) = moved {
+                    let key = (moved.symbol, moved.order);
+                    if let Some(buy) = self.buys.get_mut(&key) {
+                        buy.moves = buy.moves.saturating_sub(1);
+                        match moved.open {
+                            // The last move on its way answered: the symbol part's price
+                            // is the order's (whether the moves applied or were refused).
+                            Some((px, remaining)) => {
+                                buy.remaining = remaining;
+                                if buy.moves == 0 {
+                                    buy.px = px;
+                                }
+                            }
+                            None => {
+                                self.buys.remove(&key);
+                            }
+                        }
+                    }
+                }
+                Some(ack)
+            }
+            Settlement::Buy { account, symbol, order, open } => {
+                match open {
+                    Some((px, remaining)) => {
+                        let buy = self.buys.entry((symbol, order)).or_insert(Buy { account, px, remaining, moves: 0 });
+                        buy.remaining = remaining;
+                        if buy.moves == 0 {
+                            buy.px = px;
+                        }
+                    }
+                    None => {
+                        self.buys.remove(&(symbol, order));
+                    }
+                }
+                None
+            }
+        }
+    }
+}

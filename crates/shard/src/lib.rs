@@ -1,0 +1,233 @@
+//! # bourse-shard
+//!
+//! The exchange partitioned over `G` groups, as docs/ARCHITECTURE.md's scale-out
+//! design splits it (exchange-core's risk and matching shards). Every group has two
+//! parts:
+//!
+//! - an [`AccountPart`] owns the accounts its [`ShardMap`] gives it: their available
+//!   balances, their clients' exactly-once records, and the pre-trade checks that
+//!   need only the account. It takes an order's hold out of the balance and passes
+//!   the order on with the hold attached ([`Forward`]);
+//! - a [`SymbolPart`] owns the symbols `s` with `s % G == g`: an unchanged
+//!   [`Engine`](bourse_engine::Engine) whose accounts mirror every account, holding
+//!   only what orders in its books reserve. It merges the forwards of every account
+//!   part by stamp ([`Merge`]), funds each order's mirror with the hold it carries,
+//!   applies the order, and sends back whatever the command left available in a mirror
+//!   (proceeds of fills, released holds) as [`Settlement::Credit`]s, with the outcome
+//!   ([`Settlement::Done`]) and the state of the buy orders it touched.
+//!
+//! Reserve → match → settle: a command crosses at most two parts and comes back.
+//! Each part is deterministic over its input, and a symbol part's input order is a
+//! function of the stamps alone (the merge waits for every source's watermark), so a
+//! book sees the same operations in the same order as one engine fed the same
+//! stamped input. [`Lockstep`] runs the parts in one thread with a seeded
+//! interleaving (the differential tests); [`threads::run`] runs a group per thread.
+//!
+//! What this slice leaves out (refused as [`Unsupported`]): margin symbols, the close
+//! of the day, suspension, marks, fairness settings, day trading. The catalog and the
+//! accounts are created in every part at once ([`Groups::configure`]), where the design
+//! has a metadata group's log.
+
+mod account;
+mod lockstep;
+mod symbol;
+pub mod threads;
+
+use bourse_engine::command::CommandBody;
+use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, SymbolId, Timestamp};
+
+pub use account::AccountPart;
+pub use lockstep::{Lockstep, Summary, Trade, Translated, Translator};
+pub use symbol::{Merge, SymbolPart};
+
+/// Which group owns what: a symbol by its id modulo the group count, an account by a
+/// hash of its id modulo the group count (so where an account lives says nothing of
+/// which symbols it trades: a workload whose accounts trade the symbol with their own
+/// id modulo something would otherwise never cross groups).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardMap {
+    groups: u32,
+}
+
+impl ShardMap {
+    pub fn new(groups: u32) -> Self {
+        assert!(groups > 0, "at least one group");
+        ShardMap { groups }
+    }
+
+    pub fn groups(&self) -> usize {
+        self.groups as usize
+    }
+
+    pub fn account_group(&self, account: AccountId) -> usize {
+        // Fibonacci hashing: the id times 2^64 / φ, its high half.
+        let hashed = u64::from(account.0).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        (hashed % u64::from(self.groups)) as usize
+    }
+
+    pub fn symbol_group(&self, symbol: SymbolId) -> usize {
+        (symbol.0 % self.groups) as usize
+    }
+}
+
+/// An order command an account part accepted, on its way to its symbol's part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forward {
+    /// The gateway's stamp: the order the symbol part applies it in.
+    pub stamp: Timestamp,
+    pub client: ClientId,
+    pub seq: u64,
+    /// `Place`, `Cancel`, `Reduce` or `Move`.
+    pub body: CommandBody,
+    /// What the account part took out of the account's balance for it: a new order's
+    /// hold, or the more a buy's move up needs.
+    pub fund: Option<(AssetId, Amount)>,
+    /// A move the account part counts as on its way (it knows the order): its
+    /// [`Settlement::Done`] names the order, so the count comes down.
+    pub counted: bool,
+}
+
+/// What a symbol part sends back to an account part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settlement {
+    /// Available again: proceeds of a fill, a released hold, or what a refused order
+    /// carried.
+    Credit { account: AccountId, asset: AssetId, amount: Amount },
+    /// A forwarded command's outcome, for its client; after the states of the buy
+    /// orders the command touched.
+    Done { account: AccountId, ack: Ack, moved: Option<Moved> },
+    /// A buy order's state after a command touched it: `(price, quantity left)` while it
+    /// rests, `None` once it is gone. The account part needs it to price a move.
+    Buy { account: AccountId, symbol: SymbolId, order: OrderId, open: Option<(Px, Qty)> },
+}
+
+impl Settlement {
+    /// The account whose part this goes to.
+    pub fn account(&self) -> AccountId {
+        match *self {
+            Settlement::Credit { account, .. } | Settlement::Done { account, .. } | Settlement::Buy { account, .. } => {
+                account
+            }
+        }
+    }
+}
+
+/// A counted move's order after the move (see [`Forward::counted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Moved {
+    pub symbol: SymbolId,
+    pub order: OrderId,
+    /// `(price, quantity left)` while the order rests.
+    pub open: Option<(Px, Qty)>,
+}
+
+/// A command's outcome as its client receives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ack {
+    pub client: ClientId,
+    pub seq: u64,
+    pub stamp: Timestamp,
+    pub outcome: Outcome,
+}
+
+/// A command this slice of the partitioned exchange does not carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported(pub &'static str);
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the partitioned exchange does not carry {} yet", self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// Where a command goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// To every part at once: the catalog and account creation.
+    Config,
+    /// To the account part of this group.
+    Account(usize),
+}
+
+/// The command's route, or why it has none.
+pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
+    Ok(match body {
+        CommandBody::CreateAsset { .. } | CommandBody::CreateSymbol(_) | CommandBody::CreateAccount => Route::Config,
+        CommandBody::Deposit { account, .. }
+        | CommandBody::Withdraw { account, .. }
+        | CommandBody::Credit { account, .. }
+        | CommandBody::Cancel { account, .. }
+        | CommandBody::Reduce { account, .. }
+        | CommandBody::Move { account, .. } => Route::Account(map.account_group(*account)),
+        CommandBody::Place(request) => Route::Account(map.account_group(request.account)),
+        CommandBody::CreateMarginSymbol(_) | CommandBody::SetMark { .. } => return Err(Unsupported("margin symbols")),
+        CommandBody::CloseDay => return Err(Unsupported("the close of the day")),
+        CommandBody::SuspendAccount { .. } | CommandBody::ResumeAccount { .. } => {
+            return Err(Unsupported("suspending accounts"))
+        }
+        CommandBody::CreateAccountWithId { .. } => return Err(Unsupported("accounts with external ids")),
+        CommandBody::DayTrading(_) => return Err(Unsupported("day trading")),
+        CommandBody::SetFairness(_) => return Err(Unsupported("fairness settings")),
+    })
+}
+
+/// The account an order command acts for.
+pub(crate) fn order_account(body: &CommandBody) -> AccountId {
+    match body {
+        CommandBody::Place(request) => request.account,
+        CommandBody::Cancel { account, .. }
+        | CommandBody::Reduce { account, .. }
+        | CommandBody::Move { account, .. } => *account,
+        other => unreachable!("not an order command: {other:?}"),
+    }
+}
+
+/// The symbol an order command acts on.
+pub(crate) fn order_symbol(body: &CommandBody) -> SymbolId {
+    match body {
+        CommandBody::Place(request) => request.symbol,
+        CommandBody::Cancel { symbol, .. } | CommandBody::Reduce { symbol, .. } | CommandBody::Move { symbol, .. } => {
+            *symbol
+        }
+        other => unreachable!("not an order command: {other:?}"),
+    }
+}
+
+/// Every group's two parts.
+#[derive(Clone, Debug)]
+pub struct Groups {
+    pub map: ShardMap,
+    pub accounts: Vec<AccountPart>,
+    pub symbols: Vec<SymbolPart>,
+}
+
+impl Groups {
+    pub fn new(groups: u32, config: bourse_engine::EngineConfig) -> Self {
+        let map = ShardMap::new(groups);
+        Groups {
+            map,
+            accounts: (0..map.groups()).map(|g| AccountPart::new(g, map)).collect(),
+            symbols: (0..map.groups()).map(|g| SymbolPart::new(g, map, config)).collect(),
+        }
+    }
+
+    /// Applies a catalog or account-creating command in every part, returning the
+    /// outcome (the same in all: every engine creates the same ids).
+    pub fn configure(&mut self, stamp: Timestamp, body: &CommandBody) -> Result<Outcome, Unsupported> {
+        let mut outcome = None;
+        for part in &mut self.symbols {
+            let applied = part.configure(stamp, body);
+            assert!(outcome.is_none_or(|o| o == applied), "groups disagree on {body:?}: {outcome:?} and {applied:?}");
+            outcome = Some(applied);
+        }
+        let outcome = outcome.expect("at least one group");
+        if let Outcome::Ok { .. } = outcome {
+            for part in &mut self.accounts {
+                part.configure(body)?;
+            }
+        }
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,280 @@
+//! A symbol part: the books of the symbols its group owns, on an unchanged engine.
+//!
+//! The engine's accounts mirror every account of the exchange (all parts create every
+//! account, so ids agree), and between commands a mirror holds exactly what its
+//! orders in these books reserve. To apply a forwarded order the part deposits the
+//! hold it carries into the mirror, applies the order, and withdraws whatever the
+//! command left available in any mirror (a refused order's hold, proceeds of fills,
+//! released holds, a market buy's unspent budget), sending each amount back to its
+//! account's part as a credit. All of these are ordinary engine commands under the
+//! part's own client, so the engine's invariants (and the conservation of every
+//! asset between deposits, balances and fees) hold in each part as in one engine.
+
+use std::collections::VecDeque;
+
+use bourse_engine::command::{Command, CommandBody, OrderKind};
+use bourse_engine::{
+    AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, Outcome, Px, Qty, Side, Timestamp,
+};
+
+use crate::{order_account, order_symbol, Ack, Forward, Moved, Settlement, ShardMap, Trade};
+
+/// The client a symbol part applies its engine's commands as.
+const PART_CLIENT: ClientId = ClientId(u64::MAX - 1);
+
+/// The merge of every account part's forwards into stamp order.
+///
+/// Each source sends its forwards in increasing stamp order and says how far it has
+/// come (its watermark: nothing more at or below it will come). A forward is
+/// released once every source's watermark has reached its stamp, in `(stamp,
+/// source)` order, so the order released depends on the stamps alone, not on when the
+/// messages arrived. A queue per source (already in stamp order) and a scan of their
+/// heads: O(sources) a forward, and nothing allocated once the queues have grown.
+#[derive(Clone, Debug)]
+pub struct Merge {
+    queues: Vec<VecDeque<Forward>>,
+    watermarks: Vec<Timestamp>,
+    waiting: usize,
+}
+
+impl Merge {
+    pub fn new(sources: usize) -> Self {
+        Merge { queues: vec![VecDeque::new(); sources], watermarks: vec![0; sources], waiting: 0 }
+    }
+
+    pub fn offer(&mut self, source: usize, forward: Forward) {
+        assert!(
+            self.queues[source].back().is_none_or(|last| last.stamp < forward.stamp),
+            "source {source} sent stamp {} out of order",
+            forward.stamp
+        );
+        self.advance(source, forward.stamp);
+        self.queues[source].push_back(forward);
+        self.waiting += 1;
+    }
+
+    pub fn advance(&mut self, source: usize, watermark: Timestamp) {
+        let mark = &mut self.watermarks[source];
+        *mark = (*mark).max(watermark);
+    }
+
+    /// How far every source has come: forwards stamped up to here are released.
+    pub fn floor(&self) -> Timestamp {
+        self.watermarks.iter().copied().min().unwrap_or(0)
+    }
+
+    /// The next forward released under `floor`, if any: the lowest stamp among the
+    /// queues' heads, the lower source on a tie.
+    pub fn pop_ready(&mut self, floor: Timestamp) -> Option<Forward> {
+        let mut best: Option<(Timestamp, usize)> = None;
+        for (source, queue) in self.queues.iter().enumerate() {
+            if let Some(head) = queue.front() {
+                if head.stamp <= floor && best.is_none_or(|(stamp, _)| head.stamp < stamp) {
+                    best = Some((head.stamp, source));
+                }
+            }
+        }
+        let (_, source) = best?;
+        self.waiting -= 1;
+        self.queues[source].pop_front()
+    }
+
+    /// Forwards waiting for a watermark.
+    pub fn waiting(&self) -> usize {
+        self.waiting
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SymbolPart {
+    group: usize,
+    map: ShardMap,
+    engine: Engine,
+    seq: u64,
+    pub merge: Merge,
+    events: Vec<Event>,
+    credits: Vec<(AccountId, AssetId, i64)>,
+    /// Orders the command touched, with their owner where the events name it.
+    touched: Vec<(OrderId, Option<AccountId>)>,
+    /// Every trade, when recording (the differential tests).
+    trades: Option<Vec<Trade>>,
+}
+
+impl SymbolPart {
+    pub fn new(group: usize, map: ShardMap, config: EngineConfig) -> Self {
+        SymbolPart {
+            group,
+            map,
+            engine: Engine::new(config),
+            seq: 0,
+            merge: Merge::new(map.groups()),
+            events: Vec::new(),
+            credits: Vec::new(),
+            touched: Vec::new(),
+            trades: None,
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Records every trade from now on.
+    pub fn record_trades(&mut self) {
+        self.trades.get_or_insert_with(Vec::new);
+    }
+
+    pub fn trades(&self) -> &[Trade] {
+        self.trades.as_deref().unwrap_or(&[])
+    }
+
+    fn apply(&mut self, ts: Timestamp, body: CommandBody) -> Outcome {
+        self.seq += 1;
+        let command = Command { client: PART_CLIENT, seq: self.seq, ts, body };
+        self.engine.apply(&command, &mut self.events).outcome
+    }
+
+    pub(crate) fn configure(&mut self, stamp: Timestamp, body: &CommandBody) -> Outcome {
+        self.events.clear();
+        self.apply(stamp, body.clone())
+    }
+
+    /// Applies every forward the merge has released, sending what comes back to each
+    /// account's group through `out`.
+    pub fn release(&mut self, out: &mut impl FnMut(usize, Settlement)) {
+        let floor = self.merge.floor();
+        while let Some(forward) = self.merge.pop_ready(floor) {
+            self.process(forward, out);
+        }
+    }
+
+    fn process(&mut self, forward: Forward, out: &mut impl FnMut(usize, Settlement)) {
+        let Forward { stamp, client, seq, body, fund, counted } = forward;
+        let account = order_account(&body);
+        let symbol = order_symbol(&body);
+        debug_assert_eq!(self.map.symbol_group(symbol), self.group, "symbol {symbol} forwarded to the wrong group");
+        let moved = match body {
+            CommandBody::Move { order, .. } => Some(order),
+            _ => None,
+        };
+        self.events.clear();
+        if let Some((asset, amount)) = fund {
+            let funded = self.apply(stamp, CommandBody::Deposit { account, asset, amount });
+            assert!(matches!(funded, Outcome::Ok { .. }), "funding {account} with {amount} of {asset}: {funded:?}");
+        }
+        let outcome = self.apply(stamp, body);
+        self.collect(account, moved);
+
+        // Whatever the command left available goes back to its account's part.
+        for i in 0..self.credits.len() {
+            let (holder, asset, amount) = self.credits[i];
+            let swept = self.apply(stamp, CommandBody::Withdraw { account: holder, asset, amount: Amount(amount) });
+            assert!(matches!(swept, Outcome::Ok { .. }), "sweeping {amount} of {asset} from {holder}: {swept:?}");
+            out(self.map.account_group(holder), Settlement::Credit { account: holder, asset, amount: Amount(amount) });
+        }
+        // The buy orders the command touched, before its outcome: a client that learns
+        // an order's id from the outcome finds the order known to its account's part.
+        let mut moved_state = None;
+        for &(order, known) in &self.touched {
+            let open = self.open_buy(symbol, order);
+            if moved == Some(order) {
+                moved_state = Some(open.map(|(px, qty, _)| (px, qty)));
+                continue;
+            }
+            let state = match open {
+                Some((px, qty, holder)) => Settlement::Buy { account: holder, symbol, order, open: Some((px, qty)) },
+                None => Settlement::Buy { account: known.unwrap_or(account), symbol, order, open: None },
+            };
+            out(self.map.account_group(state.account()), state);
+        }
+        let ack = Ack { client, seq, stamp, outcome };
+        let moved = match (moved, counted) {
+            (Some(order), true) => Some(Moved { symbol, order, open: moved_state.expect("a move touches its order") }),
+            _ => None,
+        };
+        out(self.map.account_group(account), Settlement::Done { account, ack, moved });
+    }
+
+    /// A buy order's `(price, quantity left, owner)` while it rests, or while it waits
+    /// as a stop-limit (at its limit: once triggered it may rest there); `None` for a
+    /// sell or an order that is gone.
+    fn open_buy(&self, symbol: bourse_engine::SymbolId, order: OrderId) -> Option<(Px, Qty, AccountId)> {
+        if let Some(resting) = self.engine.resting(symbol, order) {
+            return (resting.side == Side::Buy).then(|| (resting.px, resting.qty_remaining(), resting.account));
+        }
+        let request = self.engine.stop_waiting(symbol, order)?;
+        match (request.side, request.kind) {
+            (Side::Buy, OrderKind::StopLimit { px, .. }) => Some((px, request.qty, request.account)),
+            _ => None,
+        }
+    }
+
+    /// From the command's events: the balances left available in mirrors, and the
+    /// orders whose state an account part may need.
+    fn collect(&mut self, account: AccountId, moved: Option<OrderId>) {
+        self.credits.clear();
+        self.touched.clear();
+        let touch =
+            |touched: &mut Vec<(OrderId, Option<AccountId>)>, order: OrderId, holder: Option<AccountId>| match touched
+                .iter_mut()
+                .find(|(id, _)| *id == order)
+            {
+                Some(entry) => entry.1 = entry.1.or(holder),
+                None => touched.push((order, holder)),
+            };
+        if let Some(order) = moved {
+            touch(&mut self.touched, order, Some(account));
+        }
+        for event in &self.events {
+            match *event {
+                Event::Balance { account, asset, available, .. } => {
+                    match self.credits.iter_mut().find(|(a, s, _)| (*a, *s) == (account, asset)) {
+                        Some(entry) => entry.2 = available.0,
+                        None => self.credits.push((account, asset, available.0)),
+                    }
+                }
+                Event::Accepted { order, account, side: Side::Buy, .. } => {
+                    touch(&mut self.touched, order, Some(account))
+                }
+                Event::Trade {
+                    symbol,
+                    px,
+                    qty,
+                    taker_side,
+                    maker_order,
+                    taker_order,
+                    maker_account,
+                    taker_account,
+                    fee_maker,
+                    fee_taker,
+                    ..
+                } => {
+                    let (buy, buyer) = match taker_side {
+                        Side::Buy => (taker_order, taker_account),
+                        Side::Sell => (maker_order, maker_account),
+                    };
+                    touch(&mut self.touched, buy, Some(buyer));
+                    if let Some(trades) = &mut self.trades {
+                        trades.push(Trade {
+                            symbol,
+                            px,
+                            qty,
+                            taker_side,
+                            maker_account,
+                            taker_account,
+                            fee_maker,
+                            fee_taker,
+                        });
+                    }
+                }
+                Event::Rested { order, side: Side::Buy, .. }
+                | Event::Triggered { order, .. }
+                | Event::Refreshed { order, .. }
+                | Event::Reduced { order, .. }
+                | Event::Cancelled { order, .. } => touch(&mut self.touched, order, None),
+                _ => {}
+            }
+        }
+        self.credits.retain(|&(_, _, available)| available > 0);
+    }
+}

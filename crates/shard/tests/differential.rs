@@ -1,0 +1,396 @@
+//! The differential test of the partitioned exchange: the same stamped commands
+//! through one engine and through G groups, their messages delivered in an order drawn
+//! from a seed, end in the same balances, books, trades, fees and supply, and every
+//! command gets the same outcome (orders matched by the command that placed them:
+//! each symbol part numbers its own).
+//!
+//! Clients behave as real ones must: a command that names an order is sent only once
+//! the order's placement was acknowledged (its id comes from that acknowledgement).
+//! Accounts are funded so that no decision depends on proceeds still on their way
+//! back (the one thing that may differ from one engine; see bourse-shard's docs).
+
+use std::collections::BTreeMap;
+
+use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use bourse_engine::{
+    AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, OrderStatus, Outcome, Px, Qty, Reject,
+    Side, SymbolId,
+};
+use bourse_shard::{Ack, Lockstep, Summary, Trade};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const ACCOUNTS: u32 = 14;
+const SYMBOLS: u32 = 5;
+const ADMIN: ClientId = ClientId(0);
+
+fn client_of(account: AccountId) -> ClientId {
+    ClientId(u64::from(account.0) + 1)
+}
+
+/// The test's market and the commands drawn for it.
+struct Flow {
+    rng: ChaCha8Rng,
+    ts: u64,
+    seqs: BTreeMap<ClientId, u64>,
+    /// Orders the engine accepted: (symbol, id, account).
+    placed: Vec<(SymbolId, OrderId, AccountId)>,
+}
+
+impl Flow {
+    fn new(seed: u64) -> Self {
+        Flow { rng: ChaCha8Rng::seed_from_u64(seed), ts: 1_000, seqs: BTreeMap::new(), placed: Vec::new() }
+    }
+
+    fn command(&mut self, client: ClientId, body: CommandBody) -> Command {
+        let seq = self.seqs.entry(client).or_default();
+        *seq += 1;
+        self.ts += 1_000;
+        Command { client, seq: *seq, ts: self.ts, body }
+    }
+
+    fn setup(&mut self) -> Vec<Command> {
+        let mut out = vec![self.command(ADMIN, CommandBody::CreateAsset { name: "USD".into(), decimals: 2 })];
+        for s in 0..SYMBOLS {
+            out.push(self.command(ADMIN, CommandBody::CreateAsset { name: format!("B{s}"), decimals: 0 }));
+        }
+        for s in 0..SYMBOLS {
+            let lot = if s == 1 { 10 } else { 1 };
+            out.push(self.command(
+                ADMIN,
+                CommandBody::CreateSymbol(Box::new(SymbolSpec {
+                    name: format!("B{s}/USD"),
+                    base: AssetId(1 + s),
+                    quote: AssetId(0),
+                    tick: Px(if s == 2 { 5 } else { 1 }),
+                    lot: Qty(lot),
+                    px_min: Px(10),
+                    px_max: Px(10_000),
+                    fee_maker: Amount(if s == 3 { -1 } else { 1 }),
+                    fee_taker: Amount(3),
+                    policy: if s == 4 { MatchPolicy::ProRata } else { MatchPolicy::Fifo },
+                })),
+            ));
+        }
+        for a in 0..ACCOUNTS {
+            out.push(self.command(ADMIN, CommandBody::CreateAccount));
+            let account = AccountId(a);
+            out.push(self.command(
+                ADMIN,
+                CommandBody::Deposit { account, asset: AssetId(0), amount: Amount(1_000_000_000_000) },
+            ));
+            for s in 0..SYMBOLS {
+                out.push(self.command(
+                    ADMIN,
+                    CommandBody::Credit { account, asset: AssetId(1 + s), amount: Amount(10_000_000) },
+                ));
+            }
+        }
+        out
+    }
+
+    fn next(&mut self) -> Command {
+        let account = AccountId(self.rng.gen_range(0..ACCOUNTS));
+        let roll = self.rng.gen_range(0..100);
+        let body = if roll < 48 || self.placed.is_empty() {
+            CommandBody::Place(self.request(account))
+        } else if roll < 66 {
+            let (symbol, order, owner) = self.pick_order(account);
+            CommandBody::Cancel { account: owner, symbol, order }
+        } else if roll < 74 {
+            let (symbol, order, owner) = self.pick_order(account);
+            let lot = if symbol == SymbolId(1) { 10 } else { 1 };
+            CommandBody::Reduce { account: owner, symbol, order, qty_by: Qty(lot * self.rng.gen_range(1..20)) }
+        } else if roll < 96 {
+            let (symbol, order, owner) = self.pick_order(account);
+            let tick = if symbol == SymbolId(2) { 5 } else { 1 };
+            let px = Px(tick * self.rng.gen_range(16..25) * 5);
+            CommandBody::Move { account: owner, symbol, order, px }
+        } else if roll < 98 {
+            CommandBody::Withdraw { account, asset: AssetId(0), amount: Amount(self.rng.gen_range(1..1_000)) }
+        } else {
+            CommandBody::Deposit { account, asset: AssetId(self.rng.gen_range(0..=SYMBOLS)), amount: Amount(500) }
+        };
+        let owner = match &body {
+            CommandBody::Place(request) => request.account,
+            CommandBody::Cancel { account, .. }
+            | CommandBody::Reduce { account, .. }
+            | CommandBody::Move { account, .. }
+            | CommandBody::Withdraw { account, .. }
+            | CommandBody::Deposit { account, .. } => *account,
+            other => unreachable!("{other:?}"),
+        };
+        self.command(client_of(owner), body)
+    }
+
+    /// A known order, mostly by its owner; sometimes another account's, sometimes
+    /// an id no order has.
+    fn pick_order(&mut self, account: AccountId) -> (SymbolId, OrderId, AccountId) {
+        let (symbol, order, owner) = self.placed[self.rng.gen_range(0..self.placed.len())];
+        match self.rng.gen_range(0..20) {
+            0 => (symbol, order, account),
+            1 => (symbol, OrderId(1 << 40), owner),
+            _ => (symbol, order, owner),
+        }
+    }
+
+    fn request(&mut self, account: AccountId) -> OrderRequest {
+        let rng = &mut self.rng;
+        let symbol = SymbolId(rng.gen_range(0..SYMBOLS));
+        let (tick, lot) = match symbol.0 {
+            1 => (1, 10),
+            2 => (5, 1),
+            _ => (1, 1),
+        };
+        let side = if rng.gen_bool(0.5) { Side::Buy } else { Side::Sell };
+        let px = Px(tick * rng.gen_range(18..23) * 5);
+        let mut qty = Qty(lot * rng.gen_range(1..30));
+        let kind = match rng.gen_range(0..20) {
+            0..=13 => OrderKind::Limit { px },
+            14..=16 => OrderKind::Market { budget: (side == Side::Buy).then_some(Amount(rng.gen_range(50..20_000))) },
+            17..=18 => OrderKind::StopLimit { trigger: Px(tick * rng.gen_range(18..23) * 5), px },
+            _ => OrderKind::StopMarket {
+                trigger: Px(tick * rng.gen_range(18..23) * 5),
+                budget: (side == Side::Buy).then_some(Amount(rng.gen_range(50..20_000))),
+            },
+        };
+        let resting = matches!(kind, OrderKind::Limit { .. } | OrderKind::StopLimit { .. });
+        let tif = match rng.gen_range(0..10) {
+            0..=5 if resting => Tif::Gtc,
+            6 if resting => Tif::Day,
+            7 | 8 => Tif::Ioc,
+            9 => Tif::Fok,
+            _ => Tif::Ioc,
+        };
+        let plain_rest = matches!(kind, OrderKind::Limit { .. }) && tif.rests();
+        let post_only = plain_rest && rng.gen_range(0..8) == 0;
+        let display_qty = (plain_rest && rng.gen_range(0..10) == 0).then(|| Qty(lot * rng.gen_range(1..5)));
+        if rng.gen_range(0..40) == 0 {
+            qty = Qty(0); // refused for its shape, in the account's part
+        }
+        let stp = [Stp::CancelResting, Stp::CancelIncoming, Stp::Allow][rng.gen_range(0..3)];
+        OrderRequest { account, symbol, side, kind, qty, tif, post_only, display_qty, stp }
+    }
+}
+
+/// The command with the engine's order id replaced by the partitioned exchange's.
+fn translate(body: &CommandBody, ids: &BTreeMap<OrderId, OrderId>) -> CommandBody {
+    let map = |order: &OrderId| ids.get(order).copied().unwrap_or(OrderId(order.0 | (1 << 41)));
+    match body {
+        CommandBody::Cancel { account, symbol, order } => {
+            CommandBody::Cancel { account: *account, symbol: *symbol, order: map(order) }
+        }
+        CommandBody::Reduce { account, symbol, order, qty_by } => {
+            CommandBody::Reduce { account: *account, symbol: *symbol, order: map(order), qty_by: *qty_by }
+        }
+        CommandBody::Move { account, symbol, order, px } => {
+            CommandBody::Move { account: *account, symbol: *symbol, order: map(order), px: *px }
+        }
+        other => other.clone(),
+    }
+}
+
+fn referenced(body: &CommandBody) -> Option<OrderId> {
+    match body {
+        CommandBody::Cancel { order, .. } | CommandBody::Reduce { order, .. } | CommandBody::Move { order, .. } => {
+            Some(*order)
+        }
+        _ => None,
+    }
+}
+
+struct Run {
+    summary: Summary,
+    trades: BTreeMap<SymbolId, Vec<Trade>>,
+    outcomes: BTreeMap<(ClientId, u64), Outcome>,
+}
+
+/// One engine over the flow; also fills `flow.placed` as orders are accepted.
+fn differential(groups: u32, seed: u64, commands: usize) {
+    let config = EngineConfig::default();
+    let mut flow = Flow::new(seed);
+    let mut engine: Engine = Engine::new(config);
+    let mut lockstep = Lockstep::new(groups, config, Some(seed ^ 0x5eed));
+    lockstep.record_trades();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_mul(31));
+
+    let mut reference =
+        Run { summary: Summary::of_engine(&engine), trades: BTreeMap::new(), outcomes: BTreeMap::new() };
+    let mut outcomes: BTreeMap<(ClientId, u64), Outcome> = BTreeMap::new();
+    // Engine order id → the partitioned exchange's, and the placing command → engine id.
+    let mut ids: BTreeMap<OrderId, OrderId> = BTreeMap::new();
+    let mut placed_by: BTreeMap<(ClientId, u64), OrderId> = BTreeMap::new();
+    // Commands that name an order: their outcome's id is the order's.
+    let mut naming: BTreeMap<(ClientId, u64), bool> = BTreeMap::new();
+    let mut events = Vec::new();
+    // Commands in the order they were sent, to report the first that differs.
+    let mut sent = Vec::new();
+    // Client commands sent (as the engine and as the groups got them), to retry.
+    let mut retries: Vec<(Command, Command)> = Vec::new();
+    let mut retried = 0;
+
+    let absorb = |acks: Vec<Ack>,
+                  outcomes: &mut BTreeMap<(ClientId, u64), Outcome>,
+                  ids: &mut BTreeMap<OrderId, OrderId>,
+                  placed_by: &BTreeMap<(ClientId, u64), OrderId>| {
+        for ack in acks {
+            if let (Some(&engine_id), Outcome::Ok { id }) = (placed_by.get(&(ack.client, ack.seq)), ack.outcome) {
+                ids.insert(engine_id, OrderId(id));
+            }
+            assert!(outcomes.insert((ack.client, ack.seq), ack.outcome).is_none(), "two outcomes for {ack:?}");
+        }
+    };
+
+    let setup = flow.setup();
+    let total = setup.len() + commands;
+    let mut setup = setup.into_iter();
+    for _ in 0..total {
+        let command = match setup.next() {
+            Some(command) => command,
+            None => flow.next(),
+        };
+        events.clear();
+        let applied = engine.apply(&command, &mut events);
+        reference.outcomes.insert((command.client, command.seq), applied.outcome);
+        sent.push((command.client, command.seq));
+        for event in &events {
+            if let Event::Trade {
+                symbol,
+                px,
+                qty,
+                taker_side,
+                maker_account,
+                taker_account,
+                fee_maker,
+                fee_taker,
+                ..
+            } = *event
+            {
+                reference.trades.entry(symbol).or_default().push(Trade {
+                    symbol,
+                    px,
+                    qty,
+                    taker_side,
+                    maker_account,
+                    taker_account,
+                    fee_maker,
+                    fee_taker,
+                });
+            }
+        }
+        if let (CommandBody::Place(request), Outcome::Ok { id }) = (&command.body, applied.outcome) {
+            flow.placed.push((request.symbol, OrderId(id), request.account));
+            placed_by.insert((command.client, command.seq), OrderId(id));
+        }
+        // Mostly live orders to name; a few closed ones stay, for refusals.
+        {
+            let open = |id| matches!(engine.order_status(id), Some(OrderStatus::Open | OrderStatus::Pending));
+            let mut closed = 0;
+            flow.placed.retain(|&(_, id, _)| {
+                closed += usize::from(!open(id));
+                open(id) || closed <= 4
+            });
+        }
+
+        // A client names an order only once its placement was acknowledged.
+        if let Some(order) = referenced(&command.body) {
+            naming.insert((command.client, command.seq), matches!(command.body, CommandBody::Move { .. }));
+            let placing = placed_by.iter().find(|(_, &id)| id == order).map(|(&key, _)| key);
+            while placing.is_some_and(|key| !outcomes.contains_key(&key)) {
+                assert!(lockstep.step(), "the placement of {order} was never acknowledged");
+                absorb(lockstep.take_acks(), &mut outcomes, &mut ids, &placed_by);
+            }
+        }
+        let body = translate(&command.body, &ids);
+
+        let submitted = Command { body, ..command.clone() };
+        if let Some(outcome) = lockstep.submit(submitted.clone()).expect("the flow uses supported commands") {
+            outcomes.insert((command.client, command.seq), outcome);
+        }
+        // Now and then a client sends one of its recent commands again (a retry after a
+        // lost acknowledgement): applied once, answered once.
+        if command.client != ADMIN {
+            retries.push((command.clone(), submitted));
+            if rng.gen_range(0..25) == 0 {
+                let (original, translated) =
+                    retries[retries.len() - 1 - rng.gen_range(0..retries.len().min(40))].clone();
+                events.clear();
+                assert!(engine.apply(&original, &mut events).duplicate, "the engine applied a retry");
+                assert_eq!(lockstep.submit(translated).expect("supported"), None);
+                retried += 1;
+            }
+        }
+        for _ in 0..rng.gen_range(0..12) {
+            lockstep.step();
+        }
+        absorb(lockstep.take_acks(), &mut outcomes, &mut ids, &placed_by);
+    }
+    lockstep.drain();
+    absorb(lockstep.take_acks(), &mut outcomes, &mut ids, &placed_by);
+    engine.check_invariants();
+    for part in &lockstep.groups.symbols {
+        part.engine().check_invariants();
+        assert_eq!(part.merge.waiting(), 0, "forwards left in a merge");
+    }
+    reference.summary = Summary::of_engine(&engine);
+
+    // Every command, the same outcome (order ids through the map).
+    assert_eq!(outcomes.len(), reference.outcomes.len(), "some commands got no outcome");
+    for key in &sent {
+        let expected = reference.outcomes[key];
+        let got = outcomes[key];
+        let expected = match expected {
+            Outcome::Ok { id } if naming.contains_key(key) || placed_by.contains_key(key) => {
+                Outcome::Ok { id: ids[&OrderId(id)].0 }
+            }
+            other => other,
+        };
+        assert_eq!(got, expected, "command {key:?} (groups {groups}, seed {seed})");
+    }
+    // The flow reaches what it is meant to: moves that need more hold, and refusals
+    // from both kinds of part.
+    let moved = naming.iter().filter(|(key, &moving)| moving && matches!(reference.outcomes[key], Outcome::Ok { .. }));
+    assert!(retried > commands / 50, "too few retries: {retried}");
+    let moved = moved.count();
+    assert!(moved > commands / 20, "too few moves applied: {moved}");
+    let refused = |reject| reference.outcomes.values().filter(|&&o| o == Outcome::Rejected(reject)).count();
+    for reject in [Reject::QtyMustBePositive, Reject::OrderNotOwned, Reject::OrderUnknown, Reject::FokCannotFill] {
+        assert!(refused(reject) > 0, "no {reject} refusal in the flow");
+    }
+    let mut trades: BTreeMap<SymbolId, Vec<Trade>> = BTreeMap::new();
+    for part in &lockstep.groups.symbols {
+        for trade in part.trades() {
+            trades.entry(trade.symbol).or_default().push(*trade);
+        }
+    }
+    assert_eq!(trades, reference.trades, "trades differ (groups {groups}, seed {seed})");
+    assert!(reference.trades.values().map(Vec::len).sum::<usize>() > commands / 20, "too few trades to tell");
+    let summary = lockstep.summary();
+    assert_eq!(summary.balances, reference.summary.balances, "balances (groups {groups}, seed {seed})");
+    assert_eq!(summary.fees, reference.summary.fees, "fees (groups {groups}, seed {seed})");
+    assert_eq!(summary.supply, reference.summary.supply, "supply (groups {groups}, seed {seed})");
+    assert_eq!(summary.books, reference.summary.books, "books (groups {groups}, seed {seed})");
+    assert_eq!(summary.orders_resting, reference.summary.orders_resting);
+}
+
+#[test]
+fn one_group_matches_one_engine() {
+    for seed in 1..=4 {
+        differential(1, seed, 3_000);
+    }
+}
+
+#[test]
+fn two_groups_match_one_engine_whatever_the_interleaving() {
+    for seed in 1..=12 {
+        differential(2, seed, 3_000);
+    }
+}
+
+#[test]
+fn three_and_four_groups_match_one_engine() {
+    for seed in 1..=8 {
+        differential(3, seed, 3_000);
+        differential(4, seed, 3_000);
+    }
+}
