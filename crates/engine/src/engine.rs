@@ -629,6 +629,35 @@ impl<B: Book> Engine<B> {
         Ok(0)
     }
 
+    /// Moves `amount` of `asset` into `account`'s available balance from outside this
+    /// engine, without a client's record: how a symbol part of the partitioned
+    /// exchange (`bourse-shard`) funds an order with the hold its account part took.
+    /// The asset's supply grows with it, so every invariant holds. Spot accounts only
+    /// (a margin account's cash is watched by its positions).
+    pub fn transfer_in(
+        &mut self,
+        account: AccountId,
+        asset: AssetId,
+        amount: Amount,
+        events: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        debug_assert!(self.account(account).is_ok_and(|holder| holder.positions.is_empty()), "a margin account");
+        self.deposit(account, asset, amount, events).map(drop)
+    }
+
+    /// The way back: takes `amount` of `asset` out of `account`'s available balance
+    /// (and the asset's supply), without a client's record.
+    pub fn transfer_out(
+        &mut self,
+        account: AccountId,
+        asset: AssetId,
+        amount: Amount,
+        events: &mut Vec<Event>,
+    ) -> Result<(), Reject> {
+        debug_assert!(self.account(account).is_ok_and(|holder| holder.positions.is_empty()), "a margin account");
+        self.withdraw(account, asset, amount, events).map(drop)
+    }
+
     fn set_suspended(&mut self, account: AccountId, suspended: bool, events: &mut Vec<Event>) -> Result<u64, Reject> {
         if self.account(account)?.suspended == suspended {
             return Err(Reject::AccountAlreadyInState);

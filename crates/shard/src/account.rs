@@ -51,7 +51,9 @@ pub struct AccountPart {
     specs: Vec<SymbolSpec>,
     assets: u32,
     accounts: u32,
-    balances: FxHashMap<(AccountId, AssetId), i64>,
+    /// Per account id (dense, as the engine numbers them): available amounts by asset;
+    /// empty for the accounts of other groups.
+    balances: Vec<Vec<(AssetId, i64)>>,
     /// Client → the last sequence number applied.
     sessions: FxHashMap<ClientId, u64>,
     buys: FxHashMap<(SymbolId, OrderId), Buy>,
@@ -65,7 +67,7 @@ impl AccountPart {
             specs: Vec::new(),
             assets: 0,
             accounts: 0,
-            balances: FxHashMap::default(),
+            balances: Vec::new(),
             sessions: FxHashMap::default(),
             buys: FxHashMap::default(),
         }
@@ -76,7 +78,10 @@ impl AccountPart {
         match body {
             CommandBody::CreateAsset { .. } => self.assets += 1,
             CommandBody::CreateSymbol(spec) => self.specs.push((**spec).clone()),
-            CommandBody::CreateAccount => self.accounts += 1,
+            CommandBody::CreateAccount => {
+                self.accounts += 1;
+                self.balances.push(Vec::new());
+            }
             _ => return Err(Unsupported("this command as configuration")),
         }
         Ok(())
@@ -84,12 +89,31 @@ impl AccountPart {
 
     /// An account's available balance here.
     pub fn available(&self, account: AccountId, asset: AssetId) -> i64 {
-        self.balances.get(&(account, asset)).copied().unwrap_or(0)
+        let amounts = self.balances.get(account.0 as usize).map_or(&[][..], Vec::as_slice);
+        amounts.iter().find(|(a, _)| *a == asset).map_or(0, |&(_, amount)| amount)
     }
 
     /// Every nonzero available balance of this part's accounts.
     pub fn balances(&self) -> impl Iterator<Item = ((AccountId, AssetId), i64)> + '_ {
-        self.balances.iter().filter(|(_, &amount)| amount != 0).map(|(&key, &amount)| (key, amount))
+        self.balances.iter().enumerate().flat_map(|(account, amounts)| {
+            amounts
+                .iter()
+                .filter(|(_, amount)| *amount != 0)
+                .map(move |&(asset, amount)| ((AccountId(account as u32), asset), amount))
+        })
+    }
+
+    /// `account`'s available amount of `asset`, to change (the account exists).
+    fn balance_mut(&mut self, account: AccountId, asset: AssetId) -> &mut i64 {
+        let amounts = &mut self.balances[account.0 as usize];
+        let slot = match amounts.iter().position(|(a, _)| *a == asset) {
+            Some(slot) => slot,
+            None => {
+                amounts.push((asset, 0));
+                amounts.len() - 1
+            }
+        };
+        &mut amounts[slot].1
     }
 
     /// Resting buys this part knows of.
@@ -163,7 +187,7 @@ impl AccountPart {
         if amount.0 <= 0 {
             return Err(Reject::AmountMustBePositive);
         }
-        let balance = self.balances.entry((account, asset)).or_default();
+        let balance = self.balance_mut(account, asset);
         *balance = balance.checked_add(amount.0).ok_or(Reject::AmountOverflow)?;
         Ok(())
     }
@@ -178,7 +202,7 @@ impl AccountPart {
     }
 
     fn take(&mut self, account: AccountId, asset: AssetId, amount: i64) -> Result<(), Reject> {
-        let balance = self.balances.entry((account, asset)).or_default();
+        let balance = self.balance_mut(account, asset);
         if *balance < amount {
             return Err(Reject::BalanceInsufficient);
         }
@@ -227,7 +251,7 @@ impl AccountPart {
     pub fn settle(&mut self, settlement: Settlement) -> Option<Ack> {
         match settlement {
             Settlement::Credit { account, asset, amount } => {
-                *self.balances.entry((account, asset)).or_default() += amount.0;
+                *self.balance_mut(account, asset) += amount.0;
                 None
             }
             Settlement::Done { ack, moved, .. } => {

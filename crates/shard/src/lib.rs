@@ -36,7 +36,7 @@ pub mod threads;
 use bourse_engine::command::CommandBody;
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, SymbolId, Timestamp};
 
-pub use account::AccountPart;
+pub use account::{AccountPart, Step};
 pub use lockstep::{Lockstep, Summary, Trade, Translated, Translator};
 pub use symbol::{Merge, SymbolPart};
 

@@ -2,13 +2,14 @@
 //!
 //! The engine's accounts mirror every account of the exchange (all parts create every
 //! account, so ids agree), and between commands a mirror holds exactly what its
-//! orders in these books reserve. To apply a forwarded order the part deposits the
-//! hold it carries into the mirror, applies the order, and withdraws whatever the
-//! command left available in any mirror (a refused order's hold, proceeds of fills,
-//! released holds, a market buy's unspent budget), sending each amount back to its
-//! account's part as a credit. All of these are ordinary engine commands under the
-//! part's own client, so the engine's invariants (and the conservation of every
-//! asset between deposits, balances and fees) hold in each part as in one engine.
+//! orders in these books reserve. To apply a forwarded order the part moves the hold
+//! it carries into the mirror ([`Engine::transfer_in`]), applies the order as an
+//! ordinary command under the part's own client, and moves out whatever the command
+//! left available in any mirror ([`Engine::transfer_out`]: a refused order's hold,
+//! proceeds of fills, released holds, a market buy's unspent budget), sending each
+//! amount back to its account's part as a credit. The transfers change the asset's
+//! supply with the balance, so the engine's invariants (and the conservation of every
+//! asset between transfers, balances and fees) hold in each part as in one engine.
 
 use std::collections::VecDeque;
 
@@ -159,8 +160,8 @@ impl SymbolPart {
         };
         self.events.clear();
         if let Some((asset, amount)) = fund {
-            let funded = self.apply(stamp, CommandBody::Deposit { account, asset, amount });
-            assert!(matches!(funded, Outcome::Ok { .. }), "funding {account} with {amount} of {asset}: {funded:?}");
+            let funded = self.engine.transfer_in(account, asset, amount, &mut self.events);
+            assert!(funded.is_ok(), "funding {account} with {amount} of {asset}: {funded:?}");
         }
         let outcome = self.apply(stamp, body);
         self.collect(account, moved);
@@ -168,8 +169,8 @@ impl SymbolPart {
         // Whatever the command left available goes back to its account's part.
         for i in 0..self.credits.len() {
             let (holder, asset, amount) = self.credits[i];
-            let swept = self.apply(stamp, CommandBody::Withdraw { account: holder, asset, amount: Amount(amount) });
-            assert!(matches!(swept, Outcome::Ok { .. }), "sweeping {amount} of {asset} from {holder}: {swept:?}");
+            let swept = self.engine.transfer_out(holder, asset, Amount(amount), &mut self.events);
+            assert!(swept.is_ok(), "sweeping {amount} of {asset} from {holder}: {swept:?}");
             out(self.map.account_group(holder), Settlement::Credit { account: holder, asset, amount: Amount(amount) });
         }
         // The buy orders the command touched, before its outcome: a client that learns
