@@ -173,25 +173,21 @@ pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
     })
 }
 
-/// The account an order command acts for.
-pub(crate) fn order_account(body: &CommandBody) -> AccountId {
+/// The account and symbol of an order command (place, cancel, reduce, move).
+pub fn order_parts(body: &CommandBody) -> Option<(AccountId, SymbolId)> {
     match body {
-        CommandBody::Place(request) => request.account,
-        CommandBody::Cancel { account, .. }
-        | CommandBody::Reduce { account, .. }
-        | CommandBody::Move { account, .. } => *account,
-        other => unreachable!("not an order command: {other:?}"),
+        CommandBody::Place(request) => Some((request.account, request.symbol)),
+        CommandBody::Cancel { account, symbol, .. }
+        | CommandBody::Reduce { account, symbol, .. }
+        | CommandBody::Move { account, symbol, .. } => Some((*account, *symbol)),
+        _ => None,
     }
 }
 
-/// The symbol an order command acts on.
-pub(crate) fn order_symbol(body: &CommandBody) -> SymbolId {
-    match body {
-        CommandBody::Place(request) => request.symbol,
-        CommandBody::Cancel { symbol, .. } | CommandBody::Reduce { symbol, .. } | CommandBody::Move { symbol, .. } => {
-            *symbol
-        }
-        other => unreachable!("not an order command: {other:?}"),
+impl ShardMap {
+    /// An order command's (account group, symbol group).
+    pub fn order_groups(&self, body: &CommandBody) -> Option<(usize, usize)> {
+        order_parts(body).map(|(account, symbol)| (self.account_group(account), self.symbol_group(symbol)))
     }
 }
 

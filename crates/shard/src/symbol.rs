@@ -18,7 +18,7 @@ use bourse_engine::{
     AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, Outcome, Px, Qty, Side, Timestamp,
 };
 
-use crate::{order_account, order_symbol, Ack, Forward, Moved, Settlement, ShardMap, Trade};
+use crate::{order_parts, Ack, Forward, Moved, Settlement, ShardMap, Trade};
 
 /// The client a symbol part applies its engine's commands as.
 const PART_CLIENT: ClientId = ClientId(u64::MAX - 1);
@@ -151,8 +151,7 @@ impl SymbolPart {
 
     fn process(&mut self, forward: Forward, out: &mut impl FnMut(usize, Settlement)) {
         let Forward { stamp, client, seq, body, fund, counted } = forward;
-        let account = order_account(&body);
-        let symbol = order_symbol(&body);
+        let (account, symbol) = order_parts(&body).expect("only order commands are forwarded");
         debug_assert_eq!(self.map.symbol_group(symbol), self.group, "symbol {symbol} forwarded to the wrong group");
         let moved = match body {
             CommandBody::Move { order, .. } => Some(order),

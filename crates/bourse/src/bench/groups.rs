@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use bourse_engine::command::{Command, CommandBody};
+use bourse_engine::command::Command;
 use bourse_engine::{Engine, EngineConfig};
 use bourse_shard::threads::{self, thread_cpu};
 use bourse_shard::{Lockstep, ShardMap, Summary, Translator};
@@ -157,8 +157,8 @@ fn run_groups(
     }
     drop(lockstep);
     let map = ShardMap::new(g);
-    let orders = commands.iter().filter(|c| order_route(&map, c).is_some()).count() as u64;
-    let crossing = commands.iter().filter(|c| order_route(&map, c).is_some_and(|(a, s)| a != s)).count() as u64;
+    let orders = commands.iter().filter(|c| map.order_groups(&c.body).is_some()).count() as u64;
+    let crossing = commands.iter().filter(|c| map.order_groups(&c.body).is_some_and(|(a, s)| a != s)).count() as u64;
     progress(format!("{g} groups: prepared in {:.1} s", started.elapsed().as_secs_f64()));
 
     report.say(format!(
@@ -219,16 +219,4 @@ fn run_groups(
         "crossing_share": round3(crossing as f64 / orders.max(1) as f64),
         "messages_per_command": round3(messages as f64 / n as f64),
     }))
-}
-
-/// An order command's (account group, symbol group).
-fn order_route(map: &ShardMap, command: &Command) -> Option<(usize, usize)> {
-    let (account, symbol) = match &command.body {
-        CommandBody::Place(request) => (request.account, request.symbol),
-        CommandBody::Cancel { account, symbol, .. }
-        | CommandBody::Reduce { account, symbol, .. }
-        | CommandBody::Move { account, symbol, .. } => (*account, *symbol),
-        _ => return None,
-    };
-    Some((map.account_group(account), map.symbol_group(symbol)))
 }
