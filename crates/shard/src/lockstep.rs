@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bourse_engine::command::Command;
 use bourse_engine::{
-    AccountId, Amount, AssetId, Depth, Engine, EngineConfig, Outcome, Px, Qty, Side, SymbolId, Timestamp,
+    AccountId, Amount, AssetId, Depth, Engine, EngineConfig, Event, Outcome, Px, Qty, Side, SymbolId, Timestamp,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -30,6 +30,18 @@ pub struct Trade {
     pub taker_account: AccountId,
     pub fee_maker: Amount,
     pub fee_taker: Amount,
+}
+
+impl Trade {
+    /// The trade an event reports, if it reports one.
+    pub fn of(event: &Event) -> Option<Trade> {
+        match *event {
+            Event::Trade {
+                symbol, px, qty, taker_side, maker_account, taker_account, fee_maker, fee_taker, ..
+            } => Some(Trade { symbol, px, qty, taker_side, maker_account, taker_account, fee_maker, fee_taker }),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -236,35 +236,14 @@ impl SymbolPart {
                 Event::Accepted { order, account, side: Side::Buy, .. } => {
                     touch(&mut self.touched, order, Some(account))
                 }
-                Event::Trade {
-                    symbol,
-                    px,
-                    qty,
-                    taker_side,
-                    maker_order,
-                    taker_order,
-                    maker_account,
-                    taker_account,
-                    fee_maker,
-                    fee_taker,
-                    ..
-                } => {
+                Event::Trade { taker_side, maker_order, taker_order, maker_account, taker_account, .. } => {
                     let (buy, buyer) = match taker_side {
                         Side::Buy => (taker_order, taker_account),
                         Side::Sell => (maker_order, maker_account),
                     };
                     touch(&mut self.touched, buy, Some(buyer));
                     if let Some(trades) = &mut self.trades {
-                        trades.push(Trade {
-                            symbol,
-                            px,
-                            qty,
-                            taker_side,
-                            maker_account,
-                            taker_account,
-                            fee_maker,
-                            fee_taker,
-                        });
+                        trades.extend(Trade::of(event));
                     }
                 }
                 Event::Rested { order, side: Side::Buy, .. }

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
 use bourse_engine::{
-    AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, OrderStatus, Outcome, Px, Qty, Reject,
-    Side, SymbolId,
+    AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, OrderId, OrderStatus, Outcome, Px, Qty, Reject, Side,
+    SymbolId,
 };
 use bourse_shard::{Ack, Lockstep, Summary, Trade};
 use rand::{Rng, SeedableRng};
@@ -253,30 +253,8 @@ fn differential(groups: u32, seed: u64, commands: usize) {
         let applied = engine.apply(&command, &mut events);
         reference.outcomes.insert((command.client, command.seq), applied.outcome);
         sent.push((command.client, command.seq));
-        for event in &events {
-            if let Event::Trade {
-                symbol,
-                px,
-                qty,
-                taker_side,
-                maker_account,
-                taker_account,
-                fee_maker,
-                fee_taker,
-                ..
-            } = *event
-            {
-                reference.trades.entry(symbol).or_default().push(Trade {
-                    symbol,
-                    px,
-                    qty,
-                    taker_side,
-                    maker_account,
-                    taker_account,
-                    fee_maker,
-                    fee_taker,
-                });
-            }
+        for trade in events.iter().filter_map(Trade::of) {
+            reference.trades.entry(trade.symbol).or_default().push(trade);
         }
         if let (CommandBody::Place(request), Outcome::Ok { id }) = (&command.body, applied.outcome) {
             flow.placed.push((request.symbol, OrderId(id), request.account));
