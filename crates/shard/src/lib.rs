@@ -227,3 +227,33 @@ impl Groups {
         Ok(outcome)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bourse_engine::command::{CommandBody, OrderRequest, Tif};
+    use bourse_engine::{AccountId, Px, Qty, Side, SymbolId};
+
+    use super::{route, Route, ShardMap};
+
+    #[test]
+    fn commands_go_to_their_account_group_or_everywhere_or_are_refused_by_name() {
+        let map = ShardMap::new(4);
+        let request = OrderRequest::limit(AccountId(7), SymbolId(2), Side::Buy, Px(100), Qty(1), Tif::Gtc);
+        assert_eq!(route(&map, &CommandBody::Place(request)), Ok(Route::Account(map.account_group(AccountId(7)))));
+        assert_eq!(route(&map, &CommandBody::CreateAccount), Ok(Route::Config));
+        let refused = route(&map, &CommandBody::CloseDay).expect_err("not carried");
+        assert_eq!(refused.to_string(), "the partitioned exchange does not carry the close of the day yet");
+    }
+
+    #[test]
+    fn accounts_spread_over_the_groups_whatever_their_ids_modulo_the_count() {
+        let map = ShardMap::new(4);
+        // Ids that are all 0 mod 4 still land in every group, about evenly.
+        let mut counts = [0u32; 4];
+        for a in (0..40_000).step_by(4) {
+            counts[map.account_group(AccountId(a))] += 1;
+        }
+        assert!(counts.iter().all(|&n| (2_000..3_000).contains(&n)), "{counts:?}");
+        assert_eq!(map.symbol_group(SymbolId(6)), 2);
+    }
+}

@@ -257,3 +257,61 @@ impl SymbolPart {
         self.credits.retain(|&(_, _, available)| available > 0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bourse_engine::command::CommandBody;
+    use bourse_engine::{AccountId, ClientId, OrderId, SymbolId};
+
+    use super::Merge;
+    use crate::Forward;
+
+    fn forward(stamp: u64) -> Forward {
+        let body = CommandBody::Cancel { account: AccountId(0), symbol: SymbolId(0), order: OrderId(stamp) };
+        Forward { stamp, client: ClientId(1), seq: stamp, body, fund: None, counted: false }
+    }
+
+    fn released(merge: &mut Merge) -> Vec<u64> {
+        let floor = merge.floor();
+        std::iter::from_fn(|| merge.pop_ready(floor)).map(|f| f.stamp).collect()
+    }
+
+    #[test]
+    fn the_merge_releases_by_stamp_once_every_source_has_passed_it() {
+        let mut merge = Merge::new(3);
+        merge.offer(1, forward(20));
+        merge.offer(0, forward(30));
+        merge.offer(1, forward(40));
+        // Source 2 has said nothing: nothing may go yet.
+        assert_eq!(released(&mut merge), Vec::<u64>::new());
+        merge.advance(2, 35);
+        assert_eq!(released(&mut merge), [20, 30]);
+        assert_eq!(merge.waiting(), 1);
+        merge.offer(2, forward(38));
+        merge.advance(0, 50);
+        // 38 arrived after 40 but goes first; 40 waits until source 2 has passed it.
+        assert_eq!(released(&mut merge), [38]);
+        merge.advance(2, 45);
+        assert_eq!(released(&mut merge), [40]);
+        assert_eq!(merge.waiting(), 0);
+    }
+
+    #[test]
+    fn equal_stamps_go_lower_source_first_whatever_the_arrival() {
+        let mut merge = Merge::new(2);
+        merge.offer(1, forward(10));
+        merge.offer(0, forward(10));
+        let floor = merge.floor();
+        let first = merge.pop_ready(floor).expect("released");
+        assert_eq!(first.stamp, 10);
+        assert_eq!(merge.queues[1].len(), 1, "source 0 went first");
+    }
+
+    #[test]
+    #[should_panic(expected = "out of order")]
+    fn a_source_going_back_in_stamps_is_a_bug_caught() {
+        let mut merge = Merge::new(1);
+        merge.offer(0, forward(10));
+        merge.offer(0, forward(9));
+    }
+}
