@@ -153,9 +153,10 @@ impl SymbolPart {
         let Forward { stamp, client, seq, body, fund, counted } = forward;
         let (account, symbol) = order_parts(&body).expect("only order commands are forwarded");
         debug_assert_eq!(self.map.symbol_group(symbol), self.group, "symbol {symbol} forwarded to the wrong group");
-        let moved = match body {
-            CommandBody::Move { order, .. } => Some(order),
-            _ => None,
+        let (moved, named) = match body {
+            CommandBody::Move { order, .. } => (Some(order), Some(order)),
+            CommandBody::Cancel { order, .. } | CommandBody::Reduce { order, .. } => (None, Some(order)),
+            _ => (None, None),
         };
         self.events.clear();
         if let Some((asset, amount)) = fund {
@@ -183,7 +184,22 @@ impl SymbolPart {
             }
             let state = match open {
                 Some((px, qty, holder)) => Settlement::Buy { account: holder, symbol, order, open: Some((px, qty)) },
-                None => Settlement::Buy { account: known.unwrap_or(account), symbol, order, open: None },
+                None => {
+                    // Gone. Its owner is named by the events that traded or placed it,
+                    // or it is the command's own (a cancel, a reduce, a self-trade
+                    // prevention); or it was another account's stop that this command
+                    // triggered and that ended unfilled, whose owner its closed record
+                    // keeps (the most recent closed: found at once).
+                    let holder = known
+                        .or_else(|| {
+                            (named != Some(order))
+                                .then(|| self.engine.order(order))
+                                .flatten()
+                                .map(|view| view.record.account)
+                        })
+                        .unwrap_or(account);
+                    Settlement::Buy { account: holder, symbol, order, open: None }
+                }
             };
             out(self.map.account_group(state.account()), state);
         }
