@@ -50,7 +50,7 @@ pub enum Step {
 /// record (one cache miss where three hash maps and a vector of vectors took five).
 /// The inline sizes fit an account that trades one symbol, sent commands by its own
 /// client and the operator; more spill to the heap.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Record {
     /// Available amounts by asset.
     balances: SmallVec<[(AssetId, i64); 2]>,
@@ -73,7 +73,7 @@ impl Record {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AccountPart {
     group: usize,
     map: ShardMap,

@@ -30,6 +30,8 @@
 
 mod account;
 mod lockstep;
+pub mod machine;
+mod replicated;
 mod symbol;
 pub mod threads;
 
@@ -38,6 +40,8 @@ use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, 
 
 pub use account::{AccountPart, Step};
 pub use lockstep::{Lockstep, Summary, Trade, Translated, Translator};
+pub use machine::GroupMachine;
+pub use replicated::{Replicated, Stats};
 pub use symbol::{Merge, SymbolPart};
 
 /// Which group owns what: a symbol by its id modulo the group count, an account by a

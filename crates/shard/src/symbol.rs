@@ -31,7 +31,7 @@ const PART_CLIENT: ClientId = ClientId(u64::MAX - 1);
 /// source)` order, so the order released depends on the stamps alone, not on when the
 /// messages arrived. A queue per source (already in stamp order) and a scan of their
 /// heads: O(sources) a forward, and nothing allocated once the queues have grown.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Merge {
     queues: Vec<VecDeque<Forward>>,
     watermarks: Vec<Timestamp>,
@@ -118,6 +118,15 @@ impl SymbolPart {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Whether the books, mirrors, merge and numbering are `other`'s (the engine's
+    /// state hash, the merge's queues and watermarks): what a replay must rebuild.
+    pub fn same_state(&self, other: &SymbolPart) -> bool {
+        self.group == other.group
+            && self.seq == other.seq
+            && self.merge == other.merge
+            && self.engine.state_hash() == other.engine.state_hash()
     }
 
     /// Records every trade from now on.

@@ -16,7 +16,7 @@ use bourse_engine::{
     AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, OrderId, OrderStatus, Outcome, Px, Qty, Reject, Side,
     SymbolId,
 };
-use bourse_shard::{Ack, Lockstep, Summary, Trade};
+use bourse_shard::{Ack, Groups, Lockstep, Replicated, Summary, Trade};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -199,19 +199,70 @@ fn referenced(body: &CommandBody) -> Option<OrderId> {
     }
 }
 
+/// What the test drives: the parts with messages in a seeded order ([`Lockstep`]), or
+/// the groups as logs and state machines with faults ([`Replicated`]).
+trait Harness {
+    fn submit(&mut self, command: Command) -> Option<Outcome>;
+    fn step(&mut self) -> bool;
+    fn drain(&mut self);
+    fn take_acks(&mut self) -> Vec<Ack>;
+    fn groups(&self) -> Groups;
+}
+
+impl Harness for Lockstep {
+    fn submit(&mut self, command: Command) -> Option<Outcome> {
+        Lockstep::submit(self, command).expect("the flow uses supported commands")
+    }
+    fn step(&mut self) -> bool {
+        Lockstep::step(self)
+    }
+    fn drain(&mut self) {
+        Lockstep::drain(self)
+    }
+    fn take_acks(&mut self) -> Vec<Ack> {
+        Lockstep::take_acks(self)
+    }
+    fn groups(&self) -> Groups {
+        self.groups.clone()
+    }
+}
+
+impl Harness for Replicated {
+    fn submit(&mut self, command: Command) -> Option<Outcome> {
+        Replicated::submit(self, command).expect("the flow uses supported commands")
+    }
+    fn step(&mut self) -> bool {
+        Replicated::step(self)
+    }
+    fn drain(&mut self) {
+        Replicated::drain(self)
+    }
+    fn take_acks(&mut self) -> Vec<Ack> {
+        Replicated::take_acks(self)
+    }
+    fn groups(&self) -> Groups {
+        Replicated::groups(self)
+    }
+}
+
 struct Run {
     summary: Summary,
     trades: BTreeMap<SymbolId, Vec<Trade>>,
     outcomes: BTreeMap<(ClientId, u64), Outcome>,
 }
 
-/// One engine over the flow; also fills `flow.placed` as orders are accepted.
 fn differential(groups: u32, seed: u64, commands: usize) {
+    let mut lockstep = Lockstep::new(groups, EngineConfig::default(), Some(seed ^ 0x5eed));
+    lockstep.record_trades();
+    compare(lockstep, groups, seed, commands);
+}
+
+/// One engine and the harness over the same flow, compared command by command and at
+/// the end; returns the harness.
+fn compare<H: Harness>(mut lockstep: H, groups: u32, seed: u64, commands: usize) -> H {
     let config = EngineConfig::default();
     let mut flow = Flow::new(seed);
     let mut engine: Engine = Engine::new(config);
-    let mut lockstep = Lockstep::new(groups, config, Some(seed ^ 0x5eed));
-    lockstep.record_trades();
     let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_mul(31));
 
     let mut reference =
@@ -282,7 +333,7 @@ fn differential(groups: u32, seed: u64, commands: usize) {
         let body = translate(&command.body, &ids);
 
         let submitted = Command { body, ..command.clone() };
-        if let Some(outcome) = lockstep.submit(submitted.clone()).expect("the flow uses supported commands") {
+        if let Some(outcome) = lockstep.submit(submitted.clone()) {
             outcomes.insert((command.client, command.seq), outcome);
         }
         // Now and then a client sends one of its recent commands again (a retry after a
@@ -294,7 +345,7 @@ fn differential(groups: u32, seed: u64, commands: usize) {
                     retries[retries.len() - 1 - rng.gen_range(0..retries.len().min(40))].clone();
                 events.clear();
                 assert!(engine.apply(&original, &mut events).duplicate, "the engine applied a retry");
-                assert_eq!(lockstep.submit(translated).expect("supported"), None);
+                assert_eq!(lockstep.submit(translated), None);
                 retried += 1;
             }
         }
@@ -306,7 +357,8 @@ fn differential(groups: u32, seed: u64, commands: usize) {
     lockstep.drain();
     absorb(lockstep.take_acks(), &mut outcomes, &mut ids, &placed_by);
     engine.check_invariants();
-    for part in &lockstep.groups.symbols {
+    let parts = lockstep.groups();
+    for part in &parts.symbols {
         part.engine().check_invariants();
         assert_eq!(part.merge.waiting(), 0, "forwards left in a merge");
     }
@@ -336,19 +388,20 @@ fn differential(groups: u32, seed: u64, commands: usize) {
         assert!(refused(reject) > 0, "no {reject} refusal in the flow");
     }
     let mut trades: BTreeMap<SymbolId, Vec<Trade>> = BTreeMap::new();
-    for part in &lockstep.groups.symbols {
+    for part in &parts.symbols {
         for trade in part.trades() {
             trades.entry(trade.symbol).or_default().push(*trade);
         }
     }
     assert_eq!(trades, reference.trades, "trades differ (groups {groups}, seed {seed})");
     assert!(reference.trades.values().map(Vec::len).sum::<usize>() > commands / 20, "too few trades to tell");
-    let summary = lockstep.summary();
+    let summary = Summary::of_groups(&parts);
     assert_eq!(summary.balances, reference.summary.balances, "balances (groups {groups}, seed {seed})");
     assert_eq!(summary.fees, reference.summary.fees, "fees (groups {groups}, seed {seed})");
     assert_eq!(summary.supply, reference.summary.supply, "supply (groups {groups}, seed {seed})");
     assert_eq!(summary.books, reference.summary.books, "books (groups {groups}, seed {seed})");
     assert_eq!(summary.orders_resting, reference.summary.orders_resting);
+    lockstep
 }
 
 #[test]
@@ -371,4 +424,41 @@ fn three_and_four_groups_match_one_engine() {
         differential(3, seed, 3_000);
         differential(4, seed, 3_000);
     }
+}
+
+/// The groups as logs and state machines: every message between groups is a numbered
+/// output ingested by a committed entry. Ingests that resend what was applied, ingests
+/// that would leave a gap, crashes rebuilt from a snapshot and the log, compactions and
+/// trims of consumed outputs: the end is still one engine's, every command answered
+/// once.
+fn replicated(groups: u32, seed: u64, commands: usize) -> bourse_shard::Stats {
+    let mut harness = Replicated::new(groups, EngineConfig::default(), seed ^ 0xfa17, true);
+    harness.record_trades();
+    let harness = compare(harness, groups, seed, commands);
+    for machine in harness.machines() {
+        for source in (0..groups as usize).filter(|&s| s != machine.group()) {
+            assert_eq!(
+                machine.cursor(source),
+                harness.machines().nth(source).expect("a group").produced(machine.group())
+            );
+        }
+    }
+    harness.stats
+}
+
+#[test]
+fn replicated_groups_match_one_engine_through_resends_gaps_crashes_and_trims() {
+    let mut total = bourse_shard::Stats::default();
+    for (groups, seeds) in [(1, 1..=2), (2, 1..=5), (3, 1..=3), (4, 1..=3)] {
+        for seed in seeds {
+            let stats = replicated(groups, seed, 2_000);
+            assert!(stats.crashes > 0 && stats.replayed > 0 && stats.snapshots > 0, "{stats:?}");
+            total.resent += stats.resent;
+            total.gaps += stats.gaps;
+            total.trimmed += stats.trimmed;
+            total.crashes += stats.crashes;
+            total.ingests += stats.ingests;
+        }
+    }
+    assert!(total.resent > 100 && total.gaps > 10 && total.trimmed > 1_000 && total.ingests > 10_000, "{total:?}");
 }

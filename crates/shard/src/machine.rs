@@ -1,0 +1,255 @@
+//! A group as a replicated state machine: the state its log's entries build, and the
+//! messages between groups carried as committed log entries (docs/ARCHITECTURE.md,
+//! "Messages between groups are committed log entries").
+//!
+//! A group's state is a function of its own log alone:
+//!
+//! - [`Entry::Clients`]: client commands the group's sequencer committed, in stamp
+//!   order. The account part applies them; a forward to the group's own symbol part
+//!   goes straight into its merge, one to another group becomes an *output*.
+//! - [`Entry::Ingest`]: a run of another group's outputs addressed to this one,
+//!   numbered. Outputs are numbered per (source, destination) stream from 1, as the
+//!   source's entries produce them, so every replica of the source numbers them alike
+//!   and any of them can serve them. The consumer keeps, per source, the number of the
+//!   last output it applied (its *cursor*): an ingest applies only what lies past the
+//!   cursor (a new leader, or a deposed one whose entry committed anyway, may send
+//!   again what was applied) and is refused whole if it would leave a gap. Exactly
+//!   once, whatever the leaders on either side did.
+//! - [`Entry::Trim`]: the source drops the outputs a consumer's cursor has passed
+//!   (its leader read the cursor, as it reads any query). Retention is replicated
+//!   state, so a snapshot keeps every output not yet consumed, and compacting the log
+//!   behind it loses none.
+//! - [`Entry::Config`]: the catalog and account creation, as the metadata group's
+//!   config stream would deliver them: every group applies them at the same point of
+//!   its input.
+//!
+//! Restoring a snapshot and replaying the log after it rebuilds the same state and the
+//! same outputs (the outputs are state too), which the harness in
+//! [`crate::Replicated`] checks at every crash it simulates.
+
+use std::collections::VecDeque;
+
+use bourse_engine::command::{Command, CommandBody};
+use bourse_engine::{Outcome, Timestamp};
+
+use crate::account::Step;
+use crate::{AccountPart, Ack, Forward, Settlement, SymbolPart};
+
+/// What one group sends another, numbered in their stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// An order command for the destination's symbol part.
+    Forward(Forward),
+    /// The source will send no forward stamped at or below this.
+    Watermark(Timestamp),
+    /// What a symbol part sends back to an account part.
+    Settlement(Settlement),
+}
+
+/// One entry of a group's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Client commands routed to this group's accounts, in stamp order; no client
+    /// command stamped at or below `tick` comes after them.
+    Clients { commands: Vec<Command>, tick: Timestamp },
+    /// `source`'s outputs to this group numbered `from`, `from + 1`, ….
+    Ingest { source: usize, from: u64, outputs: Vec<Output> },
+    /// Drop the outputs to `to` numbered up to `upto`: `to` has applied them.
+    Trim { to: usize, upto: u64 },
+    /// A catalog or account-creating command, applied by every group.
+    Config { stamp: Timestamp, body: CommandBody },
+}
+
+/// An ingest that would leave a gap in its source's stream: refused, nothing applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gap {
+    pub source: usize,
+    /// The next number the group can apply from `source`.
+    pub expected: u64,
+    pub from: u64,
+}
+
+impl std::fmt::Display for Gap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an ingest from group {} starts at output {}, past {}: a gap", self.source, self.from, self.expected)
+    }
+}
+
+impl std::error::Error for Gap {}
+
+/// The outputs to one destination still kept: numbers `trimmed + 1` on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Outbox {
+    trimmed: u64,
+    outputs: VecDeque<Output>,
+}
+
+impl Outbox {
+    /// The number the next output will get.
+    fn next(&self) -> u64 {
+        self.trimmed + self.outputs.len() as u64 + 1
+    }
+}
+
+/// A group's replicated state: its account part and symbol part, its cursor into every
+/// other group's stream, and its outputs not yet trimmed.
+#[derive(Clone, Debug)]
+pub struct GroupMachine {
+    group: usize,
+    pub account: AccountPart,
+    pub symbol: SymbolPart,
+    cursors: Vec<u64>,
+    outboxes: Vec<Outbox>,
+    /// The highest client stamp applied: this group's watermark to every symbol part.
+    watermark: Timestamp,
+    /// Entries applied (refused ingests included): the log index reached.
+    applied: u64,
+}
+
+impl GroupMachine {
+    pub fn new(group: usize, account: AccountPart, symbol: SymbolPart, groups: usize) -> Self {
+        GroupMachine {
+            group,
+            account,
+            symbol,
+            cursors: vec![0; groups],
+            outboxes: vec![Outbox::default(); groups],
+            watermark: 0,
+            applied: 0,
+        }
+    }
+
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
+    /// Entries applied so far.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// The number of the last output of `source` this group applied.
+    pub fn cursor(&self, source: usize) -> u64 {
+        self.cursors[source]
+    }
+
+    /// The number the next output to `to` will get (one past the last produced).
+    pub fn produced(&self, to: usize) -> u64 {
+        self.outboxes[to].next() - 1
+    }
+
+    /// The number of the first output to `to` still kept.
+    pub fn kept_from(&self, to: usize) -> u64 {
+        self.outboxes[to].trimmed + 1
+    }
+
+    /// Up to `max` outputs to `to` numbered from `from` (raised to the first kept), and
+    /// the number of the first one returned.
+    pub fn outputs(&self, to: usize, from: u64, max: usize) -> (u64, Vec<Output>) {
+        let outbox = &self.outboxes[to];
+        let from = from.max(outbox.trimmed + 1);
+        let skip = (from - outbox.trimmed - 1) as usize;
+        (from, outbox.outputs.iter().skip(skip).take(max).cloned().collect())
+    }
+
+    /// Whether the state (parts, cursors, outputs kept) is the same as `other`'s: what
+    /// a replay must rebuild.
+    pub fn same_state(&self, other: &GroupMachine) -> bool {
+        self.group == other.group
+            && self.account == other.account
+            && self.symbol.same_state(&other.symbol)
+            && self.cursors == other.cursors
+            && self.outboxes == other.outboxes
+            && self.watermark == other.watermark
+            && self.applied == other.applied
+    }
+
+    /// Applies one committed entry, appending the client acknowledgements it produces to
+    /// `acks`; a config entry's outcome is returned. A refused ingest changes nothing
+    /// but the count of entries applied.
+    pub fn apply(&mut self, entry: &Entry, acks: &mut Vec<Ack>) -> Result<Option<Outcome>, Gap> {
+        self.applied += 1;
+        match entry {
+            Entry::Clients { commands, tick } => {
+                for command in commands {
+                    self.client(command, acks);
+                }
+                if *tick > self.watermark {
+                    self.watermark = *tick;
+                    for (to, outbox) in self.outboxes.iter_mut().enumerate() {
+                        if to != self.group {
+                            outbox.outputs.push_back(Output::Watermark(*tick));
+                        }
+                    }
+                }
+                self.symbol.merge.advance(self.group, self.watermark);
+            }
+            Entry::Ingest { source, from, outputs } => {
+                let expected = self.cursors[*source] + 1;
+                if *from > expected {
+                    return Err(Gap { source: *source, expected, from: *from });
+                }
+                let skip = (expected - from) as usize;
+                for output in outputs.iter().skip(skip) {
+                    match output {
+                        Output::Forward(forward) => self.symbol.merge.offer(*source, forward.clone()),
+                        Output::Watermark(stamp) => self.symbol.merge.advance(*source, *stamp),
+                        Output::Settlement(settlement) => {
+                            if let Some(ack) = self.account.settle(*settlement) {
+                                acks.push(ack);
+                            }
+                        }
+                    }
+                }
+                if outputs.len() > skip {
+                    self.cursors[*source] = from + outputs.len() as u64 - 1;
+                }
+            }
+            Entry::Trim { to, upto } => {
+                let outbox = &mut self.outboxes[*to];
+                while outbox.trimmed < *upto && outbox.outputs.pop_front().is_some() {
+                    outbox.trimmed += 1;
+                }
+            }
+            Entry::Config { stamp, body } => {
+                let outcome = self.symbol.configure(*stamp, body);
+                if let Outcome::Ok { .. } = outcome {
+                    self.account.configure(body).expect("config entries carry catalog and account commands");
+                }
+                return Ok(Some(outcome));
+            }
+        }
+        self.release(acks);
+        Ok(None)
+    }
+
+    fn client(&mut self, command: &Command, acks: &mut Vec<Ack>) {
+        let step = self
+            .account
+            .client(command.client, command.seq, command.ts, &command.body)
+            .expect("routed commands are carried");
+        match step {
+            Step::Done(outcome) => {
+                acks.push(Ack { client: command.client, seq: command.seq, stamp: command.ts, outcome })
+            }
+            Step::Forward(to, forward) if to == self.group => self.symbol.merge.offer(self.group, forward),
+            Step::Forward(to, forward) => self.outboxes[to].outputs.push_back(Output::Forward(forward)),
+            Step::Duplicate => {}
+        }
+    }
+
+    /// Applies what the merge releases; settlements for this group's accounts apply at
+    /// once, the others become outputs.
+    fn release(&mut self, acks: &mut Vec<Ack>) {
+        let GroupMachine { group, account, symbol, outboxes, .. } = self;
+        symbol.release(&mut |to, settlement: Settlement| {
+            if to == *group {
+                if let Some(ack) = account.settle(settlement) {
+                    acks.push(ack);
+                }
+            } else {
+                outboxes[to].outputs.push_back(Output::Settlement(settlement));
+            }
+        });
+    }
+}

@@ -1,0 +1,284 @@
+//! Every group as a log and the state machine it builds ([`GroupMachine`]), driven in
+//! one thread from a seed, with the faults the log protocol must survive.
+//!
+//! Each group keeps its committed entries since its last snapshot. A step commits one
+//! entry somewhere, picked at random: a run of a group's client input
+//! ([`Entry::Clients`]), or a run of one group's outputs to another, read by the
+//! consumer's leader from its cursor on ([`Entry::Ingest`]). With faults on, a step may
+//! also:
+//!
+//! - **resend**: an ingest that starts up to four outputs before the consumer's cursor,
+//!   as a new leader or a deposed one whose entry committed anyway would send;
+//! - **leave a gap**: an ingest that starts past the cursor, which the machine must
+//!   refuse whole;
+//! - **crash** a group: its state is rebuilt from its snapshot and the log after it,
+//!   and must be the state it had (books, balances, exactly-once records, cursors and
+//!   the outputs it still keeps), so a restarted replica serves the same outputs;
+//! - **snapshot** a group and compact its log;
+//! - **trim** a source's outputs up to a consumer's cursor ([`Entry::Trim`]).
+//!
+//! A client's acknowledgement is taken when the entry that produces it is first
+//! applied; a replay's are dropped (its client had them, or retries).
+
+use std::collections::VecDeque;
+
+use bourse_engine::command::Command;
+use bourse_engine::{EngineConfig, Outcome, Timestamp};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::machine::{Entry, GroupMachine};
+use crate::{route, Ack, Groups, Route, Summary, Unsupported};
+
+/// What the faults did in a run, to show the run exercised them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub entries: u64,
+    pub ingests: u64,
+    /// Outputs sent again below a consumer's cursor (skipped at apply).
+    pub resent: u64,
+    /// Ingests refused for a gap.
+    pub gaps: u64,
+    /// Crashes: state rebuilt from a snapshot and the log, and found equal.
+    pub crashes: u64,
+    /// Entries replayed by those rebuilds.
+    pub replayed: u64,
+    pub snapshots: u64,
+    /// Outputs dropped by trim entries.
+    pub trimmed: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Node {
+    machine: GroupMachine,
+    /// The state before `log[0]`.
+    snapshot: GroupMachine,
+    log: Vec<Entry>,
+}
+
+#[derive(Clone, Debug)]
+enum Input {
+    Client(Command),
+    Tick(Timestamp),
+}
+
+/// The partitioned exchange as replicated groups, in one thread (see the module's
+/// docs).
+#[derive(Clone, Debug)]
+pub struct Replicated {
+    map: crate::ShardMap,
+    nodes: Vec<Node>,
+    inputs: Vec<VecDeque<Input>>,
+    acks: Vec<Ack>,
+    rng: ChaCha8Rng,
+    faults: bool,
+    pub stats: Stats,
+}
+
+impl Replicated {
+    pub fn new(groups: u32, config: EngineConfig, seed: u64, faults: bool) -> Self {
+        let Groups { map, accounts, symbols } = Groups::new(groups, config);
+        let nodes = accounts
+            .into_iter()
+            .zip(symbols)
+            .enumerate()
+            .map(|(g, (account, symbol))| {
+                let machine = GroupMachine::new(g, account, symbol, map.groups());
+                Node { snapshot: machine.clone(), machine, log: Vec::new() }
+            })
+            .collect();
+        Replicated {
+            map,
+            nodes,
+            inputs: vec![VecDeque::new(); map.groups()],
+            acks: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            faults,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Records every trade from now on (the differential tests).
+    pub fn record_trades(&mut self) {
+        for node in &mut self.nodes {
+            node.machine.symbol.record_trades();
+            node.snapshot.symbol.record_trades();
+        }
+    }
+
+    /// Takes in a client's command, as [`crate::Lockstep::submit`] does: a catalog or
+    /// account command is committed to every group's log after everything before it and
+    /// its outcome returned; an order or a transfer is queued for its account's group.
+    pub fn submit(&mut self, command: Command) -> Result<Option<Outcome>, Unsupported> {
+        match route(&self.map, &command.body)? {
+            Route::Config => {
+                self.drain();
+                let mut outcome = None;
+                for g in 0..self.nodes.len() {
+                    let entry = Entry::Config { stamp: command.ts, body: command.body.clone() };
+                    let applied = self.commit(g, entry).expect("a config entry is never refused");
+                    assert!(outcome.is_none() || outcome == applied, "groups disagree on {command:?}");
+                    outcome = applied;
+                }
+                Ok(outcome)
+            }
+            Route::Account(group) => {
+                for (g, input) in self.inputs.iter_mut().enumerate() {
+                    input.push_back(if g == group { Input::Client(command.clone()) } else { Input::Tick(command.ts) });
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Outcomes that arrived since the last call.
+    pub fn take_acks(&mut self) -> Vec<Ack> {
+        std::mem::take(&mut self.acks)
+    }
+
+    /// Commits entries until no group has input or outputs left to ingest.
+    pub fn drain(&mut self) {
+        while self.step() {}
+    }
+
+    /// Commits one entry that makes progress (after a fault, when faults are on); false
+    /// when there was none to commit.
+    pub fn step(&mut self) -> bool {
+        if self.faults {
+            self.fault();
+        }
+        let n = self.nodes.len();
+        let mut candidates = Vec::new();
+        for g in 0..n {
+            if !self.inputs[g].is_empty() {
+                candidates.push((g, None));
+            }
+            for source in (0..n).filter(|&s| s != g) {
+                if self.nodes[source].machine.produced(g) > self.nodes[g].machine.cursor(source) {
+                    candidates.push((g, Some(source)));
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return false;
+        }
+        let (group, source) = candidates[self.rng.gen_range(0..candidates.len())];
+        match source {
+            None => self.input(group),
+            Some(source) => self.ingest(group, source),
+        }
+        true
+    }
+
+    /// Commits a run of `group`'s client input.
+    fn input(&mut self, group: usize) {
+        let take = self.rng.gen_range(1..=4).min(self.inputs[group].len());
+        let mut commands = Vec::new();
+        let mut tick = 0;
+        for input in self.inputs[group].drain(..take) {
+            match input {
+                Input::Client(command) => {
+                    tick = tick.max(command.ts);
+                    commands.push(command);
+                }
+                Input::Tick(stamp) => tick = tick.max(stamp),
+            }
+        }
+        self.commit(group, Entry::Clients { commands, tick }).expect("client entries are never refused");
+    }
+
+    /// Commits an ingest of `source`'s outputs into `group`, from its cursor on (or
+    /// before it: a resend).
+    fn ingest(&mut self, group: usize, source: usize) {
+        let cursor = self.nodes[group].machine.cursor(source);
+        let mut start = cursor + 1;
+        if self.faults && self.rng.gen_range(0..8) == 0 {
+            start = start.saturating_sub(self.rng.gen_range(1..=4)).max(1);
+        }
+        if self.faults && self.rng.gen_range(0..30) == 0 {
+            // An ingest past the cursor: refused whole.
+            let (from, outputs) = self.nodes[source].machine.outputs(group, cursor + 2, 4);
+            if from == cursor + 2 {
+                let refused = self.commit(group, Entry::Ingest { source, from, outputs });
+                assert!(refused.is_err(), "group {group} applied an ingest that leaves a gap");
+                self.stats.gaps += 1;
+            }
+        }
+        let max = self.rng.gen_range(1..=6);
+        let (from, outputs) = self.nodes[source].machine.outputs(group, start, max);
+        assert!(from <= cursor + 1, "group {source} trimmed outputs group {group} has not applied");
+        self.stats.resent += (cursor + 1 - from).min(outputs.len() as u64);
+        self.stats.ingests += 1;
+        self.commit(group, Entry::Ingest { source, from, outputs }).expect("an ingest from the cursor applies");
+    }
+
+    fn commit(&mut self, group: usize, entry: Entry) -> Result<Option<Outcome>, crate::machine::Gap> {
+        let node = &mut self.nodes[group];
+        let applied = node.machine.apply(&entry, &mut self.acks);
+        node.log.push(entry);
+        self.stats.entries += 1;
+        applied
+    }
+
+    fn fault(&mut self) {
+        let n = self.nodes.len();
+        let group = self.rng.gen_range(0..n);
+        match self.rng.gen_range(0..100) {
+            0..=1 => {
+                // A crash: the state is lost, and rebuilt from the snapshot and the log.
+                let node = &mut self.nodes[group];
+                let mut rebuilt = node.snapshot.clone();
+                let mut dropped = Vec::new();
+                for entry in &node.log {
+                    // A refused ingest is refused again.
+                    let _ = rebuilt.apply(entry, &mut dropped);
+                }
+                assert!(
+                    rebuilt.same_state(&node.machine),
+                    "group {group}: the replay of {} entries after its snapshot rebuilt another state",
+                    node.log.len()
+                );
+                node.machine = rebuilt;
+                self.stats.crashes += 1;
+                self.stats.replayed += node.log.len() as u64;
+            }
+            2..=3 => {
+                let node = &mut self.nodes[group];
+                node.snapshot = node.machine.clone();
+                node.log.clear();
+                self.stats.snapshots += 1;
+            }
+            4..=8 if n > 1 => {
+                // The source's leader read a consumer's cursor: outputs behind it go.
+                let to = (group + self.rng.gen_range(1..n)) % n;
+                let upto = self.nodes[to].machine.cursor(group);
+                let kept = self.nodes[group].machine.kept_from(to);
+                if upto >= kept {
+                    self.commit(group, Entry::Trim { to, upto }).expect("a trim entry is never refused");
+                    self.stats.trimmed += upto + 1 - kept;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The groups' parts, as a [`Groups`] (a copy).
+    pub fn groups(&self) -> Groups {
+        Groups {
+            map: self.map,
+            accounts: self.nodes.iter().map(|node| node.machine.account.clone()).collect(),
+            symbols: self.nodes.iter().map(|node| node.machine.symbol.clone()).collect(),
+        }
+    }
+
+    /// The exchange's state as one engine would show it. Call after
+    /// [`Replicated::drain`].
+    pub fn summary(&self) -> Summary {
+        Summary::of_groups(&self.groups())
+    }
+
+    /// Every group's state machine.
+    pub fn machines(&self) -> impl Iterator<Item = &GroupMachine> {
+        self.nodes.iter().map(|node| &node.machine)
+    }
+}
