@@ -20,18 +20,25 @@
 //! Each part is deterministic over its input, and a symbol part's input order is a
 //! function of the stamps alone (the merge waits for every source's watermark), so a
 //! book sees the same operations in the same order as one engine fed the same
-//! stamped input. [`Lockstep`] runs the parts in one thread with a seeded
-//! interleaving (the differential tests); [`threads::run`] runs a group per thread.
+//! stamped input.
+//!
+//! A group's two parts are one state machine over the group's log ([`GroupMachine`],
+//! in [`machine`]): client entries, ingest entries that carry another group's numbered
+//! outputs past a per-source cursor (exactly once), trim entries for retention, and
+//! config entries. [`Replicated`] runs every group as its log and machine in one thread,
+//! committing entries in an order drawn from a seed, with resends, gaps, crashes
+//! rebuilt from a snapshot and the log, and trims (the differential tests);
+//! [`threads::run`] runs a group's machine per thread (the bench).
 //!
 //! What this slice leaves out (refused as [`Unsupported`]): margin symbols, the close
 //! of the day, suspension, marks, fairness settings, day trading. The catalog and the
-//! accounts are created in every part at once ([`Groups::configure`]), where the design
-//! has a metadata group's log.
+//! accounts come as config entries in every group's log at the same point, where the
+//! design has a metadata group's config stream.
 
 mod account;
-mod lockstep;
 pub mod machine;
 mod replicated;
+mod summary;
 mod symbol;
 pub mod threads;
 
@@ -39,9 +46,9 @@ use bourse_engine::command::CommandBody;
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, SymbolId, Timestamp};
 
 pub use account::{AccountPart, Step};
-pub use lockstep::{Lockstep, Summary, Trade, Translated, Translator};
 pub use machine::GroupMachine;
 pub use replicated::{Replicated, Stats};
+pub use summary::{Summary, Trade, Translated, Translator};
 pub use symbol::{Merge, SymbolPart};
 
 /// Which group owns what: a symbol by its id modulo the group count, an account by a
@@ -211,24 +218,6 @@ impl Groups {
             accounts: (0..map.groups()).map(|g| AccountPart::new(g, map)).collect(),
             symbols: (0..map.groups()).map(|g| SymbolPart::new(g, map, config)).collect(),
         }
-    }
-
-    /// Applies a catalog or account-creating command in every part, returning the
-    /// outcome (the same in all: every engine creates the same ids).
-    pub fn configure(&mut self, stamp: Timestamp, body: &CommandBody) -> Result<Outcome, Unsupported> {
-        let mut outcome = None;
-        for part in &mut self.symbols {
-            let applied = part.configure(stamp, body);
-            assert!(outcome.is_none_or(|o| o == applied), "groups disagree on {body:?}: {outcome:?} and {applied:?}");
-            outcome = Some(applied);
-        }
-        let outcome = outcome.expect("at least one group");
-        if let Outcome::Ok { .. } = outcome {
-            for part in &mut self.accounts {
-                part.configure(body)?;
-            }
-        }
-        Ok(outcome)
     }
 }
 

@@ -152,6 +152,16 @@ impl GroupMachine {
         (from, outbox.outputs.iter().skip(skip).take(max).cloned().collect())
     }
 
+    /// Every output to `to` not yet taken, and the number of the first: what a consumer
+    /// that never needs a resend (a thread of the in-process pipeline) ingests. They are
+    /// trimmed at once.
+    pub fn take_outputs(&mut self, to: usize) -> (u64, Vec<Output>) {
+        let outbox = &mut self.outboxes[to];
+        let from = outbox.trimmed + 1;
+        outbox.trimmed += outbox.outputs.len() as u64;
+        (from, outbox.outputs.drain(..).collect())
+    }
+
     /// Whether the state (parts, cursors, outputs kept) is the same as `other`'s: what
     /// a replay must rebuild.
     pub fn same_state(&self, other: &GroupMachine) -> bool {

@@ -106,9 +106,10 @@ impl Replicated {
         }
     }
 
-    /// Takes in a client's command, as [`crate::Lockstep::submit`] does: a catalog or
-    /// account command is committed to every group's log after everything before it and
-    /// its outcome returned; an order or a transfer is queued for its account's group.
+    /// Takes in a client's command. A catalog or account command is committed to every
+    /// group's log after everything before it (the barrier the metadata group's config
+    /// stream gives), and its outcome returned; an order or a transfer is queued for its
+    /// account's group, and its outcome arrives among [`Replicated::take_acks`].
     pub fn submit(&mut self, command: Command) -> Result<Option<Outcome>, Unsupported> {
         match route(&self.map, &command.body)? {
             Route::Config => {

@@ -1,13 +1,14 @@
 //! A group per thread: the in-process pipeline of `bourse bench engine --groups G`.
 //!
-//! Each group's thread owns its account part and its symbol part and reads one
-//! channel: client batches from the driver, forwards from every account part (its own
-//! are handed over in the thread), settlements from every symbol part. After each
-//! round of messages it sends what it produced, one message per destination, and its
-//! account part's watermark to every symbol part when it moved. The driver sends the
-//! commands in batches (one per group, with the batch's last stamp as every group's
-//! tick) and keeps a bounded number in flight; a command that names an order waits
-//! until the command that placed it was acknowledged, as a client must.
+//! Each group's thread owns its [`GroupMachine`] and reads one channel: runs of client
+//! commands from the driver, and runs of every other group's numbered outputs (forwards,
+//! watermarks, settlements). Each message is applied as the log entry it would be
+//! ([`Entry::Clients`], [`Entry::Ingest`]), so the threads run the replicated groups'
+//! state machine, only without the log. After each round of messages a thread sends
+//! each peer the outputs produced for it, in one message. The driver sends the commands
+//! in batches (one per group, with the batch's last stamp as every group's tick) and
+//! keeps a bounded number in flight; a command that names an order waits until the
+//! command that placed it was acknowledged, as a client must.
 //!
 //! The groups' state at the end is a function of the commands alone when no decision
 //! depends on proceeds still on their way back (the bench's market is funded so):
@@ -20,16 +21,24 @@ use std::time::{Duration, Instant};
 use bourse_engine::command::Command;
 use bourse_engine::{Outcome, Timestamp};
 
-use crate::account::Step;
-use crate::{Ack, Forward, Groups, Settlement};
+use crate::machine::{Entry, GroupMachine, Output};
+use crate::{Ack, Groups};
 
 /// A command's index in the stream, or none.
 pub const NO_DEP: u32 = u32::MAX;
 
 enum Message {
-    Clients { commands: Vec<Command>, tick: Timestamp },
-    Forwards { source: usize, forwards: Vec<Forward>, watermark: Timestamp },
-    Settlements(Vec<Settlement>),
+    /// A run of client commands for the group's log.
+    Clients {
+        commands: Vec<Command>,
+        tick: Timestamp,
+    },
+    /// Outputs of `source`, numbered from `from`, for an ingest entry.
+    Ingest {
+        source: usize,
+        from: u64,
+        outputs: Vec<Output>,
+    },
     Stop,
 }
 
@@ -78,10 +87,11 @@ pub fn run(groups: Groups, commands: &[Command], deps: &[u32], batch: usize, win
         let handle = thread
             .spawn(move || {
                 let cpu = thread_cpu();
-                let mut worker = Worker::new(g, account, symbol, peers, acks);
+                let machine = GroupMachine::new(g, account, symbol, n);
+                let mut worker = Worker { machine, peers, acks, acked: Vec::new(), messages: 0 };
                 worker.serve(&rx);
                 let cpu = thread_cpu().saturating_sub(cpu);
-                (worker.account, worker.symbol, cpu, worker.messages)
+                (worker.machine.account, worker.machine.symbol, cpu, worker.messages)
             })
             .expect("spawn a group thread");
         handles.push(handle);
@@ -160,45 +170,16 @@ pub fn run(groups: Groups, commands: &[Command], deps: &[u32], batch: usize, win
     (groups, report)
 }
 
-/// One group's thread.
+/// One group's thread: its state machine, fed the entries its log would hold.
 struct Worker {
-    group: usize,
-    account: crate::AccountPart,
-    symbol: crate::SymbolPart,
+    machine: GroupMachine,
     peers: Vec<Sender<Message>>,
     acks: Sender<Vec<Ack>>,
-    forwards: Vec<Vec<Forward>>,
-    settlements: Vec<Vec<Settlement>>,
     acked: Vec<Ack>,
-    watermark: Timestamp,
-    watermark_sent: Timestamp,
     messages: u64,
 }
 
 impl Worker {
-    fn new(
-        group: usize,
-        account: crate::AccountPart,
-        symbol: crate::SymbolPart,
-        peers: Vec<Sender<Message>>,
-        acks: Sender<Vec<Ack>>,
-    ) -> Self {
-        let n = peers.len();
-        Worker {
-            group,
-            account,
-            symbol,
-            peers,
-            acks,
-            forwards: vec![Vec::new(); n],
-            settlements: vec![Vec::new(); n],
-            acked: Vec::new(),
-            watermark: 0,
-            watermark_sent: 0,
-            messages: 0,
-        }
-    }
-
     fn serve(&mut self, rx: &Receiver<Message>) {
         while let Ok(message) = rx.recv() {
             if !self.handle(message) {
@@ -221,80 +202,27 @@ impl Worker {
 
     /// False on `Stop`.
     fn handle(&mut self, message: Message) -> bool {
-        match message {
-            Message::Clients { commands, tick } => {
-                for command in commands {
-                    let step = self
-                        .account
-                        .client(command.client, command.seq, command.ts, &command.body)
-                        .expect("routed commands are carried");
-                    match step {
-                        Step::Done(outcome) => self.acked.push(Ack {
-                            client: command.client,
-                            seq: command.seq,
-                            stamp: command.ts,
-                            outcome,
-                        }),
-                        Step::Forward(to, forward) if to == self.group => self.symbol.merge.offer(self.group, forward),
-                        Step::Forward(to, forward) => self.forwards[to].push(forward),
-                        Step::Duplicate => {}
-                    }
-                }
-                self.watermark = self.watermark.max(tick);
-                self.symbol.merge.advance(self.group, tick);
-                self.release();
-            }
-            Message::Forwards { source, forwards, watermark } => {
-                for forward in forwards {
-                    self.symbol.merge.offer(source, forward);
-                }
-                self.symbol.merge.advance(source, watermark);
-                self.release();
-            }
-            Message::Settlements(settlements) => {
-                for settlement in settlements {
-                    if let Some(ack) = self.account.settle(settlement) {
-                        self.acked.push(ack);
-                    }
-                }
-            }
+        let entry = match message {
+            Message::Clients { commands, tick } => Entry::Clients { commands, tick },
+            Message::Ingest { source, from, outputs } => Entry::Ingest { source, from, outputs },
             Message::Stop => return false,
-        }
+        };
+        self.machine.apply(&entry, &mut self.acked).expect("a thread's outputs arrive in order, whole");
         true
     }
 
-    fn release(&mut self) {
-        let Worker { group, account, symbol, settlements, acked, .. } = self;
-        symbol.release(&mut |to, settlement| {
-            if to == *group {
-                if let Some(ack) = account.settle(settlement) {
-                    acked.push(ack);
-                }
-            } else {
-                settlements[to].push(settlement);
-            }
-        });
-    }
-
+    /// Sends every peer the outputs produced for it since the last flush (nothing is
+    /// kept for a resend: threads do not crash), and the acknowledgements.
     fn flush(&mut self) {
-        let advanced = self.watermark > self.watermark_sent;
-        for to in 0..self.peers.len() {
-            if to == self.group {
-                continue;
-            }
-            if advanced || !self.forwards[to].is_empty() {
-                let forwards = std::mem::take(&mut self.forwards[to]);
-                let message = Message::Forwards { source: self.group, forwards, watermark: self.watermark };
+        let me = self.machine.group();
+        for to in (0..self.peers.len()).filter(|&to| to != me) {
+            let (from, outputs) = self.machine.take_outputs(to);
+            if !outputs.is_empty() {
                 // A peer that stopped has nothing left to take.
-                let _ = self.peers[to].send(message);
-                self.messages += 1;
-            }
-            if !self.settlements[to].is_empty() {
-                let _ = self.peers[to].send(Message::Settlements(std::mem::take(&mut self.settlements[to])));
+                let _ = self.peers[to].send(Message::Ingest { source: me, from, outputs });
                 self.messages += 1;
             }
         }
-        self.watermark_sent = self.watermark;
         if !self.acked.is_empty() {
             let _ = self.acks.send(std::mem::take(&mut self.acked));
             self.messages += 1;

@@ -16,7 +16,7 @@ use bourse_engine::{
     AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, OrderId, OrderStatus, Outcome, Px, Qty, Reject, Side,
     SymbolId,
 };
-use bourse_shard::{Ack, Groups, Lockstep, Replicated, Summary, Trade};
+use bourse_shard::{Ack, Replicated, Summary, Trade};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -199,67 +199,21 @@ fn referenced(body: &CommandBody) -> Option<OrderId> {
     }
 }
 
-/// What the test drives: the parts with messages in a seeded order ([`Lockstep`]), or
-/// the groups as logs and state machines with faults ([`Replicated`]).
-trait Harness {
-    fn submit(&mut self, command: Command) -> Option<Outcome>;
-    fn step(&mut self) -> bool;
-    fn drain(&mut self);
-    fn take_acks(&mut self) -> Vec<Ack>;
-    fn groups(&self) -> Groups;
-}
-
-impl Harness for Lockstep {
-    fn submit(&mut self, command: Command) -> Option<Outcome> {
-        Lockstep::submit(self, command).expect("the flow uses supported commands")
-    }
-    fn step(&mut self) -> bool {
-        Lockstep::step(self)
-    }
-    fn drain(&mut self) {
-        Lockstep::drain(self)
-    }
-    fn take_acks(&mut self) -> Vec<Ack> {
-        Lockstep::take_acks(self)
-    }
-    fn groups(&self) -> Groups {
-        self.groups.clone()
-    }
-}
-
-impl Harness for Replicated {
-    fn submit(&mut self, command: Command) -> Option<Outcome> {
-        Replicated::submit(self, command).expect("the flow uses supported commands")
-    }
-    fn step(&mut self) -> bool {
-        Replicated::step(self)
-    }
-    fn drain(&mut self) {
-        Replicated::drain(self)
-    }
-    fn take_acks(&mut self) -> Vec<Ack> {
-        Replicated::take_acks(self)
-    }
-    fn groups(&self) -> Groups {
-        Replicated::groups(self)
-    }
-}
-
 struct Run {
     summary: Summary,
     trades: BTreeMap<SymbolId, Vec<Trade>>,
     outcomes: BTreeMap<(ClientId, u64), Outcome>,
 }
 
+/// The groups' entries committed in an order drawn from the seed, without faults.
 fn differential(groups: u32, seed: u64, commands: usize) {
-    let mut lockstep = Lockstep::new(groups, EngineConfig::default(), Some(seed ^ 0x5eed));
-    lockstep.record_trades();
-    compare(lockstep, groups, seed, commands);
+    compare(Replicated::new(groups, EngineConfig::default(), seed ^ 0x5eed, false), groups, seed, commands);
 }
 
-/// One engine and the harness over the same flow, compared command by command and at
-/// the end; returns the harness.
-fn compare<H: Harness>(mut lockstep: H, groups: u32, seed: u64, commands: usize) -> H {
+/// One engine and the groups over the same flow, compared command by command and at
+/// the end; returns the groups.
+fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Replicated {
+    run.record_trades();
     let config = EngineConfig::default();
     let mut flow = Flow::new(seed);
     let mut engine: Engine = Engine::new(config);
@@ -326,14 +280,14 @@ fn compare<H: Harness>(mut lockstep: H, groups: u32, seed: u64, commands: usize)
             naming.insert((command.client, command.seq), matches!(command.body, CommandBody::Move { .. }));
             let placing = placed_by.iter().find(|(_, &id)| id == order).map(|(&key, _)| key);
             while placing.is_some_and(|key| !outcomes.contains_key(&key)) {
-                assert!(lockstep.step(), "the placement of {order} was never acknowledged");
-                absorb(lockstep.take_acks(), &mut outcomes, &mut ids, &placed_by);
+                assert!(run.step(), "the placement of {order} was never acknowledged");
+                absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by);
             }
         }
         let body = translate(&command.body, &ids);
 
         let submitted = Command { body, ..command.clone() };
-        if let Some(outcome) = lockstep.submit(submitted.clone()) {
+        if let Some(outcome) = run.submit(submitted.clone()).expect("the flow uses supported commands") {
             outcomes.insert((command.client, command.seq), outcome);
         }
         // Now and then a client sends one of its recent commands again (a retry after a
@@ -345,19 +299,19 @@ fn compare<H: Harness>(mut lockstep: H, groups: u32, seed: u64, commands: usize)
                     retries[retries.len() - 1 - rng.gen_range(0..retries.len().min(40))].clone();
                 events.clear();
                 assert!(engine.apply(&original, &mut events).duplicate, "the engine applied a retry");
-                assert_eq!(lockstep.submit(translated), None);
+                assert_eq!(run.submit(translated).expect("supported"), None);
                 retried += 1;
             }
         }
         for _ in 0..rng.gen_range(0..12) {
-            lockstep.step();
+            run.step();
         }
-        absorb(lockstep.take_acks(), &mut outcomes, &mut ids, &placed_by);
+        absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by);
     }
-    lockstep.drain();
-    absorb(lockstep.take_acks(), &mut outcomes, &mut ids, &placed_by);
+    run.drain();
+    absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by);
     engine.check_invariants();
-    let parts = lockstep.groups();
+    let parts = run.groups();
     for part in &parts.symbols {
         part.engine().check_invariants();
         assert_eq!(part.merge.waiting(), 0, "forwards left in a merge");
@@ -401,7 +355,7 @@ fn compare<H: Harness>(mut lockstep: H, groups: u32, seed: u64, commands: usize)
     assert_eq!(summary.supply, reference.summary.supply, "supply (groups {groups}, seed {seed})");
     assert_eq!(summary.books, reference.summary.books, "books (groups {groups}, seed {seed})");
     assert_eq!(summary.orders_resting, reference.summary.orders_resting);
-    lockstep
+    run
 }
 
 #[test]
@@ -432,9 +386,8 @@ fn three_and_four_groups_match_one_engine() {
 /// trims of consumed outputs: the end is still one engine's, every command answered
 /// once.
 fn replicated(groups: u32, seed: u64, commands: usize) -> bourse_shard::Stats {
-    let mut harness = Replicated::new(groups, EngineConfig::default(), seed ^ 0xfa17, true);
-    harness.record_trades();
-    let harness = compare(harness, groups, seed, commands);
+    let harness =
+        compare(Replicated::new(groups, EngineConfig::default(), seed ^ 0xfa17, true), groups, seed, commands);
     for machine in harness.machines() {
         for source in (0..groups as usize).filter(|&s| s != machine.group()) {
             assert_eq!(

@@ -4,7 +4,7 @@
 
 use bourse_engine::command::Command;
 use bourse_engine::{Engine, EngineConfig};
-use bourse_shard::{threads, Lockstep, Summary, Translator};
+use bourse_shard::{threads, Replicated, Summary, Translator};
 use bourse_sim::workload::generator::Generator;
 use bourse_sim::workload::market::Market;
 use bourse_sim::workload::scale::{scale_market_spec, SCALE_PROFILE};
@@ -17,16 +17,16 @@ fn threaded_equals_one_engine(groups: u32, seed: u64) {
     }
     let config = EngineConfig::default();
     let mut engine: Engine = Engine::new(config);
-    let mut lockstep = Lockstep::new(groups, config, None);
+    let mut replicated = Replicated::new(groups, config, seed, false);
     let mut translator = Translator::default();
-    translator.translate(&mut engine, &mut lockstep, &setup);
+    translator.translate(&mut engine, &mut replicated, &setup);
 
     let mut generator = Generator::new(market, engine.clone(), SCALE_PROFILE, 1 << 20);
     let commands = generator.generate(40_000);
-    let start = lockstep.groups.clone();
-    let translated = translator.translate(&mut engine, &mut lockstep, &commands);
+    let start = replicated.groups();
+    let translated = translator.translate(&mut engine, &mut replicated, &commands);
     assert_eq!(Summary::of_engine(generator.engine()), Summary::of_engine(&engine));
-    assert_eq!(lockstep.summary(), Summary::of_engine(&engine), "lockstep, {groups} groups");
+    assert_eq!(replicated.summary(), Summary::of_engine(&engine), "in one thread, {groups} groups");
 
     let named = translated.deps.iter().filter(|&&dep| dep != threads::NO_DEP).count();
     assert!(named > commands.len() / 2, "the mix names orders: {named} of {}", commands.len());

@@ -8,7 +8,7 @@
 //! groups by a hash of their id and symbols by id modulo G, so about (G-1)/G of the
 //! orders cross from one group to another and back.
 //!
-//! Phases, per G: the setup and the mixed commands go through the groups in lockstep
+//! Phases, per G: the setup and the mixed commands go through the groups in one thread
 //! once, untimed (the groups number orders themselves, so the commands that name one
 //! are rewritten with its id there, and each records which placement it waits for);
 //! then each cycle runs the mixed commands on a fresh copy of the set-up groups, a
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bourse_engine::command::Command;
 use bourse_engine::{Engine, EngineConfig};
 use bourse_shard::threads::{self, thread_cpu};
-use bourse_shard::{Lockstep, ShardMap, Summary, Translator};
+use bourse_shard::{Replicated, ShardMap, Summary, Translator};
 use bourse_sim::workload::generator::Generator;
 use bourse_sim::workload::market::Market;
 use bourse_sim::workload::scale::{scale_market_spec, SCALE_PROFILE};
@@ -140,22 +140,22 @@ fn run_groups(
     engine_cpu_per_m: f64,
 ) -> Result<serde_json::Value, String> {
     let n = commands.len() as u64;
-    progress(format!("{g} groups: setting up and rewriting order ids in lockstep (not timed)"));
+    progress(format!("{g} groups: setting up and rewriting order ids in one thread (not timed)"));
     let started = Instant::now();
     let config = EngineConfig::default();
-    let mut lockstep = Lockstep::new(g, config, None);
+    let mut replicated = Replicated::new(g, config, args.seed, false);
     let mut translator = Translator::default();
     let mut reference = Engine::new(config);
-    translator.translate(&mut reference, &mut lockstep, setup);
+    translator.translate(&mut reference, &mut replicated, setup);
     if Summary::of_engine(&reference) != Summary::of_engine(start) {
         return Err(format!("{g} groups: the set-up reference differs from the benchmark's engine"));
     }
-    let set_up = lockstep.groups.clone();
-    let translated = translator.translate(&mut reference, &mut lockstep, commands);
-    if lockstep.summary() != *expected {
-        return Err(format!("{g} groups: the lockstep run ended apart from one engine"));
+    let set_up = replicated.groups();
+    let translated = translator.translate(&mut reference, &mut replicated, commands);
+    if replicated.summary() != *expected {
+        return Err(format!("{g} groups: the one-thread run ended apart from one engine"));
     }
-    drop(lockstep);
+    drop(replicated);
     let map = ShardMap::new(g);
     let orders = commands.iter().filter(|c| map.order_groups(&c.body).is_some()).count() as u64;
     let crossing = commands.iter().filter(|c| map.order_groups(&c.body).is_some_and(|(a, s)| a != s)).count() as u64;

@@ -1,23 +1,12 @@
-//! Every group's parts in one thread, their messages delivered in an order drawn from
-//! a seed: the harness of the differential tests, and the bench's untimed pass.
-//!
-//! Messages between parts wait in per-destination queues; each step delivers the
-//! head of one queue, picked at random (or the first nonempty one, without a seed).
-//! Whatever the interleaving, each symbol part's merge applies its forwards in stamp
-//! order, so books, trades and fees come out the same; only when an account's
-//! proceeds reach its part may differ.
+//! What the differential tests and the bench compare between one engine and the
+//! groups ([`Summary`], [`Trade`]), and the rewriting of a stream's order ids for the
+//! groups ([`Translator`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
+use crate::{Groups, Replicated};
 use bourse_engine::command::Command;
-use bourse_engine::{
-    AccountId, Amount, AssetId, Depth, Engine, EngineConfig, Event, Outcome, Px, Qty, Side, SymbolId, Timestamp,
-};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-
-use crate::account::Step;
-use crate::{route, Ack, Forward, Groups, Route, Settlement, Unsupported};
+use bourse_engine::{AccountId, Amount, AssetId, Depth, Engine, Event, Outcome, Px, Qty, Side, SymbolId};
 
 /// One trade, without order ids (a symbol part numbers its orders itself).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,148 +30,6 @@ impl Trade {
             } => Some(Trade { symbol, px, qty, taker_side, maker_account, taker_account, fee_maker, fee_taker }),
             _ => None,
         }
-    }
-}
-
-#[derive(Clone, Debug)]
-enum Input {
-    Client(Command),
-    /// No command stamped at or below this will come.
-    Tick(Timestamp),
-}
-
-#[derive(Clone, Debug)]
-enum ToSymbol {
-    Forward(Forward),
-    Watermark(Timestamp),
-}
-
-#[derive(Clone, Debug)]
-pub struct Lockstep {
-    pub groups: Groups,
-    inputs: Vec<VecDeque<Input>>,
-    to_symbol: Vec<VecDeque<(usize, ToSymbol)>>,
-    to_account: Vec<VecDeque<Settlement>>,
-    acks: Vec<Ack>,
-    rng: Option<ChaCha8Rng>,
-}
-
-impl Lockstep {
-    /// `seed`: deliver in an order drawn from it; `None`: the first nonempty queue.
-    pub fn new(groups: u32, config: EngineConfig, seed: Option<u64>) -> Self {
-        let groups = Groups::new(groups, config);
-        let n = groups.map.groups();
-        Lockstep {
-            groups,
-            inputs: vec![VecDeque::new(); n],
-            to_symbol: vec![VecDeque::new(); n],
-            to_account: vec![VecDeque::new(); n],
-            acks: Vec::new(),
-            rng: seed.map(ChaCha8Rng::seed_from_u64),
-        }
-    }
-
-    /// Records every trade from now on.
-    pub fn record_trades(&mut self) {
-        for part in &mut self.groups.symbols {
-            part.record_trades();
-        }
-    }
-
-    /// Takes in a client's command. A catalog or account command is applied at once in
-    /// every part, after everything before it (the barrier a metadata group would
-    /// give), and its outcome returned; an order or a transfer is queued for its
-    /// account's group, and its outcome arrives among [`Lockstep::take_acks`].
-    pub fn submit(&mut self, command: Command) -> Result<Option<Outcome>, Unsupported> {
-        match route(&self.groups.map, &command.body)? {
-            Route::Config => {
-                self.drain();
-                self.groups.configure(command.ts, &command.body).map(Some)
-            }
-            Route::Account(group) => {
-                for (g, input) in self.inputs.iter_mut().enumerate() {
-                    input.push_back(if g == group { Input::Client(command.clone()) } else { Input::Tick(command.ts) });
-                }
-                Ok(None)
-            }
-        }
-    }
-
-    /// Outcomes that arrived since the last call.
-    pub fn take_acks(&mut self) -> Vec<Ack> {
-        std::mem::take(&mut self.acks)
-    }
-
-    /// Delivers messages until none is left.
-    pub fn drain(&mut self) {
-        while self.step() {}
-    }
-
-    /// Delivers one message; false when there was none.
-    pub fn step(&mut self) -> bool {
-        let n = self.groups.map.groups();
-        let nonempty = |i: usize| match i / n {
-            0 => !self.to_account[i % n].is_empty(),
-            1 => !self.to_symbol[i % n].is_empty(),
-            _ => !self.inputs[i % n].is_empty(),
-        };
-        let candidates: Vec<usize> = (0..3 * n).filter(|&i| nonempty(i)).collect();
-        let Some(&first) = candidates.first() else { return false };
-        let pick = match &mut self.rng {
-            Some(rng) => candidates[rng.gen_range(0..candidates.len())],
-            None => first,
-        };
-        match pick / n {
-            0 => self.step_account(pick % n),
-            1 => self.step_symbol(pick % n),
-            _ => self.step_input(pick % n),
-        }
-        true
-    }
-
-    fn step_input(&mut self, group: usize) {
-        let stamp = match self.inputs[group].pop_front().expect("picked a nonempty queue") {
-            Input::Tick(stamp) => stamp,
-            Input::Client(command) => {
-                let step = self.groups.accounts[group]
-                    .client(command.client, command.seq, command.ts, &command.body)
-                    .expect("routed commands are carried");
-                match step {
-                    Step::Done(outcome) => {
-                        self.acks.push(Ack { client: command.client, seq: command.seq, stamp: command.ts, outcome })
-                    }
-                    Step::Forward(to, forward) => self.to_symbol[to].push_back((group, ToSymbol::Forward(forward))),
-                    Step::Duplicate => {}
-                }
-                command.ts
-            }
-        };
-        for queue in &mut self.to_symbol {
-            queue.push_back((group, ToSymbol::Watermark(stamp)));
-        }
-    }
-
-    fn step_symbol(&mut self, group: usize) {
-        let (source, message) = self.to_symbol[group].pop_front().expect("picked a nonempty queue");
-        let part = &mut self.groups.symbols[group];
-        match message {
-            ToSymbol::Forward(forward) => part.merge.offer(source, forward),
-            ToSymbol::Watermark(stamp) => part.merge.advance(source, stamp),
-        }
-        let to_account = &mut self.to_account;
-        part.release(&mut |to, settlement| to_account[to].push_back(settlement));
-    }
-
-    fn step_account(&mut self, group: usize) {
-        let settlement = self.to_account[group].pop_front().expect("picked a nonempty queue");
-        if let Some(ack) = self.groups.accounts[group].settle(settlement) {
-            self.acks.push(ack);
-        }
-    }
-
-    /// The exchange's state as one engine would show it. Call after [`Lockstep::drain`].
-    pub fn summary(&self) -> Summary {
-        Summary::of_groups(&self.groups)
     }
 }
 
@@ -275,7 +122,7 @@ pub struct Translated {
     pub deps: Vec<u32>,
 }
 
-/// Applies streams to one engine and to a [`Lockstep`] side by side, each command
+/// Applies streams to one engine and to the groups ([`Replicated`]) side by side, each command
 /// delivered to the end before the next (so every id is known when it is named), and
 /// returns them as the groups must receive them; it remembers the ids from one stream
 /// to the next. Panics where the two disagree on an outcome: the stream is then not
@@ -288,7 +135,7 @@ pub struct Translator {
 }
 
 impl Translator {
-    pub fn translate(&mut self, engine: &mut Engine, lockstep: &mut Lockstep, commands: &[Command]) -> Translated {
+    pub fn translate(&mut self, engine: &mut Engine, groups: &mut Replicated, commands: &[Command]) -> Translated {
         use bourse_engine::command::CommandBody;
         use bourse_engine::OrderId;
 
@@ -318,9 +165,9 @@ impl Translator {
                 _ => {}
             }
             let sent = Command { body, ..command.clone() };
-            let answered = lockstep.submit(sent.clone()).expect("a stream the groups carry");
-            lockstep.drain();
-            let acks = lockstep.take_acks();
+            let answered = groups.submit(sent.clone()).expect("a stream the groups carry");
+            groups.drain();
+            let acks = groups.take_acks();
             let got = match (answered, acks.as_slice()) {
                 (Some(outcome), []) => outcome,
                 (None, [ack]) => ack.outcome,
