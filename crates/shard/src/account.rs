@@ -79,6 +79,9 @@ pub struct AccountPart {
     map: ShardMap,
     specs: Vec<SymbolSpec>,
     assets: u32,
+    /// Per asset: deposited and credited less withdrawn through this part (the part of
+    /// the asset's supply that entered here).
+    issued: Vec<i128>,
     /// Per account id (dense, as the engine numbers them); empty for the accounts of
     /// other groups.
     records: Vec<Record>,
@@ -89,13 +92,24 @@ pub struct AccountPart {
 
 impl AccountPart {
     pub fn new(group: usize, map: ShardMap) -> Self {
-        AccountPart { group, map, specs: Vec::new(), assets: 0, records: Vec::new(), strays: FxHashMap::default() }
+        AccountPart {
+            group,
+            map,
+            specs: Vec::new(),
+            assets: 0,
+            issued: Vec::new(),
+            records: Vec::new(),
+            strays: FxHashMap::default(),
+        }
     }
 
     /// Takes in a catalog or account-creating command that every part applied.
     pub(crate) fn configure(&mut self, body: &CommandBody) -> Result<(), Unsupported> {
         match body {
-            CommandBody::CreateAsset { .. } => self.assets += 1,
+            CommandBody::CreateAsset { .. } => {
+                self.assets += 1;
+                self.issued.push(0);
+            }
             CommandBody::CreateSymbol(spec) => self.specs.push((**spec).clone()),
             CommandBody::CreateAccount => self.records.push(Record::default()),
             _ => return Err(Unsupported("this command as configuration")),
@@ -226,7 +240,14 @@ impl AccountPart {
         }
         let balance = self.balance_mut(account, asset);
         *balance = balance.checked_add(amount.0).ok_or(Reject::AmountOverflow)?;
+        self.issued[asset.0 as usize] += i128::from(amount.0);
         Ok(())
+    }
+
+    /// Per asset: what entered through this part (deposits and credits) less what left
+    /// (withdrawals).
+    pub fn issued(&self) -> &[i128] {
+        &self.issued
     }
 
     fn withdraw(&mut self, account: AccountId, asset: AssetId, amount: Amount) -> Result<(), Reject> {
@@ -235,7 +256,9 @@ impl AccountPart {
         if amount.0 <= 0 {
             return Err(Reject::AmountMustBePositive);
         }
-        self.take(account, asset, amount.0)
+        self.take(account, asset, amount.0)?;
+        self.issued[asset.0 as usize] -= i128::from(amount.0);
+        Ok(())
     }
 
     fn take(&mut self, account: AccountId, asset: AssetId, amount: i64) -> Result<(), Reject> {

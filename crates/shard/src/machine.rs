@@ -30,7 +30,7 @@
 use std::collections::VecDeque;
 
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::{Outcome, Timestamp};
+use bourse_engine::{Amount, AssetId, Outcome, Timestamp};
 
 use crate::account::Step;
 use crate::{AccountPart, Ack, Forward, Settlement, SymbolPart};
@@ -150,6 +150,18 @@ impl GroupMachine {
         let from = from.max(outbox.trimmed + 1);
         let skip = (from - outbox.trimmed - 1) as usize;
         (from, outbox.outputs.iter().skip(skip).take(max).cloned().collect())
+    }
+
+    /// The amounts on their way to `to` in outputs numbered past `after` (its cursor):
+    /// holds that forwards carry, and credits.
+    pub fn in_flight(&self, to: usize, after: u64) -> impl Iterator<Item = (AssetId, Amount)> + '_ {
+        let outbox = &self.outboxes[to];
+        assert!(after >= outbox.trimmed, "outputs to group {to} trimmed past its cursor");
+        outbox.outputs.iter().skip((after - outbox.trimmed) as usize).filter_map(|output| match output {
+            Output::Forward(forward) => forward.fund,
+            Output::Settlement(Settlement::Credit { asset, amount, .. }) => Some((*asset, *amount)),
+            Output::Settlement(_) | Output::Watermark(_) => None,
+        })
     }
 
     /// Every output to `to` not yet taken, and the number of the first: what a consumer

@@ -84,6 +84,11 @@ impl Merge {
     pub fn waiting(&self) -> usize {
         self.waiting
     }
+
+    /// The holds the waiting forwards carry.
+    pub fn funds(&self) -> impl Iterator<Item = (AssetId, Amount)> + '_ {
+        self.queues.iter().flatten().filter_map(|forward| forward.fund)
+    }
 }
 
 #[derive(Clone, Debug)]

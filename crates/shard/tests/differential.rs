@@ -214,6 +214,7 @@ fn differential(groups: u32, seed: u64, commands: usize) {
 /// the end; returns the groups.
 fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Replicated {
     run.record_trades();
+    run.check_each_entry();
     let config = EngineConfig::default();
     let mut flow = Flow::new(seed);
     let mut engine: Engine = Engine::new(config);
