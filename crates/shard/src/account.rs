@@ -195,8 +195,8 @@ impl AccountPart {
         Ok(step)
     }
 
-    /// The last sequence number `client` sent `account`, or 0.
-    fn last_seq(&self, account: AccountId, client: ClientId) -> u64 {
+    /// The last sequence number of `client`'s applied for `account`, or 0.
+    pub fn last_seq(&self, account: AccountId, client: ClientId) -> u64 {
         let last = match self.records.get(account.0 as usize) {
             Some(record) => record.sessions.iter().find(|(c, _)| *c == client).map(|&(_, seq)| seq),
             None => self.strays.get(&client).copied(),

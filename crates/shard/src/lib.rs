@@ -44,6 +44,7 @@ pub mod threads;
 
 use bourse_engine::command::CommandBody;
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, SymbolId, Timestamp};
+use serde::{Deserialize, Serialize};
 
 pub use account::{AccountPart, Step};
 pub use machine::GroupMachine;
@@ -82,7 +83,7 @@ impl ShardMap {
 }
 
 /// An order command an account part accepted, on its way to its symbol's part.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Forward {
     /// The gateway's stamp: the order the symbol part applies it in.
     pub stamp: Timestamp,
@@ -99,7 +100,7 @@ pub struct Forward {
 }
 
 /// What a symbol part sends back to an account part.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Settlement {
     /// Available again: proceeds of a fill, a released hold, or what a refused order
     /// carried.
@@ -124,7 +125,7 @@ impl Settlement {
 }
 
 /// A counted move's order after the move (see [`Forward::counted`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Moved {
     pub symbol: SymbolId,
     pub order: OrderId,
@@ -133,7 +134,7 @@ pub struct Moved {
 }
 
 /// A command's outcome as its client receives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ack {
     pub client: ClientId,
     pub seq: u64,

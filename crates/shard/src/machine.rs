@@ -31,12 +31,13 @@ use std::collections::VecDeque;
 
 use bourse_engine::command::{Command, CommandBody};
 use bourse_engine::{Amount, AssetId, Outcome, Timestamp};
+use serde::{Deserialize, Serialize};
 
 use crate::account::Step;
 use crate::{AccountPart, Ack, Forward, Settlement, SymbolPart};
 
 /// What one group sends another, numbered in their stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Output {
     /// An order command for the destination's symbol part.
     Forward(Forward),
@@ -47,7 +48,7 @@ pub enum Output {
 }
 
 /// One entry of a group's log.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Entry {
     /// Client commands routed to this group's accounts, in stamp order; no client
     /// command stamped at or below `tick` comes after them.
@@ -100,7 +101,9 @@ pub struct GroupMachine {
     pub symbol: SymbolPart,
     cursors: Vec<u64>,
     outboxes: Vec<Outbox>,
-    /// The highest client stamp applied: this group's watermark to every symbol part.
+    /// The last stamp given to a client command, or the last tick if later.
+    stamped: Timestamp,
+    /// The watermark sent to every symbol part: `stamped` as of the last client entry.
     watermark: Timestamp,
     /// Entries applied (refused ingests included): the log index reached.
     applied: u64,
@@ -114,6 +117,7 @@ impl GroupMachine {
             symbol,
             cursors: vec![0; groups],
             outboxes: vec![Outbox::default(); groups],
+            stamped: 0,
             watermark: 0,
             applied: 0,
         }
@@ -182,6 +186,7 @@ impl GroupMachine {
             && self.symbol.same_state(&other.symbol)
             && self.cursors == other.cursors
             && self.outboxes == other.outboxes
+            && self.stamped == other.stamped
             && self.watermark == other.watermark
             && self.applied == other.applied
     }
@@ -196,11 +201,12 @@ impl GroupMachine {
                 for command in commands {
                     self.client(command, acks);
                 }
-                if *tick > self.watermark {
-                    self.watermark = *tick;
+                self.stamped = self.stamped.max(*tick);
+                if self.stamped > self.watermark {
+                    self.watermark = self.stamped;
                     for (to, outbox) in self.outboxes.iter_mut().enumerate() {
                         if to != self.group {
-                            outbox.outputs.push_back(Output::Watermark(*tick));
+                            outbox.outputs.push_back(Output::Watermark(self.watermark));
                         }
                     }
                 }
@@ -245,15 +251,19 @@ impl GroupMachine {
         Ok(None)
     }
 
+    /// A client command, stamped with its gateway stamp, or just past the last stamp
+    /// this group gave when it comes later (a retry through a new leader after a later
+    /// tick): the group's stream of stamps never goes back, which the merges downstream
+    /// rely on.
     fn client(&mut self, command: &Command, acks: &mut Vec<Ack>) {
+        let stamp = command.ts.max(self.stamped + 1);
+        self.stamped = stamp;
         let step = self
             .account
-            .client(command.client, command.seq, command.ts, &command.body)
+            .client(command.client, command.seq, stamp, &command.body)
             .expect("routed commands are carried");
         match step {
-            Step::Done(outcome) => {
-                acks.push(Ack { client: command.client, seq: command.seq, stamp: command.ts, outcome })
-            }
+            Step::Done(outcome) => acks.push(Ack { client: command.client, seq: command.seq, stamp, outcome }),
             Step::Forward(to, forward) if to == self.group => self.symbol.merge.offer(self.group, forward),
             Step::Forward(to, forward) => self.outboxes[to].outputs.push_back(Output::Forward(forward)),
             Step::Duplicate => {}
@@ -273,5 +283,41 @@ impl GroupMachine {
                 outboxes[to].outputs.push_back(Output::Settlement(settlement));
             }
         });
+    }
+}
+
+/// Whether every asset is conserved across the groups (`machines[g]` is group `g`'s):
+/// what entered through the account parts (deposits and credits less withdrawals)
+/// equals what the account parts hold available, plus what the symbol parts' engines
+/// hold (their supply: what orders reserve in the mirrors, and fees), plus what is on
+/// its way (holds in forwards and credits in outputs past their consumer's cursor,
+/// holds in forwards waiting in a merge).
+pub fn conservation(machines: &[&GroupMachine]) -> Result<(), String> {
+    let assets = machines.first().map_or(0, |machine| machine.account.issued().len());
+    let mut entered = vec![0i128; assets];
+    let mut held = vec![0i128; assets];
+    for (g, machine) in machines.iter().enumerate() {
+        for (asset, issued) in machine.account.issued().iter().enumerate() {
+            entered[asset] += issued;
+        }
+        for ((_, asset), available) in machine.account.balances() {
+            held[asset.0 as usize] += i128::from(available);
+        }
+        let engine = machine.symbol.engine();
+        for (asset, held) in held.iter_mut().enumerate() {
+            *held += i128::from(engine.asset_info(AssetId(asset as u32)).map_or(0, |info| info.supply.0));
+        }
+        let mut on_the_way = |(asset, amount): (AssetId, Amount)| held[asset.0 as usize] += i128::from(amount.0);
+        machine.symbol.merge.funds().for_each(&mut on_the_way);
+        for (to, consumer) in machines.iter().enumerate().filter(|&(to, _)| to != g) {
+            machine.in_flight(to, consumer.cursor(g)).for_each(&mut on_the_way);
+        }
+    }
+    match (0..assets).find(|&asset| entered[asset] != held[asset]) {
+        None => Ok(()),
+        Some(asset) => Err(format!(
+            "asset {asset}: {} entered, {} held across the groups and on the way",
+            entered[asset], held[asset]
+        )),
     }
 }

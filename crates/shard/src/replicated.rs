@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 
 use bourse_engine::command::Command;
-use bourse_engine::{Amount, AssetId, EngineConfig, Outcome, Timestamp};
+use bourse_engine::{EngineConfig, Outcome, Timestamp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -235,41 +235,11 @@ impl Replicated {
         applied
     }
 
-    /// Whether every asset is conserved across the groups at this instant: what entered
-    /// through the account parts (deposits and credits less withdrawals) equals what the
-    /// account parts hold available, plus what the symbol parts' engines hold (their
-    /// supply: what orders reserve in the mirrors, and fees), plus what is on its way
-    /// (holds in forwards and credits in outputs past their consumer's cursor, holds in
-    /// forwards waiting in a merge).
+    /// Whether every asset is conserved across the groups at this instant
+    /// ([`crate::machine::conservation`]).
     pub fn conservation(&self) -> Result<(), String> {
-        let assets = self.nodes[0].machine.account.issued().len();
-        let mut entered = vec![0i128; assets];
-        let mut held = vec![0i128; assets];
-        for (g, node) in self.nodes.iter().enumerate() {
-            let machine = &node.machine;
-            for (asset, issued) in machine.account.issued().iter().enumerate() {
-                entered[asset] += issued;
-            }
-            for ((_, asset), available) in machine.account.balances() {
-                held[asset.0 as usize] += i128::from(available);
-            }
-            let engine = machine.symbol.engine();
-            for (asset, held) in held.iter_mut().enumerate() {
-                *held += i128::from(engine.asset_info(AssetId(asset as u32)).map_or(0, |info| info.supply.0));
-            }
-            let mut on_the_way = |(asset, amount): (AssetId, Amount)| held[asset.0 as usize] += i128::from(amount.0);
-            machine.symbol.merge.funds().for_each(&mut on_the_way);
-            for to in (0..self.nodes.len()).filter(|&to| to != g) {
-                machine.in_flight(to, self.nodes[to].machine.cursor(g)).for_each(&mut on_the_way);
-            }
-        }
-        match (0..assets).find(|&asset| entered[asset] != held[asset]) {
-            None => Ok(()),
-            Some(asset) => Err(format!(
-                "asset {asset}: {} entered, {} held across the groups and on the way",
-                entered[asset], held[asset]
-            )),
-        }
+        let machines: Vec<&GroupMachine> = self.machines().collect();
+        crate::machine::conservation(&machines)
     }
 
     fn fault(&mut self) {
