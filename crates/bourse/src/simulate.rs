@@ -41,6 +41,12 @@ pub struct SimArgs {
     /// Prints one line per seed even when it passes (default: one line per 10 seeds).
     #[arg(long)]
     verbose: bool,
+    /// Simulates the partitioned exchange instead: this many groups (1 to 8), each a Raft
+    /// group of `--nodes` members whose state machine is the group's account and symbol
+    /// parts, exchanging numbered outputs as ingest entries (docs/ARCHITECTURE.md,
+    /// "Scale-out"). Gateways, clock faults and planted bugs are the single group's.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8), conflicts_with_all = ["plant", "gateways"])]
+    groups: Option<u32>,
     /// Prints every event the trace hash covers (message fates, disk writes, applied
     /// entries, answers, faults) with its virtual time, to stderr.
     #[arg(long)]
@@ -57,6 +63,9 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             "bourse sim: built without `--cfg tokio_unstable` (.cargo/config.toml sets it): \
              tokio's own random source is unseeded, so a seed may not replay the same run"
         );
+    }
+    if let Some(groups) = args.groups {
+        return run_groups(&args, groups);
     }
     let replay = |seed: u64| {
         let mut command = format!(
@@ -119,6 +128,55 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         simulated / wall,
         faults as f64 * 60.0 / wall,
         messages_hit as f64 * 60.0 / wall
+    );
+    Ok(())
+}
+
+/// `--groups G`: the sharded simulation, seed after seed.
+fn run_groups(args: &SimArgs, groups: u32) -> Result<(), String> {
+    use bourse_simulator::shards::{self, ShardOptions};
+    let replay = |seed: u64| {
+        format!(
+            "bourse sim --groups {groups} --seed {seed} --nodes {} --clients {} --faults {} --seconds {}",
+            args.nodes, args.clients, args.faults, args.seconds
+        )
+    };
+    let started = Instant::now();
+    let (mut simulated, mut faults, mut commands, mut crashes, mut skipped) = (0.0, 0, 0, 0, 0);
+    for (n, seed) in (args.seed..args.seed.saturating_add(args.seeds)).enumerate() {
+        RUNNING.with(|running| running.set(seed));
+        let options = ShardOptions {
+            seed,
+            groups,
+            nodes: args.nodes,
+            clients: args.clients,
+            faults: args.faults,
+            seconds: args.seconds,
+        };
+        let report = shards::run(options);
+        simulated += report.simulated.as_secs_f64();
+        faults += report.counts.faults + report.counts.fsync_failures;
+        crashes += report.counts.crashes;
+        commands += report.shard.answered + report.shard.confirmed;
+        skipped += report.shard.outputs_skipped;
+        if !report.passed() {
+            println!("{report}");
+            return Err(format!("seed {seed} failed; replay with: {}", replay(seed)));
+        }
+        if args.verbose || args.seeds == 1 {
+            println!("{report}");
+        } else if (n + 1) % 10 == 0 {
+            println!("{} seeds passed ({:.0} s)", n + 1, started.elapsed().as_secs_f64());
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    println!(
+        "{} seed(s) of {groups} groups passed: {simulated:.0} simulated seconds in {wall:.1} s ({:.1} simulated s per s), \
+         {faults} faults ({:.0} per minute; {crashes} crashes), {commands} commands answered, \
+         {skipped} outputs ingested again and skipped",
+        args.seeds,
+        simulated / wall,
+        faults as f64 * 60.0 / wall,
     );
     Ok(())
 }

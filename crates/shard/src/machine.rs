@@ -156,6 +156,12 @@ impl GroupMachine {
         (from, outbox.outputs.iter().skip(skip).take(max).cloned().collect())
     }
 
+    /// The outputs to `to` numbered past `after` (its cursor), still kept.
+    pub fn outputs_past(&self, to: usize, after: u64) -> impl Iterator<Item = &Output> + '_ {
+        let outbox = &self.outboxes[to];
+        outbox.outputs.iter().skip(after.saturating_sub(outbox.trimmed) as usize)
+    }
+
     /// The amounts on their way to `to` in outputs numbered past `after` (its cursor):
     /// holds that forwards carry, and credits.
     pub fn in_flight(&self, to: usize, after: u64) -> impl Iterator<Item = (AssetId, Amount)> + '_ {

@@ -26,6 +26,7 @@
 mod client;
 mod gateway;
 mod node;
+pub mod shards;
 mod world;
 
 use std::fmt;
@@ -352,19 +353,26 @@ async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
     (state_hash, simulated)
 }
 
+/// The network's and disks' fault rates under a profile.
+fn rates(profile: Profile) -> Rates {
+    let network = matches!(profile, Profile::Network | Profile::All);
+    let disk = matches!(profile, Profile::Disk | Profile::All);
+    Rates {
+        loss: if network { 20 } else { 0 },
+        duplicate: if network { 20 } else { 0 },
+        slow: if network { 30 } else { 0 },
+        fsync_fail: if disk { 100 } else { 0 },
+        disk_slow: if disk { 20 } else { 0 },
+    }
+}
+
 /// Strikes faults at random until `until`, each healed after a while.
 async fn inject_faults(cluster: &mut Cluster, until: Duration) {
     let world = Arc::clone(&cluster.world);
     let profile = world.options.faults;
     let network = matches!(profile, Profile::Network | Profile::All);
     let disk = matches!(profile, Profile::Disk | Profile::All);
-    lock(&world.conditions).rates = Rates {
-        loss: if network { 20 } else { 0 },
-        duplicate: if network { 20 } else { 0 },
-        slow: if network { 30 } else { 0 },
-        fsync_fail: if disk { 100 } else { 0 },
-        disk_slow: if disk { 20 } else { 0 },
-    };
+    lock(&world.conditions).rates = rates(profile);
     let n = cluster.nodes.len();
     // (when, node index) restarts and (when, link) heals due.
     let mut restarts: Vec<(Duration, usize)> = Vec::new();
