@@ -14,15 +14,17 @@
 //! quantity is never smaller than the true one (quantities only shrink), so a move
 //! takes at least what it needs; what it took beyond comes back as a credit.
 
+use std::collections::BTreeMap;
+
 use bourse_engine::command::{CommandBody, SymbolSpec};
 use bourse_engine::{spot_hold, AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, SymbolId};
-use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use crate::{Ack, Forward, Settlement, ShardMap, Unsupported};
 
 /// A resting buy of one of this part's accounts, as last reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Buy {
     symbol: SymbolId,
     order: OrderId,
@@ -50,7 +52,7 @@ pub enum Step {
 /// record (one cache miss where three hash maps and a vector of vectors took five).
 /// The inline sizes fit an account that trades one symbol, sent commands by its own
 /// client and the operator; more spill to the heap.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Record {
     /// Available amounts by asset.
     balances: SmallVec<[(AssetId, i64); 2]>,
@@ -73,7 +75,7 @@ impl Record {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccountPart {
     group: usize,
     map: ShardMap,
@@ -87,7 +89,7 @@ pub struct AccountPart {
     records: Vec<Record>,
     /// Exactly-once records of commands for accounts that do not exist (refused, with
     /// no record to keep them in).
-    strays: FxHashMap<ClientId, u64>,
+    strays: BTreeMap<ClientId, u64>,
 }
 
 impl AccountPart {
@@ -99,7 +101,7 @@ impl AccountPart {
             assets: 0,
             issued: Vec::new(),
             records: Vec::new(),
-            strays: FxHashMap::default(),
+            strays: BTreeMap::new(),
         }
     }
 

@@ -56,7 +56,7 @@ pub use symbol::{Merge, SymbolPart};
 /// hash of its id modulo the group count (so where an account lives says nothing of
 /// which symbols it trades: a workload whose accounts trade the symbol with their own
 /// id modulo something would otherwise never cross groups).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardMap {
     groups: u32,
 }

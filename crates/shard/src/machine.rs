@@ -79,7 +79,7 @@ impl std::fmt::Display for Gap {
 impl std::error::Error for Gap {}
 
 /// The outputs to one destination still kept: numbers `trimmed + 1` on.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Outbox {
     trimmed: u64,
     outputs: VecDeque<Output>,
@@ -94,7 +94,7 @@ impl Outbox {
 
 /// A group's replicated state: its account part and symbol part, its cursor into every
 /// other group's stream, and its outputs not yet trimmed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GroupMachine {
     group: usize,
     pub account: AccountPart,

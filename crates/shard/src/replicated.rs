@@ -14,7 +14,8 @@
 //! - **crash** a group: its state is rebuilt from its snapshot and the log after it,
 //!   and must be the state it had (books, balances, exactly-once records, cursors and
 //!   the outputs it still keeps), so a restarted replica serves the same outputs;
-//! - **snapshot** a group and compact its log;
+//! - **snapshot** a group (its encoding must decode to the same state) and compact its
+//!   log;
 //! - **trim** a source's outputs up to a consumer's cursor ([`Entry::Trim`]).
 //!
 //! A client's acknowledgement is taken when the entry that produces it is first
@@ -265,7 +266,11 @@ impl Replicated {
                 self.stats.replayed += node.log.len() as u64;
             }
             2..=3 => {
+                // A snapshot, through its encoding (what a follower would install).
                 let node = &mut self.nodes[group];
+                let bytes = postcard::to_allocvec(&node.machine).expect("a group machine encodes");
+                let decoded: GroupMachine = postcard::from_bytes(&bytes).expect("a group machine decodes");
+                assert!(decoded.same_state(&node.machine), "group {group}: its snapshot decodes to another state");
                 node.snapshot = node.machine.clone();
                 node.log.clear();
                 self.stats.snapshots += 1;

@@ -18,6 +18,8 @@ use bourse_engine::{
     AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, Outcome, Px, Qty, Side, Timestamp,
 };
 
+use serde::{Deserialize, Serialize};
+
 use crate::{order_parts, Ack, Forward, Moved, Settlement, ShardMap, Trade};
 
 /// The client a symbol part applies its engine's commands as.
@@ -31,7 +33,7 @@ const PART_CLIENT: ClientId = ClientId(u64::MAX - 1);
 /// source)` order, so the order released depends on the stamps alone, not on when the
 /// messages arrived. A queue per source (already in stamp order) and a scan of their
 /// heads: O(sources) a forward, and nothing allocated once the queues have grown.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Merge {
     queues: Vec<VecDeque<Forward>>,
     watermarks: Vec<Timestamp>,
@@ -104,6 +106,49 @@ pub struct SymbolPart {
     touched: Vec<(OrderId, Option<AccountId>)>,
     /// Every trade, when recording (the differential tests).
     trades: Option<Vec<Trade>>,
+}
+
+/// A symbol part as a snapshot holds it: the engine as its own snapshot's bytes (the
+/// per-command scratch and recorded trades are not state).
+#[derive(Serialize, Deserialize)]
+struct SymbolImage {
+    group: usize,
+    map: ShardMap,
+    seq: u64,
+    merge: Merge,
+    #[serde(with = "serde_bytes")]
+    engine: Vec<u8>,
+}
+
+impl Serialize for SymbolPart {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let image = SymbolImage {
+            group: self.group,
+            map: self.map,
+            seq: self.seq,
+            merge: self.merge.clone(),
+            engine: self.engine.snapshot(),
+        };
+        image.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SymbolPart {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let image = SymbolImage::deserialize(deserializer)?;
+        let engine = Engine::restore(&image.engine).map_err(serde::de::Error::custom)?;
+        Ok(SymbolPart {
+            group: image.group,
+            map: image.map,
+            engine,
+            seq: image.seq,
+            merge: image.merge,
+            events: Vec::new(),
+            credits: Vec::new(),
+            touched: Vec::new(),
+            trades: None,
+        })
+    }
 }
 
 impl SymbolPart {
