@@ -5,7 +5,8 @@
 use std::cell::Cell;
 use std::time::Instant;
 
-use bourse_simulator::{Options, Plant, Profile, Report};
+use bourse_simulator::shards::ShardOptions;
+use bourse_simulator::{Counts, Options, Plant, Profile, Report};
 use clap::Args;
 
 #[derive(Args, Debug)]
@@ -64,66 +65,80 @@ pub fn run(args: SimArgs) -> Result<(), String> {
              tokio's own random source is unseeded, so a seed may not replay the same run"
         );
     }
-    if let Some(groups) = args.groups {
-        return run_groups(&args, groups);
-    }
-    let replay = |seed: u64| {
-        let mut command = format!(
-            "bourse sim --seed {seed} --nodes {} --gateways {} --clients {} --faults {} --seconds {}",
-            args.nodes, args.gateways, args.clients, args.faults, args.seconds
-        );
+    let replay = {
+        let mut command = format!("bourse sim --seed {{seed}} --nodes {}", args.nodes);
+        match args.groups {
+            Some(groups) => command.push_str(&format!(" --groups {groups}")),
+            None => command.push_str(&format!(" --gateways {}", args.gateways)),
+        }
+        command.push_str(&format!(" --clients {} --faults {} --seconds {}", args.clients, args.faults, args.seconds));
         if let Some(plant) = args.plant {
             command.push_str(&format!(" --plant {plant}"));
         }
         command
     };
+    let replay = move |seed: u64| replay.replace("{seed}", &seed.to_string());
     // A panic (an engine assertion, say) ends the process in a release build: say
     // which seed it was first.
     let hook = std::panic::take_hook();
-    let replay_line = replay(0);
+    let replay_line = replay.clone();
     std::panic::set_hook(Box::new(move |info| {
         let seed = RUNNING.with(Cell::get);
-        eprintln!(
-            "bourse sim: seed {seed} panicked; replay with: {}",
-            replay_line.replace("--seed 0", &format!("--seed {seed}"))
-        );
+        eprintln!("bourse sim: seed {seed} panicked; replay with: {}", replay_line(seed));
         hook(info);
     }));
     let started = Instant::now();
-    let (mut simulated, mut faults, mut commands, mut messages_hit, mut crashes) = (0.0, 0, 0, 0, 0);
+    let mut total = Run::default();
     for (n, seed) in (args.seed..args.seed.saturating_add(args.seeds)).enumerate() {
         RUNNING.with(|running| running.set(seed));
-        let options = Options {
-            seed,
-            nodes: args.nodes,
-            gateways: args.gateways,
-            clients: args.clients,
-            faults: args.faults,
-            seconds: args.seconds,
-            plant: args.plant,
-            print_trace: args.print_trace,
+        let run = match args.groups {
+            None => {
+                let report: Report = bourse_simulator::run(Options {
+                    seed,
+                    nodes: args.nodes,
+                    gateways: args.gateways,
+                    clients: args.clients,
+                    faults: args.faults,
+                    seconds: args.seconds,
+                    plant: args.plant,
+                    print_trace: args.print_trace,
+                });
+                Run::of(report.passed(), report.to_string(), report.simulated, &report.counts, report.counts.acks, 0)
+            }
+            Some(groups) => {
+                let report = bourse_simulator::shards::run(ShardOptions {
+                    seed,
+                    groups,
+                    nodes: args.nodes,
+                    clients: args.clients,
+                    faults: args.faults,
+                    seconds: args.seconds,
+                });
+                let answered = report.shard.answered + report.shard.confirmed;
+                let skipped = report.shard.outputs_skipped;
+                Run::of(report.passed(), report.to_string(), report.simulated, &report.counts, answered, skipped)
+            }
         };
-        let report: Report = bourse_simulator::run(options);
-        simulated += report.simulated.as_secs_f64();
-        faults += report.counts.faults + report.counts.fsync_failures;
-        commands += report.counts.acks;
-        messages_hit += report.counts.lost + report.counts.duplicated;
-        crashes += report.counts.crashes;
-        if !report.passed() {
-            println!("{report}");
+        if !run.passed {
+            println!("{}", run.shown);
             return Err(format!("seed {seed} failed; replay with: {}", replay(seed)));
         }
         if args.verbose || args.seeds == 1 {
-            println!("{report}");
+            println!("{}", run.shown);
         } else if (n + 1) % 10 == 0 {
             println!("{} seeds passed ({:.0} s)", n + 1, started.elapsed().as_secs_f64());
         }
+        total.add(&run);
     }
     let wall = started.elapsed().as_secs_f64();
+    let Run { simulated, faults, crashes, messages_hit, commands, skipped, .. } = total;
+    let of = args.groups.map(|groups| format!(" of {groups} groups")).unwrap_or_default();
+    let resent =
+        if args.groups.is_some() { format!(", {skipped} outputs ingested again and skipped") } else { String::new() };
     println!(
-        "{} seed(s) passed: {simulated:.0} simulated seconds in {wall:.1} s ({:.1} simulated s per s), \
+        "{} seed(s){of} passed: {simulated:.0} simulated seconds in {wall:.1} s ({:.1} simulated s per s), \
          {faults} faults ({:.0} per minute; {crashes} crashes), {messages_hit} messages lost or duplicated \
-         ({:.0} per minute), {commands} commands answered",
+         ({:.0} per minute), {commands} commands answered{resent}",
         args.seeds,
         simulated / wall,
         faults as f64 * 60.0 / wall,
@@ -132,51 +147,46 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `--groups G`: the sharded simulation, seed after seed.
-fn run_groups(args: &SimArgs, groups: u32) -> Result<(), String> {
-    use bourse_simulator::shards::{self, ShardOptions};
-    let replay = |seed: u64| {
-        format!(
-            "bourse sim --groups {groups} --seed {seed} --nodes {} --clients {} --faults {} --seconds {}",
-            args.nodes, args.clients, args.faults, args.seconds
-        )
-    };
-    let started = Instant::now();
-    let (mut simulated, mut faults, mut commands, mut crashes, mut skipped) = (0.0, 0, 0, 0, 0);
-    for (n, seed) in (args.seed..args.seed.saturating_add(args.seeds)).enumerate() {
-        RUNNING.with(|running| running.set(seed));
-        let options = ShardOptions {
-            seed,
-            groups,
-            nodes: args.nodes,
-            clients: args.clients,
-            faults: args.faults,
-            seconds: args.seconds,
-        };
-        let report = shards::run(options);
-        simulated += report.simulated.as_secs_f64();
-        faults += report.counts.faults + report.counts.fsync_failures;
-        crashes += report.counts.crashes;
-        commands += report.shard.answered + report.shard.confirmed;
-        skipped += report.shard.outputs_skipped;
-        if !report.passed() {
-            println!("{report}");
-            return Err(format!("seed {seed} failed; replay with: {}", replay(seed)));
-        }
-        if args.verbose || args.seeds == 1 {
-            println!("{report}");
-        } else if (n + 1) % 10 == 0 {
-            println!("{} seeds passed ({:.0} s)", n + 1, started.elapsed().as_secs_f64());
+/// One seed's run, and the totals over seeds.
+#[derive(Default)]
+struct Run {
+    passed: bool,
+    shown: String,
+    simulated: f64,
+    faults: u64,
+    crashes: u64,
+    messages_hit: u64,
+    commands: u64,
+    skipped: u64,
+}
+
+impl Run {
+    fn of(
+        passed: bool,
+        shown: String,
+        simulated: std::time::Duration,
+        counts: &Counts,
+        commands: u64,
+        skipped: u64,
+    ) -> Run {
+        Run {
+            passed,
+            shown,
+            simulated: simulated.as_secs_f64(),
+            faults: counts.faults + counts.fsync_failures,
+            crashes: counts.crashes,
+            messages_hit: counts.lost + counts.duplicated,
+            commands,
+            skipped,
         }
     }
-    let wall = started.elapsed().as_secs_f64();
-    println!(
-        "{} seed(s) of {groups} groups passed: {simulated:.0} simulated seconds in {wall:.1} s ({:.1} simulated s per s), \
-         {faults} faults ({:.0} per minute; {crashes} crashes), {commands} commands answered, \
-         {skipped} outputs ingested again and skipped",
-        args.seeds,
-        simulated / wall,
-        faults as f64 * 60.0 / wall,
-    );
-    Ok(())
+
+    fn add(&mut self, run: &Run) {
+        self.simulated += run.simulated;
+        self.faults += run.faults;
+        self.crashes += run.crashes;
+        self.messages_hit += run.messages_hit;
+        self.commands += run.commands;
+        self.skipped += run.skipped;
+    }
 }

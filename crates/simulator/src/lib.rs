@@ -390,20 +390,11 @@ async fn inject_faults(cluster: &mut Cluster, until: Duration) {
                 restarts.push((now + after, index));
             }
         }
-        let due: Vec<usize> = restarts.iter().filter(|(at, _)| *at <= now).map(|(_, i)| *i).collect();
-        restarts.retain(|(at, _)| *at > now);
-        for index in due {
+        for index in world.due(now, &mut restarts, &mut heals) {
             if cluster.nodes[index].process.is_none() {
                 cluster.start(index).await;
             }
         }
-        for (_, links) in heals.iter().filter(|(at, _)| *at <= now) {
-            let mut conditions = lock(&world.conditions);
-            for link in links {
-                conditions.cut.remove(link);
-            }
-        }
-        heals.retain(|(at, _)| *at > now);
         if profile == Profile::Calm || now < next_fault {
             continue;
         }

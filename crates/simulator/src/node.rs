@@ -17,7 +17,6 @@ use bourse_engine::command::{Command, CommandBody};
 use bourse_engine::{codec, ClientId, Engine, EngineConfig, Outcome, Reject};
 use bourse_fairness::{Resequencer, Stamp};
 use bourse_protocol::{convert, proto};
-use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -312,19 +311,7 @@ impl Node {
         let Some(process) = self.process.take() else { return };
         lock(&world.nodes).remove(&self.id);
         lock(rafts).remove(&self.id);
-        let torn = world.rng(|rng| rng.gen_bool(0.5));
-        let mut kept = 0;
-        self.disk.crash(|len| {
-            kept = if torn && len > 0 { world.rng(|rng| rng.gen_range(0..=len)) } else { 0 };
-            kept
-        });
-        world.count(|c| {
-            c.crashes += 1;
-            if kept > 0 {
-                c.torn += 1;
-            }
-        });
-        world.trace(&[31, self.id, kept as u64]);
+        world.crash_disk(self.id, &self.disk);
         process.machine.alive.store(false, Ordering::Release);
         process.front.abort();
         if tokio::time::timeout(Duration::from_secs(5), process.member.stop()).await.is_err() {

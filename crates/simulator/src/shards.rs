@@ -428,19 +428,7 @@ impl Sim {
         lock(&self.shared.members).remove(&node.id);
         lock(&self.shared.inboxes).remove(&node.id);
         let world = &self.world;
-        let torn = world.rng(|rng| rng.gen_bool(0.5));
-        let mut kept = 0;
-        node.disk.crash(|len| {
-            kept = if torn && len > 0 { world.rng(|rng| rng.gen_range(0..=len)) } else { 0 };
-            kept
-        });
-        world.count(|c| {
-            c.crashes += 1;
-            if kept > 0 {
-                c.torn += 1;
-            }
-        });
-        world.trace(&[31, node.id, kept as u64]);
+        world.crash_disk(node.id, &node.disk);
         machine.alive.store(false, Ordering::Release);
         front.abort();
         if tokio::time::timeout(Duration::from_secs(5), member.stop()).await.is_err() {
@@ -859,20 +847,11 @@ async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions)
                 restarts.push((now + Duration::from_millis(world.rng(|rng| rng.gen_range(20..1_000))), at));
             }
         }
-        let due: Vec<usize> = restarts.iter().filter(|(at, _)| *at <= now).map(|(_, i)| *i).collect();
-        restarts.retain(|(at, _)| *at > now);
-        for at in due {
+        for at in world.due(now, &mut restarts, &mut heals) {
             if sim.nodes[at].process.is_none() {
                 sim.start(at).await;
             }
         }
-        for (_, links) in heals.iter().filter(|(at, _)| *at <= now) {
-            let mut conditions = lock(&world.conditions);
-            for link in links {
-                conditions.cut.remove(link);
-            }
-        }
-        heals.retain(|(at, _)| *at > now);
         if options.faults == Profile::Calm || now < next_fault {
             continue;
         }

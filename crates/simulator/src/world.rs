@@ -11,7 +11,7 @@ use std::hash::{DefaultHasher, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bourse_cluster::sim::{DiskWrite, Fabric, Fate};
+use bourse_cluster::sim::{DiskWrite, Fabric, Fate, SimDisk};
 use bourse_cluster::NodeId;
 use bourse_engine::event::Outcome;
 use bourse_fairness::Stamp;
@@ -202,6 +202,44 @@ impl World {
         for value in values {
             trace.write_u64(*value);
         }
+    }
+
+    /// A process on `node` dies: its disk keeps what was durable and, half the time, a
+    /// torn prefix of the write in flight (counted and traced).
+    pub fn crash_disk(&self, node: NodeId, disk: &SimDisk) {
+        let torn = self.rng(|rng| rng.gen_bool(0.5));
+        let mut kept = 0;
+        disk.crash(|len| {
+            kept = if torn && len > 0 { self.rng(|rng| rng.gen_range(0..=len)) } else { 0 };
+            kept
+        });
+        self.count(|c| {
+            c.crashes += 1;
+            if kept > 0 {
+                c.torn += 1;
+            }
+        });
+        self.trace(&[31, node, kept as u64]);
+    }
+
+    /// Restarts due by `now`, taken out of `restarts` ((when, which) pairs), and every cut
+    /// whose heal is due mended.
+    pub fn due(
+        &self,
+        now: Duration,
+        restarts: &mut Vec<(Duration, usize)>,
+        heals: &mut Vec<(Duration, Vec<(u64, u64)>)>,
+    ) -> Vec<usize> {
+        let due: Vec<usize> = restarts.iter().filter(|(at, _)| *at <= now).map(|(_, i)| *i).collect();
+        restarts.retain(|(at, _)| *at > now);
+        for (_, links) in heals.iter().filter(|(at, _)| *at <= now) {
+            let mut conditions = lock(&self.conditions);
+            for link in links {
+                conditions.cut.remove(link);
+            }
+        }
+        heals.retain(|(at, _)| *at > now);
+        due
     }
 
     pub fn trace_hash(&self) -> u64 {
