@@ -101,10 +101,9 @@ pub struct GroupMachine {
     pub symbol: SymbolPart,
     cursors: Vec<u64>,
     outboxes: Vec<Outbox>,
-    /// The last stamp given to a client command, or the last tick if later.
+    /// The last stamp given to a client command, or the last tick if later: after each
+    /// client entry, the watermark every symbol part has from this group.
     stamped: Timestamp,
-    /// The watermark sent to every symbol part: `stamped` as of the last client entry.
-    watermark: Timestamp,
     /// Entries applied (refused ingests included): the log index reached.
     applied: u64,
 }
@@ -118,7 +117,6 @@ impl GroupMachine {
             cursors: vec![0; groups],
             outboxes: vec![Outbox::default(); groups],
             stamped: 0,
-            watermark: 0,
             applied: 0,
         }
     }
@@ -137,7 +135,7 @@ impl GroupMachine {
         self.cursors[source]
     }
 
-    /// The number the next output to `to` will get (one past the last produced).
+    /// The number of the last output produced for `to` (0 before the first).
     pub fn produced(&self, to: usize) -> u64 {
         self.outboxes[to].next() - 1
     }
@@ -193,7 +191,6 @@ impl GroupMachine {
             && self.cursors == other.cursors
             && self.outboxes == other.outboxes
             && self.stamped == other.stamped
-            && self.watermark == other.watermark
             && self.applied == other.applied
     }
 
@@ -204,19 +201,20 @@ impl GroupMachine {
         self.applied += 1;
         match entry {
             Entry::Clients { commands, tick } => {
+                let before = self.stamped;
                 for command in commands {
                     self.client(command, acks);
                 }
+                // The group's watermark: every symbol part hears when it moves.
                 self.stamped = self.stamped.max(*tick);
-                if self.stamped > self.watermark {
-                    self.watermark = self.stamped;
+                if self.stamped > before {
                     for (to, outbox) in self.outboxes.iter_mut().enumerate() {
                         if to != self.group {
-                            outbox.outputs.push_back(Output::Watermark(self.watermark));
+                            outbox.outputs.push_back(Output::Watermark(self.stamped));
                         }
                     }
                 }
-                self.symbol.merge.advance(self.group, self.watermark);
+                self.symbol.merge.advance(self.group, self.stamped);
             }
             Entry::Ingest { source, from, outputs } => {
                 let expected = self.cursors[*source] + 1;

@@ -27,6 +27,6 @@ fn groups_of_raft_members_pass_their_checks_under_faults() {
         assert!(c.crashes > 0 && c.partitions > 0 && c.lost > 0 && c.duplicated > 0, "{report}");
         assert!(s.leader_changes > groups as u64 && s.trims > 0, "{report}");
         // Commands crossed groups and came back, and ingests sent applied outputs again.
-        assert!(s.answered > 300 && s.outputs_skipped > 0 && s.outputs_applied > 1_000, "{report}");
+        assert!(s.answered > 100 && s.outputs_skipped > 0 && s.outputs_applied > 1_000, "{report}");
     }
 }
