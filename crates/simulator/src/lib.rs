@@ -173,33 +173,20 @@ impl fmt::Display for Report {
         let c = &self.counts;
         write!(
             f,
-            "seed {}: {} — trace {:016x}, {:.1} s simulated, {} faults ({} crashes, {} torn writes, {} fsync failures, {} partitions), \
-             {} messages ({} lost, {} duplicated), {} commands applied, {} answers, {} resends, {} snapshots installed, {} market data releases",
+            "seed {}: {} — trace {:016x}, {:.1} s simulated, {}, {} commands applied, {} answers, {} resends, \
+             {} snapshots installed, {} market data releases",
             self.options.seed,
             if self.passed() { "ok" } else { "FAILED" },
             self.trace_hash,
             self.simulated.as_secs_f64(),
-            c.faults,
-            c.crashes,
-            c.torn,
-            c.fsync_failures,
-            c.partitions,
-            c.messages,
-            c.lost,
-            c.duplicated,
+            c.fabric(),
             c.commands_applied,
             c.acks,
             c.resends,
             c.snapshots_installed,
             c.market_data,
         )?;
-        for violation in self.violations.iter().take(10) {
-            write!(f, "\n  violation: {violation}")?;
-        }
-        if self.violations.len() > 10 {
-            write!(f, "\n  … and {} more violations", self.violations.len() - 10)?;
-        }
-        Ok(())
+        world::write_violations(f, &self.violations)
     }
 }
 

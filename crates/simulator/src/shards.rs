@@ -131,8 +131,7 @@ impl fmt::Display for ShardReport {
         let (c, s) = (&self.counts, &self.shard);
         write!(
             f,
-            "seed {} ({} groups of {}): {} — trace {:016x}, {:.1} s simulated, {} faults ({} crashes, {} torn writes, \
-             {} fsync failures, {} partitions), {} messages ({} lost, {} duplicated); {} entries, {} commands ({} answered, \
+            "seed {} ({} groups of {}): {} — trace {:016x}, {:.1} s simulated, {}; {} entries, {} commands ({} answered, \
              {} confirmed by query, {} resends), {} ingests ({} outputs applied, {} skipped as applied, {} refused for a gap), \
              {} trims, {} leader changes, {} snapshots installed",
             self.options.seed,
@@ -141,14 +140,7 @@ impl fmt::Display for ShardReport {
             if self.passed() { "ok" } else { "FAILED" },
             self.trace_hash,
             self.simulated.as_secs_f64(),
-            c.faults,
-            c.crashes,
-            c.torn,
-            c.fsync_failures,
-            c.partitions,
-            c.messages,
-            c.lost,
-            c.duplicated,
+            c.fabric(),
             s.entries,
             s.commands,
             s.answered,
@@ -162,10 +154,7 @@ impl fmt::Display for ShardReport {
             s.leader_changes,
             c.snapshots_installed,
         )?;
-        for violation in self.violations.iter().take(10) {
-            write!(f, "\n  violation: {violation}")?;
-        }
-        Ok(())
+        crate::world::write_violations(f, &self.violations)
     }
 }
 

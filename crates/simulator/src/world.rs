@@ -130,6 +130,27 @@ pub struct Counts {
     pub clock_jumps: u64,
 }
 
+impl Counts {
+    /// The faults and the messages' fates, as a report line shows them.
+    pub fn fabric(&self) -> String {
+        format!(
+            "{} faults ({} crashes, {} torn writes, {} fsync failures, {} partitions), {} messages ({} lost, {} duplicated)",
+            self.faults, self.crashes, self.torn, self.fsync_failures, self.partitions, self.messages, self.lost, self.duplicated
+        )
+    }
+}
+
+/// Writes up to ten violations, one a line, and how many more there were.
+pub fn write_violations(f: &mut std::fmt::Formatter<'_>, violations: &[String]) -> std::fmt::Result {
+    for violation in violations.iter().take(10) {
+        write!(f, "\n  violation: {violation}")?;
+    }
+    if violations.len() > 10 {
+        write!(f, "\n  … and {} more violations", violations.len() - 10)?;
+    }
+    Ok(())
+}
+
 /// A rule the run broke.
 #[derive(Clone, Debug)]
 pub struct Violation(pub String);
