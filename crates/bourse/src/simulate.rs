@@ -114,7 +114,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
                     faults: args.faults,
                     seconds: args.seconds,
                 });
-                let answered = report.shard.answered + report.shard.confirmed;
+                let answered = report.shard.answered;
                 let skipped = report.shard.outputs_skipped;
                 Run::of(report.passed(), report.to_string(), report.simulated, &report.counts, answered, skipped)
             }

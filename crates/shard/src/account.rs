@@ -1,5 +1,5 @@
-//! An account part: balances, exactly-once records and pre-trade holds of the accounts
-//! its group owns.
+//! An account part: balances and pre-trade holds of the accounts its group owns, and
+//! the sessions (exactly-once records) of the clients that trade them.
 //!
 //! A balance here is what the account has *available*; what its orders reserve sits
 //! in the symbol parts' mirrors of the account, so the account's whole balance is
@@ -14,10 +14,11 @@
 //! quantity is never smaller than the true one (quantities only shrink), so a move
 //! takes at least what it needs; what it took beyond comes back as a credit.
 
-use std::collections::BTreeMap;
-
 use bourse_engine::command::{CommandBody, SymbolSpec};
 use bourse_engine::{spot_hold, AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, SymbolId};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
@@ -44,21 +45,26 @@ pub enum Step {
     Done(Outcome),
     /// Passed on to the part of the symbol's group.
     Forward(usize, Forward),
-    /// A retry of a command already applied: nothing is done again.
+    /// A retry of a command already applied whose outcome is still on its way from
+    /// the symbol's group: nothing is done again, and the outcome answers it when it
+    /// comes.
     Duplicate,
+    /// A retry of a command already applied, answered with its outcome as first given
+    /// (or `sequence_too_old` when it is older than the session remembers): nothing
+    /// is done again.
+    Repeat(Outcome),
+    /// A number past the next in the client's session: refused with `sequence_gap`,
+    /// nothing done or recorded.
+    Gap,
 }
 
 /// Everything this part keeps of one account, in one place: a command touches one
-/// record (one cache miss where three hash maps and a vector of vectors took five).
-/// The inline sizes fit an account that trades one symbol, sent commands by its own
-/// client and the operator; more spill to the heap.
+/// record. The inline sizes fit an account that trades one symbol; more spill to the
+/// heap.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Record {
     /// Available amounts by asset.
     balances: SmallVec<[(AssetId, i64); 2]>,
-    /// The clients that sent this account commands → the last sequence number each
-    /// sent it.
-    sessions: SmallVec<[(ClientId, u64); 2]>,
     /// Its resting buys, as last reported.
     buys: SmallVec<[Buy; 1]>,
 }
@@ -87,9 +93,59 @@ pub struct AccountPart {
     /// Per account id (dense, as the engine numbers them); empty for the accounts of
     /// other groups.
     records: Vec<Record>,
-    /// Exactly-once records of commands for accounts that do not exist (refused, with
-    /// no record to keep them in).
-    strays: BTreeMap<ClientId, u64>,
+    /// Every client's session with this group: the number of the last command applied
+    /// (see [`AccountPart::client`]). Encoded sorted by client, so every replica's
+    /// snapshot of one state is the same bytes.
+    #[serde(with = "sorted")]
+    sessions: FxHashMap<ClientId, Session>,
+}
+
+/// The outcomes a session remembers for retries, as one engine does
+/// ([`EngineConfig::outcomes_per_client_max`](bourse_engine::EngineConfig)'s default).
+pub const OUTCOMES_REMEMBERED: usize = 128;
+
+/// A client's session with a group.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Session {
+    /// The number of the last command applied.
+    last: u64,
+    /// The outcomes of the last commands applied, the back being `last`'s: `None` while
+    /// a forwarded command's outcome is on its way back.
+    outcomes: VecDeque<Option<Outcome>>,
+}
+
+impl Session {
+    fn outcome_mut(&mut self, seq: u64) -> Option<&mut Option<Outcome>> {
+        let back = usize::try_from(self.last.checked_sub(seq)?).ok()?;
+        let at = self.outcomes.len().checked_sub(back + 1)?;
+        self.outcomes.get_mut(at)
+    }
+}
+
+/// A hash map encoded as its entries sorted by key.
+mod sorted {
+    use std::hash::Hash;
+
+    use rustc_hash::FxHashMap;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize + Ord, V: Serialize, S: Serializer>(
+        map: &FxHashMap<K, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut entries: Vec<(&K, &V)> = map.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        entries.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<FxHashMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Eq + Hash,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(deserializer)?.into_iter().collect())
+    }
 }
 
 impl AccountPart {
@@ -101,7 +157,7 @@ impl AccountPart {
             assets: 0,
             issued: Vec::new(),
             records: Vec::new(),
-            strays: BTreeMap::new(),
+            sessions: FxHashMap::default(),
         }
     }
 
@@ -170,40 +226,53 @@ impl AccountPart {
     }
 
     /// Applies a client's command: its exactly-once check, then the account's part of
-    /// the command. The check is kept per account, in its record: a client's sequence
-    /// numbers increase, so a command is new when its number is past the last one the
-    /// same client sent the same account, and a retry (the same command, so the same
-    /// account) is found there. Numbers may skip: a client's other commands go to other
-    /// accounts and groups (the operator's do). The design's session per group,
-    /// numbered on its own, would restore the gap check.
+    /// the command. A client has a session with each group it sends commands to, and
+    /// numbers its commands to a group 1, 2, 3, … on their own ([`crate::Sessions`]
+    /// does it for a client library): the next number applies; a number already
+    /// applied is a retry, and nothing is done again; a number past the next is
+    /// refused with `sequence_gap` and not recorded (a later command overtook an
+    /// earlier one on the way), so the client sends the missing ones first. A client
+    /// may keep many commands in flight, and none is taken for a retry of another.
     pub fn client(&mut self, client: ClientId, seq: u64, stamp: u64, body: &CommandBody) -> Result<Step, Unsupported> {
-        let account = command_account(body).ok_or(Unsupported("this command from a client"))?;
-        if seq <= self.last_seq(account, client) {
-            return Ok(Step::Duplicate);
+        command_account(body).ok_or(Unsupported("this command from a client"))?;
+        let last = self.session(client);
+        if seq <= last {
+            let session = self.sessions.get_mut(&client).expect("a session past 0");
+            return Ok(match session.outcome_mut(seq) {
+                Some(Some(outcome)) => Step::Repeat(*outcome),
+                Some(None) => Step::Duplicate,
+                None => Step::Repeat(Outcome::Rejected(Reject::SequenceTooOld)),
+            });
+        }
+        if seq > last + 1 {
+            return Ok(Step::Gap);
         }
         let step = match self.command(client, seq, stamp, body)? {
             Ok(step) => step,
             Err(reject) => Step::Done(Outcome::Rejected(reject)),
         };
-        match self.records.get_mut(account.0 as usize) {
-            Some(record) => match record.sessions.iter_mut().find(|(c, _)| *c == client) {
-                Some(session) => session.1 = seq,
-                None => record.sessions.push((client, seq)),
-            },
-            None => {
-                self.strays.insert(client, seq);
-            }
+        let session = self.sessions.entry(client).or_default();
+        session.last = seq;
+        if session.outcomes.len() == OUTCOMES_REMEMBERED {
+            session.outcomes.pop_front();
         }
+        session.outcomes.push_back(match &step {
+            Step::Done(outcome) => Some(*outcome),
+            _ => None,
+        });
         Ok(step)
     }
 
-    /// The last sequence number of `client`'s applied for `account`, or 0.
-    pub fn last_seq(&self, account: AccountId, client: ClientId) -> u64 {
-        let last = match self.records.get(account.0 as usize) {
-            Some(record) => record.sessions.iter().find(|(c, _)| *c == client).map(|&(_, seq)| seq),
-            None => self.strays.get(&client).copied(),
-        };
-        last.unwrap_or(0)
+    /// Every client's session with this group: `(client, number of its last command
+    /// applied)`.
+    pub fn sessions(&self) -> impl Iterator<Item = (ClientId, u64)> + '_ {
+        self.sessions.iter().map(|(&client, session)| (client, session.last))
+    }
+
+    /// The number of the last command of `client`'s session with this group that
+    /// applied, or 0.
+    pub fn session(&self, client: ClientId) -> u64 {
+        self.sessions.get(&client).map_or(0, |session| session.last)
     }
 
     fn command(
@@ -318,6 +387,11 @@ impl AccountPart {
                 None
             }
             Settlement::Done { account, ack, moved } => {
+                // The session remembers it for retries.
+                if let Some(slot) = self.sessions.get_mut(&ack.client).and_then(|session| session.outcome_mut(ack.seq))
+                {
+                    *slot = Some(ack.outcome);
+                }
                 if let Some(moved) = moved {
                     let record = &mut self.records[account.0 as usize];
                     if let Some(buy) = record.buy(moved.symbol, moved.order) {

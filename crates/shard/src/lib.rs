@@ -5,7 +5,8 @@
 //! parts:
 //!
 //! - an [`AccountPart`] owns the accounts its [`ShardMap`] gives it: their available
-//!   balances, their clients' exactly-once records, and the pre-trade checks that
+//!   balances, their clients' sessions with the group (exactly-once, in order, with
+//!   outcomes remembered for retries), and the pre-trade checks that
 //!   need only the account. It takes an order's hold out of the balance and passes
 //!   the order on with the hold attached ([`Forward`]);
 //! - a [`SymbolPart`] owns the symbols `s` with `s % G == g`: an unchanged
@@ -140,6 +141,9 @@ pub struct Ack {
     pub seq: u64,
     pub stamp: Timestamp,
     pub outcome: Outcome,
+    /// The answer to a retry of a command applied earlier, from its session's memory
+    /// (the first answer may have been lost): nothing was done again.
+    pub repeat: bool,
 }
 
 /// A command this slice of the partitioned exchange does not carry.
@@ -200,6 +204,39 @@ impl ShardMap {
     /// An order command's (account group, symbol group).
     pub fn order_groups(&self, body: &CommandBody) -> Option<(usize, usize)> {
         order_parts(body).map(|(account, symbol)| (self.account_group(account), self.symbol_group(symbol)))
+    }
+}
+
+/// A client's side of its sessions with the groups: it numbers the client's commands
+/// to each group 1, 2, 3, … on their own, the numbers an account part's exactly-once
+/// check expects ([`AccountPart::client`]). A client library keeps one, and sends a
+/// command with the number it got here in place of its own (and sends a retry with
+/// the same number). A client whose accounts all live in one group (a trader, most
+/// often) numbers its commands exactly as it would for one engine; the operator's
+/// span every group.
+#[derive(Clone, Debug, Default)]
+pub struct Sessions {
+    next: rustc_hash::FxHashMap<(ClientId, usize), u64>,
+}
+
+impl Sessions {
+    /// A library that picks up its clients' sessions where the groups' records stand
+    /// (as a client that reconnects asks each group for its last number).
+    pub fn resume(groups: &Groups) -> Self {
+        let mut sessions = Sessions::default();
+        for (g, part) in groups.accounts.iter().enumerate() {
+            for (client, last) in part.sessions() {
+                sessions.next.insert((client, g), last);
+            }
+        }
+        sessions
+    }
+
+    /// The number of `client`'s next command to `group`.
+    pub fn number(&mut self, client: ClientId, group: usize) -> u64 {
+        let next = self.next.entry((client, group)).or_insert(0);
+        *next += 1;
+        *next
     }
 }
 

@@ -30,7 +30,7 @@
 use std::collections::VecDeque;
 
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::{Amount, AssetId, Outcome, Timestamp};
+use bourse_engine::{Amount, AssetId, Outcome, Reject, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::account::Step;
@@ -258,20 +258,31 @@ impl GroupMachine {
     /// A client command, stamped with its gateway stamp, or just past the last stamp
     /// this group gave when it comes later (a retry through a new leader after a later
     /// tick): the group's stream of stamps never goes back, which the merges downstream
-    /// rely on.
+    /// rely on. A retry of an applied command (answered with its outcome when the
+    /// session has it) and one refused for a gap in its client's numbers take no stamp:
+    /// they do nothing.
     fn client(&mut self, command: &Command, acks: &mut Vec<Ack>) {
         let stamp = command.ts.max(self.stamped + 1);
-        self.stamped = stamp;
         let step = self
             .account
             .client(command.client, command.seq, stamp, &command.body)
             .expect("routed commands are carried");
+        let ack = |outcome| Ack { client: command.client, seq: command.seq, stamp, outcome, repeat: false };
         match step {
-            Step::Done(outcome) => acks.push(Ack { client: command.client, seq: command.seq, stamp, outcome }),
+            Step::Duplicate => return,
+            Step::Repeat(outcome) => {
+                acks.push(Ack { repeat: true, ..ack(outcome) });
+                return;
+            }
+            Step::Gap => {
+                acks.push(ack(Outcome::Rejected(Reject::SequenceGap)));
+                return;
+            }
+            Step::Done(outcome) => acks.push(ack(outcome)),
             Step::Forward(to, forward) if to == self.group => self.symbol.merge.offer(self.group, forward),
             Step::Forward(to, forward) => self.outboxes[to].outputs.push_back(Output::Forward(forward)),
-            Step::Duplicate => {}
         }
+        self.stamped = stamp;
     }
 
     /// Applies what the merge releases; settlements for this group's accounts apply at

@@ -16,20 +16,28 @@
 //!   the outputs it still keeps), so a restarted replica serves the same outputs;
 //! - **snapshot** a group (its encoding must decode to the same state) and compact its
 //!   log;
-//! - **trim** a source's outputs up to a consumer's cursor ([`Entry::Trim`]).
+//! - **trim** a source's outputs up to a consumer's cursor ([`Entry::Trim`]);
+//! - **overtake**: a client's command committed before the one its client numbered
+//!   just ahead of it, which the group must refuse for the gap, and then again after
+//!   it (in the same entry, so its stamp and the outcome one engine gives still hold);
+//! - **repeat** a client's command already committed, as a retry through a new leader
+//!   would: the group must do nothing, and answer with the outcome it gave (once that
+//!   outcome is back from the symbol's group).
 //!
 //! A client's acknowledgement is taken when the entry that produces it is first
-//! applied; a replay's are dropped (its client had them, or retries).
+//! applied; a replay's are dropped (its client had them, or retries). The harness is
+//! the clients' library too: it numbers each client's commands per group
+//! ([`Sessions`]) and gives the acknowledgements back the client's own numbers.
 
 use std::collections::VecDeque;
 
 use bourse_engine::command::Command;
-use bourse_engine::{EngineConfig, Outcome, Timestamp};
+use bourse_engine::{ClientId, EngineConfig, Outcome, Reject, Timestamp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::machine::{Entry, GroupMachine};
-use crate::{route, Ack, Groups, Route, Summary, Unsupported};
+use crate::{route, Ack, Groups, Route, Sessions, Summary, Unsupported};
 
 /// What the faults did in a run, to show the run exercised them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,6 +55,10 @@ pub struct Stats {
     pub snapshots: u64,
     /// Outputs dropped by trim entries.
     pub trimmed: u64,
+    /// Client commands that overtook their client's previous one: refused for the gap.
+    pub overtaken: u64,
+    /// Client commands committed again: nothing done.
+    pub repeated: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -70,7 +82,16 @@ pub struct Replicated {
     map: crate::ShardMap,
     nodes: Vec<Node>,
     inputs: Vec<VecDeque<Input>>,
+    /// Per group, the last client command committed (to repeat).
+    last_command: Vec<Option<Command>>,
     acks: Vec<Ack>,
+    sessions: Sessions,
+    /// (client, the client's own number) → the number in its session with the group:
+    /// a retry goes with the number its first send got.
+    numbers: rustc_hash::FxHashMap<(ClientId, u64), u64>,
+    /// (group, client, number in the client's session with the group) → the client's
+    /// own number.
+    numbered: rustc_hash::FxHashMap<(usize, ClientId, u64), u64>,
     rng: ChaCha8Rng,
     faults: bool,
     /// Check the conservation of every asset after every entry.
@@ -94,7 +115,11 @@ impl Replicated {
             map,
             nodes,
             inputs: vec![VecDeque::new(); map.groups()],
+            last_command: vec![None; map.groups()],
             acks: Vec::new(),
+            sessions: Sessions::default(),
+            numbers: Default::default(),
+            numbered: Default::default(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             faults,
             checking: false,
@@ -134,6 +159,13 @@ impl Replicated {
                 Ok(outcome)
             }
             Route::Account(group) => {
+                let sessions = &mut self.sessions;
+                let number = *self
+                    .numbers
+                    .entry((command.client, command.seq))
+                    .or_insert_with(|| sessions.number(command.client, group));
+                self.numbered.insert((group, command.client, number), command.seq);
+                let command = Command { seq: number, ..command };
                 for (g, input) in self.inputs.iter_mut().enumerate() {
                     input.push_back(if g == group { Input::Client(command.clone()) } else { Input::Tick(command.ts) });
                 }
@@ -181,7 +213,7 @@ impl Replicated {
         true
     }
 
-    /// Commits a run of `group`'s client input.
+    /// Commits a run of `group`'s client input (with faults on, overtaken or repeated).
     fn input(&mut self, group: usize) {
         let take = self.rng.gen_range(1..=4).min(self.inputs[group].len());
         let mut commands = Vec::new();
@@ -195,7 +227,35 @@ impl Replicated {
                 Input::Tick(stamp) => tick = tick.max(stamp),
             }
         }
-        self.commit(group, Entry::Clients { commands, tick }).expect("client entries are never refused");
+        let mut expect_gap = None;
+        if self.faults && self.rng.gen_range(0..4) == 0 {
+            // `b` is the next of `a`'s client, and `a` the next the group expects of it
+            // (not a retry of one applied).
+            let account = &self.nodes[group].machine.account;
+            let next = |a: &Command, b: &Command| {
+                a.client == b.client && a.seq + 1 == b.seq && account.session(a.client) + 1 == a.seq
+            };
+            if let Some(i) = (1..commands.len()).find(|&i| next(&commands[i - 1], &commands[i])) {
+                let later = commands[i].clone();
+                expect_gap = Some((later.client, later.seq));
+                commands.insert(i - 1, later);
+                self.stats.overtaken += 1;
+            }
+        }
+        if self.faults && self.rng.gen_range(0..8) == 0 {
+            if let Some(repeat) = self.last_command[group].clone() {
+                let at = self.rng.gen_range(0..=commands.len());
+                commands.insert(at, repeat);
+                self.stats.repeated += 1;
+            }
+        }
+        if let Some(last) = commands.last() {
+            self.last_command[group] = Some(last.clone());
+        }
+        let mut gap = None;
+        let entry = Entry::Clients { commands, tick };
+        self.commit_answering(group, entry, &mut gap).expect("client entries are never refused");
+        assert_eq!(gap, expect_gap, "group {group}: the commands refused for a gap");
     }
 
     /// Commits an ingest of `source`'s outputs into `group`, from its cursor on (or
@@ -224,9 +284,29 @@ impl Replicated {
     }
 
     fn commit(&mut self, group: usize, entry: Entry) -> Result<Option<Outcome>, crate::machine::Gap> {
+        self.commit_answering(group, entry, &mut None)
+    }
+
+    /// Commits `entry` to `group`'s log. A client command refused for a gap in its
+    /// client's numbers is left out of the answers and put in `gap`.
+    fn commit_answering(
+        &mut self,
+        group: usize,
+        entry: Entry,
+        gap: &mut Option<(ClientId, u64)>,
+    ) -> Result<Option<Outcome>, crate::machine::Gap> {
         let node = &mut self.nodes[group];
-        let applied = node.machine.apply(&entry, &mut self.acks);
+        let mut acks = Vec::new();
+        let applied = node.machine.apply(&entry, &mut acks);
         node.log.push(entry);
+        for mut ack in acks {
+            if ack.outcome == Outcome::Rejected(Reject::SequenceGap) {
+                assert!(gap.replace((ack.client, ack.seq)).is_none(), "group {group}: two commands refused for gaps");
+                continue;
+            }
+            ack.seq = self.numbered[&(group, ack.client, ack.seq)];
+            self.acks.push(ack);
+        }
         self.stats.entries += 1;
         if self.checking {
             if let Err(broken) = self.conservation() {

@@ -262,7 +262,7 @@ impl SymbolPart {
             };
             out(self.map.account_group(state.account()), state);
         }
-        let ack = Ack { client, seq, stamp, outcome };
+        let ack = Ack { client, seq, stamp, outcome, repeat: false };
         let moved = match (moved, counted) {
             (Some(order), true) => Some(Moved { symbol, order, open: moved_state.expect("a move touches its order") }),
             _ => None,

@@ -22,7 +22,7 @@ use bourse_engine::command::Command;
 use bourse_engine::{Outcome, Timestamp};
 
 use crate::machine::{Entry, GroupMachine, Output};
-use crate::{Ack, Groups};
+use crate::{Ack, Groups, Sessions};
 
 /// A command's index in the stream, or none.
 pub const NO_DEP: u32 = u32::MAX;
@@ -76,6 +76,8 @@ pub fn run(groups: Groups, commands: &[Command], deps: &[u32], batch: usize, win
     let map = groups.map;
     let (senders, receivers): (Vec<Sender<Message>>, Vec<Receiver<Message>>) = (0..n).map(|_| channel()).unzip();
     let (ack_tx, ack_rx) = channel::<Vec<Ack>>();
+    // The driver is its clients' library: it numbers their commands per group.
+    let mut sessions = Sessions::resume(&groups);
     let Groups { accounts, symbols, .. } = groups;
     let started = Instant::now();
     let cpu_driver = thread_cpu();
@@ -134,7 +136,8 @@ pub fn run(groups: Groups, commands: &[Command], deps: &[u32], batch: usize, win
                 Ok(crate::Route::Account(group)) => group,
                 other => panic!("the threaded run carries orders and transfers only, not {command:?}: {other:?}"),
             };
-            per_group[group].push(command.clone());
+            let seq = sessions.number(command.client, group);
+            per_group[group].push(Command { seq, ..command.clone() });
         }
         let tick = commands[end - 1].ts;
         for (g, queue) in per_group.iter_mut().enumerate() {

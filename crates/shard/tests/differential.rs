@@ -234,12 +234,19 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
     // Client commands sent (as the engine and as the groups got them), to retry.
     let mut retries: Vec<(Command, Command)> = Vec::new();
     let mut retried = 0;
+    // Answers to retries, from the sessions' memory.
+    let mut repeats: Vec<Ack> = Vec::new();
 
     let absorb = |acks: Vec<Ack>,
                   outcomes: &mut BTreeMap<(ClientId, u64), Outcome>,
                   ids: &mut BTreeMap<OrderId, OrderId>,
-                  placed_by: &BTreeMap<(ClientId, u64), OrderId>| {
+                  placed_by: &BTreeMap<(ClientId, u64), OrderId>,
+                  repeats: &mut Vec<Ack>| {
         for ack in acks {
+            if ack.repeat {
+                repeats.push(ack);
+                continue;
+            }
             if let (Some(&engine_id), Outcome::Ok { id }) = (placed_by.get(&(ack.client, ack.seq)), ack.outcome) {
                 ids.insert(engine_id, OrderId(id));
             }
@@ -282,7 +289,7 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
             let placing = placed_by.iter().find(|(_, &id)| id == order).map(|(&key, _)| key);
             while placing.is_some_and(|key| !outcomes.contains_key(&key)) {
                 assert!(run.step(), "the placement of {order} was never acknowledged");
-                absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by);
+                absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by, &mut repeats);
             }
         }
         let body = translate(&command.body, &ids);
@@ -292,7 +299,8 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
             outcomes.insert((command.client, command.seq), outcome);
         }
         // Now and then a client sends one of its recent commands again (a retry after a
-        // lost acknowledgement): applied once, answered once.
+        // lost acknowledgement): applied once, and answered again with the
+        // outcome it first got once that is known.
         if command.client != ADMIN {
             retries.push((command.clone(), submitted));
             if rng.gen_range(0..25) == 0 {
@@ -307,10 +315,10 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
         for _ in 0..rng.gen_range(0..12) {
             run.step();
         }
-        absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by);
+        absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by, &mut repeats);
     }
     run.drain();
-    absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by);
+    absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by, &mut repeats);
     engine.check_invariants();
     let parts = run.groups();
     for part in &parts.symbols {
@@ -332,6 +340,11 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
         };
         assert_eq!(got, expected, "command {key:?} (groups {groups}, seed {seed})");
     }
+    // A retry answered from its session's memory got the answer the command first got.
+    for repeat in &repeats {
+        assert_eq!(repeat.outcome, outcomes[&(repeat.client, repeat.seq)], "the answer to a retry: {repeat:?}");
+    }
+    assert!(repeats.len() > retried / 2, "too few retries answered: {} of {retried}", repeats.len());
     // The flow reaches what it is meant to: moves that need more hold, and refusals
     // from both kinds of part.
     let moved = naming.iter().filter(|(key, &moving)| moving && matches!(reference.outcomes[key], Outcome::Ok { .. }));
@@ -412,7 +425,11 @@ fn replicated_groups_match_one_engine_through_resends_gaps_crashes_and_trims() {
             total.trimmed += stats.trimmed;
             total.crashes += stats.crashes;
             total.ingests += stats.ingests;
+            total.overtaken += stats.overtaken;
+            total.repeated += stats.repeated;
         }
     }
     assert!(total.resent > 100 && total.gaps > 10 && total.trimmed > 1_000 && total.ingests > 10_000, "{total:?}");
+    assert!(total.overtaken > 100 && total.repeated > 100, "{total:?}");
+    eprintln!("{total:?}");
 }

@@ -19,10 +19,12 @@
 //! - every 50 ms, for every other group, an [`Entry::Trim`] of the outputs that group's
 //!   cursor has passed by more than 32 (read from a live replica of it).
 //!
-//! A gateway stamps the clients' commands with its clock (each client one command in
-//! flight: see [`WINDOW`]), sends each to the leader of its account's group, sends every leader a tick each millisecond, and resends what is
-//! unanswered after 300 ms (to the leader of the day), after asking a live replica
-//! whether the command was applied (the exactly-once record answers). Clients place
+//! A gateway stamps the clients' commands with its clock (each client up to [`WINDOW`]
+//! in flight), sends each to the leader of its account's group, sends every leader a
+//! tick each millisecond, and resends what is unanswered after 300 ms (to the leader of
+//! the day: a command applied already is answered from its session's memory with the
+//! outcome it got), and what was refused for a gap in its client's numbers (it
+//! overtook an earlier one) after 20 ms. Clients place
 //! limit and IOC orders on four books, cancel their own orders, deposit and withdraw.
 //!
 //! **Faults** (`--faults`, as `bourse sim`): lost, duplicated, delayed and reordered
@@ -33,12 +35,12 @@
 //! when they lag behind its compacted log.
 //!
 //! **Checks.** Every replica of a group applies the same entry at every index; no
-//! replica answers a command twice; every replica gives a command the same outcome;
-//! after the heal every command is answered within [`crate::LIVENESS`], every group's
-//! replicas converge to the same state, every output is ingested, and then every asset
-//! is conserved across the groups, every answered command is in its account's
-//! exactly-once record on every replica of its group, and every book's engine keeps its
-//! invariants.
+//! replica applies a command twice; every replica gives a command the same outcome (and
+//! a resend the outcome it first gave); after the heal every command is answered
+//! within [`crate::LIVENESS`], every group's replicas converge to the same state, every
+//! output is ingested, and then every asset is conserved across the groups, every
+//! answered command is in its client's session record on every replica of its group,
+//! and every book's engine keeps its invariants.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -52,7 +54,9 @@ use bourse_cluster::snapshot_store::SnapshotStore;
 use bourse_cluster::state_machine::{Committed, Machine, MachineRequest, StateMachine};
 use bourse_cluster::{Batch, NodeId, Peer};
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderRequest, SymbolSpec, Tif};
-use bourse_engine::{AccountId, Amount, AssetId, ClientId, EngineConfig, OrderId, Outcome, Px, Qty, Side, SymbolId};
+use bourse_engine::{
+    AccountId, Amount, AssetId, ClientId, EngineConfig, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId,
+};
 use bourse_shard::machine::{conservation, Entry, GroupMachine, Output};
 use bourse_shard::{Ack, Replicated, ShardMap};
 use rand::{Rng, SeedableRng};
@@ -67,13 +71,14 @@ const CASH: AssetId = AssetId(0);
 /// The gateway's id on the fabric.
 const GATEWAY: NodeId = GATEWAY_BASE - 1;
 const ADMIN: ClientId = ClientId(0);
-/// Commands a client keeps unanswered at most: one. An account part's exactly-once
-/// record keeps the last number a client sent an account, with no gap check (the
-/// design's session per group is not built), so a command that arrived after a later
-/// one of its client would be taken for a retry and dropped; with one in flight,
-/// commands arrive in their client's order, and a record at or past a number says that
-/// command was applied.
-const WINDOW: usize = 1;
+/// Commands a client keeps unanswered at most. An account part numbers each client's
+/// session with it (a trader's account lives in one group, so its own numbers are that
+/// session's) and refuses a command that overtook an earlier one on the way for the
+/// gap; the gateway sends it again after [`GAP_RETRY`].
+const WINDOW: usize = 4;
+/// How soon a command refused for a gap goes again (its predecessor, which it
+/// overtook, is on its way or will be resent).
+const GAP_RETRY: Duration = Duration::from_millis(20);
 const RESEND_AFTER: Duration = Duration::from_millis(300);
 
 #[derive(Clone, Debug)]
@@ -98,14 +103,18 @@ pub struct ShardCounts {
     pub entries: u64,
     pub commands: u64,
     pub answered: u64,
-    /// Commands found applied by asking a replica (their answer was lost).
-    pub confirmed: u64,
+    /// Answers to resent commands from their session's memory (the first answer was
+    /// lost, or went to a leader that fell).
+    pub repeats: u64,
     pub resends: u64,
     pub ingests: u64,
     /// Outputs an ingest carried that the group had applied already (skipped).
     pub outputs_skipped: u64,
     pub outputs_applied: u64,
     pub gaps_refused: u64,
+    /// Client commands refused for a gap in their client's numbers (they overtook an
+    /// earlier one), sent again.
+    pub overtaken: u64,
     pub trims: u64,
     pub leader_changes: u64,
 }
@@ -132,7 +141,7 @@ impl fmt::Display for ShardReport {
         write!(
             f,
             "seed {} ({} groups of {}): {} — trace {:016x}, {:.1} s simulated, {}; {} entries, {} commands ({} answered, \
-             {} confirmed by query, {} resends), {} ingests ({} outputs applied, {} skipped as applied, {} refused for a gap), \
+             {} of them to resends from the session's memory, {} resends, {} refused for overtaking), {} ingests ({} outputs applied, {} skipped as applied, {} refused for a gap), \
              {} trims, {} leader changes, {} snapshots installed",
             self.options.seed,
             self.options.groups,
@@ -144,8 +153,9 @@ impl fmt::Display for ShardReport {
             s.entries,
             s.commands,
             s.answered,
-            s.confirmed,
+            s.repeats,
             s.resends,
+            s.overtaken,
             s.ingests,
             s.outputs_applied,
             s.outputs_skipped,
@@ -257,11 +267,20 @@ impl ShardMachine {
             }
         }
         for ack in acks {
-            if !replica.answered.insert((ack.client, ack.seq)) {
+            // A refusal for a gap applied nothing: the command comes again.
+            let gap = ack.outcome == Outcome::Rejected(Reject::SequenceGap);
+            if gap {
+                if replica.leading {
+                    lock(&self.shared.counts).overtaken += 1;
+                }
+            } else if !ack.repeat && !replica.answered.insert((ack.client, ack.seq)) {
                 self.world
                     .violation(format!("node {node}: command {} of client {} answered twice", ack.seq, ack.client));
             }
-            let first = *lock(&self.shared.outcomes).entry((ack.client, ack.seq)).or_insert(ack.outcome);
+            let first = match gap {
+                true => ack.outcome,
+                false => *lock(&self.shared.outcomes).entry((ack.client, ack.seq)).or_insert(ack.outcome),
+            };
             if first != ack.outcome {
                 self.world.violation(format!(
                     "node {node}: command {} of client {} applied with {:?}, elsewhere {first:?}",
@@ -562,7 +581,7 @@ struct Trader {
     pending: BTreeMap<u64, (Command, Duration)>,
     /// Its orders that may rest.
     orders: Vec<(SymbolId, OrderId)>,
-    /// Commands answered or found applied.
+    /// Commands answered.
     done: Vec<u64>,
 }
 
@@ -624,15 +643,25 @@ impl Gateway {
 
     /// Takes in the answers that arrived.
     fn answers(&mut self) {
+        let now = self.world.elapsed();
         let answers: Vec<Ack> = lock(&self.shared.answers).drain(..).collect();
         for ack in answers {
             let Some(trader) = self.traders.iter_mut().find(|t| t.client == ack.client) else { continue };
+            if ack.outcome == Outcome::Rejected(Reject::SequenceGap) {
+                // Not applied: it goes again soon, with its number.
+                if let Some((_, sent)) = trader.pending.get_mut(&ack.seq) {
+                    *sent = now.saturating_sub(RESEND_AFTER) + GAP_RETRY;
+                }
+                continue;
+            }
             let Some((command, _)) = trader.pending.remove(&ack.seq) else { continue };
             if let (CommandBody::Place(request), Outcome::Ok { id }) = (&command.body, ack.outcome) {
                 trader.orders.push((request.symbol, OrderId(id)));
             }
             trader.done.push(ack.seq);
-            lock(&self.shared.counts).answered += 1;
+            let mut counts = lock(&self.shared.counts);
+            counts.answered += 1;
+            counts.repeats += u64::from(ack.repeat);
         }
     }
 
@@ -662,22 +691,6 @@ impl Gateway {
                 .map(|(&seq, _)| seq)
                 .collect();
             for seq in stale {
-                let (client, account) = (self.traders[t].client, self.traders[t].account);
-                // Applied already? The exactly-once record of a live replica says.
-                let applied = lock(&self.shared.replicas)
-                    .values()
-                    .filter_map(|replica| {
-                        let replica = lock(replica);
-                        (replica.group == group).then(|| replica.machine.account.last_seq(account, client))
-                    })
-                    .max()
-                    .is_some_and(|last| last >= seq);
-                if applied {
-                    self.traders[t].pending.remove(&seq);
-                    self.traders[t].done.push(seq);
-                    lock(&self.shared.counts).confirmed += 1;
-                    continue;
-                }
                 let entry = self.traders[t].pending.get_mut(&seq).expect("stale");
                 entry.1 = now;
                 let command = entry.0.clone();
@@ -992,7 +1005,7 @@ fn check(sim: &Sim, gateway: &Gateway) {
         world.violation(format!("conservation across the groups: {broken}"));
     }
     // Every command its client counts done was applied (an outcome was recorded when a
-    // replica applied it), and is in its account's exactly-once record on every replica.
+    // replica applied it), and is in its client's session record on every replica.
     let outcomes = lock(&sim.shared.outcomes);
     for trader in &gateway.traders {
         for seq in &trader.done {
@@ -1007,7 +1020,7 @@ fn check(sim: &Sim, gateway: &Gateway) {
         let last = trader.done.iter().max().copied().unwrap_or(0);
         for node in sim.nodes.iter().filter(|node| node.group == group) {
             let Some((_, machine, _)) = &node.process else { continue };
-            let recorded = lock(&machine.replica).machine.account.last_seq(trader.account, trader.client);
+            let recorded = lock(&machine.replica).machine.account.session(trader.client);
             if recorded < last {
                 world.violation(format!(
                     "client {}: command {last} was answered, but node {} records {recorded} as its last",

@@ -1,6 +1,7 @@
 //! The partitioned exchange with a Raft group per shard, simulated (`bourse sim
 //! --groups G`): a seed replays exactly, faults strike in every group, ingests resend
-//! what was applied, and every check passes (`make sim` runs more seeds).
+//! what was applied, commands that overtake their client's earlier ones are refused
+//! and sent again, and every check passes (`make sim` runs more seeds).
 
 use bourse_simulator::shards::{run, ShardOptions};
 
@@ -28,5 +29,8 @@ fn groups_of_raft_members_pass_their_checks_under_faults() {
         assert!(s.leader_changes > groups as u64 && s.trims > 0, "{report}");
         // Commands crossed groups and came back, and ingests sent applied outputs again.
         assert!(s.answered > 100 && s.outputs_skipped > 0 && s.outputs_applied > 1_000, "{report}");
+        // Clients kept several commands in flight, and some overtook an earlier one:
+        // refused for the gap, sent again.
+        assert!(s.overtaken > 0, "{report}");
     }
 }
