@@ -203,6 +203,7 @@ pub fn run(options: Options) -> Report {
     #[cfg(tokio_unstable)]
     builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&options.seed.to_le_bytes()));
     let runtime = builder.build().expect("a current-thread runtime builds");
+    crate::world::watch_panics();
     // openraft's election timeouts come from this thread's generator: seeded by the run.
     bourse_cluster::runtime::seed_thread_rng(options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed);
     // Made inside the runtime, so that its start is virtual time's zero.
@@ -210,6 +211,7 @@ pub fn run(options: Options) -> Report {
         runtime.block_on(async { Arc::new(World::new(options.clone(), ChaCha8Rng::seed_from_u64(options.seed))) });
     let (state_hash, simulated) = runtime.block_on(simulate(Arc::clone(&world)));
     drop(runtime);
+    crate::world::report_panics(&world);
     let counts = lock(&world.counts).clone();
     let violations = lock(&world.ledger).violations.iter().map(|v| v.0.clone()).collect();
     Report { options, trace_hash: world.trace_hash(), state_hash, simulated, counts, violations }

@@ -766,6 +766,7 @@ pub fn run(options: ShardOptions) -> ShardReport {
     #[cfg(tokio_unstable)]
     builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&options.seed.to_le_bytes()));
     let runtime = builder.build().expect("a current-thread runtime builds");
+    crate::world::watch_panics();
     bourse_cluster::runtime::seed_thread_rng(options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed);
     let world_options = Options {
         seed: options.seed,
@@ -782,6 +783,7 @@ pub fn run(options: ShardOptions) -> ShardReport {
     let shared = Arc::new(Shared::default());
     let simulated = runtime.block_on(simulate(Arc::clone(&world), Arc::clone(&shared), options.clone()));
     drop(runtime);
+    crate::world::report_panics(&world);
     let counts = lock(&world.counts).clone();
     let violations = lock(&world.ledger).violations.iter().map(|v| v.0.clone()).collect();
     let shard = lock(&shared.counts).clone();

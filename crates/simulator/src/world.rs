@@ -6,9 +6,10 @@
 //! drawn from one generator seeded by the run's seed, in the order the tasks run, which
 //! that same seed decides. So a seed is a run.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::time::Duration;
 
 use bourse_cluster::sim::{DiskWrite, Fabric, Fate, SimDisk};
@@ -452,5 +453,33 @@ impl Fabric for World {
             }
         });
         write
+    }
+}
+
+thread_local! {
+    /// Panics on this thread since [`watch_panics`]: a run is one thread, and a panic in
+    /// one of its tasks (a member's Raft core, say) ends that task only.
+    static PANICS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Starts recording this thread's panics (the process's panic hook is chained once):
+/// tokio ends a task that panics and runs on, so a run would otherwise pass with a
+/// member's core dead, its panic only printed.
+pub fn watch_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.with(|panics| panics.borrow_mut().push(info.to_string().replace('\n', " ")));
+            previous(info);
+        }));
+    });
+    PANICS.with(|panics| panics.borrow_mut().clear());
+}
+
+/// The panics on this thread since [`watch_panics`], as violations of `world`.
+pub fn report_panics(world: &World) {
+    for panic in PANICS.with(|panics| std::mem::take(&mut *panics.borrow_mut())) {
+        world.violation(format!("a task panicked: {panic}"));
     }
 }
