@@ -14,10 +14,10 @@
 //! quantity is never smaller than the true one (quantities only shrink), so a move
 //! takes at least what it needs; what it took beyond comes back as a credit.
 
-use bourse_engine::command::{CommandBody, SymbolSpec};
-use bourse_engine::{spot_hold, AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, SymbolId};
 use std::collections::VecDeque;
 
+use bourse_engine::command::{CommandBody, SymbolSpec};
+use bourse_engine::{spot_hold, AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, SymbolId};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -93,9 +93,9 @@ pub struct AccountPart {
     /// Per account id (dense, as the engine numbers them); empty for the accounts of
     /// other groups.
     records: Vec<Record>,
-    /// Every client's session with this group: the number of the last command applied
-    /// (see [`AccountPart::client`]). Encoded sorted by client, so every replica's
-    /// snapshot of one state is the same bytes.
+    /// Every client's session with this group: the number of its last command applied
+    /// and the outcomes remembered for retries (see [`AccountPart::client`]). Encoded
+    /// sorted by client, so every replica's snapshot of one state is the same bytes.
     #[serde(with = "sorted")]
     sessions: FxHashMap<ClientId, Session>,
 }
@@ -229,7 +229,8 @@ impl AccountPart {
     /// the command. A client has a session with each group it sends commands to, and
     /// numbers its commands to a group 1, 2, 3, … on their own ([`crate::Sessions`]
     /// does it for a client library): the next number applies; a number already
-    /// applied is a retry, and nothing is done again; a number past the next is
+    /// applied is a retry, nothing is done again, and it is answered with the outcome
+    /// the command got (once that is back, for a forwarded one); a number past the next is
     /// refused with `sequence_gap` and not recorded (a later command overtook an
     /// earlier one on the way), so the client sends the missing ones first. A client
     /// may keep many commands in flight, and none is taken for a retry of another.

@@ -142,7 +142,8 @@ pub struct Ack {
     pub stamp: Timestamp,
     pub outcome: Outcome,
     /// The answer to a retry of a command applied earlier, from its session's memory
-    /// (the first answer may have been lost): nothing was done again.
+    /// (the first answer may have been lost): nothing was done again. The outcome is
+    /// the first answer's, or `sequence_too_old` once the session has forgotten it.
     pub repeat: bool,
 }
 
