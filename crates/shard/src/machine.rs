@@ -325,7 +325,12 @@ pub fn conservation(machines: &[&GroupMachine]) -> Result<(), String> {
         let mut on_the_way = |(asset, amount): (AssetId, Amount)| held[asset.0 as usize] += i128::from(amount.0);
         machine.symbol.merge.funds().for_each(&mut on_the_way);
         for (to, consumer) in machines.iter().enumerate().filter(|&(to, _)| to != g) {
-            machine.in_flight(to, consumer.cursor(g)).for_each(&mut on_the_way);
+            let cursor = consumer.cursor(g);
+            if cursor + 1 < machine.kept_from(to) {
+                // These states are not of one instant (a replica behind the others).
+                return Err(format!("group {g} trimmed its outputs to group {to} past that group's cursor ({cursor})"));
+            }
+            machine.in_flight(to, cursor).for_each(&mut on_the_way);
         }
     }
     match (0..assets).find(|&asset| entered[asset] != held[asset]) {
