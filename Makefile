@@ -31,7 +31,7 @@ lint:
 # The deterministic simulator (crates/simulator): SIM_SEEDS seeds from SIM_SEED, 3 members
 # and 2 gateways, then a tenth as many with 5 members and clients sending straight to
 # the nodes, then a twentieth as many of the partitioned exchange as three Raft groups of 3
-# members; it stops at the first failing seed
+# members and a fiftieth as many as two groups of 5; it stops at the first failing seed
 # and prints the command that replays it. `make sim SIM_SEEDS=100000` runs for hours.
 SIM_SEED ?= 1
 SIM_SEEDS ?= 300
@@ -39,6 +39,7 @@ sim:
 	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $(SIM_SEEDS)
 	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 10 + 1 )) --nodes 5 --gateways 0
 	$(CARGO) run -q -p bourse -- sim --groups 3 --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 20 + 1 ))
+	$(CARGO) run -q -p bourse -- sim --groups 2 --nodes 5 --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 50 + 1 ))
 
 # Random faults on a real 5-node cluster under load, in release (crates/bourse/tests/cluster.rs):
 # `make chaos BOURSE_CHAOS_SECS=600 BOURSE_CHAOS_SEED=42`.
