@@ -1194,8 +1194,12 @@ async fn a_release_jitter_puts_releases_off_within_its_bound_and_in_log_order() 
         assert!(release.released_local >= release.release_ts, "released before t_R: {release:?}");
         put_off.push(release.released_local - release.release_ts);
     }
-    // Put off by up to 5 ms (and what waking takes), and not all by nothing.
-    assert!(put_off.iter().all(|&d| d < 5_000_000 + 20_000_000), "{put_off:?}");
+    // Put off by up to 5 ms (and what waking takes: on a loaded two-core host one wake
+    // in forty took 40 ms), and not all by nothing.
+    let mut sorted = put_off.clone();
+    sorted.sort_unstable();
+    assert!(sorted[sorted.len() / 2] < 5_000_000 + 2_000_000, "the median is within the bound: {put_off:?}");
+    assert!(put_off.iter().all(|&d| d < 5_000_000 + 200_000_000), "{put_off:?}");
     assert!(put_off.iter().filter(|&&d| d > 1_000_000).count() >= 10, "the jitter shows: {put_off:?}");
     trader.close().await.unwrap();
     gateway.shutdown().await;

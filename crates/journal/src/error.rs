@@ -237,9 +237,12 @@ pub enum Error {
         /// The snapshot file found, or the journal's directory.
         path: PathBuf,
     },
-    /// The group-commit writer has stopped (shut down, or failed on an I/O error).
+    /// The group-commit writer has stopped on an error (I/O, or a panicking callback).
     #[error("group-commit writer has stopped")]
     WriterStopped,
+    /// The group-commit writer was stopped by its owner (shutdown, or drop).
+    #[error("group-commit writer was closed by its owner")]
+    WriterClosed,
 }
 
 /// The tail of a [`Error::RecordCorrupt`] message: where the proof of mid-log corruption is.

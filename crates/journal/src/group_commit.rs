@@ -13,7 +13,10 @@
 //! each entry is acknowledged exactly once. Bad input (empty or oversized batch, oversized
 //! payload) is rejected at submission, so the writer only ever fails on I/O. On an I/O
 //! error the writer stops: queued and later submissions fail with
-//! [`Error::WriterStopped`] and the error is returned by [`GroupCommit::shutdown`].
+//! [`Error::WriterStopped`] and the error is returned by [`GroupCommit::shutdown`]. Once
+//! the owner has stopped it (shutdown, or drop), submissions fail with
+//! [`Error::WriterClosed`] instead, so a producer can tell a failed journal from a
+//! closed one.
 //!
 //! Complexity: per group, one `write` and one `fdatasync` (plus one per segment roll);
 //! per batch, one allocation for its ticket.
@@ -100,6 +103,8 @@ enum Request {
 struct Durable {
     index: u64,
     stopped: bool,
+    /// The writer stopped because its owner asked, not on an error.
+    closed: bool,
 }
 
 /// State the writer publishes to every handle.
@@ -198,7 +203,7 @@ impl GroupCommitHandle {
     pub fn submit(&self, proposals: Vec<Proposal>) -> Result<Ticket> {
         self.batch_validate(&proposals)?;
         let (reply, receiver) = mpsc::sync_channel(1);
-        self.sender.send(Request::Batch { proposals, reply }).map_err(|_| Error::WriterStopped)?;
+        self.sender.send(Request::Batch { proposals, reply }).map_err(|_| self.stopped_error())?;
         Ok(Ticket { receiver })
     }
 
@@ -206,8 +211,8 @@ impl GroupCommitHandle {
     /// durable; see [`Journal::write_snapshot`].
     pub fn write_snapshot(&self, index: u64, bytes: Vec<u8>) -> Result<()> {
         let (reply, receiver) = mpsc::sync_channel(1);
-        self.sender.send(Request::Snapshot { index, bytes, reply }).map_err(|_| Error::WriterStopped)?;
-        receiver.recv().map_err(|_| Error::WriterStopped)?
+        self.sender.send(Request::Snapshot { index, bytes, reply }).map_err(|_| self.stopped_error())?;
+        receiver.recv().map_err(|_| self.stopped_error())?
     }
 
     /// The highest durable index published so far.
@@ -224,8 +229,18 @@ impl GroupCommitHandle {
         }
         if durable.index >= index {
             Ok(durable.index)
+        } else if durable.closed {
+            Err(Error::WriterClosed)
         } else {
             Err(Error::WriterStopped)
+        }
+    }
+
+    /// Why a request found the writer gone: closed by its owner, or stopped on an error.
+    fn stopped_error(&self) -> Error {
+        match lock(&self.shared.durable).closed {
+            true => Error::WriterClosed,
+            false => Error::WriterStopped,
         }
     }
 
@@ -283,6 +298,10 @@ fn writer_run(
 ) -> Result<Journal> {
     let _stopped = StoppedOnDrop { shared: Arc::clone(&shared) };
     let result = writer_loop(&mut journal, &receiver, &shared, config, &mut on_durable);
+    if result.is_ok() {
+        // Published before the receiver drops, so a producer whose send fails sees it.
+        lock(&shared.durable).closed = true;
+    }
     result.map(|()| journal)
 }
 

@@ -314,10 +314,21 @@ impl Core {
         while proposals.peek().is_some() {
             let chunk: Vec<Proposal> = proposals.by_ref().take(self.config.batch_commands_max).collect();
             let Sequencer::Journal(journal) = &self.sequencer else { unreachable!("single node") };
-            if let Err(error) = journal.submit(chunk) {
-                // The journal can no longer make anything durable: stop the node.
-                tracing::error!(%error, "journal failed; stopping");
-                std::process::abort();
+            match journal.submit(chunk) {
+                Ok(_) => {}
+                Err(bourse_journal::Error::WriterClosed) => {
+                    // The node was dropped without `shutdown`: the drop closed the journal
+                    // while the sequencer still held commands. Nothing here was durable
+                    // or acknowledged, so stop quietly.
+                    tracing::debug!("journal closed by the node's owner; the core stops");
+                    return true;
+                }
+                Err(error) => {
+                    // The journal can no longer make anything durable: stop the node.
+                    tracing::error!(%error, "journal failed; stopping");
+                    eprintln!("bourse node: journal failed ({error}); aborting");
+                    std::process::abort();
+                }
             }
         }
         stop
@@ -525,6 +536,7 @@ impl Core {
                     // Only a leader of this code writes entries, so this is a corrupt or
                     // foreign log: applying around it would fork the replicas.
                     tracing::error!(index = entry.index, %error, "a committed command does not decode; stopping");
+                    eprintln!("bourse node: committed entry {} does not decode ({error}); aborting", entry.index);
                     std::process::abort();
                 }
             };

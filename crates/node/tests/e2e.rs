@@ -158,6 +158,47 @@ async fn a_core_batch_larger_than_the_journal_batch_is_logged_in_pieces() {
     node.shutdown().await.unwrap();
 }
 
+/// A node dropped without `shutdown` (a test's end, a panicking caller) closes its
+/// journal, and its fair sequencer may still hold a gateway's commands that it releases
+/// after: the core stops quietly. It took the closed journal for a failed one and
+/// aborted the whole process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_dropped_while_the_sequencer_holds_commands_stops_without_aborting_the_process() {
+    use bourse_protocol::proto::gateway_link_client::GatewayLinkClient;
+    let dir = tempfile::tempdir().unwrap();
+    // The sequencer holds each stamped batch for 200 ms.
+    let node = Node::start(NodeConfig { sequencer_window_us: 200_000, ..config(dir.path()) }).await.unwrap();
+    let addr = node.addr;
+    market(addr).await;
+    let (up, receiver) = tokio::sync::mpsc::unbounded_channel();
+    up.send(proto::GatewayUp { gateway: 1, ..Default::default() }).unwrap();
+    let mut link = GatewayLinkClient::connect(format!("http://{addr}")).await.unwrap();
+    let _down = link.link(tokio_stream::wrappers::UnboundedReceiverStream::new(receiver)).await.unwrap();
+    // A second gateway that only says who it is: its clock never passes the stamps, so
+    // they wait out the window.
+    let (quiet, receiver) = tokio::sync::mpsc::unbounded_channel();
+    quiet.send(proto::GatewayUp { gateway: 2, ..Default::default() }).unwrap();
+    let mut link = GatewayLinkClient::connect(format!("http://{addr}")).await.unwrap();
+    let _quiet_down = link.link(tokio_stream::wrappers::UnboundedReceiverStream::new(receiver)).await.unwrap();
+    let ts = bourse_fairness::true_now_ns();
+    for seq in 1..=10 {
+        let batch = proto::StampedBatch {
+            client_id: 9,
+            gateway_ts: ts + seq,
+            gateway_seq: seq,
+            commands: vec![place(seq, 0, Side::Sell, 500, 1)],
+            claim: None,
+        };
+        up.send(proto::GatewayUp { gateway: 1, batches: vec![batch], ..Default::default() }).unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let held = node.metrics.fair_held.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(held, 10, "the sequencer holds the batches when the node is dropped");
+    drop(node);
+    // Past the window: whatever was held has gone to the core by now.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accounts_by_external_id_and_closed_orders_over_grpc() {
     let dir = tempfile::tempdir().unwrap();

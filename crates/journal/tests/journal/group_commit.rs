@@ -137,8 +137,10 @@ fn bad_batches_are_rejected_at_submission_and_stop_is_reported() {
     assert_eq!(range, IndexRange { first: 3, last: 3 });
     let journal = group.shutdown().unwrap();
     assert_eq!((journal.last_index(), journal.snapshot_index()), (3, Some(2)));
-    assert!(matches!(handle.submit(vec![proposal(0, 3)]), Err(Error::WriterStopped)));
-    assert!(matches!(handle.wait_durable(4), Err(Error::WriterStopped)));
+    // Closed by its owner, which a producer can tell from a failure.
+    assert!(matches!(handle.submit(vec![proposal(0, 3)]), Err(Error::WriterClosed)));
+    assert!(matches!(handle.write_snapshot(3, Vec::new()), Err(Error::WriterClosed)));
+    assert!(matches!(handle.wait_durable(4), Err(Error::WriterClosed)));
     assert_eq!(handle.wait_durable(3).unwrap(), 3);
 }
 
@@ -167,6 +169,7 @@ fn a_panicking_callback_stops_the_writer_without_stranding_waiters() {
     let ticket = handle.submit(vec![proposal(0, 0)]).unwrap();
     assert!(matches!(ticket.wait(), Err(Error::WriterStopped)));
     assert!(matches!(handle.wait_durable(1), Err(Error::WriterStopped)));
+    assert!(matches!(handle.submit(vec![proposal(0, 1)]), Err(Error::WriterStopped)));
     let shutdown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.shutdown()));
     assert!(shutdown.is_err(), "the callback's panic reaches the owner");
 }
