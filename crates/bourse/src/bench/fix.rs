@@ -46,6 +46,10 @@ pub struct FixArgs {
     /// directory to pay for real fsyncs of the node's journal and the FIX stores.
     #[arg(long)]
     data: Option<std::path::PathBuf>,
+    /// Send without fsyncing the FIX stores first (never outside a benchmark): what the
+    /// store's fsync, and the hop to the blocking thread that does it, cost.
+    #[arg(long)]
+    no_store_fsync: bool,
     /// Print one JSON object as the last line.
     #[arg(long)]
     json: bool,
@@ -99,6 +103,7 @@ async fn rounds(args: &FixArgs) -> Result<Vec<Round>, String> {
     let gateway = closed_loop::gateway(&node, args.layout.layout).await?;
     let mut fix_config = FixConfig::new("127.0.0.1:0".parse().expect("an address"), Vec::new(), dir.path().join("fix"));
     fix_config.upstream = bourse_port::Upstream::InProcess(gateway.local());
+    fix_config.fsync = !args.no_store_fsync;
     let fix = FixServer::start(fix_config).await.map_err(|e| e.to_string())?;
     let mut rounds = Vec::new();
     for (index, &sessions) in args.sessions.iter().enumerate() {
