@@ -277,9 +277,10 @@ impl ShardMachine {
                 self.world
                     .violation(format!("node {node}: command {} of client {} answered twice", ack.seq, ack.client));
             }
-            let first = match gap {
-                true => ack.outcome,
-                false => *lock(&self.shared.outcomes).entry((ack.client, ack.seq)).or_insert(ack.outcome),
+            let first = if gap {
+                ack.outcome
+            } else {
+                *lock(&self.shared.outcomes).entry((ack.client, ack.seq)).or_insert(ack.outcome)
             };
             if first != ack.outcome {
                 self.world.violation(format!(
