@@ -76,6 +76,11 @@ impl<B: Book> Engine<B> {
         self.accounts.get(account.0 as usize)?.external_id
     }
 
+    /// Whether an account is suspended (`SuspendAccount`): `None` when it does not exist.
+    pub fn account_suspended(&self, account: AccountId) -> Option<bool> {
+        Some(self.accounts.get(account.0 as usize)?.suspended)
+    }
+
     /// Every balance of an account, by asset.
     pub fn balances(&self, account: AccountId) -> Option<&[(AssetId, Balance)]> {
         Some(&self.accounts.get(account.0 as usize)?.balances)

@@ -67,6 +67,11 @@ struct Record {
     balances: SmallVec<[(AssetId, i64); 2]>,
     /// Its resting buys, as last reported.
     buys: SmallVec<[Buy; 1]>,
+    /// Suspended (`SuspendAccount`): no new order, move or withdrawal until resumed,
+    /// as in one engine. Only its account part knows: every command that suspension
+    /// refuses is refused here, before anything is forwarded; cancels, reductions and
+    /// the account's waiting stops go on as in one engine.
+    suspended: bool,
 }
 
 impl Record {
@@ -218,6 +223,21 @@ impl AccountPart {
         Ok(())
     }
 
+    /// An account of this part that is not suspended: the engine's first check of a
+    /// place, a move and a withdrawal.
+    fn active(&self, account: AccountId) -> Result<(), Reject> {
+        self.owned(account)?;
+        if self.records[account.0 as usize].suspended {
+            return Err(Reject::AccountSuspended);
+        }
+        Ok(())
+    }
+
+    /// Whether `account` is suspended (`None`: not an account of this part's numbering).
+    pub fn suspended(&self, account: AccountId) -> Option<bool> {
+        self.records.get(account.0 as usize).map(|record| record.suspended)
+    }
+
     fn asset(&self, asset: AssetId) -> Result<(), Reject> {
         if asset.0 >= self.assets {
             return Err(Reject::AssetUnknown);
@@ -291,6 +311,12 @@ impl AccountPart {
             CommandBody::Withdraw { account, asset, amount } => {
                 self.withdraw(*account, *asset, *amount).map(|()| Step::Done(Outcome::Ok { id: 0 }))
             }
+            CommandBody::SuspendAccount { account } => {
+                self.set_suspended(*account, true).map(|()| Step::Done(Outcome::Ok { id: 0 }))
+            }
+            CommandBody::ResumeAccount { account } => {
+                self.set_suspended(*account, false).map(|()| Step::Done(Outcome::Ok { id: 0 }))
+            }
             CommandBody::Place(request) => self
                 .place_hold(request)
                 .map(|hold| Step::Forward(self.map.symbol_group(request.symbol), forward(Some(hold), false))),
@@ -322,8 +348,18 @@ impl AccountPart {
         &self.issued
     }
 
-    fn withdraw(&mut self, account: AccountId, asset: AssetId, amount: Amount) -> Result<(), Reject> {
+    fn set_suspended(&mut self, account: AccountId, suspended: bool) -> Result<(), Reject> {
         self.owned(account)?;
+        let record = &mut self.records[account.0 as usize];
+        if record.suspended == suspended {
+            return Err(Reject::AccountAlreadyInState);
+        }
+        record.suspended = suspended;
+        Ok(())
+    }
+
+    fn withdraw(&mut self, account: AccountId, asset: AssetId, amount: Amount) -> Result<(), Reject> {
+        self.active(account)?;
         self.asset(asset)?;
         if amount.0 <= 0 {
             return Err(Reject::AmountMustBePositive);
@@ -343,7 +379,7 @@ impl AccountPart {
     }
 
     fn place_hold(&mut self, request: &bourse_engine::command::OrderRequest) -> Result<(AssetId, Amount), Reject> {
-        self.owned(request.account)?;
+        self.active(request.account)?;
         let spec = self.specs.get(request.symbol.0 as usize).ok_or(Reject::SymbolUnknown)?;
         let (asset, amount) = spot_hold(spec, request)?;
         self.take(request.account, asset, amount.0)?;
@@ -360,7 +396,7 @@ impl AccountPart {
         order: OrderId,
         px: Px,
     ) -> Result<(Option<(AssetId, Amount)>, bool), Reject> {
-        self.owned(account)?;
+        self.active(account)?;
         let quote = self.specs.get(symbol.0 as usize).ok_or(Reject::SymbolUnknown)?.quote;
         let record = &mut self.records[account.0 as usize];
         let Some(buy) = record.buy(symbol, order).copied() else {
@@ -438,7 +474,9 @@ fn command_account(body: &CommandBody) -> Option<AccountId> {
     match body {
         CommandBody::Deposit { account, .. }
         | CommandBody::Credit { account, .. }
-        | CommandBody::Withdraw { account, .. } => Some(*account),
+        | CommandBody::Withdraw { account, .. }
+        | CommandBody::SuspendAccount { account }
+        | CommandBody::ResumeAccount { account } => Some(*account),
         _ => crate::order_parts(body).map(|(account, _)| account),
     }
 }

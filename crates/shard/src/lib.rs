@@ -32,9 +32,10 @@
 //! [`threads::run`] runs a group's machine per thread (the bench).
 //!
 //! What this slice leaves out (refused as [`Unsupported`]): margin symbols, the close
-//! of the day, suspension, marks, fairness settings, day trading. The catalog and the
-//! accounts come as config entries in every group's log at the same point, where the
-//! design has a metadata group's config stream.
+//! of the day, marks, accounts with external ids, fairness settings, day trading.
+//! Suspension is carried by the account parts alone. The catalog and the accounts come
+//! as config entries in every group's log at the same point, where the design has a
+//! metadata group's config stream.
 
 mod account;
 pub mod machine;
@@ -177,13 +178,12 @@ pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
         | CommandBody::Credit { account, .. }
         | CommandBody::Cancel { account, .. }
         | CommandBody::Reduce { account, .. }
-        | CommandBody::Move { account, .. } => Route::Account(map.account_group(*account)),
+        | CommandBody::Move { account, .. }
+        | CommandBody::SuspendAccount { account }
+        | CommandBody::ResumeAccount { account } => Route::Account(map.account_group(*account)),
         CommandBody::Place(request) => Route::Account(map.account_group(request.account)),
         CommandBody::CreateMarginSymbol(_) | CommandBody::SetMark { .. } => return Err(Unsupported("margin symbols")),
         CommandBody::CloseDay => return Err(Unsupported("the close of the day")),
-        CommandBody::SuspendAccount { .. } | CommandBody::ResumeAccount { .. } => {
-            return Err(Unsupported("suspending accounts"))
-        }
         CommandBody::CreateAccountWithId { .. } => return Err(Unsupported("accounts with external ids")),
         CommandBody::DayTrading(_) => return Err(Unsupported("day trading")),
         CommandBody::SetFairness(_) => return Err(Unsupported("fairness settings")),
@@ -273,6 +273,8 @@ mod tests {
         let request = OrderRequest::limit(AccountId(7), SymbolId(2), Side::Buy, Px(100), Qty(1), Tif::Gtc);
         assert_eq!(route(&map, &CommandBody::Place(request)), Ok(Route::Account(map.account_group(AccountId(7)))));
         assert_eq!(route(&map, &CommandBody::CreateAccount), Ok(Route::Config));
+        let suspend = CommandBody::SuspendAccount { account: AccountId(7) };
+        assert_eq!(route(&map, &suspend), Ok(Route::Account(map.account_group(AccountId(7)))));
         let refused = route(&map, &CommandBody::CloseDay).expect_err("not carried");
         assert_eq!(refused.to_string(), "the partitioned exchange does not carry the close of the day yet");
     }

@@ -45,6 +45,8 @@ pub struct Summary {
     /// Per symbol: bids and asks, best first.
     pub books: Vec<Depth>,
     pub orders_resting: usize,
+    /// The suspended accounts, in id order.
+    pub suspended: Vec<AccountId>,
 }
 
 impl Summary {
@@ -62,7 +64,11 @@ impl Summary {
         let (fees, supply) = assets.map(|asset| (asset.fees.0, asset.supply.0)).unzip();
         let books =
             (0..engine.symbols_len()).map(|s| engine.depth(SymbolId(s as u32), usize::MAX).expect("symbol")).collect();
-        Summary { balances, fees, supply, books, orders_resting: engine.orders_resting() }
+        let suspended = (0..engine.accounts_len() as u32)
+            .map(AccountId)
+            .filter(|&account| engine.account_suspended(account) == Some(true))
+            .collect();
+        Summary { balances, fees, supply, books, orders_resting: engine.orders_resting(), suspended }
     }
 
     /// The partitioned exchange's state: available balances from the account parts,
@@ -107,7 +113,12 @@ impl Summary {
             }
             orders_resting += engine.orders_resting();
         }
-        Summary { balances, fees, supply, books, orders_resting }
+        // Each account's part knows whether it is suspended; the mirrors never are.
+        let suspended = (0..first.accounts_len() as u32)
+            .map(AccountId)
+            .filter(|&account| groups.accounts[groups.map.account_group(account)].suspended(account) == Some(true))
+            .collect();
+        Summary { balances, fees, supply, books, orders_resting, suspended }
     }
 }
 

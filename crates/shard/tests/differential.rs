@@ -35,11 +35,19 @@ struct Flow {
     seqs: BTreeMap<ClientId, u64>,
     /// Orders the engine accepted: (symbol, id, account).
     placed: Vec<(SymbolId, OrderId, AccountId)>,
+    /// Accounts the operator suspended and has not resumed (each for a few commands).
+    suspended: Vec<AccountId>,
 }
 
 impl Flow {
     fn new(seed: u64) -> Self {
-        Flow { rng: ChaCha8Rng::seed_from_u64(seed), ts: 1_000, seqs: BTreeMap::new(), placed: Vec::new() }
+        Flow {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            ts: 1_000,
+            seqs: BTreeMap::new(),
+            placed: Vec::new(),
+            suspended: Vec::new(),
+        }
     }
 
     fn command(&mut self, client: ClientId, body: CommandBody) -> Command {
@@ -90,8 +98,28 @@ impl Flow {
     }
 
     fn next(&mut self) -> Command {
+        // A suspended account is resumed after a few commands; now and then the
+        // operator suspends one (or one already suspended, or resumes one that is not).
+        if !self.suspended.is_empty() && self.rng.gen_range(0..8) == 0 {
+            let account = self.suspended.swap_remove(0);
+            return self.command(ADMIN, CommandBody::ResumeAccount { account });
+        }
         let account = AccountId(self.rng.gen_range(0..ACCOUNTS));
         let roll = self.rng.gen_range(0..100);
+        if (94..96).contains(&roll) {
+            let body = match self.rng.gen_range(0..6) {
+                0 => CommandBody::ResumeAccount { account },
+                _ => CommandBody::SuspendAccount { account },
+            };
+            match body {
+                CommandBody::SuspendAccount { .. } if !self.suspended.contains(&account) => {
+                    self.suspended.push(account)
+                }
+                CommandBody::ResumeAccount { .. } => self.suspended.retain(|&a| a != account),
+                _ => {}
+            }
+            return self.command(ADMIN, body);
+        }
         let body = if roll < 48 || self.placed.is_empty() {
             CommandBody::Place(self.request(account))
         } else if roll < 66 {
@@ -101,7 +129,7 @@ impl Flow {
             let (symbol, order, owner) = self.pick_order(account);
             let lot = if symbol == SymbolId(1) { 10 } else { 1 };
             CommandBody::Reduce { account: owner, symbol, order, qty_by: Qty(lot * self.rng.gen_range(1..20)) }
-        } else if roll < 96 {
+        } else if roll < 94 {
             let (symbol, order, owner) = self.pick_order(account);
             let tick = if symbol == SymbolId(2) { 5 } else { 1 };
             let px = Px(tick * self.rng.gen_range(16..25) * 5);
@@ -352,7 +380,14 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
     let moved = moved.count();
     assert!(moved > commands / 20, "too few moves applied: {moved}");
     let refused = |reject| reference.outcomes.values().filter(|&&o| o == Outcome::Rejected(reject)).count();
-    for reject in [Reject::QtyMustBePositive, Reject::OrderNotOwned, Reject::OrderUnknown, Reject::FokCannotFill] {
+    for reject in [
+        Reject::QtyMustBePositive,
+        Reject::OrderNotOwned,
+        Reject::OrderUnknown,
+        Reject::FokCannotFill,
+        Reject::AccountSuspended,
+        Reject::AccountAlreadyInState,
+    ] {
         assert!(refused(reject) > 0, "no {reject} refusal in the flow");
     }
     let mut trades: BTreeMap<SymbolId, Vec<Trade>> = BTreeMap::new();
@@ -369,6 +404,7 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
     assert_eq!(summary.supply, reference.summary.supply, "supply (groups {groups}, seed {seed})");
     assert_eq!(summary.books, reference.summary.books, "books (groups {groups}, seed {seed})");
     assert_eq!(summary.orders_resting, reference.summary.orders_resting);
+    assert_eq!(summary.suspended, reference.summary.suspended, "suspended (groups {groups}, seed {seed})");
     run
 }
 
