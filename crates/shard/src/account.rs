@@ -166,8 +166,11 @@ impl AccountPart {
         }
     }
 
-    /// Takes in a catalog or account-creating command that every part applied.
-    pub(crate) fn configure(&mut self, body: &CommandBody) -> Result<(), Unsupported> {
+    /// Takes in a catalog or account-creating command that every part applied, with the
+    /// id its outcome gave. An account created with an external id and a deposit gets
+    /// the deposit in its own group's part only (the symbol parts' mirrors created it
+    /// empty).
+    pub(crate) fn configure(&mut self, body: &CommandBody, id: u64) -> Result<(), Unsupported> {
         match body {
             CommandBody::CreateAsset { .. } => {
                 self.assets += 1;
@@ -175,6 +178,15 @@ impl AccountPart {
             }
             CommandBody::CreateSymbol(spec) => self.specs.push((**spec).clone()),
             CommandBody::CreateAccount => self.records.push(Record::default()),
+            CommandBody::CreateAccountWithId { asset, deposit, .. } => {
+                let account = AccountId(id as u32);
+                assert_eq!(account.0 as usize, self.records.len(), "every part numbers accounts alike");
+                self.records.push(Record::default());
+                if deposit.0 > 0 && self.map.account_group(account) == self.group {
+                    *self.balance_mut(account, *asset) += deposit.0;
+                    self.issued[asset.0 as usize] += i128::from(deposit.0);
+                }
+            }
             _ => return Err(Unsupported("this command as configuration")),
         }
         Ok(())

@@ -32,8 +32,9 @@
 //! [`threads::run`] runs a group's machine per thread (the bench).
 //!
 //! What this slice leaves out (refused as [`Unsupported`]): margin symbols, the close
-//! of the day, marks, accounts with external ids, fairness settings, day trading.
-//! Suspension is carried by the account parts alone. The catalog and the accounts come
+//! of the day, marks, fairness settings, day trading. Suspension is carried by the
+//! account parts alone; an account created with an external id is config like any
+//! other, its deposit taken by its own account part. The catalog and the accounts come
 //! as config entries in every group's log at the same point, where the design has a
 //! metadata group's config stream.
 
@@ -172,7 +173,10 @@ pub enum Route {
 /// The command's route, or why it has none.
 pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
     Ok(match body {
-        CommandBody::CreateAsset { .. } | CommandBody::CreateSymbol(_) | CommandBody::CreateAccount => Route::Config,
+        CommandBody::CreateAsset { .. }
+        | CommandBody::CreateSymbol(_)
+        | CommandBody::CreateAccount
+        | CommandBody::CreateAccountWithId { .. } => Route::Config,
         CommandBody::Deposit { account, .. }
         | CommandBody::Withdraw { account, .. }
         | CommandBody::Credit { account, .. }
@@ -184,7 +188,6 @@ pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
         CommandBody::Place(request) => Route::Account(map.account_group(request.account)),
         CommandBody::CreateMarginSymbol(_) | CommandBody::SetMark { .. } => return Err(Unsupported("margin symbols")),
         CommandBody::CloseDay => return Err(Unsupported("the close of the day")),
-        CommandBody::CreateAccountWithId { .. } => return Err(Unsupported("accounts with external ids")),
         CommandBody::DayTrading(_) => return Err(Unsupported("day trading")),
         CommandBody::SetFairness(_) => return Err(Unsupported("fairness settings")),
     })

@@ -245,8 +245,8 @@ impl GroupMachine {
             }
             Entry::Config { stamp, body } => {
                 let outcome = self.symbol.configure(*stamp, body);
-                if let Outcome::Ok { .. } = outcome {
-                    self.account.configure(body).expect("config entries carry catalog and account commands");
+                if let Outcome::Ok { id } = outcome {
+                    self.account.configure(body, id).expect("config entries carry catalog and account commands");
                 }
                 return Ok(Some(outcome));
             }

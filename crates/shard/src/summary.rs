@@ -47,6 +47,8 @@ pub struct Summary {
     pub orders_resting: usize,
     /// The suspended accounts, in id order.
     pub suspended: Vec<AccountId>,
+    /// The accounts created with an external id, and the id, in account order.
+    pub external_ids: Vec<(AccountId, u64)>,
 }
 
 impl Summary {
@@ -68,7 +70,8 @@ impl Summary {
             .map(AccountId)
             .filter(|&account| engine.account_suspended(account) == Some(true))
             .collect();
-        Summary { balances, fees, supply, books, orders_resting: engine.orders_resting(), suspended }
+        let external_ids = external_ids(engine);
+        Summary { balances, fees, supply, books, orders_resting: engine.orders_resting(), suspended, external_ids }
     }
 
     /// The partitioned exchange's state: available balances from the account parts,
@@ -118,8 +121,19 @@ impl Summary {
             .map(AccountId)
             .filter(|&account| groups.accounts[groups.map.account_group(account)].suspended(account) == Some(true))
             .collect();
-        Summary { balances, fees, supply, books, orders_resting, suspended }
+        // Every symbol part's engine created every account, with its external id.
+        let external_ids = external_ids(first);
+        assert!(groups.symbols.iter().all(|part| self::external_ids(part.engine()) == external_ids));
+        Summary { balances, fees, supply, books, orders_resting, suspended, external_ids }
     }
+}
+
+/// The accounts of `engine` created with an external id, with it.
+fn external_ids(engine: &Engine) -> Vec<(AccountId, u64)> {
+    (0..engine.accounts_len() as u32)
+        .map(AccountId)
+        .filter_map(|account| Some((account, engine.account_external_id(account)?)))
+        .collect()
 }
 
 /// A stream written against one engine's order ids, as the groups must receive it.

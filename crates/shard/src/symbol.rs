@@ -196,7 +196,15 @@ impl SymbolPart {
 
     pub(crate) fn configure(&mut self, stamp: Timestamp, body: &CommandBody) -> Outcome {
         self.events.clear();
-        self.apply(stamp, body.clone())
+        let body = match *body {
+            // A mirror holds no deposit: the account's own part takes it. (A negative one
+            // goes as it is, to be refused after the same checks as in one engine.)
+            CommandBody::CreateAccountWithId { external_id, asset, deposit } if deposit.0 > 0 => {
+                CommandBody::CreateAccountWithId { external_id, asset, deposit: Amount(0) }
+            }
+            ref other => other.clone(),
+        };
+        self.apply(stamp, body)
     }
 
     /// Applies every forward the merge has released, sending what comes back to each

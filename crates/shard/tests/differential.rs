@@ -81,12 +81,20 @@ impl Flow {
             ));
         }
         for a in 0..ACCOUNTS {
-            out.push(self.command(ADMIN, CommandBody::CreateAccount));
             let account = AccountId(a);
-            out.push(self.command(
-                ADMIN,
-                CommandBody::Deposit { account, asset: AssetId(0), amount: Amount(1_000_000_000_000) },
-            ));
+            let cash = Amount(1_000_000_000_000);
+            // Half the accounts are created with an external id and their cash at once.
+            if a % 2 == 1 {
+                let body = CommandBody::CreateAccountWithId {
+                    external_id: 1_000 + u64::from(a),
+                    asset: AssetId(0),
+                    deposit: cash,
+                };
+                out.push(self.command(ADMIN, body));
+            } else {
+                out.push(self.command(ADMIN, CommandBody::CreateAccount));
+                out.push(self.command(ADMIN, CommandBody::Deposit { account, asset: AssetId(0), amount: cash }));
+            }
             for s in 0..SYMBOLS {
                 out.push(self.command(
                     ADMIN,
@@ -94,6 +102,11 @@ impl Flow {
                 ));
             }
         }
+        // Refused alike everywhere: an external id taken, a negative deposit.
+        let taken = CommandBody::CreateAccountWithId { external_id: 1_001, asset: AssetId(0), deposit: Amount(5) };
+        out.push(self.command(ADMIN, taken));
+        let negative = CommandBody::CreateAccountWithId { external_id: 7, asset: AssetId(0), deposit: Amount(-5) };
+        out.push(self.command(ADMIN, negative));
         out
     }
 
@@ -387,6 +400,8 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
         Reject::FokCannotFill,
         Reject::AccountSuspended,
         Reject::AccountAlreadyInState,
+        Reject::AccountIdTaken,
+        Reject::AmountMustBePositive,
     ] {
         assert!(refused(reject) > 0, "no {reject} refusal in the flow");
     }
@@ -405,6 +420,8 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
     assert_eq!(summary.books, reference.summary.books, "books (groups {groups}, seed {seed})");
     assert_eq!(summary.orders_resting, reference.summary.orders_resting);
     assert_eq!(summary.suspended, reference.summary.suspended, "suspended (groups {groups}, seed {seed})");
+    assert_eq!(summary.external_ids, reference.summary.external_ids);
+    assert_eq!(summary.external_ids.len(), ACCOUNTS as usize / 2);
     run
 }
 
