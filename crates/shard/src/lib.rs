@@ -32,9 +32,10 @@
 //! [`threads::run`] runs a group's machine per thread (the bench).
 //!
 //! What this slice leaves out (refused as [`Unsupported`]): margin symbols, the close
-//! of the day, marks, fairness settings, day trading. Suspension is carried by the
-//! account parts alone; an account created with an external id is config like any
-//! other, its deposit taken by its own account part. The catalog and the accounts come
+//! of the day, marks, day trading. Suspension is carried by the account parts alone;
+//! an account created with an external id is config like any other, its deposit taken
+//! by its own account part; fairness settings are config, in force in every group from
+//! the same point of its log. The catalog and the accounts come
 //! as config entries in every group's log at the same point, where the design has a
 //! metadata group's config stream.
 
@@ -176,7 +177,8 @@ pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
         CommandBody::CreateAsset { .. }
         | CommandBody::CreateSymbol(_)
         | CommandBody::CreateAccount
-        | CommandBody::CreateAccountWithId { .. } => Route::Config,
+        | CommandBody::CreateAccountWithId { .. }
+        | CommandBody::SetFairness(_) => Route::Config,
         CommandBody::Deposit { account, .. }
         | CommandBody::Withdraw { account, .. }
         | CommandBody::Credit { account, .. }
@@ -189,7 +191,6 @@ pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
         CommandBody::CreateMarginSymbol(_) | CommandBody::SetMark { .. } => return Err(Unsupported("margin symbols")),
         CommandBody::CloseDay => return Err(Unsupported("the close of the day")),
         CommandBody::DayTrading(_) => return Err(Unsupported("day trading")),
-        CommandBody::SetFairness(_) => return Err(Unsupported("fairness settings")),
     })
 }
 

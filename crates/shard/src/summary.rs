@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::{Groups, Replicated};
-use bourse_engine::command::Command;
+use bourse_engine::command::{Command, FairnessSetting};
 use bourse_engine::{AccountId, Amount, AssetId, Depth, Engine, Event, Outcome, Px, Qty, Side, SymbolId};
 
 /// One trade, without order ids (a symbol part numbers its orders itself).
@@ -49,6 +49,8 @@ pub struct Summary {
     pub suspended: Vec<AccountId>,
     /// The accounts created with an external id, and the id, in account order.
     pub external_ids: Vec<(AccountId, u64)>,
+    /// The fairness delays set through the log.
+    pub fairness: Option<FairnessSetting>,
 }
 
 impl Summary {
@@ -71,7 +73,16 @@ impl Summary {
             .filter(|&account| engine.account_suspended(account) == Some(true))
             .collect();
         let external_ids = external_ids(engine);
-        Summary { balances, fees, supply, books, orders_resting: engine.orders_resting(), suspended, external_ids }
+        Summary {
+            balances,
+            fees,
+            supply,
+            books,
+            orders_resting: engine.orders_resting(),
+            suspended,
+            external_ids,
+            fairness: engine.fairness(),
+        }
     }
 
     /// The partitioned exchange's state: available balances from the account parts,
@@ -124,7 +135,9 @@ impl Summary {
         // Every symbol part's engine created every account, with its external id.
         let external_ids = external_ids(first);
         assert!(groups.symbols.iter().all(|part| self::external_ids(part.engine()) == external_ids));
-        Summary { balances, fees, supply, books, orders_resting, suspended, external_ids }
+        let fairness = first.fairness();
+        assert!(groups.symbols.iter().all(|part| part.engine().fairness() == fairness));
+        Summary { balances, fees, supply, books, orders_resting, suspended, external_ids, fairness }
     }
 }
 

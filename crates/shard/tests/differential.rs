@@ -11,7 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif};
+use bourse_engine::command::{
+    Command, CommandBody, FairnessSetting, MatchPolicy, OrderKind, OrderRequest, Stp, SymbolSpec, Tif, FAIRNESS_NS_MAX,
+};
 use bourse_engine::{
     AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, OrderId, OrderStatus, Outcome, Px, Qty, Reject, Side,
     SymbolId,
@@ -102,6 +104,11 @@ impl Flow {
                 ));
             }
         }
+        // The fairness delays, set through the log; and a setting past the bound.
+        let fairness = FairnessSetting { hold_ns: 2_000_000, window_ns: 500_000 };
+        out.push(self.command(ADMIN, CommandBody::SetFairness(fairness)));
+        let too_long = FairnessSetting { hold_ns: FAIRNESS_NS_MAX + 1, window_ns: 0 };
+        out.push(self.command(ADMIN, CommandBody::SetFairness(too_long)));
         // Refused alike everywhere: an external id taken, a negative deposit.
         let taken = CommandBody::CreateAccountWithId { external_id: 1_001, asset: AssetId(0), deposit: Amount(5) };
         out.push(self.command(ADMIN, taken));
@@ -402,6 +409,7 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
         Reject::AccountAlreadyInState,
         Reject::AccountIdTaken,
         Reject::AmountMustBePositive,
+        Reject::FairnessInvalid,
     ] {
         assert!(refused(reject) > 0, "no {reject} refusal in the flow");
     }
@@ -422,6 +430,8 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
     assert_eq!(summary.suspended, reference.summary.suspended, "suspended (groups {groups}, seed {seed})");
     assert_eq!(summary.external_ids, reference.summary.external_ids);
     assert_eq!(summary.external_ids.len(), ACCOUNTS as usize / 2);
+    assert_eq!(summary.fairness, reference.summary.fairness);
+    assert!(summary.fairness.is_some());
     run
 }
 
