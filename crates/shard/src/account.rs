@@ -189,6 +189,8 @@ impl AccountPart {
             }
             // The symbol parts' engines keep the setting; nothing here depends on it.
             CommandBody::SetFairness(_) => {}
+            // The symbol parts expire the Day orders and send back what they held.
+            CommandBody::CloseDay => {}
             _ => return Err(Unsupported("this command as configuration")),
         }
         Ok(())

@@ -31,11 +31,12 @@
 //! rebuilt from a snapshot and the log, and trims (the differential tests);
 //! [`threads::run`] runs a group's machine per thread (the bench).
 //!
-//! What this slice leaves out (refused as [`Unsupported`]): margin symbols, the close
-//! of the day, marks, day trading. Suspension is carried by the account parts alone;
-//! an account created with an external id is config like any other, its deposit taken
-//! by its own account part; fairness settings are config, in force in every group from
-//! the same point of its log. The catalog and the accounts come
+//! What this slice leaves out (refused as [`Unsupported`]): margin symbols, marks, day
+//! trading. Suspension is carried by the account parts alone; an account created with
+//! an external id is config like any other, its deposit taken by its own account part;
+//! fairness settings are config, in force in every group from the same point of its
+//! log; the close of the day is config that each group's symbol part applies to its
+//! own books, its count of expired orders summed over the groups. The catalog and the accounts come
 //! as config entries in every group's log at the same point, where the design has a
 //! metadata group's config stream.
 
@@ -165,7 +166,8 @@ impl std::error::Error for Unsupported {}
 /// Where a command goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// To every part at once: the catalog and account creation.
+    /// To every part at once: the catalog, account creation, fairness settings and the
+    /// close of the day.
     Config,
     /// To the account part of this group.
     Account(usize),
@@ -178,7 +180,8 @@ pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
         | CommandBody::CreateSymbol(_)
         | CommandBody::CreateAccount
         | CommandBody::CreateAccountWithId { .. }
-        | CommandBody::SetFairness(_) => Route::Config,
+        | CommandBody::SetFairness(_)
+        | CommandBody::CloseDay => Route::Config,
         CommandBody::Deposit { account, .. }
         | CommandBody::Withdraw { account, .. }
         | CommandBody::Credit { account, .. }
@@ -189,7 +192,6 @@ pub fn route(map: &ShardMap, body: &CommandBody) -> Result<Route, Unsupported> {
         | CommandBody::ResumeAccount { account } => Route::Account(map.account_group(*account)),
         CommandBody::Place(request) => Route::Account(map.account_group(request.account)),
         CommandBody::CreateMarginSymbol(_) | CommandBody::SetMark { .. } => return Err(Unsupported("margin symbols")),
-        CommandBody::CloseDay => return Err(Unsupported("the close of the day")),
         CommandBody::DayTrading(_) => return Err(Unsupported("day trading")),
     })
 }
@@ -279,8 +281,8 @@ mod tests {
         assert_eq!(route(&map, &CommandBody::CreateAccount), Ok(Route::Config));
         let suspend = CommandBody::SuspendAccount { account: AccountId(7) };
         assert_eq!(route(&map, &suspend), Ok(Route::Account(map.account_group(AccountId(7)))));
-        let refused = route(&map, &CommandBody::CloseDay).expect_err("not carried");
-        assert_eq!(refused.to_string(), "the partitioned exchange does not carry the close of the day yet");
+        let refused = route(&map, &CommandBody::SetMark { symbol: SymbolId(2), px: Px(100) }).expect_err("not carried");
+        assert_eq!(refused.to_string(), "the partitioned exchange does not carry margin symbols yet");
     }
 
     #[test]

@@ -244,7 +244,16 @@ impl GroupMachine {
                 }
             }
             Entry::Config { stamp, body } => {
-                let outcome = self.symbol.configure(*stamp, body);
+                let outcome = match body {
+                    CommandBody::CloseDay => {
+                        let GroupMachine { group, account, symbol, outboxes, .. } = self;
+                        symbol.close_day(*stamp, &mut |to, settlement| {
+                            let ack = settle_or_send(*group, account, outboxes, to, settlement);
+                            assert!(ack.is_none(), "the close of the day answers no client command");
+                        })
+                    }
+                    _ => self.symbol.configure(*stamp, body),
+                };
                 if let Outcome::Ok { id } = outcome {
                     self.account.configure(body, id).expect("config entries carry catalog and account commands");
                 }
@@ -290,14 +299,25 @@ impl GroupMachine {
     fn release(&mut self, acks: &mut Vec<Ack>) {
         let GroupMachine { group, account, symbol, outboxes, .. } = self;
         symbol.release(&mut |to, settlement: Settlement| {
-            if to == *group {
-                if let Some(ack) = account.settle(settlement) {
-                    acks.push(ack);
-                }
-            } else {
-                outboxes[to].outputs.push_back(Output::Settlement(settlement));
-            }
+            acks.extend(settle_or_send(*group, account, outboxes, to, settlement));
         });
+    }
+}
+
+/// A settlement for group `to`: applied at once when that is this group (`group`), or
+/// an output to it. Returns the acknowledgement it completes, if any.
+fn settle_or_send(
+    group: usize,
+    account: &mut AccountPart,
+    outboxes: &mut [Outbox],
+    to: usize,
+    settlement: Settlement,
+) -> Option<Ack> {
+    if to == group {
+        account.settle(settlement)
+    } else {
+        outboxes[to].outputs.push_back(Output::Settlement(settlement));
+        None
     }
 }
 

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use bourse_engine::command::{Command, CommandBody, OrderKind};
+use bourse_engine::command::{Command, CommandBody, OrderKind, Tif};
 use bourse_engine::{
     AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, Outcome, Px, Qty, Side, Timestamp,
 };
@@ -232,14 +232,7 @@ impl SymbolPart {
         }
         let outcome = self.apply(stamp, body);
         self.collect(account, moved);
-
-        // Whatever the command left available goes back to its account's part.
-        for i in 0..self.credits.len() {
-            let (holder, asset, amount) = self.credits[i];
-            let swept = self.engine.transfer_out(holder, asset, Amount(amount), &mut self.events);
-            assert!(swept.is_ok(), "sweeping {amount} of {asset} from {holder}: {swept:?}");
-            out(self.map.account_group(holder), Settlement::Credit { account: holder, asset, amount: Amount(amount) });
-        }
+        self.sweep(out);
         // The buy orders the command touched, before its outcome: a client that learns
         // an order's id from the outcome finds the order known to its account's part.
         let mut moved_state = None;
@@ -278,6 +271,42 @@ impl SymbolPart {
         out(self.map.account_group(account), Settlement::Done { account, ack, moved });
     }
 
+    /// Whatever the command left available in the mirrors goes back to each account's
+    /// part as a credit (`credits`, from [`SymbolPart::collect`]).
+    fn sweep(&mut self, out: &mut impl FnMut(usize, Settlement)) {
+        for i in 0..self.credits.len() {
+            let (holder, asset, amount) = self.credits[i];
+            let swept = self.engine.transfer_out(holder, asset, Amount(amount), &mut self.events);
+            assert!(swept.is_ok(), "sweeping {amount} of {asset} from {holder}: {swept:?}");
+            out(self.map.account_group(holder), Settlement::Credit { account: holder, asset, amount: Amount(amount) });
+        }
+    }
+
+    /// The close of the day in this part's books: every Day order of its symbols
+    /// expires, as in one engine. The holds released go back to their accounts' parts,
+    /// which forget the expired buys. The outcome counts the orders expired here; the
+    /// exchange's count is the sum over the groups.
+    pub(crate) fn close_day(&mut self, stamp: Timestamp, out: &mut impl FnMut(usize, Settlement)) -> Outcome {
+        // The Day buys about to expire, as their accounts' parts know them.
+        let mut expiring = Vec::new();
+        for account in (0..self.engine.accounts_len() as u32).map(AccountId) {
+            for view in self.engine.open_orders(account) {
+                let record = &view.record;
+                if record.tif == Tif::Day && record.side == Side::Buy {
+                    expiring.push((account, record.symbol, record.id));
+                }
+            }
+        }
+        self.events.clear();
+        let outcome = self.apply(stamp, CommandBody::CloseDay);
+        self.collect_credits();
+        self.sweep(out);
+        for (account, symbol, order) in expiring {
+            out(self.map.account_group(account), Settlement::Buy { account, symbol, order, open: None });
+        }
+        outcome
+    }
+
     /// A buy order's `(price, quantity left, owner)` while it rests, or while it waits
     /// as a stop-limit (at its limit: once triggered it may rest there); `None` for a
     /// sell or an order that is gone.
@@ -295,7 +324,7 @@ impl SymbolPart {
     /// From the command's events: the balances left available in mirrors, and the
     /// orders whose state an account part may need.
     fn collect(&mut self, account: AccountId, moved: Option<OrderId>) {
-        self.credits.clear();
+        self.collect_credits();
         self.touched.clear();
         let touch =
             |touched: &mut Vec<(OrderId, Option<AccountId>)>, order: OrderId, holder: Option<AccountId>| match touched
@@ -310,12 +339,6 @@ impl SymbolPart {
         }
         for event in &self.events {
             match *event {
-                Event::Balance { account, asset, available, .. } => {
-                    match self.credits.iter_mut().find(|(a, s, _)| (*a, *s) == (account, asset)) {
-                        Some(entry) => entry.2 = available.0,
-                        None => self.credits.push((account, asset, available.0)),
-                    }
-                }
                 Event::Accepted { order, account, side: Side::Buy, .. } => {
                     touch(&mut self.touched, order, Some(account))
                 }
@@ -335,6 +358,20 @@ impl SymbolPart {
                 | Event::Reduced { order, .. }
                 | Event::Cancelled { order, .. } => touch(&mut self.touched, order, None),
                 _ => {}
+            }
+        }
+    }
+
+    /// From the command's events: the balances left available in mirrors (the last
+    /// balance event of each account and asset), to go back to the account parts.
+    fn collect_credits(&mut self) {
+        self.credits.clear();
+        for event in &self.events {
+            if let Event::Balance { account, asset, available, .. } = *event {
+                match self.credits.iter_mut().find(|(a, s, _)| (*a, *s) == (account, asset)) {
+                    Some(entry) => entry.2 = available.0,
+                    None => self.credits.push((account, asset, available.0)),
+                }
             }
         }
         self.credits.retain(|&(_, _, available)| available > 0);

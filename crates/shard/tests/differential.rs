@@ -149,7 +149,10 @@ impl Flow {
             let (symbol, order, owner) = self.pick_order(account);
             let lot = if symbol == SymbolId(1) { 10 } else { 1 };
             CommandBody::Reduce { account: owner, symbol, order, qty_by: Qty(lot * self.rng.gen_range(1..20)) }
-        } else if roll < 94 {
+        } else if roll == 93 {
+            // The operator closes the day: every Day order expires.
+            return self.command(ADMIN, CommandBody::CloseDay);
+        } else if roll < 93 {
             let (symbol, order, owner) = self.pick_order(account);
             let tick = if symbol == SymbolId(2) { 5 } else { 1 };
             let px = Px(tick * self.rng.gen_range(16..25) * 5);
@@ -279,6 +282,8 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
     let mut events = Vec::new();
     // Commands in the order they were sent, to report the first that differs.
     let mut sent = Vec::new();
+    // The closes of the day, to check that some expired orders.
+    let mut closes = Vec::new();
     // Client commands sent (as the engine and as the groups got them), to retry.
     let mut retries: Vec<(Command, Command)> = Vec::new();
     let mut retried = 0;
@@ -314,6 +319,9 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
         let applied = engine.apply(&command, &mut events);
         reference.outcomes.insert((command.client, command.seq), applied.outcome);
         sent.push((command.client, command.seq));
+        if command.body == CommandBody::CloseDay {
+            closes.push((command.client, command.seq));
+        }
         for trade in events.iter().filter_map(Trade::of) {
             reference.trades.entry(trade.symbol).or_default().push(trade);
         }
@@ -431,6 +439,18 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
     assert_eq!(summary.external_ids, reference.summary.external_ids);
     assert_eq!(summary.external_ids.len(), ACCOUNTS as usize / 2);
     assert_eq!(summary.fairness, reference.summary.fairness);
+    let expired = |key| matches!(reference.outcomes[key], Outcome::Ok { id } if id > 0);
+    assert!(closes.iter().any(expired), "no close of the day expired an order");
+    // The account parts know exactly the open buys a move may be charged for: resting
+    // ones and waiting stop-limits (none stale after a cancel, a fill or an expiry).
+    let open_buys: usize = (0..ACCOUNTS)
+        .flat_map(|a| engine.open_orders(AccountId(a)))
+        .filter(|view| view.record.side == Side::Buy)
+        .filter(|view| {
+            view.record.status == OrderStatus::Open || matches!(view.record.kind, OrderKind::StopLimit { .. })
+        })
+        .count();
+    assert_eq!(parts.accounts.iter().map(|part| part.buys_known()).sum::<usize>(), open_buys, "buys known");
     assert!(summary.fairness.is_some());
     run
 }
