@@ -311,9 +311,13 @@ async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
     }
     inject_faults(&mut cluster, until).await;
 
-    // Heal: every link, every disk, every process.
+    // Heal: every link, every disk, every process (one whose disk failed since the
+    // last look has stopped: it crashes and starts again at once).
     *lock(&world.conditions) = Default::default();
     for index in 0..cluster.nodes.len() {
+        if cluster.nodes[index].process.as_ref().is_some_and(|p| p.member.stopped()) {
+            cluster.crash(index).await;
+        }
         if cluster.nodes[index].process.is_none() {
             cluster.start(index).await;
         }

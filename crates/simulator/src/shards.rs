@@ -433,6 +433,16 @@ impl Sim {
         self.world.trace(&[30, node.id]);
     }
 
+    /// Members whose disk failed have stopped: each crashes and starts again at once.
+    async fn restart_stopped(&mut self) {
+        for at in 0..self.nodes.len() {
+            if self.nodes[at].process.as_ref().is_some_and(|(member, _, _)| member.stopped()) {
+                self.crash(at).await;
+                self.start(at).await;
+            }
+        }
+    }
+
     async fn crash(&mut self, at: usize) {
         let node = &mut self.nodes[at];
         let Some((member, machine, front)) = node.process.take() else { return };
@@ -890,6 +900,7 @@ async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions)
 
     // Heal: every link, every disk, every process; then every command is answered.
     *lock(&world.conditions) = Default::default();
+    sim.restart_stopped().await;
     for at in 0..sim.nodes.len() {
         if sim.nodes[at].process.is_none() {
             sim.start(at).await;
@@ -899,6 +910,9 @@ async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions)
     world.trace(&[50, healed.as_nanos() as u64]);
     loop {
         tokio::time::sleep(Duration::from_millis(1)).await;
+        // An fsync that failed as the disks healed stopped its member after the look
+        // above.
+        sim.restart_stopped().await;
         if gateway.tick(false) == 0 {
             break;
         }
@@ -907,7 +921,7 @@ async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions)
             break;
         }
     }
-    converge(&sim, &mut gateway).await;
+    converge(&mut sim, &mut gateway).await;
     check(&sim, &gateway);
     let simulated = world.elapsed();
     for at in 0..sim.nodes.len() {
@@ -921,11 +935,12 @@ async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions)
 
 /// Waits until every group's replicas have applied all that is committed and every
 /// output has been ingested.
-async fn converge(sim: &Sim, gateway: &mut Gateway) {
-    let world = &sim.world;
+async fn converge(sim: &mut Sim, gateway: &mut Gateway) {
+    let world = Arc::clone(&sim.world);
     let deadline = world.elapsed() + Duration::from_secs(20);
     let mut ticking = true;
     loop {
+        sim.restart_stopped().await;
         // The gateway's ticks go on until no forward or settlement is left on its way
         // or in a merge (a forward waits until every source's watermark has passed
         // it); then they stop, so the logs stop growing and the replicas can be
