@@ -640,6 +640,10 @@ impl Gateway {
                 let (symbol, order) = trader.orders.swap_remove(rng.gen_range(0..trader.orders.len()));
                 CommandBody::Cancel { account, symbol, order }
             }
+            // Now and then the account is suspended (its places and withdrawals refused
+            // until it is resumed, which comes five times as often).
+            30 => CommandBody::SuspendAccount { account },
+            31..=35 => CommandBody::ResumeAccount { account },
             _ => {
                 let symbol = SymbolId(rng.gen_range(0..SYMBOLS));
                 let side = if rng.gen_bool(0.5) { Side::Buy } else { Side::Sell };
