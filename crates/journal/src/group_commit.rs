@@ -238,9 +238,10 @@ impl GroupCommitHandle {
 
     /// Why a request found the writer gone: closed by its owner, or stopped on an error.
     fn stopped_error(&self) -> Error {
-        match lock(&self.shared.durable).closed {
-            true => Error::WriterClosed,
-            false => Error::WriterStopped,
+        if lock(&self.shared.durable).closed {
+            Error::WriterClosed
+        } else {
+            Error::WriterStopped
         }
     }
 

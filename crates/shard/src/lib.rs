@@ -36,9 +36,9 @@
 //! an external id is config like any other, its deposit taken by its own account part;
 //! fairness settings are config, in force in every group from the same point of its
 //! log; the close of the day is config that each group's symbol part applies to its
-//! own books, its count of expired orders summed over the groups. The catalog and the accounts come
-//! as config entries in every group's log at the same point, where the design has a
-//! metadata group's config stream.
+//! own books, its count of expired orders summed over the groups. The catalog and the
+//! accounts come as config entries in every group's log at the same point, where the
+//! design has a metadata group's config stream.
 
 mod account;
 pub mod machine;

@@ -72,7 +72,7 @@ impl Summary {
             .map(AccountId)
             .filter(|&account| engine.account_suspended(account) == Some(true))
             .collect();
-        let external_ids = external_ids(engine);
+        let external_ids = external_ids_of(engine);
         Summary {
             balances,
             fees,
@@ -133,8 +133,8 @@ impl Summary {
             .filter(|&account| groups.accounts[groups.map.account_group(account)].suspended(account) == Some(true))
             .collect();
         // Every symbol part's engine created every account, with its external id.
-        let external_ids = external_ids(first);
-        assert!(groups.symbols.iter().all(|part| self::external_ids(part.engine()) == external_ids));
+        let external_ids = external_ids_of(first);
+        assert!(groups.symbols.iter().all(|part| external_ids_of(part.engine()) == external_ids));
         let fairness = first.fairness();
         assert!(groups.symbols.iter().all(|part| part.engine().fairness() == fairness));
         Summary { balances, fees, supply, books, orders_resting, suspended, external_ids, fairness }
@@ -142,7 +142,7 @@ impl Summary {
 }
 
 /// The accounts of `engine` created with an external id, with it.
-fn external_ids(engine: &Engine) -> Vec<(AccountId, u64)> {
+fn external_ids_of(engine: &Engine) -> Vec<(AccountId, u64)> {
     (0..engine.accounts_len() as u32)
         .map(AccountId)
         .filter_map(|account| Some((account, engine.account_external_id(account)?)))
