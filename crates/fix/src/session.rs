@@ -11,7 +11,9 @@
 //! A connection is a reader task (this module's [`Connection`]: framing, sequence
 //! checks, the session messages, dispatch of application messages) and a writer task
 //! that takes batches of queued messages, fsyncs the store once per batch and writes
-//! them (group commit: the fsync covers every record written before it).
+//! them (group commit: the fsync covers every record written before it). The fsync
+//! runs inline while the store's device has synced fast (a RAM disk, a drive with
+//! power-loss protection), else on tokio's blocking pool (see [`SessionCore::sync`]).
 //!
 //! Sequence rules (FIX 4.4 session protocol): a message with the expected MsgSeqNum is
 //! processed; a higher one triggers one ResendRequest (from the expected seq, to
@@ -21,7 +23,7 @@
 //! readable MsgSeqNum is answered with Reject (35=3) and counted; a garbled one (bad
 //! BodyLength or CheckSum) is dropped unanswered, as the protocol says.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,11 @@ use crate::Shared;
 const READ_CHUNK: usize = 64 * 1024;
 /// Bytes a writer puts on the socket in one batch, at most.
 const WRITE_BATCH_MAX: usize = 1 << 20;
+/// An fsync of the store at most this long counts as fast (see [`SessionCore::sync`]):
+/// a tokio worker may block about this long without starving its other tasks.
+const FAST_SYNC: Duration = Duration::from_micros(50);
+/// Fast fsyncs in a row after which the store is synced inline, not on the blocking pool.
+const FAST_SYNCS_INLINE: u32 = 8;
 
 /// The upstream side of a session: the gateway, with the key given at Logon.
 pub struct Upstream {
@@ -99,6 +106,30 @@ impl Upstream {
     }
 }
 
+/// Where a store's fsyncs run: inline once [`FAST_SYNCS_INLINE`] in a row took at most
+/// [`FAST_SYNC`], on the blocking pool from the first one that took longer.
+#[derive(Default)]
+struct SyncPace {
+    /// Fast fsyncs in a row, up to [`FAST_SYNCS_INLINE`].
+    fast: AtomicU32,
+}
+
+impl SyncPace {
+    fn inline(&self) -> bool {
+        self.fast.load(Ordering::Relaxed) >= FAST_SYNCS_INLINE
+    }
+
+    fn record(&self, took: Duration) {
+        if took <= FAST_SYNC {
+            let _ = self
+                .fast
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < FAST_SYNCS_INLINE).then_some(n + 1));
+        } else {
+            self.fast.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// One attached connection.
 struct Conn {
     id: u64,
@@ -121,6 +152,8 @@ pub struct SessionCore {
     pub their_id: String,
     pub our_id: String,
     fsync: bool,
+    /// Whether the store is synced inline.
+    sync_pace: SyncPace,
     outbox_max: usize,
     state: Mutex<State>,
 }
@@ -134,6 +167,7 @@ impl SessionCore {
             their_id: their_id.to_owned(),
             our_id: config.comp_id.clone(),
             fsync: config.fsync,
+            sync_pace: SyncPace::default(),
             outbox_max: config.outbox_max,
             state: Mutex::new(State { store, conn: None, orders, upstream: None, conn_ids: 0 }),
         })
@@ -151,6 +185,40 @@ impl SessionCore {
     pub fn send(&self, message: Message) {
         let mut state = self.lock();
         self.send_locked(&mut state, message);
+    }
+
+    /// Makes the store's records durable before the messages they hold go out; false
+    /// when it cannot (logged). Inline once the device has synced fast
+    /// [`FAST_SYNCS_INLINE`] times in a row, else on the blocking pool: a slow sync
+    /// must not hold a tokio worker, and a fast one is not worth the two hand-offs
+    /// between threads (about 20 µs of one order's round trip, docs/BENCHMARKS.md).
+    async fn sync(&self) -> bool {
+        if !self.fsync {
+            return true;
+        }
+        let file = self.lock().store.file();
+        let timed = move || {
+            let started = Instant::now();
+            file.sync_data().map(|()| started.elapsed())
+        };
+        let result = if self.sync_pace.inline() {
+            timed()
+        } else {
+            match tokio::task::spawn_blocking(timed).await {
+                Ok(result) => result,
+                Err(_) => return false,
+            }
+        };
+        match result {
+            Ok(took) => {
+                self.sync_pace.record(took);
+                true
+            }
+            Err(error) => {
+                tracing::error!(session = %self.their_id, %error, "FIX store sync failed: disconnecting");
+                false
+            }
+        }
     }
 
     /// Numbers `message`, records it in the store (with its bytes when it is an
@@ -406,18 +474,12 @@ async fn write_loop(core: Arc<SessionCore>, mut outbox: mpsc::Receiver<Vec<u8>>,
                 Err(_) => break,
             }
         }
-        if core.fsync {
-            let file = core.lock().store.file();
-            match tokio::task::spawn_blocking(move || file.sync_data()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => {
-                    tracing::error!(session = %core.their_id, %error, "FIX store sync failed: disconnecting");
-                    break;
-                }
-                Err(_) => break,
-            }
+        if !core.sync().await {
+            break;
         }
-        if write.write_all(&batch).await.is_err() {
+        // The flush matters under TLS: the session may keep the last record buffered
+        // when the socket was full.
+        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
             break;
         }
     }
@@ -1035,5 +1097,41 @@ impl Connection {
             _ => self.core.send(unsupported(seq, msg_type)),
         }
         (Flow::Continue, next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_is_synced_inline_only_after_fast_syncs_in_a_row() {
+        let pace = SyncPace::default();
+        let fast = FAST_SYNC / 2;
+        let slow = FAST_SYNC * 10;
+        for _ in 0..FAST_SYNCS_INLINE - 1 {
+            pace.record(fast);
+            assert!(!pace.inline());
+        }
+        pace.record(fast);
+        assert!(pace.inline());
+        // Many more fast ones: still inline, and one slow sync ends it at once.
+        for _ in 0..100 {
+            pace.record(fast);
+        }
+        assert!(pace.inline());
+        pace.record(slow);
+        assert!(!pace.inline());
+        // A slow one in the middle of a run starts the count again.
+        for _ in 0..FAST_SYNCS_INLINE - 1 {
+            pace.record(fast);
+        }
+        pace.record(slow);
+        for _ in 0..FAST_SYNCS_INLINE - 1 {
+            pace.record(fast);
+        }
+        assert!(!pace.inline());
+        pace.record(fast);
+        assert!(pace.inline());
     }
 }

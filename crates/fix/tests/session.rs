@@ -395,3 +395,52 @@ async fn the_listener_limits_hold_before_logon() {
     server.shutdown().await;
     exchange.stop().await;
 }
+
+/// A counterparty that stops reading: its reports fill the socket, then its queue
+/// (`outbox_max`), and the session is ended as too slow, while another session on the
+/// same front end trades on (the write that waits for the slow socket waits in that
+/// connection's writer, never in the task that turns its events into reports). The
+/// slow connection ends once it is drained, its messages gapless and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_ended_and_others_trade_on() {
+    use tokio::io::AsyncWriteExt;
+    let exchange = Exchange::start().await;
+    exchange.market().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = bourse_fix::FixConfig::new("127.0.0.1:0".parse().unwrap(), Vec::new(), dir.path().to_path_buf());
+    config.upstream = bourse_port::Upstream::InProcess(exchange.gateway.local());
+    config.outbox_max = 16;
+    let server = bourse_fix::FixServer::start(config).await.unwrap();
+
+    let mut slow = FixClient::connect_small(server.addr(), "SLOW", 1).await;
+    slow.send("A", &f(&[(98, "0"), (108, "30"), (554, &exchange.alice), (141, "Y")])).await;
+    assert_eq!(slow.recv().await.msg_type(), "A");
+    // Orders that rest (a cent a share, far below the book), written without reading.
+    const ORDERS: usize = 4_000;
+    let mut wire = Vec::new();
+    for i in 0..ORDERS {
+        let seq = slow.seq;
+        slow.seq += 1;
+        wire.extend(slow.message("D", seq, &limit(&format!("s{i}"), 0, "1", 1, 1)).encode());
+    }
+    // The server stops reading once it ends the session: the rest may never be taken.
+    let _ = tokio::time::timeout(Duration::from_secs(10), slow.stream.write_all(&wire)).await;
+
+    // Meanwhile another session trades: an order and its report, promptly.
+    let (mut other, answer) = FixClient::logon(server.addr(), "OTHER", &exchange.alice, true).await;
+    assert_eq!(answer.msg_type(), "A");
+    other.send("D", &limit("o1", 1, "1", 1, 1)).await;
+    let report = other.recv_app().await;
+    assert_eq!((report.msg_type(), get(&report, 11), get(&report, 39)), ("8", "o1", "0"));
+
+    // The slow session was ended: what it was sent drains, then the connection closes.
+    let mut seqs = Vec::new();
+    while let Some(message) = slow.try_recv(Duration::from_secs(5)).await {
+        seqs.push(message.get_u64(34).unwrap().unwrap());
+    }
+    assert!(seqs.len() > 1, "nothing was sent after the Logon");
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "sent out of order or with gaps");
+    assert!(slow.closed(Duration::from_secs(5)).await, "the slow session was not ended");
+    server.shutdown().await;
+    exchange.stop().await;
+}

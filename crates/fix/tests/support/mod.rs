@@ -245,6 +245,15 @@ impl FixClient {
         FixClient { stream, buf: Vec::new(), seq, sender: sender.to_owned() }
     }
 
+    /// As `connect`, with a receive buffer of a few kilobytes: a client that does not
+    /// read soon leaves the server's writes waiting.
+    pub async fn connect_small(addr: SocketAddr, sender: &str, seq: u64) -> FixClient {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4_096).unwrap();
+        let stream = socket.connect(addr).await.unwrap();
+        FixClient { stream, buf: Vec::new(), seq, sender: sender.to_owned() }
+    }
+
     /// Connects and logs on with `key`; returns the Logon answer.
     pub async fn logon(addr: SocketAddr, sender: &str, key: &str, reset: bool) -> (FixClient, Message) {
         let mut client = FixClient::connect(addr, sender, 1).await;
