@@ -112,6 +112,16 @@ impl<B: Book> Engine<B> {
         self.days_closed
     }
 
+    /// The records of every open order (resting, or waiting as a stop), by account then
+    /// order id: one pass over the open orders, where [`Engine::open_orders`] for each
+    /// account passes over all of them once per account.
+    pub fn open_order_records(&self) -> Vec<&OrderRecord> {
+        let mut records: Vec<&OrderRecord> =
+            self.orders.values().filter(|r| matches!(r.status, OrderStatus::Open | OrderStatus::Pending)).collect();
+        records.sort_unstable_by_key(|r| (r.account, r.id));
+        records
+    }
+
     /// Resting orders and pending stops of an account, by order id.
     pub fn open_orders(&self, account: AccountId) -> Vec<OrderView> {
         let mut ids: Vec<OrderId> = self

@@ -80,6 +80,15 @@ fn seeded_streams_close_days_with_day_orders_open() {
             let body = body_from_bytes(&mut bytes, &d.fast);
             let close = body == bourse_engine::command::CommandBody::CloseDay;
             let stops_before: Vec<_> = if close { pending_stops(&d) } else { Vec::new() };
+            if close {
+                // The one-pass list of open orders is the per-account lists, in order.
+                let per_account: Vec<_> = (0..d.fast.accounts_len() as u32)
+                    .flat_map(|account| d.fast.open_orders(bourse_engine::AccountId(account)))
+                    .map(|view| (view.record.account, view.record.id))
+                    .collect();
+                let all: Vec<_> = d.fast.open_order_records().iter().map(|r| (r.account, r.id)).collect();
+                assert_eq!(all, per_account);
+            }
             d.apply_as(client, body);
             closes += usize::from(close);
             for event in d.events() {

@@ -288,15 +288,10 @@ impl SymbolPart {
     /// exchange's count is the sum over the groups.
     pub(crate) fn close_day(&mut self, stamp: Timestamp, out: &mut impl FnMut(usize, Settlement)) -> Outcome {
         // The Day buys about to expire, as their accounts' parts know them.
-        let mut expiring = Vec::new();
-        for account in (0..self.engine.accounts_len() as u32).map(AccountId) {
-            for view in self.engine.open_orders(account) {
-                let record = &view.record;
-                if record.tif == Tif::Day && record.side == Side::Buy {
-                    expiring.push((account, record.symbol, record.id));
-                }
-            }
-        }
+        let expiring: Vec<_> = (self.engine.open_order_records().into_iter())
+            .filter(|record| record.tif == Tif::Day && record.side == Side::Buy)
+            .map(|record| (record.account, record.symbol, record.id))
+            .collect();
         self.events.clear();
         let outcome = self.apply(stamp, CommandBody::CloseDay);
         self.collect_credits();
