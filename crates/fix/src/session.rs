@@ -191,7 +191,7 @@ impl SessionCore {
     /// when it cannot (logged). Inline once the device has synced fast
     /// [`FAST_SYNCS_INLINE`] times in a row, else on the blocking pool: a slow sync
     /// must not hold a tokio worker, and a fast one is not worth the two hand-offs
-    /// between threads (about 20 µs of one order's round trip, docs/BENCHMARKS.md).
+    /// between threads (24 µs of one order's round trip here, docs/BENCHMARKS.md).
     async fn sync(&self) -> bool {
         if !self.fsync {
             return true;

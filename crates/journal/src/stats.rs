@@ -87,6 +87,9 @@ pub struct GroupCommitStats {
     pub journal: JournalStats,
     /// Groups made durable (one `fdatasync` each, plus one per segment roll).
     pub groups: u64,
+    /// Of those, the groups a producer committed itself (one batch each; see
+    /// [`GroupCommitConfig::inline_commit_max_us`](crate::GroupCommitConfig)).
+    pub inline_groups: u64,
     /// Batches acknowledged.
     pub batches: u64,
     /// Entries per group.

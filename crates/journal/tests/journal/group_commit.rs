@@ -24,22 +24,43 @@ fn payload_parse(payload: &[u8]) -> (u64, u64) {
 
 #[test]
 fn many_producers_are_acknowledged_once_in_order_with_fewer_fsyncs() {
+    // The real disk: slow fdatasyncs are what lets groups form. No inline commits.
+    let config = GroupCommitConfig { queue_batches_max: 16, inline_commit_max_us: 0, ..Default::default() };
+    let stats = many_producers(dir_disk(), config, false);
+    assert_eq!(stats.inline_groups, 0);
+    let entries_total = stats.group_entries.sum;
+    assert!(stats.journal.syncs < entries_total, "{} fsyncs for {entries_total} entries", stats.journal.syncs);
+}
+
+/// With every group counted quick, producers that wait for their batches commit inline
+/// whenever nothing is queued, racing each other and the writer: the same guarantees hold.
+#[test]
+fn producers_that_commit_inline_are_acknowledged_once_in_order() {
+    let config = GroupCommitConfig { queue_batches_max: 16, inline_commit_max_us: 10_000_000, ..Default::default() };
+    let stats = many_producers(dir_fast(), config, true);
+    println!("{} of {} groups committed inline", stats.inline_groups, stats.groups);
+    assert!(stats.inline_groups > 0, "no inline commit");
+    assert!(stats.inline_groups < stats.groups, "the first groups are the writer's");
+}
+
+/// Several producers submit batches at once (when `closed_loop`, each waiting for every
+/// other batch before the next); checks that every entry is acknowledged once, in index
+/// order, each ticket naming its own batch, and that the log recovers the same.
+fn many_producers(
+    dir: tempfile::TempDir,
+    config: GroupCommitConfig,
+    closed_loop: bool,
+) -> bourse_journal::GroupCommitStats {
     let mut random = SplitMix64::from_env("group_commit_many_producers", 0x6a0c_3e11);
     let batch_sizes: Vec<Vec<u64>> =
         (0..PRODUCERS).map(|_| (0..BATCHES_PER_PRODUCER).map(|_| random.range(1, 3)).collect()).collect();
     let entries_total: u64 = batch_sizes.iter().flatten().sum();
-    // The real disk: slow fdatasyncs are what lets groups form.
-    let dir = dir_disk();
     let (journal, _) = open(dir.path(), JournalConfig::default());
     let durable: Arc<Mutex<Vec<Entry>>> = Arc::default();
     let durable_sink = Arc::clone(&durable);
-    let group = GroupCommit::start(
-        journal,
-        GroupCommitConfig { queue_batches_max: 16, ..Default::default() },
-        move |entries| {
-            durable_sink.lock().unwrap().extend(entries);
-        },
-    )
+    let group = GroupCommit::start(journal, config, move |entries| {
+        durable_sink.lock().unwrap().extend(entries);
+    })
     .unwrap();
 
     let acknowledged: Vec<Vec<(IndexRange, u64)>> = thread::scope(|scope| {
@@ -54,12 +75,18 @@ fn many_producers_are_acknowledged_once_in_order_with_fewer_fsyncs() {
                     for &size in sizes {
                         let batch: Vec<Proposal> =
                             (0..size).map(|offset| proposal(producer as u64, sequence + offset)).collect();
-                        tickets.push((handle.submit(batch).unwrap(), sequence));
+                        let ticket = handle.submit(batch).unwrap();
+                        // Closed loop: every other batch waited for, so one may still be
+                        // queued when the next is submitted (which must not overtake it).
+                        match closed_loop && tickets.len() % 2 == 1 {
+                            true => tickets.push((Ok(ticket.wait().unwrap()), sequence)),
+                            false => tickets.push((Err(ticket), sequence)),
+                        }
                         sequence += size;
                     }
                     let ranges: Vec<(IndexRange, u64)> = tickets
                         .into_iter()
-                        .map(|(ticket, first_sequence)| (ticket.wait().unwrap(), first_sequence))
+                        .map(|(ticket, first_sequence)| (ticket.unwrap_or_else(|t| t.wait().unwrap()), first_sequence))
                         .collect();
                     // The durable index is published before any ticket resolves.
                     let last = ranges.last().unwrap().0.last;
@@ -108,12 +135,12 @@ fn many_producers_are_acknowledged_once_in_order_with_fewer_fsyncs() {
     assert_eq!(stats.batches, PRODUCERS * BATCHES_PER_PRODUCER);
     assert_eq!(stats.group_entries.count, stats.groups);
     assert_eq!(stats.group_entries.sum, entries_total);
-    assert!(stats.journal.syncs < entries_total, "{} fsyncs for {entries_total} entries", stats.journal.syncs);
     assert_eq!(journal.durable_index(), entries_total);
     drop(journal);
 
     let (_, recovery) = open(dir.path(), JournalConfig::default());
     assert_eq!(recovered(recovery), durable);
+    stats
 }
 
 #[test]
@@ -170,6 +197,31 @@ fn a_panicking_callback_stops_the_writer_without_stranding_waiters() {
     assert!(matches!(ticket.wait(), Err(Error::WriterStopped)));
     assert!(matches!(handle.wait_durable(1), Err(Error::WriterStopped)));
     assert!(matches!(handle.submit(vec![proposal(0, 1)]), Err(Error::WriterStopped)));
+    let shutdown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.shutdown()));
+    assert!(shutdown.is_err(), "the callback's panic reaches the owner");
+}
+
+/// The same when the callback panics in an inline commit: the producer's `submit`
+/// unwinds, and the journal is stopped for every other producer and waiter.
+#[test]
+fn a_callback_that_panics_in_an_inline_commit_stops_the_journal() {
+    let dir = dir_fast();
+    let (journal, _) = open(dir.path(), config_small());
+    let config = GroupCommitConfig { inline_commit_max_us: 10_000_000, ..Default::default() };
+    let group = GroupCommit::start(journal, config, |entries| {
+        assert!(entries.iter().all(|entry| entry.index <= 20), "deliberate callback bug");
+    })
+    .unwrap();
+    let handle = group.handle();
+    for sequence in 0..20 {
+        handle.submit(vec![proposal(0, sequence)]).unwrap().wait().unwrap();
+    }
+    assert!(handle.stats().inline_groups > 0, "the last of twenty were not inline");
+    let submit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle.submit(vec![proposal(0, 20)])));
+    assert!(submit.is_err(), "the inline callback's panic reaches its producer");
+    assert!(matches!(handle.submit(vec![proposal(0, 21)]), Err(Error::WriterStopped)));
+    assert!(matches!(handle.wait_durable(21), Err(Error::WriterStopped)));
+    assert_eq!(handle.wait_durable(20).unwrap(), 20);
     let shutdown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.shutdown()));
     assert!(shutdown.is_err(), "the callback's panic reaches the owner");
 }
