@@ -146,7 +146,9 @@ struct Shared {
     durable_changed: Condvar,
     stats: Mutex<GroupCommitStats>,
     owned: Mutex<Option<Owned>>,
-    /// Requests sent to the writer and not yet committed by it.
+    /// Requests sent to the writer and not yet taken by a turn of its loop. A turn
+    /// uncounts what it took under `owned`'s lock, which it holds until they are
+    /// committed: under that lock, 0 means nothing sent is left uncommitted.
     queued: AtomicUsize,
     /// Groups in a row durable within `inline_commit_max_us`, up to [`QUICK_GROUPS_INLINE`].
     quick: AtomicU32,
@@ -326,7 +328,7 @@ impl GroupCommitHandle {
         }
     }
 
-    /// Sends a request to the writer, counted as queued until it is committed.
+    /// Sends a request to the writer, counted as queued until a turn of its loop takes it.
     fn send(&self, request: Request) -> Result<()> {
         self.shared.queued.fetch_add(1, Ordering::AcqRel);
         self.sender.send(request).map_err(|_| {
