@@ -329,6 +329,13 @@ impl Metrics {
             let stats = journal.stats();
             counter(&mut out, "durable_index", "Highest log index made durable.", "gauge", stats.durable_index);
             counter(&mut out, "fsyncs_total", "fdatasync calls on the journal.", "counter", stats.journal.syncs);
+            counter(
+                &mut out,
+                "group_commits_inline_total",
+                "Journal groups the core thread committed itself (a small batch, nothing queued, a quick disk).",
+                "counter",
+                stats.inline_groups,
+            );
             histogram(&mut out, "fsync_seconds", "Journal fdatasync latency.", &stats.journal.sync_latency_ns, 1e-9);
             histogram(&mut out, "group_commit_entries", "Entries per group commit.", &stats.group_entries, 1.0);
         }
