@@ -288,7 +288,10 @@ impl SymbolPart {
     /// exchange's count is the sum over the groups.
     pub(crate) fn close_day(&mut self, stamp: Timestamp, out: &mut impl FnMut(usize, Settlement)) -> Outcome {
         // The Day buys about to expire, as their accounts' parts know them.
-        let expiring: Vec<_> = (self.engine.open_order_records().into_iter())
+        let expiring: Vec<_> = self
+            .engine
+            .open_order_records()
+            .into_iter()
             .filter(|record| record.tif == Tif::Day && record.side == Side::Buy)
             .map(|record| (record.account, record.symbol, record.id))
             .collect();
