@@ -568,8 +568,9 @@ async fn feed_releases(
     entries
 }
 
-/// The adaptive hold (`[fairness] adaptive`) is set through the log: two followers'
-/// feeds give every entry the same release time, the hold moved (it starts at the
+/// The adaptive hold (`[fairness] adaptive`) is set through the log: every member's
+/// feed — the leader's too, whose core stamps commands it has not applied yet — gives
+/// every entry the same log time and release time, the hold moved (it starts at the
 /// maximum and comes down once a quiet horizon passed), and a node that replays its log
 /// after a SIGKILL reaches the same index and state hash as the others (the setting is
 /// part of it).
@@ -588,15 +589,17 @@ async fn an_adaptive_hold_is_the_same_on_every_replica_and_after_a_replay() {
     w.wait_progress(&h, "the start, through the gateway", PROGRESS_DELTA, PROGRESS_MAX).await;
     let (leader, _) = h.leader().await;
     let followers = others(&h.all(), &[leader]);
-    let (a, b) = tokio::join!(
+    let (a, b, led) = tokio::join!(
         feed_releases(&h, followers[0], Duration::from_secs(4)),
-        feed_releases(&h, followers[1], Duration::from_secs(4))
+        feed_releases(&h, followers[1], Duration::from_secs(4)),
+        feed_releases(&h, leader, Duration::from_secs(4))
     );
-    let common: Vec<u64> = a.keys().filter(|index| b.contains_key(index)).copied().collect();
-    assert!(common.len() > 20, "the followers' feeds share {} entries", common.len());
+    let common: Vec<u64> = a.keys().filter(|index| b.contains_key(index) && led.contains_key(index)).copied().collect();
+    assert!(common.len() > 20, "the members' feeds share {} entries", common.len());
     let mut holds = std::collections::BTreeSet::new();
     for index in &common {
         assert_eq!(a[index], b[index], "entry {index}: (stamp, release) differ between the followers");
+        assert_eq!(a[index], led[index], "entry {index}: (stamp, release) differ between a follower and the leader");
         let (ts, release_ts) = a[index];
         assert!(release_ts > 0, "entry {index} has no release time from the log");
         holds.insert(release_ts - ts);

@@ -300,7 +300,7 @@ impl Core {
         self.publish_bbo(&mut outputs);
         self.flush_feed_quiet(&mut outputs);
         let last_index = self.next_index - 1;
-        self.metrics.applied_ts.store(self.ts_last, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.applied_ts.store(self.engine.ts_last(), std::sync::atomic::Ordering::Relaxed);
         self.metrics.applied_index.store(last_index, std::sync::atomic::Ordering::Relaxed);
         self.metrics.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.counts.publish(&self.metrics);
@@ -468,7 +468,7 @@ impl Core {
                 self.publish_bbo(&mut outputs);
                 self.flush_feed_quiet(&mut outputs);
                 let applied = self.next_index - 1;
-                self.metrics.applied_ts.store(self.ts_last, Ordering::Relaxed);
+                self.metrics.applied_ts.store(self.engine.ts_last(), Ordering::Relaxed);
                 self.metrics.applied_index.store(applied, Ordering::Relaxed);
                 self.metrics.batches.fetch_add(1, Ordering::Relaxed);
                 self.counts.publish(&self.metrics);
@@ -522,7 +522,7 @@ impl Core {
         self.next_index = entry.index + 1;
         self.entry_trades = 0;
         let Some(batch) = entry.batch else {
-            self.flush_feed(entry.index, self.ts_last, outputs);
+            self.flush_feed(entry.index, self.engine.ts_last(), outputs);
             return;
         };
         if let Some(proposed) = self.proposed_at.pop_front() {
@@ -540,6 +540,7 @@ impl Core {
                     std::process::abort();
                 }
             };
+            // Stamps of a leader to come never go below one in the log.
             self.ts_last = self.ts_last.max(command.ts);
             let ack = self.apply_command(&command, entry.index, outputs);
             match self.unary.remove(&(command.client, command.seq)) {
@@ -547,7 +548,11 @@ impl Core {
                 None => outputs.push(Output::Client { client: command.client, item: ClientItem::Ack(ack) }),
             }
         }
-        self.flush_feed(entry.index, self.ts_last, outputs);
+        // The entry's log time is the engine's, as every replica has it: not this core's
+        // `ts_last`, which on a leader also covers the stamps it proposed and has not
+        // applied yet (every gateway must release an entry at the same instant, from
+        // whichever replica it reads the feed).
+        self.flush_feed(entry.index, self.engine.ts_last(), outputs);
     }
 
     /// A feed follower's start: an image of every book after the last applied entry,
@@ -558,7 +563,7 @@ impl Core {
         // (Batches end flushed; should one not, its quiet entries precede the image.)
         self.flush_feed_quiet(outputs);
         let builder = self.feed_builder.get_or_insert_with(|| FeedBuilder::from_engine(&self.engine));
-        let image = builder.image(&self.engine, self.next_index - 1, self.ts_last);
+        let image = builder.image(&self.engine, self.next_index - 1, self.engine.ts_last());
         outputs.push(Output::FeedImage { reply, start: (image, self.feed.subscribe()) });
     }
 
@@ -585,14 +590,10 @@ impl Core {
     /// follower's view of the log never lags behind the applied batch.
     fn flush_feed_quiet(&mut self, outputs: &mut Vec<Output>) {
         if let Some(from_index) = self.feed_quiet_from.take() {
-            let release_ts = self.engine.release_ts(self.ts_last).unwrap_or(0);
-            let entry = proto::FeedEntry {
-                log_index: self.next_index - 1,
-                ts: self.ts_last,
-                events: Vec::new(),
-                from_index,
-                release_ts,
-            };
+            let ts = self.engine.ts_last();
+            let release_ts = self.engine.release_ts(ts).unwrap_or(0);
+            let entry =
+                proto::FeedEntry { log_index: self.next_index - 1, ts, events: Vec::new(), from_index, release_ts };
             outputs.push(Output::Feed(Arc::new(FeedItem::Entry(entry))));
         }
     }
@@ -786,8 +787,10 @@ impl Core {
             if self.bbo_last.get(&symbol) != Some(&now) {
                 self.bbo_last.insert(symbol, now);
                 let update = convert::bbo_update(symbol, &depth, self.next_index - 1);
-                outputs
-                    .push(Output::Market(market_update(self.ts_last, proto::market_data_update::Update::Bbo(update))));
+                outputs.push(Output::Market(market_update(
+                    self.engine.ts_last(),
+                    proto::market_data_update::Update::Bbo(update),
+                )));
             }
         }
         dirty.clear();
