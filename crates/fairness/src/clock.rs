@@ -21,12 +21,74 @@
 //!   (`drift × sync_every`). A gateway that needs strictly increasing stamps must clamp them
 //!   (`stamp = max(stamp, previous + 1)`).
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The true time: ns since the Unix epoch from the system clock (0 if the clock is before the
 /// epoch, `u64::MAX` past the year 2554).
 pub fn true_now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A source of wall-clock time, in ns since the Unix epoch, other than the system's: the
+/// deterministic simulator's virtual clock (`crates/simulator`), one per simulated
+/// process, so that each can be skewed or jump on its own.
+pub trait TimeSource: Send + Sync + 'static {
+    fn now_ns(&self) -> u64;
+}
+
+/// Where a component reads the time: the system clock ([`true_now_ns`]), unless a
+/// simulator supplies its own [`TimeSource`].
+///
+/// A component on a virtual clock runs what would be a thread of its own (a node's core
+/// and fair sequencer, a gateway's market data release) as a task on the current tokio
+/// runtime instead, whose timer (paused, in the simulator) is that clock: a thread would
+/// sleep in real time. In production nothing changes but one branch per reading.
+#[derive(Clone, Default)]
+pub struct Clock(Option<Arc<dyn TimeSource>>);
+
+impl Clock {
+    /// The system clock.
+    pub fn system() -> Clock {
+        Clock(None)
+    }
+
+    /// A simulated clock.
+    pub fn simulated(source: Arc<dyn TimeSource>) -> Clock {
+        Clock(Some(source))
+    }
+
+    /// Now, in ns since the Unix epoch.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        match &self.0 {
+            None => true_now_ns(),
+            Some(source) => source.now_ns(),
+        }
+    }
+
+    /// Whether this is a simulator's clock (loops run as tasks, not threads).
+    pub fn is_simulated(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl fmt::Debug for Clock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.is_simulated() { "Clock(simulated)" } else { "Clock(system)" })
+    }
+}
+
+/// Clocks compare equal when both are the system clock or both are the same source.
+impl PartialEq for Clock {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
 }
 
 /// A clock that is off from true time by a fixed offset plus a drift re-zeroed at every sync.
@@ -89,6 +151,11 @@ impl SkewedClock {
     /// The local reading now.
     pub fn now_ns(&self) -> u64 {
         self.at(true_now_ns())
+    }
+
+    /// The local reading now, true time read from `clock`.
+    pub fn now_on(&self, clock: &Clock) -> u64 {
+        self.at(clock.now_ns())
     }
 
     /// The true time at which this clock reads `local_ns` (the inverse of [`SkewedClock::at`]).
@@ -166,6 +233,25 @@ mod tests {
             let back = c.true_of(c.at(t));
             assert!(back.abs_diff(t) <= 1, "t={t} back={back}");
         }
+    }
+
+    struct Fixed(u64);
+
+    impl TimeSource for Fixed {
+        fn now_ns(&self) -> u64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_simulated_clock_reads_its_source() {
+        let clock = Clock::simulated(Arc::new(Fixed(42 * SEC)));
+        assert!(clock.is_simulated() && !Clock::system().is_simulated());
+        assert_eq!(clock.now_ns(), 42 * SEC);
+        assert_eq!(SkewedClock::new(1_000, 0.0, 0).now_on(&clock), 42 * SEC + 1_000);
+        assert_eq!(clock, clock.clone());
+        assert_ne!(clock, Clock::simulated(Arc::new(Fixed(42 * SEC))));
+        assert_eq!(Clock::system(), Clock::default());
     }
 
     #[test]

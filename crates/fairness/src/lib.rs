@@ -9,7 +9,8 @@
 //! - [`hold`]: the gateway's hold-and-release queue for market data, [`HoldQueue`].
 //! - [`metrics`]: inbound unfairness (`iur_prev`, `iur_hwm`) and outbound unfairness and delivery
 //!   spread ([`Unfairness`], [`Spread`]).
-//! - [`clock`]: skewed gateway clocks ([`SkewedClock`]) and the true clock ([`true_now_ns`]).
+//! - [`clock`]: skewed gateway clocks ([`SkewedClock`]), the true clock ([`true_now_ns`]) and
+//!   where a component reads it ([`Clock`]: the system's, or a simulator's [`TimeSource`]).
 //! - [`inject`]: seeded per-gateway delay and clock-error profiles parsed from a spec string, and
 //!   [`DelayLine`], a thread that applies a delay to a stream of items.
 //! - [`precise`]: sub-millisecond sleeps ([`sleep_until_ns`], [`lower_timer_slack`]) and real-time
@@ -53,7 +54,7 @@ pub mod precise;
 pub mod sequencer;
 
 pub use adapt::{Adaptive, AdaptiveConfig};
-pub use clock::{true_now_ns, SkewedClock};
+pub use clock::{true_now_ns, Clock, SkewedClock, TimeSource};
 pub use hold::{Due, HoldQueue};
 pub use inject::{
     ClockModel, ClockPreset, ClockSpec, DelayLine, DelayModel, Jitter, Profile, ProfileSpec, SpecError, Spikes,
