@@ -330,7 +330,7 @@ impl InProcessGateway {
             config.tls = Some(tls("gateway:1")?);
             config.admin_tls = Some(tls("operator:admin")?);
         }
-        config.local_node = Some(local_node(node));
+        config.local_nodes = vec![local_node(node)];
         let gateway = Gateway::start(config, self.keys).await.map_err(|e| format!("--gateway: {e}"))?;
         let over = if self.edge_tls.is_some() { " (TLS)" } else { "" };
         println!("bourse gateway listening on {}{over}", gateway.addr());

@@ -67,9 +67,15 @@ pub struct GatewayConfig {
     /// Accept sessions without a key (every session acts for every account). For tests
     /// and benchmarks on loopback only.
     pub open: bool,
-    /// A node in this process: the link to its address and the feed from it skip the
-    /// network (other addresses, after a failover, are reached over gRPC as usual).
-    pub local_node: Option<LocalNode>,
+    /// Nodes in this process (`bourse serve --gateway`'s one; every node of the
+    /// deterministic simulator's cluster): the link to their addresses and the feed
+    /// from them skip the network (other addresses, after a failover, are reached over
+    /// gRPC as usual).
+    pub local_nodes: Vec<LocalNode>,
+    /// Where the gateway reads true time: the system clock, or the deterministic
+    /// simulator's, under which its market data release runs as a task
+    /// ([`bourse_fairness::Clock`]).
+    pub clock: bourse_fairness::Clock,
     /// Mutual TLS to the nodes, with the certificate issued to `gateway ID` (nodes with
     /// the cluster's PKI take links, order entry, queries and the feed from it, and a
     /// link only under its certificate's id).
@@ -90,12 +96,10 @@ pub type LocalUp = Pin<Box<dyn Stream<Item = proto::GatewayUp> + Send>>;
 pub type NodeStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
 /// Opens a link to the node in this process (`GatewayLink.Link` without the network).
 pub type LinkOpener = Arc<dyn Fn(LocalUp) -> Result<NodeStream<proto::GatewayDown>, tonic::Status> + Send + Sync>;
+/// Opening the feed of a node in this process.
+pub type FeedFuture = Pin<Box<dyn Future<Output = Result<NodeStream<proto::FeedMessage>, tonic::Status>> + Send>>;
 /// Opens the feed of the node in this process (`GatewayLink.Feed` without the network).
-pub type FeedOpener = Arc<
-    dyn Fn() -> Pin<Box<dyn Future<Output = Result<NodeStream<proto::FeedMessage>, tonic::Status>> + Send>>
-        + Send
-        + Sync,
->;
+pub type FeedOpener = Arc<dyn Fn() -> FeedFuture + Send + Sync>;
 
 /// A node in the gateway's own process (`bourse serve --gateway`), and how to reach
 /// its `GatewayLink` service without a socket.
@@ -144,7 +148,8 @@ impl GatewayConfig {
             inject: Profile::for_gateway(&"none".parse::<ProfileSpec>().expect("a preset"), id, 0),
             probe: false,
             open: false,
-            local_node: None,
+            local_nodes: Vec::new(),
+            clock: bourse_fairness::Clock::system(),
             tls: None,
             admin_tls: None,
             edge_tls: None,
@@ -184,9 +189,9 @@ impl GatewayConfig {
         Ok(())
     }
 
-    /// The node in this process, if `target` is its address.
+    /// The node in this process at `target`, if there is one.
     pub(crate) fn local_node_at(&self, target: &str) -> Option<&LocalNode> {
-        self.local_node.as_ref().filter(|node| node.is_at(target))
+        self.local_nodes.iter().find(|node| node.is_at(target))
     }
 
     /// Where the feed is read from, in order of preference.

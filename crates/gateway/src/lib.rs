@@ -34,7 +34,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bourse_fairness::inject::DelayLine;
-use bourse_fairness::SkewedClock;
+use bourse_fairness::{Clock, SkewedClock};
 use bourse_protocol::proto;
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, watch};
@@ -68,9 +68,40 @@ struct Pipe {
 }
 
 impl Pipe {
-    fn stamp(&mut self, clock: &SkewedClock) -> u64 {
+    fn stamp(&mut self, clock: &GatewayClock) -> u64 {
         self.last_ts = clock.now_ns().max(self.last_ts);
         self.last_ts
+    }
+}
+
+/// The gateway's clock: true time from where the gateway reads it
+/// ([`GatewayConfig::clock`]: the system's, or the simulator's), with the injected error
+/// of [`GatewayConfig::inject`] on top.
+#[derive(Clone, Debug)]
+struct GatewayClock {
+    skew: SkewedClock,
+    time: Clock,
+}
+
+impl GatewayClock {
+    /// The gateway clock now.
+    fn now_ns(&self) -> u64 {
+        self.skew.now_on(&self.time)
+    }
+
+    /// True time now.
+    fn true_now(&self) -> u64 {
+        self.time.now_ns()
+    }
+
+    /// The gateway clock at true time `true_ns`.
+    fn at(&self, true_ns: u64) -> u64 {
+        self.skew.at(true_ns)
+    }
+
+    /// When (true time) the gateway clock reads `local_ns`.
+    fn true_of(&self, local_ns: u64) -> u64 {
+        self.skew.true_of(local_ns)
     }
 }
 
@@ -101,7 +132,7 @@ struct State {
     /// Re-read on [`Gateway::reload_keys`]: a key added works at once, a removed one
     /// ends its sessions.
     keys: std::sync::RwLock<KeyStore>,
-    clock: SkewedClock,
+    clock: GatewayClock,
     sessions: Mutex<FxHashMap<u64, Arc<SessionEntry>>>,
     pipe: Mutex<Pipe>,
     market: Arc<market::Market>,
@@ -220,7 +251,8 @@ pub struct Gateway {
     market: Arc<market::Market>,
     metrics: Arc<metrics::Metrics>,
     shutdown: watch::Sender<bool>,
-    server: tokio::task::JoinHandle<()>,
+    /// The listener's server (none in process only).
+    server: Option<tokio::task::JoinHandle<()>>,
     state: Arc<State>,
     /// The Query and MarketData services, shared by the listener and in-process callers.
     query: Arc<proxy::QueryProxy>,
@@ -275,13 +307,32 @@ pub enum GatewayError {
 impl Gateway {
     /// Starts serving on `config.listen`. Must run inside a tokio runtime.
     pub async fn start(config: GatewayConfig, keys: KeyStore) -> Result<Gateway, GatewayError> {
+        let mut gateway = Gateway::start_in_process(config, keys).await?;
+        let listener = tokio::net::TcpListener::bind(gateway.state.config.listen).await?;
+        gateway.addr = listener.local_addr()?;
+        let state = Arc::clone(&gateway.state);
+        let (query, market_data) = (Arc::clone(&gateway.query), Arc::clone(&gateway.market_data));
+        gateway.server = Some(tokio::spawn(serve(listener, state, query, market_data)));
+        tracing::info!(addr = %gateway.addr, "gateway serving");
+        Ok(gateway)
+    }
+
+    /// Starts a gateway that serves only callers in its process ([`Gateway::local`]):
+    /// everything [`Gateway::start`] runs but the listener on `config.listen` — the
+    /// deterministic simulator's gateways (`crates/simulator`).
+    pub async fn start_in_process(config: GatewayConfig, keys: KeyStore) -> Result<Gateway, GatewayError> {
         config.validate().map_err(GatewayError::Config)?;
         let (shutdown, shutdown_seen) = watch::channel(false);
-        let clock = config.inject.clock.skewed();
+        let clock = GatewayClock { skew: config.inject.clock.skewed(), time: config.clock.clone() };
         let probe = Arc::new(Probe::new(config.probe));
         let metrics = Arc::new(metrics::Metrics::default());
-        let market =
-            market::Market::start(&config, clock, Arc::clone(&probe), Arc::clone(&metrics), shutdown_seen.clone())?;
+        let market = market::Market::start(
+            &config,
+            clock.clone(),
+            Arc::clone(&probe),
+            Arc::clone(&metrics),
+            shutdown_seen.clone(),
+        )?;
         let metrics_addr = match config.metrics_listen {
             Some(addr) => Some(metrics::serve(addr, Arc::clone(&metrics), Arc::clone(&probe)).await?),
             None => None,
@@ -325,15 +376,12 @@ impl Gateway {
         });
         tokio::spawn(link::run(Arc::clone(&state), up_receiver));
         tokio::spawn(link::heartbeats(Arc::clone(&state)));
-        let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
-        let addr = listener.local_addr()?;
+        let addr = state.config.listen;
         let market = Arc::clone(&state.market);
         let metrics = Arc::clone(&state.metrics);
         let query = Arc::new(proxy::QueryProxy::new(Arc::clone(&state)));
         let market_data = Arc::new(market::MarketDataService(Arc::clone(&state.market), Arc::clone(&state)));
-        let server = tokio::spawn(serve(listener, Arc::clone(&state), Arc::clone(&query), Arc::clone(&market_data)));
-        tracing::info!(%addr, "gateway serving");
-        Ok(Gateway { addr, metrics_addr, probe, market, metrics, shutdown, server, state, query, market_data })
+        Ok(Gateway { addr, metrics_addr, probe, market, metrics, shutdown, server: None, state, query, market_data })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -391,7 +439,7 @@ impl Gateway {
     /// Stops serving: sessions and subscriptions end, the link closes.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        let mut server = self.server;
+        let Some(mut server) = self.server else { return };
         if tokio::time::timeout(std::time::Duration::from_secs(3), &mut server).await.is_err() {
             server.abort();
         }

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bourse_fairness::inject::DelayModel;
-use bourse_fairness::{precise, HoldQueue, SkewedClock};
+use bourse_fairness::{precise, HoldQueue};
 use bourse_market::MarketState;
 use bourse_protocol::proto;
 use bourse_protocol::proto::gateway_link_client::GatewayLinkClient;
@@ -44,7 +44,7 @@ use tonic::{Request, Response, Status};
 use crate::config::{GatewayConfig, LocalNode};
 use crate::metrics::Metrics;
 use crate::probe::{Probe, Release};
-use crate::BoxStream;
+use crate::{BoxStream, GatewayClock};
 
 /// Subscribers a release thread wakes itself at most; past this many, the fan-out task
 /// does. Waking a subscriber from the release thread is the quickest way to it (its
@@ -96,7 +96,7 @@ impl Market {
     /// Starts the feed task and the release thread.
     pub(crate) fn start(
         config: &GatewayConfig,
-        clock: SkewedClock,
+        clock: GatewayClock,
         probe: Arc<Probe>,
         metrics: Arc<Metrics>,
         shutdown: watch::Receiver<bool>,
@@ -130,7 +130,7 @@ impl Market {
             last_arrival: 0,
         };
         let hold_ns = config.hold_us * 1_000;
-        let releaser = {
+        let wake = {
             let market = Arc::clone(&market);
             let shutdown = shutdown.clone();
             let handoff = Arc::clone(&handoff);
@@ -139,22 +139,31 @@ impl Market {
                 max_ns: config.release_jitter_us * 1_000,
                 seed: config.release_jitter_seed ^ u64::from(config.id).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             };
-            std::thread::Builder::new().name(format!("gw{}-release", config.id)).spawn(move || {
-                if let Some(priority) = priority {
-                    match precise::run_realtime(priority) {
-                        Ok(()) => market.metrics.release_realtime.store(1, Ordering::Relaxed),
-                        Err(reason) => {
-                            tracing::warn!(gateway = id, %reason, "the release thread runs at ordinary priority")
+            let releaser = Releaser::new(market, clock.clone(), hold_ns, jitter, probe);
+            if clock.time.is_simulated() {
+                // Under a simulated clock a thread would sleep in real time: a task.
+                let wake = Arc::new(tokio::sync::Notify::new());
+                tokio::spawn(release_task(releaser, handoff, shutdown, Arc::clone(&wake)));
+                Wake::Task(wake)
+            } else {
+                let thread = std::thread::Builder::new().name(format!("gw{}-release", config.id)).spawn(move || {
+                    if let Some(priority) = priority {
+                        match precise::run_realtime(priority) {
+                            Ok(()) => releaser.market.metrics.release_realtime.store(1, Ordering::Relaxed),
+                            Err(reason) => {
+                                tracing::warn!(gateway = id, %reason, "the release thread runs at ordinary priority")
+                            }
                         }
                     }
-                }
-                release_loop(market, clock, hold_ns, jitter, &handoff, probe, shutdown)
-            })?
+                    release_loop(releaser, &handoff, shutdown)
+                })?;
+                Wake::Thread(thread.thread().clone())
+            }
         };
-        let sink = Sink { handoff, wake: releaser.thread().clone(), link, clock, hold_ns };
+        let sink = Sink { handoff, wake, link, clock, hold_ns };
         tokio::spawn(read_feed(
             config.feed_sources(),
-            config.local_node.clone(),
+            config.local_nodes.clone(),
             config.tls.clone(),
             sink,
             shutdown,
@@ -191,18 +200,34 @@ struct Handoff {
     closed: bool,
 }
 
+/// How the feed task wakes the release thread (or task).
+enum Wake {
+    Thread(std::thread::Thread),
+    Task(Arc<tokio::sync::Notify>),
+}
+
+impl Wake {
+    fn wake(&self) {
+        match self {
+            Wake::Thread(thread) => thread.unpark(),
+            // A permit is kept if the task is not waiting yet: no wake is lost.
+            Wake::Task(notify) => notify.notify_one(),
+        }
+    }
+}
+
 /// The feed task's way to the release thread.
 struct Sink {
     handoff: Arc<Mutex<Handoff>>,
-    wake: std::thread::Thread,
+    wake: Wake,
     link: Link,
-    clock: SkewedClock,
+    clock: GatewayClock,
     hold_ns: u64,
 }
 
 impl Sink {
     fn send(&mut self, message: proto::FeedMessage) {
-        let arrival = self.link.arrival(bourse_fairness::true_now_ns());
+        let arrival = self.link.arrival(self.clock.true_now());
         let due = match &message.body {
             Some(proto::feed_message::Body::Entry(entry)) => {
                 arrival.max(self.clock.true_of(release_time(entry, self.hold_ns)))
@@ -215,7 +240,7 @@ impl Sink {
             due < handoff.asleep_until
         };
         if wake {
-            self.wake.unpark();
+            self.wake.wake();
         }
     }
 }
@@ -225,7 +250,7 @@ impl Drop for Sink {
         if let Ok(mut handoff) = self.handoff.lock() {
             handoff.closed = true;
         }
-        self.wake.unpark();
+        self.wake.wake();
     }
 }
 
@@ -253,7 +278,7 @@ impl Link {
 /// while another is left to try, so market data does not load the leader.
 async fn read_feed(
     sources: Vec<String>,
-    local: Option<LocalNode>,
+    local: Vec<LocalNode>,
     tls: Option<bourse_client::ClientTls>,
     mut line: Sink,
     mut stop: watch::Receiver<bool>,
@@ -265,7 +290,7 @@ async fn read_feed(
     loop {
         let source = &sources[current % sources.len()];
         let avoid_leader = passed_over + 1 < sources.len();
-        let local = local.as_ref().filter(|node| node.is_at(source));
+        let local = local.iter().find(|node| node.is_at(source));
         let attempt = async {
             if let Some(node) = local {
                 // The node in this process: no socket to spare it, so no leader check.
@@ -376,70 +401,66 @@ fn release_time(entry: &proto::FeedEntry, hold_ns: u64) -> u64 {
 
 /// The release thread: holds entries until their release time on the gateway clock,
 /// then applies and broadcasts them.
-fn release_loop(
-    market: Arc<Market>,
-    clock: SkewedClock,
-    hold_ns: u64,
-    jitter: Jitter,
-    handoff: &Mutex<Handoff>,
-    probe: Arc<Probe>,
-    shutdown: watch::Receiver<bool>,
-) {
+fn release_loop(mut releaser: Releaser, handoff: &Mutex<Handoff>, shutdown: watch::Receiver<bool>) {
     let _ = precise::lower_timer_slack();
-    let mut releaser = Releaser {
-        market,
-        clock,
-        hold_ns,
-        jitter,
-        held: HoldQueue::new(),
-        release_last: 0,
-        release_at_last: 0,
-        in_transit: VecDeque::new(),
-        probe,
-        out: Vec::new(),
-    };
     loop {
         if *shutdown.borrow() {
             return;
         }
-        // What is due among what was taken in goes first: the lock can wait.
-        releaser.release_due();
-        {
-            let mut handoff = handoff.lock().expect("handoff lock");
-            if handoff.closed && handoff.queue.is_empty() {
-                return;
-            }
-            releaser.in_transit.append(&mut handoff.queue);
-        }
-        releaser.release_due();
-        let deadline = releaser.next_deadline();
-        {
-            // Under the lock: a message handed over after this sees when the thread
-            // sleeps until, and one handed over before it is taken in first. (Once
-            // awake the thread leaves the old value: it is past, so it wakes no one,
-            // and the queue is read again before the next sleep.)
-            let mut handoff = handoff.lock().expect("handoff lock");
-            if !handoff.queue.is_empty() || handoff.closed {
-                continue;
-            }
-            handoff.asleep_until = deadline.unwrap_or(u64::MAX);
-        }
-        match deadline {
-            Some(deadline) => {
-                let wait = deadline.saturating_sub(bourse_fairness::true_now_ns());
+        match releaser.turn(handoff) {
+            Next::Stop => return,
+            Next::Again => {}
+            Next::Sleep(Some(deadline)) => {
+                let wait = deadline.saturating_sub(releaser.clock.true_now());
                 if wait > 0 {
                     std::thread::park_timeout(Duration::from_nanos(wait));
                 }
             }
-            None => std::thread::park_timeout(Duration::from_millis(100)),
+            Next::Sleep(None) => std::thread::park_timeout(Duration::from_millis(100)),
         }
     }
+}
+
+/// The release thread as a task (under a simulated clock): the same turns, sleeping on
+/// the runtime's timer until the next release or a wake from the feed task.
+async fn release_task(
+    mut releaser: Releaser,
+    handoff: Arc<Mutex<Handoff>>,
+    mut shutdown: watch::Receiver<bool>,
+    wake: Arc<tokio::sync::Notify>,
+) {
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let wait = match releaser.turn(&handoff) {
+            Next::Stop => return,
+            Next::Again => continue,
+            Next::Sleep(Some(deadline)) => Duration::from_nanos(deadline.saturating_sub(releaser.clock.true_now())),
+            Next::Sleep(None) => Duration::from_secs(3600),
+        };
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// What the release thread does after a turn.
+enum Next {
+    /// The feed task is gone and everything is out.
+    Stop,
+    /// Messages came meanwhile: another turn at once.
+    Again,
+    /// Sleep until this instant (true clock), or until woken.
+    Sleep(Option<u64>),
 }
 
 /// The release thread's state.
 struct Releaser {
     market: Arc<Market>,
-    clock: SkewedClock,
+    clock: GatewayClock,
     hold_ns: u64,
     jitter: Jitter,
     held: HoldQueue<Held>,
@@ -454,9 +475,51 @@ struct Releaser {
 }
 
 impl Releaser {
+    fn new(market: Arc<Market>, clock: GatewayClock, hold_ns: u64, jitter: Jitter, probe: Arc<Probe>) -> Releaser {
+        Releaser {
+            market,
+            clock,
+            hold_ns,
+            jitter,
+            held: HoldQueue::new(),
+            release_last: 0,
+            release_at_last: 0,
+            in_transit: VecDeque::new(),
+            probe,
+            out: Vec::new(),
+        }
+    }
+
+    /// One turn: what is due goes out, what the feed task handed over is taken in (and
+    /// what of it is due goes out too), and the instant of the next release is noted
+    /// where the feed task sees it.
+    fn turn(&mut self, handoff: &Mutex<Handoff>) -> Next {
+        // What is due among what was taken in goes first: the lock can wait.
+        self.release_due();
+        {
+            let mut handoff = handoff.lock().expect("handoff lock");
+            if handoff.closed && handoff.queue.is_empty() {
+                return Next::Stop;
+            }
+            self.in_transit.append(&mut handoff.queue);
+        }
+        self.release_due();
+        let deadline = self.next_deadline();
+        // Under the lock: a message handed over after this sees when the thread sleeps
+        // until, and one handed over before it is taken in first. (Once awake the thread
+        // leaves the old value: it is past, so it wakes no one, and the queue is read
+        // again before the next sleep.)
+        let mut handoff = handoff.lock().expect("handoff lock");
+        if !handoff.queue.is_empty() || handoff.closed {
+            return Next::Again;
+        }
+        handoff.asleep_until = deadline.unwrap_or(u64::MAX);
+        Next::Sleep(deadline)
+    }
+
     /// Takes in what has arrived, then releases every entry whose time has come.
     fn release_due(&mut self) {
-        let now_true = bourse_fairness::true_now_ns();
+        let now_true = self.clock.true_now();
         while self.in_transit.front().is_some_and(|message| message.arrival <= now_true) {
             let Inbound { message, arrival, .. } = self.in_transit.pop_front().expect("checked");
             match message.body {
@@ -498,7 +561,7 @@ impl Releaser {
                     release_ts,
                     arrived_late: late,
                     released_local: self.clock.now_ns(),
-                    released_true: bourse_fairness::true_now_ns(),
+                    released_true: self.clock.true_now(),
                 });
             }
             self.market.release(&entry, release_ts, &mut self.out);

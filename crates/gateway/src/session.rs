@@ -8,7 +8,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bourse_engine::command::CommandBody;
 use bourse_protocol::convert::{self, ConvertError};

@@ -686,7 +686,7 @@ async fn a_gateway_in_the_nodes_process_links_and_reads_the_feed_without_a_socke
     let mut config = GatewayConfig::new(1, "127.0.0.1:0".parse().unwrap(), vec![nowhere.clone()]);
     config.open = true;
     config.hold_us = 0;
-    config.local_node = Some(local_node(&exchange.node, &nowhere));
+    config.local_nodes = vec![local_node(&exchange.node, &nowhere)];
     let gateway = Gateway::start(config, KeyStore::default()).await.unwrap();
     wait_ready(&gateway).await;
     let endpoints = vec![gateway.addr().to_string()];

@@ -134,7 +134,7 @@ pub async fn gateway(node: &bourse_node::Node, layout: Layout) -> Result<bourse_
     config.rate_per_sec = u64::MAX / 2;
     config.burst = u64::MAX / 2;
     if layout == Layout::Local {
-        config.local_node = Some(crate::serve::local_node(node));
+        config.local_nodes = vec![crate::serve::local_node(node)];
     }
     bourse_gateway::Gateway::start(config, bourse_gateway::KeyStore::default()).await.map_err(|e| e.to_string())
 }
