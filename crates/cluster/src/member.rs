@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,14 +83,25 @@ pub struct Leadership {
 /// A running member.
 pub struct Member<M: Machine> {
     raft: Raft<StateMachine<M>>,
-    /// Reads the log for the history's log stream.
-    log: crate::log_store::LogReader,
+    /// Reads the log for the history's log stream (the journal's; none simulated).
+    log: Option<crate::log_store::LogReader>,
     /// Replication timings of the transport, both sides.
     stats: Arc<crate::transport::TransportStats>,
     id: NodeId,
     leadership: watch::Receiver<Leadership>,
     stop: watch::Sender<bool>,
+    /// Simulated: cleared at shutdown, so the stopped process sends nothing more.
+    alive: Option<Arc<AtomicBool>>,
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// What differs between a member on the machine and one in the simulator.
+struct Shells {
+    log: Option<crate::log_store::LogReader>,
+    stats: Arc<crate::transport::TransportStats>,
+    alive: Option<Arc<AtomicBool>>,
+    /// The transport's listener, on the machine.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 fn raft_error(e: impl std::fmt::Display) -> MemberError {
@@ -152,7 +164,7 @@ impl<M: Machine> Member<M> {
     pub async fn start(
         config: MemberConfig,
         state_machine: StateMachine<M>,
-        mut proposals: mpsc::UnboundedReceiver<Batch>,
+        proposals: mpsc::UnboundedReceiver<Batch>,
         on_refused: impl Fn(usize) + Send + Sync + 'static,
     ) -> Result<Self, MemberError> {
         let raft_config = raft_config(&config)?;
@@ -171,21 +183,59 @@ impl<M: Machine> Member<M> {
             openraft::Raft::new(config.id, raft_config, network, log_store, state_machine).await.map_err(raft_error)?;
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let (stop, stopping) = watch::channel(false);
-        let mut tasks = Vec::new();
         let mut transport_stop = stopping.clone();
         let transport_stopping = async move {
             let _ = transport_stop.wait_for(|stop| *stop).await;
         };
         let server_tls = config.tls.clone();
-        tasks.push(tokio::spawn(crate::transport::serve(
+        let transport = tokio::spawn(crate::transport::serve(
             listener,
             raft.clone(),
             server_tls,
             config.snapshot_bytes_max,
             Arc::clone(&stats),
             transport_stopping,
-        )));
+        ));
+        let shells = Shells { log: Some(log), stats, alive: None, tasks: vec![transport] };
+        Member::run(&config, raft, shells, (stop, stopping), proposals, on_refused).await
+    }
 
+    /// Starts a member on the simulator's shells ([`crate::sim`]): its log on `disk`,
+    /// its Raft messages through `fabric` to the members registered in `rafts` (where
+    /// it registers itself once started). Everything above the shells — openraft with
+    /// this configuration, the proposer, leadership, reads — is what [`Member::start`]
+    /// runs.
+    pub async fn start_simulated(
+        config: MemberConfig,
+        shells: crate::sim::SimShells<M>,
+        state_machine: StateMachine<M>,
+        proposals: mpsc::UnboundedReceiver<Batch>,
+        on_refused: impl Fn(usize) + Send + Sync + 'static,
+    ) -> Result<Self, MemberError> {
+        let rafts = Arc::clone(&shells.rafts);
+        let (raft, alive) = crate::sim::raft(&config, shells, state_machine).await?;
+        let shells = Shells {
+            log: None,
+            stats: Arc::new(crate::transport::TransportStats::default()),
+            alive: Some(alive),
+            tasks: Vec::new(),
+        };
+        let member = Member::run(&config, raft.clone(), shells, watch::channel(false), proposals, on_refused).await?;
+        crate::sim::register(&rafts, config.id, raft);
+        Ok(member)
+    }
+
+    /// What every member runs above its shells: a new cluster initialized by its first
+    /// bootstrap member, the proposer, and the leadership watch.
+    async fn run(
+        config: &MemberConfig,
+        raft: Raft<StateMachine<M>>,
+        shells: Shells,
+        (stop, stopping): (watch::Sender<bool>, watch::Receiver<bool>),
+        mut proposals: mpsc::UnboundedReceiver<Batch>,
+        on_refused: impl Fn(usize) + Send + Sync + 'static,
+    ) -> Result<Self, MemberError> {
+        let Shells { log, stats, alive, mut tasks } = shells;
         if config.bootstrap.first().is_some_and(|(id, _)| *id == config.id) {
             let initialized = raft.is_initialized().await.map_err(raft_error)?;
             if !initialized {
@@ -271,11 +321,12 @@ impl<M: Machine> Member<M> {
                 }
             }
         }));
-        Ok(Member { raft, log, stats, id: config.id, leadership, stop, tasks: std::sync::Mutex::new(tasks) })
+        Ok(Member { raft, log, stats, id: config.id, leadership, stop, alive, tasks: std::sync::Mutex::new(tasks) })
     }
 
-    /// A reader of this member's log (the history's log stream reads committed entries).
-    pub fn log_reader(&self) -> crate::log_store::LogReader {
+    /// A reader of this member's log (the history's log stream reads committed
+    /// entries); none on the simulator's disk.
+    pub fn log_reader(&self) -> Option<crate::log_store::LogReader> {
         self.log.clone()
     }
 
@@ -387,8 +438,24 @@ impl<M: Machine> Member<M> {
         }
     }
 
+    /// The last applied and the committed log index.
+    pub fn progress(&self) -> (u64, u64) {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow_watched();
+        (m.last_applied.map_or(0, |id| id.index), m.local_committed.map_or(0, |id| id.index))
+    }
+
+    /// Whether openraft has stopped (a storage failure stops it: the process must
+    /// restart).
+    pub fn stopped(&self) -> bool {
+        self.raft.metrics().borrow_watched().running_state.is_err()
+    }
+
     /// Stops Raft and the transport.
     pub async fn shutdown(&self) {
+        if let Some(alive) = &self.alive {
+            alive.store(false, std::sync::atomic::Ordering::Release);
+        }
         let _ = self.stop.send(true);
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
@@ -396,6 +463,52 @@ impl<M: Machine> Member<M> {
         for task in self.tasks.lock().expect("tasks lock").drain(..) {
             task.abort();
         }
+    }
+}
+
+/// A boxed future of a [`Membership`] call.
+pub type MemberFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A running member as its node's services use it, whatever machine Raft hands its
+/// entries to (the node's core, or the simulator's observer in front of it).
+pub trait Membership: Send + Sync + 'static {
+    fn id(&self) -> NodeId;
+    fn status(&self) -> MemberStatus;
+    /// [`Member::linearizable_read`].
+    fn linearizable_read(&self) -> MemberFuture<'_, Result<u64, MemberError>>;
+    fn add_node(&self, id: NodeId, peer: Peer) -> MemberFuture<'_, Result<(), MemberError>>;
+    fn remove_node(&self, id: NodeId) -> MemberFuture<'_, Result<(), MemberError>>;
+    fn transfer_leader(&self, to: NodeId) -> MemberFuture<'_, Result<(), MemberError>>;
+    fn shutdown(&self) -> MemberFuture<'_, ()>;
+}
+
+impl<M: Machine> Membership for Member<M> {
+    fn id(&self) -> NodeId {
+        Member::id(self)
+    }
+
+    fn status(&self) -> MemberStatus {
+        Member::status(self)
+    }
+
+    fn linearizable_read(&self) -> MemberFuture<'_, Result<u64, MemberError>> {
+        Box::pin(Member::linearizable_read(self))
+    }
+
+    fn add_node(&self, id: NodeId, peer: Peer) -> MemberFuture<'_, Result<(), MemberError>> {
+        Box::pin(Member::add_node(self, id, peer))
+    }
+
+    fn remove_node(&self, id: NodeId) -> MemberFuture<'_, Result<(), MemberError>> {
+        Box::pin(Member::remove_node(self, id))
+    }
+
+    fn transfer_leader(&self, to: NodeId) -> MemberFuture<'_, Result<(), MemberError>> {
+        Box::pin(Member::transfer_leader(self, to))
+    }
+
+    fn shutdown(&self) -> MemberFuture<'_, ()> {
+        Box::pin(Member::shutdown(self))
     }
 }
 

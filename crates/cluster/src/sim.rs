@@ -37,17 +37,16 @@ use openraft::errors::{ReplicationClosed, Timeout, Unreachable};
 use openraft::network::v2::RaftNetworkV2;
 use openraft::network::{RPCOption, RPCTypes, RaftNetworkFactory};
 use openraft::storage::{RaftLogReader, RaftLogStorage};
-use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::{EntryPayload, OptionalSend};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::member::{leadership_of, raft_config, Leadership, MemberConfig, MemberError};
+use crate::member::{raft_config, MemberConfig, MemberError};
 use crate::state_machine::{Machine, StateMachine};
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Batch, Entry, IoFlushed, LogId, LogState, NodeId, Peer, Raft,
-    RpcError, Snapshot, SnapshotMeta, SnapshotResponse, StreamingError, TypeConfig, Vote, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, Entry, IoFlushed, LogId, LogState, NodeId, Peer, Raft, RpcError,
+    Snapshot, SnapshotMeta, SnapshotResponse, StreamingError, TypeConfig, Vote, VoteRequest, VoteResponse,
 };
 
 /// What becomes of one message.
@@ -69,6 +68,13 @@ pub trait Fabric: Send + Sync + 'static {
     /// A write of `bytes` to `node`'s disk: how long until it is durable, or that its
     /// `fsync` fails.
     fn disk_write(&self, node: NodeId, bytes: usize) -> DiskWrite;
+
+    /// `node` appended log entries, named by (index, term), to its log (not yet
+    /// durable): the first to append an entry is the leader that proposed it, at the
+    /// instant it did. For the simulator's checks; nothing by default.
+    fn appended(&self, node: NodeId, entries: &[(u64, u64)]) {
+        let _ = (node, entries);
+    }
 }
 
 /// What becomes of one disk write.
@@ -87,69 +93,36 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A simulated member: openraft with the member's configuration on the simulated shells.
-pub struct SimMember<M: Machine> {
-    raft: Raft<StateMachine<M>>,
-    quorum_stale: Duration,
-    /// False once the process is stopped: it sends nothing more.
-    alive: Arc<AtomicBool>,
+/// The simulator's shells for one member process ([`crate::member::Member::start_simulated`]).
+pub struct SimShells<M: Machine> {
+    /// The node's disk, which outlives the process.
+    pub disk: SimDisk,
+    /// The fate of every message and disk write.
+    pub fabric: Arc<dyn Fabric>,
+    /// Where the network delivers: the members up now.
+    pub rafts: Rafts<M>,
 }
 
-impl<M: Machine> SimMember<M> {
-    /// Starts a member (a new process) on `disk`, initializing the cluster when it is the
-    /// first of `config.bootstrap` and its log is empty, and registers it in `rafts`.
-    pub async fn start(
-        config: &MemberConfig,
-        disk: &SimDisk,
-        state_machine: StateMachine<M>,
-        fabric: Arc<dyn Fabric>,
-        rafts: Rafts<M>,
-    ) -> Result<SimMember<M>, MemberError> {
-        let raft_error = |e: &dyn std::fmt::Display| MemberError::Raft(e.to_string());
-        let log = SimLog::open(config.id, disk, Arc::clone(&fabric));
-        let alive = Arc::new(AtomicBool::new(true));
-        let network = SimNetwork { id: config.id, fabric, rafts: Arc::clone(&rafts), alive: Arc::clone(&alive) };
-        let raft = openraft::Raft::new(config.id, raft_config(config)?, network, log, state_machine)
-            .await
-            .map_err(|e| raft_error(&e))?;
-        if config.bootstrap.first().is_some_and(|(id, _)| *id == config.id)
-            && !raft.is_initialized().await.map_err(|e| raft_error(&e))?
-        {
-            let members: BTreeMap<NodeId, Peer> = config.bootstrap.iter().cloned().collect();
-            raft.initialize(members).await.map_err(|e| raft_error(&e))?;
-        }
-        lock(&rafts).insert(config.id, raft.clone());
-        Ok(SimMember { raft, quorum_stale: Duration::from_millis(2 * config.election_max_ms), alive })
-    }
+/// openraft with the member's configuration on the simulated network and log storage;
+/// and the flag that, once cleared, keeps the process from sending anything more.
+pub(crate) async fn raft<M: Machine>(
+    config: &MemberConfig,
+    shells: SimShells<M>,
+    state_machine: StateMachine<M>,
+) -> Result<(Raft<StateMachine<M>>, Arc<AtomicBool>), MemberError> {
+    let SimShells { disk, fabric, rafts } = shells;
+    let log = SimLog::open(config.id, &disk, Arc::clone(&fabric));
+    let alive = Arc::new(AtomicBool::new(true));
+    let network = SimNetwork { id: config.id, fabric, rafts, alive: Arc::clone(&alive) };
+    let raft = openraft::Raft::new(config.id, raft_config(config)?, network, log, state_machine)
+        .await
+        .map_err(|e| MemberError::Raft(e.to_string()))?;
+    Ok((raft, alive))
+}
 
-    /// Leadership now, as the node computes it ([`crate::member::Member::leadership`]).
-    pub fn leadership(&self) -> Leadership {
-        leadership_of(&self.raft.metrics().borrow_watched(), self.quorum_stale)
-    }
-
-    /// The last applied and committed log indexes.
-    pub fn progress(&self) -> (u64, u64) {
-        let metrics = self.raft.metrics();
-        let m = metrics.borrow_watched();
-        (m.last_applied.map_or(0, |id| id.index), m.local_committed.map_or(0, |id| id.index))
-    }
-
-    /// Hands a batch to Raft; the outcome reaches clients when the entry is applied.
-    /// False when Raft has stopped.
-    pub async fn propose(&self, batch: Batch) -> bool {
-        self.raft.client_write_ff(batch, None).await.is_ok()
-    }
-
-    /// Whether openraft has stopped (a storage failure stops it).
-    pub fn stopped(&self) -> bool {
-        self.raft.metrics().borrow_watched().running_state.is_err()
-    }
-
-    /// Stops openraft (the process ends; [`SimDisk::crash`] decides what its disk keeps).
-    pub async fn stop(&self) {
-        self.alive.store(false, Ordering::Release);
-        let _ = self.raft.shutdown().await;
-    }
+/// Makes a started member reachable by the others.
+pub(crate) fn register<M: Machine>(rafts: &Rafts<M>, id: NodeId, raft: Raft<StateMachine<M>>) {
+    lock(rafts).insert(id, raft);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -419,6 +392,8 @@ impl SimDisk {
 /// openraft's log storage on a [`SimDisk`], for one process.
 #[derive(Clone)]
 struct SimLog {
+    node: NodeId,
+    fabric: Arc<dyn Fabric>,
     /// What readers see: every write as submitted.
     visible: Arc<Mutex<Stored>>,
     queue: mpsc::UnboundedSender<(Op, Done)>,
@@ -433,8 +408,8 @@ impl SimLog {
         };
         let (queue, writes) = mpsc::unbounded_channel();
         let failed = Arc::new(Mutex::new(None));
-        tokio::spawn(write(node, disk.clone(), incarnation, fabric, writes, Arc::clone(&failed)));
-        SimLog { visible: Arc::new(Mutex::new(visible)), queue, failed }
+        tokio::spawn(write(node, disk.clone(), incarnation, Arc::clone(&fabric), writes, Arc::clone(&failed)));
+        SimLog { node, fabric, visible: Arc::new(Mutex::new(visible)), queue, failed }
     }
 
     fn usable(&self) -> io::Result<()> {
@@ -555,7 +530,11 @@ impl RaftLogStorage<TypeConfig> for SimLog {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        self.submit(Op::Append(entries.into_iter().collect()), Done::Flushed(callback))
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let ids: Vec<(u64, u64)> = entries.iter().map(|e| (e.log_id.index, e.log_id.leader_id.term)).collect();
+        self.submit(Op::Append(entries), Done::Flushed(callback))?;
+        self.fabric.appended(self.node, &ids);
+        Ok(())
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {

@@ -88,6 +88,12 @@ pub struct NodeConfig {
     /// The `[fairness]` table: whether the leader adapts the hold d_h and the window d_s
     /// to the delays it sees (through the log), and within what bounds.
     pub fairness: FairnessToml,
+    /// Where the node reads the time (the leader's stamps, the sequencer's window, the
+    /// gateways' stamp bound): the system clock, or the deterministic simulator's, under
+    /// which the core and the sequencer run as tasks ([`bourse_fairness::Clock`]). Not
+    /// in the file.
+    #[serde(skip)]
+    pub clock: bourse_fairness::Clock,
 }
 
 /// The `[fairness]` table. With `adaptive` off (the default) the gateways' `hold_us` and
@@ -241,6 +247,7 @@ impl Default for NodeConfig {
             engine: EngineConfig::default(),
             clients: ClientsToml::default(),
             fairness: FairnessToml::default(),
+            clock: bourse_fairness::Clock::system(),
         }
     }
 }

@@ -16,7 +16,7 @@
 //! stops beats one whose state ran ahead of a log it can no longer write).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -76,9 +76,17 @@ pub enum Request {
     Status {
         reply: oneshot::Sender<(u64, [u8; 32])>,
     },
+    /// Runs a function on the engine as applied so far, with the last applied index (a
+    /// single node: not necessarily durable yet), in queue order: for a caller that must
+    /// look at the state itself, as the simulator's checks do. Nothing outside the
+    /// process can send it.
+    Inspect(Inspection),
     /// Finish the current batch, then stop.
     Shutdown,
 }
+
+/// A function run on the engine and its last applied index ([`Request::Inspect`]).
+pub type Inspection = Box<dyn FnOnce(&Engine, u64) + Send>;
 
 /// How commands get their place in the log.
 pub enum Sequencer {
@@ -235,25 +243,49 @@ impl Core {
         }
     }
 
-    /// Runs until a shutdown request or until every sender is gone.
+    /// Runs until a shutdown request or until every sender is gone, on a thread of its
+    /// own.
     pub fn run(mut self, mut requests: mpsc::Receiver<Request>) {
         let mut batch: Vec<Request> = Vec::new();
-        loop {
-            let Some(first) = requests.blocking_recv() else { break };
-            let mut commands = first.commands_len();
-            batch.push(first);
-            while commands < self.config.batch_commands_max {
-                let Ok(next) = requests.try_recv() else { break };
-                commands += next.commands_len();
-                batch.push(next);
-            }
-            self.metrics.queue_depth.0.fetch_sub(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
-            let stop = self.process(&mut batch);
-            if stop {
+        while let Some(first) = requests.blocking_recv() {
+            if self.step(first, &mut requests, &mut batch) {
                 break;
             }
+        }
+        self.stopped();
+    }
+
+    /// [`Core::run`] as a task of the current runtime (under a simulated clock, whose
+    /// timer is the runtime's).
+    pub async fn run_task(mut self, mut requests: mpsc::Receiver<Request>) {
+        let mut batch: Vec<Request> = Vec::new();
+        while let Some(first) = requests.recv().await {
+            if self.step(first, &mut requests, &mut batch) {
+                break;
+            }
+        }
+        self.stopped();
+    }
+
+    /// Takes `first` and whatever else is queued, up to a batch, and processes them;
+    /// true when a shutdown was requested.
+    fn step(&mut self, first: Request, requests: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>) -> bool {
+        let mut commands = first.commands_len();
+        batch.push(first);
+        while commands < self.config.batch_commands_max {
+            let Ok(next) = requests.try_recv() else { break };
+            commands += next.commands_len();
+            batch.push(next);
+        }
+        self.metrics.queue_depth.0.fetch_sub(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
+        let stop = self.process(batch);
+        if !stop {
             self.maybe_snapshot();
         }
+        stop
+    }
+
+    fn stopped(&mut self) {
         if let Some(writer) = self.snapshot_writer.take() {
             let _ = writer.join();
         }
@@ -291,6 +323,7 @@ impl Core {
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
+                Request::Inspect(inspect) => inspect(&self.engine, self.next_index - 1),
                 Request::Machine(_) | Request::Deposed => {
                     unreachable!("a single node has no state machine")
                 }
@@ -343,7 +376,7 @@ impl Core {
         proposals: &mut Vec<Proposal>,
     ) {
         let last = items.len().saturating_sub(1);
-        let now = wall_clock_ns();
+        let now = self.config.clock.now_ns();
         for (i, (seq, body)) in items.into_iter().enumerate() {
             let ack = match body {
                 Err(error) => {
@@ -392,6 +425,7 @@ impl Core {
                 Request::Status { reply } => {
                     let _ = reply.send((self.next_index - 1, self.engine.state_hash()));
                 }
+                Request::Inspect(inspect) => inspect(&self.engine, self.next_index - 1),
                 Request::Deposed => {
                     self.unary.clear();
                     self.proposed_at.clear();
@@ -428,7 +462,7 @@ impl Core {
             return;
         }
         let last_seq = items.last().map(|(seq, _)| *seq);
-        let now = wall_clock_ns();
+        let now = self.config.clock.now_ns();
         for (seq, body) in items {
             match body {
                 Err(error) => {
@@ -838,7 +872,7 @@ impl Core {
 /// earlier than the state's last timestamp (a new leader whose clock is behind the old
 /// one's stamps its first commands earlier; they are applied at the last time instead,
 /// the same way on every replica and in every replay).
-pub(crate) fn committed_command(engine: &Engine, bytes: &[u8]) -> Result<Command, codec::DecodeError> {
+pub fn committed_command(engine: &Engine, bytes: &[u8]) -> Result<Command, codec::DecodeError> {
     let mut command = codec::decode(bytes)?;
     command.ts = command.ts.max(engine.ts_last());
     Ok(command)
@@ -862,11 +896,6 @@ fn owners_of(engine: &Engine) -> FxHashMap<OrderId, Owner> {
 
 fn market_update(ts: u64, update: proto::market_data_update::Update) -> proto::MarketDataUpdate {
     proto::MarketDataUpdate { seq: 0, ts, update: Some(update), release_ts: 0 }
-}
-
-/// The wall clock in ns since the Unix epoch (0 before it).
-pub(crate) fn wall_clock_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bourse_engine::command::{CommandBody, FairnessSetting};
 use bourse_engine::ClientId;
-use bourse_fairness::{precise, Adaptive, AdaptiveConfig, Resequencer, Stamp};
+use bourse_fairness::{precise, Adaptive, AdaptiveConfig, Clock, Resequencer, Stamp};
 use bourse_protocol::convert::ConvertError;
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
@@ -95,11 +95,12 @@ pub enum Inbound {
 #[derive(Clone)]
 pub struct FairSequencer {
     sender: mpsc::Sender<Inbound>,
-    thread: std::thread::Thread,
+    /// The thread to unpark; none for the task, which waits on the channel itself.
+    thread: Option<std::thread::Thread>,
 }
 
 /// Settings of the sequencer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct FairConfig {
     /// d_s in nanoseconds; 0 releases in arrival order.
     pub window_ns: u64,
@@ -107,16 +108,23 @@ pub struct FairConfig {
     pub capacity: usize,
     /// The controllers of the hold and the window, when they adapt (`[fairness]`).
     pub adaptive: Option<(AdaptiveConfig, AdaptiveConfig)>,
+    /// Where it reads the time; a simulated clock runs it as a task.
+    pub clock: Clock,
 }
 
 impl FairSequencer {
-    /// Starts the thread; it stops when every handle is dropped (after releasing what
-    /// it holds) or when the core's queue closes.
+    /// Starts the thread (a task, under a simulated clock); it stops when every handle
+    /// is dropped (after releasing what it holds) or when the core's queue closes.
     pub fn start(config: FairConfig, core: mpsc::Sender<Request>, metrics: Arc<Metrics>) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::channel(config.capacity.max(1));
+        if config.clock.is_simulated() {
+            tokio::spawn(run_task(Fair::new(config, metrics), receiver, core));
+            return Ok(FairSequencer { sender, thread: None });
+        }
+        let fair = Fair::new(config, metrics);
         let handle =
-            std::thread::Builder::new().name("sequencer".into()).spawn(move || run(config, receiver, core, metrics))?;
-        Ok(FairSequencer { sender, thread: handle.thread().clone() })
+            std::thread::Builder::new().name("sequencer".into()).spawn(move || run_thread(fair, receiver, core))?;
+        Ok(FairSequencer { sender, thread: Some(handle.thread().clone()) })
     }
 
     /// Hands `message` to the thread, waiting while its buffer is full. Fails when the
@@ -144,80 +152,208 @@ impl FairSequencer {
 
     /// Wakes the thread to take what was handed to it.
     pub fn wake(&self) {
-        self.thread.unpark();
+        if let Some(thread) = &self.thread {
+            thread.unpark();
+        }
     }
 }
 
-fn run(config: FairConfig, mut receiver: mpsc::Receiver<Inbound>, core: mpsc::Sender<Request>, metrics: Arc<Metrics>) {
-    let _ = precise::lower_timer_slack();
-    let mut buffer: Resequencer<(ClientId, Items)> = Resequencer::new(config.window_ns, config.capacity.max(1));
-    // Links per gateway id: a gateway that reconnects before its old link is noticed
-    // dead has two for a while, and stays connected until the last one closes.
-    let mut links: FxHashMap<u32, usize> = FxHashMap::default();
-    let mut open = true;
-    let mut control = config.adaptive.map(|(hold, window)| Control::new(hold, window));
-    loop {
-        // The window in force is the log's, once it set one.
-        if let Some(setting) = metrics.fairness.get() {
-            if setting.window_ns != buffer.window_ns() {
-                buffer.set_window_ns(setting.window_ns);
+/// The sequencer itself, whichever way it runs: what the links sent, held in a
+/// [`Resequencer`] until due, and the adaptive controller.
+struct Fair {
+    buffer: Resequencer<(ClientId, Items)>,
+    /// Links per gateway id: a gateway that reconnects before its old link is noticed
+    /// dead has two for a while, and stays connected until the last one closes.
+    links: FxHashMap<u32, usize>,
+    /// False once every link's handle is gone: what is held is released at once.
+    open: bool,
+    control: Option<Control>,
+    capacity: usize,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+}
+
+impl Fair {
+    fn new(config: FairConfig, metrics: Arc<Metrics>) -> Fair {
+        let capacity = config.capacity.max(1);
+        Fair {
+            buffer: Resequencer::new(config.window_ns, capacity),
+            links: FxHashMap::default(),
+            open: true,
+            control: config.adaptive.map(|(hold, window)| Control::new(hold, window)),
+            capacity,
+            clock: config.clock,
+            metrics,
+        }
+    }
+
+    /// Whether it takes another message now (it holds fewer than its capacity).
+    fn has_room(&self) -> bool {
+        self.open && self.buffer.len() < self.capacity
+    }
+
+    /// Follows the window in force: the log's, once it set one.
+    fn follow_the_log(&mut self) {
+        if let Some(setting) = self.metrics.fairness.get() {
+            if setting.window_ns != self.buffer.window_ns() {
+                self.buffer.set_window_ns(setting.window_ns);
             }
         }
-        while open && buffer.len() < config.capacity.max(1) {
-            match receiver.try_recv() {
-                Ok(message) => take(&mut buffer, &mut links, control.as_mut(), message),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
-            }
-        }
-        // After taking what the links sent: a report that calls for more is acted on now.
-        if let Some(control) = &mut control {
-            if let Some(setting) = control.decide(bourse_fairness::true_now_ns(), metrics.fairness.get()) {
+    }
+
+    /// What the core is to get now, in order: the adaptive controller's new delays (a
+    /// report that calls for more is acted on at once), then every batch that is due.
+    fn due(&mut self) -> Vec<Request> {
+        let mut out = Vec::new();
+        if let Some(control) = &mut self.control {
+            if let Some(setting) = control.decide(self.clock.now_ns(), self.metrics.fairness.get()) {
                 tracing::info!(
                     hold_us = setting.hold_ns / 1_000,
                     window_us = setting.window_ns / 1_000,
                     "adaptive fairness: proposing new delays"
                 );
                 let items = vec![(0, Ok(CommandBody::SetFairness(setting)))];
-                let request = Request::Commands { client: ClientId::SYSTEM, items, reply: Reply::Session };
-                metrics.queue_depth.0.fetch_add(1, Ordering::Relaxed);
-                if core.blocking_send(request).is_err() {
-                    return;
+                out.push(Request::Commands { client: ClientId::SYSTEM, items, reply: Reply::Session });
+            }
+        }
+        let now = self.clock.now_ns();
+        let mut released = 0u64;
+        while let Some(ready) = self.buffer.pop_ready(if self.open { now } else { u64::MAX }) {
+            released += 1;
+            self.metrics.fair_held_ns.lock().expect("metrics lock").record(ready.held_ns);
+            if ready.out_of_order_prev {
+                self.metrics.fair_out_of_order_prev.fetch_add(1, Ordering::Relaxed);
+            }
+            if ready.out_of_order_hwm {
+                self.metrics.fair_out_of_order_hwm.fetch_add(1, Ordering::Relaxed);
+            }
+            let (client, items) = ready.item;
+            out.push(Request::Commands { client, items, reply: Reply::Session });
+        }
+        self.metrics.fair_released.fetch_add(released, Ordering::Relaxed);
+        self.metrics.fair_held.store(self.buffer.len() as i64, Ordering::Relaxed);
+        self.metrics.queue_depth.0.fetch_add(out.len() as i64, Ordering::Relaxed);
+        out
+    }
+
+    /// Whether it is done: no link left and nothing held.
+    fn finished(&self) -> bool {
+        !self.open && self.buffer.is_empty()
+    }
+
+    /// How long until the next batch is due (none: nothing is held).
+    fn wait(&self) -> Option<Duration> {
+        let deadline = self.buffer.next_deadline()?;
+        Some(Duration::from_nanos(deadline.saturating_sub(self.clock.now_ns())))
+    }
+
+    fn take(&mut self, message: Inbound) {
+        let control = self.control.as_mut();
+        match message {
+            Inbound::Connect { gateway } => {
+                *self.links.entry(gateway).or_default() += 1;
+                self.buffer.connect(gateway);
+            }
+            Inbound::Disconnect { gateway } => {
+                let count = self.links.entry(gateway).or_default();
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    self.links.remove(&gateway);
+                    self.buffer.disconnect(gateway);
+                }
+            }
+            Inbound::Watermark { gateway, ts, feed_delay_ns } => {
+                self.buffer.heartbeat(gateway, ts);
+                if let Some(control) = control {
+                    let now = self.clock.now_ns();
+                    control.observed = true;
+                    control.window.observe(now, now.saturating_sub(ts));
+                    if feed_delay_ns > 0 {
+                        control.hold.observe(now, feed_delay_ns);
+                    }
+                }
+            }
+            Inbound::Batch { stamp, client, items } => {
+                let now = self.clock.now_ns();
+                if let Some(control) = control {
+                    control.observed = true;
+                    control.window.observe(now, now.saturating_sub(stamp.ts));
+                }
+                if self.buffer.push(now, stamp, (client, items)).is_err() {
+                    // Taken only while below capacity, so a push cannot be refused.
+                    unreachable!("the sequencer took a batch beyond its capacity");
                 }
             }
         }
-        let now = bourse_fairness::true_now_ns();
-        let mut released = 0u64;
-        while let Some(out) = buffer.pop_ready(if open { now } else { u64::MAX }) {
-            released += 1;
-            metrics.fair_held_ns.lock().expect("metrics lock").record(out.held_ns);
-            if out.out_of_order_prev {
-                metrics.fair_out_of_order_prev.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The sequencer on its own thread: it sleeps with `park_timeout` (timer slack lowered),
+/// and the links unpark it after each message.
+fn run_thread(mut fair: Fair, mut receiver: mpsc::Receiver<Inbound>, core: mpsc::Sender<Request>) {
+    let _ = precise::lower_timer_slack();
+    loop {
+        fair.follow_the_log();
+        while fair.has_room() {
+            match receiver.try_recv() {
+                Ok(message) => fair.take(message),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => fair.open = false,
             }
-            if out.out_of_order_hwm {
-                metrics.fair_out_of_order_hwm.fetch_add(1, Ordering::Relaxed);
-            }
-            let (client, items) = out.item;
-            metrics.queue_depth.0.fetch_add(1, Ordering::Relaxed);
-            if core.blocking_send(Request::Commands { client, items, reply: Reply::Session }).is_err() {
+        }
+        for request in fair.due() {
+            if core.blocking_send(request).is_err() {
                 return;
             }
         }
-        metrics.fair_released.fetch_add(released, Ordering::Relaxed);
-        metrics.fair_held.store(buffer.len() as i64, Ordering::Relaxed);
-        if !open && buffer.is_empty() {
+        if fair.finished() {
             return;
         }
-        match buffer.next_deadline() {
-            Some(deadline) => {
-                let wait = deadline.saturating_sub(bourse_fairness::true_now_ns());
-                if wait > 0 {
-                    std::thread::park_timeout(Duration::from_nanos(wait));
-                }
-            }
+        match fair.wait() {
+            Some(wait) if wait > Duration::ZERO => std::thread::park_timeout(wait),
+            Some(_) => {}
             // Nothing held: sleep until a link sends (its send unparks this thread).
-            None if open => std::thread::park_timeout(Duration::from_millis(100)),
+            None if fair.open => std::thread::park_timeout(Duration::from_millis(100)),
             None => {}
+        }
+    }
+}
+
+/// The sequencer as a task: the same steps, waiting on the channel and the runtime's
+/// timer.
+async fn run_task(mut fair: Fair, mut receiver: mpsc::Receiver<Inbound>, core: mpsc::Sender<Request>) {
+    loop {
+        fair.follow_the_log();
+        while fair.has_room() {
+            match receiver.try_recv() {
+                Ok(message) => fair.take(message),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => fair.open = false,
+            }
+        }
+        for request in fair.due() {
+            if core.send(request).await.is_err() {
+                return;
+            }
+        }
+        if fair.finished() {
+            return;
+        }
+        let wait = fair.wait();
+        if wait == Some(Duration::ZERO) {
+            continue;
+        }
+        let sleep = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600)));
+        if !fair.has_room() {
+            sleep.await;
+            continue;
+        }
+        tokio::select! {
+            message = receiver.recv() => match message {
+                Some(message) => fair.take(message),
+                None => fair.open = false,
+            },
+            () = sleep => {}
         }
     }
 }
@@ -270,49 +406,5 @@ impl Control {
         }
         self.proposed = Some((setting, now));
         Some(setting)
-    }
-}
-
-fn take(
-    buffer: &mut Resequencer<(ClientId, Items)>,
-    links: &mut FxHashMap<u32, usize>,
-    control: Option<&mut Control>,
-    message: Inbound,
-) {
-    match message {
-        Inbound::Connect { gateway } => {
-            *links.entry(gateway).or_default() += 1;
-            buffer.connect(gateway);
-        }
-        Inbound::Disconnect { gateway } => {
-            let count = links.entry(gateway).or_default();
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                links.remove(&gateway);
-                buffer.disconnect(gateway);
-            }
-        }
-        Inbound::Watermark { gateway, ts, feed_delay_ns } => {
-            buffer.heartbeat(gateway, ts);
-            if let Some(control) = control {
-                let now = bourse_fairness::true_now_ns();
-                control.observed = true;
-                control.window.observe(now, now.saturating_sub(ts));
-                if feed_delay_ns > 0 {
-                    control.hold.observe(now, feed_delay_ns);
-                }
-            }
-        }
-        Inbound::Batch { stamp, client, items } => {
-            let now = bourse_fairness::true_now_ns();
-            if let Some(control) = control {
-                control.observed = true;
-                control.window.observe(now, now.saturating_sub(stamp.ts));
-            }
-            if buffer.push(now, stamp, (client, items)).is_err() {
-                // Taken only while below capacity, so a push cannot be refused.
-                unreachable!("the sequencer took a batch beyond its capacity");
-            }
-        }
     }
 }

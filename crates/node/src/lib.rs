@@ -24,7 +24,10 @@ mod replica;
 mod service;
 
 pub use config::{FairnessToml, NodeConfig, VirtualClock};
+pub use core::{committed_command, Request};
 pub use fair::InForce;
 pub use link::{LocalLink, LINK_SILENT_MAX};
 pub use log::LocalLog;
-pub use node::{journal_dir, recover, recover_member, run_until_signal, Node, NodeError, Recovered};
+pub use node::{journal_dir, recover, recover_member, run_until_signal, Node, NodeError, Recovered, SimulatedNode};
+pub use replica::CoreMachine;
+pub use service::{BoxStream, LocalSessions};

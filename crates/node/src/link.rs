@@ -202,7 +202,7 @@ impl LinkReader<'_> {
                 self.claim(claim, &mut refusals)?;
             }
             // One read of the clock for the whole message, not one per batch.
-            let now = crate::core::wall_clock_ns();
+            let now = self.shared.clock.now_ns();
             for mut batch in up.batches {
                 let max = self.shared.client_batch_commands_max;
                 if batch.commands.len() > max {

@@ -137,10 +137,15 @@ impl LocalLog {
 }
 
 impl LogService {
+    /// Where the log is read; a simulated node has no files to read it from.
+    fn source(&self) -> Result<&LogSource, Status> {
+        self.0.log.as_ref().ok_or_else(|| Status::unimplemented("this node keeps no log files (it is simulated)"))
+    }
+
     /// The committed index and the log time of the last command applied.
-    fn head(&self) -> (u64, u64) {
+    fn head(&self, source: &LogSource) -> (u64, u64) {
         let metrics = &self.0.metrics;
-        let index = match &self.0.log {
+        let index = match source {
             LogSource::Journal { group, .. } => group.durable_index(),
             LogSource::Raft { .. } => metrics.applied_index.load(Ordering::Acquire),
         };
@@ -158,13 +163,14 @@ impl proto::log_server::Log for LogService {
     ) -> Result<Response<Self::FollowStream>, Status> {
         let request = request.into_inner();
         let mut from = request.from_index;
-        let first_held = self.0.log.first_index()?;
+        let source = self.source()?.clone();
+        let first_held = source.first_index()?;
         let mut snapshot = None;
         if from < first_held && !(from <= 1 && first_held <= 1) {
             if !request.snapshot_if_pruned {
                 return Err(pruned(from, first_held));
             }
-            let (index, bytes) = self.0.log.snapshot(first_held)?.ok_or_else(|| pruned(from, first_held))?;
+            let (index, bytes) = source.snapshot(first_held)?.ok_or_else(|| pruned(from, first_held))?;
             from = index + 1;
             snapshot = Some((index, bytes));
         }
@@ -173,7 +179,7 @@ impl proto::log_server::Log for LogService {
         let (out, receiver) = mpsc::channel(CHUNKS_QUEUED_MAX);
         tokio::spawn(async move {
             service.0.metrics.logs_open.fetch_add(1, Ordering::Relaxed);
-            let (head_index, head_ts) = service.head();
+            let (head_index, head_ts) = service.head(&source);
             let (snapshot_index, snapshot) = snapshot.unwrap_or_default();
             let first = proto::LogChunk {
                 entries: Vec::new(),
@@ -185,7 +191,7 @@ impl proto::log_server::Log for LogService {
                 snapshot_index,
             };
             if out.send(Ok(first)).await.is_ok() {
-                service.stream(service.0.log.cursor(from), out).await;
+                service.stream(&source, source.cursor(from), out).await;
             }
             service.0.metrics.logs_open.fetch_sub(1, Ordering::Relaxed);
         });
@@ -194,14 +200,14 @@ impl proto::log_server::Log for LogService {
 }
 
 impl LogService {
-    async fn stream(&self, mut cursor: Cursor, out: mpsc::Sender<Result<proto::LogChunk, Status>>) {
+    async fn stream(&self, source: &LogSource, mut cursor: Cursor, out: mpsc::Sender<Result<proto::LogChunk, Status>>) {
         let mut reported = Instant::now();
         let mut shutdown = self.0.shutdown.clone();
         loop {
             if *shutdown.borrow_and_update() {
                 return;
             }
-            let (head_index, head_ts) = self.head();
+            let (head_index, head_ts) = self.head(source);
             let (back, read) = tokio::task::spawn_blocking(move || {
                 let read = cursor.read(head_index);
                 (cursor, read)

@@ -17,9 +17,10 @@ use bourse_journal::{GroupCommit, GroupCommitConfig, Journal, JournalConfig};
 use bourse_protocol::proto;
 use tokio::sync::{broadcast, mpsc};
 
-use bourse_cluster::member::{Member, MemberConfig};
+use bourse_cluster::member::{Member, MemberConfig, Membership};
+use bourse_cluster::sim::SimShells;
 use bourse_cluster::snapshot_store::SnapshotStore;
-use bourse_cluster::state_machine::StateMachine;
+use bourse_cluster::state_machine::{Machine, StateMachine};
 use bourse_cluster::Peer;
 
 use crate::config::{NodeConfig, RaftConfig};
@@ -30,7 +31,9 @@ use crate::log::{LocalLog, LogService, LogSource};
 use crate::metrics::Metrics;
 use crate::outbox::{Broadcasts, FeedItem, Pending, Sessions};
 use crate::replica::{CoreMachine, Replication};
-use crate::service::{AdminService, ClusterService, MarketDataService, OrderEntryService, QueryService, Shared};
+use crate::service::{
+    AdminService, ClusterService, LocalSessions, MarketDataService, OrderEntryService, QueryService, Shared,
+};
 
 /// Why a node could not start or stop cleanly.
 #[derive(Debug)]
@@ -190,7 +193,7 @@ pub struct Node {
     pub recovered: Recovered,
     pub metrics: Arc<Metrics>,
     core_sender: mpsc::Sender<Request>,
-    core: std::thread::JoinHandle<()>,
+    core: CoreRun,
     /// Single node: the journal's writer.
     group: Option<GroupCommit>,
     /// Replicated: the Raft member.
@@ -257,6 +260,9 @@ impl Node {
     /// Recovers from `config.data` and starts serving. Must run inside a tokio runtime.
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
         config.validate().map_err(|e| NodeError::Config(e.0))?;
+        if config.clock.is_simulated() {
+            return Err(NodeError::Config("a simulated clock runs only in Node::start_simulated".into()));
+        }
         std::fs::create_dir_all(&config.data)?;
         if let Some(raft) = config.raft.clone() {
             return Node::start_replicated(config, raft).await;
@@ -299,7 +305,8 @@ impl Node {
             Broadcasts { market: market.clone(), feed },
             config.clone(),
         );
-        let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
+        let core =
+            CoreRun::Thread(std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?);
         let tls = node_tls(&config)?;
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
@@ -311,7 +318,7 @@ impl Node {
             &metrics,
             None,
             addr.to_string(),
-            LogSource::Journal { dir: journal_dir(&config.data), group: group.handle() },
+            Some(LogSource::Journal { dir: journal_dir(&config.data), group: group.handle() }),
         )?;
         let client_keys = Arc::clone(&shared.0.client_keys);
         let Serving { shutdown, server, server_stop, metrics_addr, log, link } =
@@ -341,46 +348,10 @@ impl Node {
     /// machine snapshot (Raft re-applies the committed log after it), the core in
     /// replicated mode, the Raft member, the leadership watcher and the services.
     async fn start_replicated(config: NodeConfig, raft: RaftConfig) -> Result<Node, NodeError> {
-        let started = Instant::now();
         let dir = config.data.join("raft");
-        let (core_sender, core_receiver) = mpsc::channel(config.queue_requests_max);
         let store = SnapshotStore::open(dir.join("snapshots"))?;
-        let (state_machine, restored) = StateMachine::open(store, CoreMachine(core_sender.clone()))?;
-        let snapshot_index = restored.meta.as_ref().and_then(|m| m.last_log_id.as_ref()).map(|id| id.index);
-        let engine = match &restored.engine_bytes {
-            Some(bytes) => Engine::restore(bytes).map_err(NodeError::Snapshot)?,
-            None => Engine::new(config.engine_config()),
-        };
-        let config = engine_as_restored(config, &engine);
-        let index = snapshot_index.unwrap_or(0);
-        let recovered = Recovered {
-            index,
-            snapshot_index,
-            entries_replayed: 0,
-            elapsed: started.elapsed(),
-            state_hash: engine.state_hash(),
-        };
-        tracing::info!(id = raft.id, snapshot = ?snapshot_index, "starting a cluster member");
-        let metrics = Arc::new(Metrics::default());
-        let sessions = Arc::new(Sessions::default());
-        let (market, _) = broadcast::channel::<proto::MarketDataUpdate>(config.market_data_buffer_max);
-        let (feed, _) = broadcast::channel::<Arc<FeedItem>>(config.market_data_buffer_max);
-        // Applied entries are committed, so their outputs go out at once.
-        let pending =
-            Arc::new(Pending::new(u64::MAX, Arc::clone(&sessions), market.clone(), feed.clone(), Arc::clone(&metrics)));
-        let leader = Arc::new(AtomicBool::new(false));
-        let (proposer, proposals) = mpsc::unbounded_channel();
-        let replica = Replica { proposer, leader: Arc::clone(&leader) };
-        let core = Core::new(
-            engine,
-            index,
-            Sequencer::Raft(replica),
-            pending,
-            Arc::clone(&metrics),
-            Broadcasts { market: market.clone(), feed },
-            config.clone(),
-        );
-        let core = std::thread::Builder::new().name("core".into()).spawn(move || core.run(core_receiver))?;
+        let (mut parts, state_machine) = Replicated::start(config, store, |core| core)?;
+        let config = parts.config.clone();
 
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
@@ -411,38 +382,22 @@ impl Node {
             tls,
             snapshot_bytes_max: u32::try_from(raft.snapshot_bytes_max).unwrap_or(u32::MAX),
         };
-        let (refused_core, refused_sessions) = (core_sender.clone(), Arc::clone(&sessions));
-        let on_refused = move |_commands: usize| {
-            // Leadership is moving: the clients resend where the leader is.
-            refused_sessions.kill_all(|| crate::replica::not_leader(None));
-            let core = refused_core.clone();
-            tokio::spawn(async move { core.send(Request::Deposed).await });
-        };
+        let (proposals, on_refused) = parts.proposals();
         let member =
             Member::start(member_config, state_machine, proposals, on_refused).await.map_err(NodeError::Cluster)?;
+        let reader = member.log_reader().expect("a member on the machine reads its journal");
+        let _ = parts.metrics.raft_log.set(reader.clone());
+        let _ = parts.metrics.raft_transport.set(member.transport_stats());
+        let log = LogSource::Raft { reader, snapshots: config.data.join("raft").join("snapshots") };
         let leadership = member.leadership();
-        tokio::spawn(crate::replica::watch_leadership(
-            leadership.clone(),
-            leader,
-            Arc::clone(&sessions),
-            core_sender.clone(),
-        ));
-        let _ = metrics.raft_log.set(member.log_reader());
-        let _ = metrics.raft_transport.set(member.transport_stats());
-        let log =
-            LogSource::Raft { reader: member.log_reader(), snapshots: config.data.join("raft").join("snapshots") };
-        let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
-
-        let shared = Shared::new(
-            &config,
-            core_sender.clone(),
-            &sessions,
-            market,
-            &metrics,
-            Some(Arc::clone(&replication)),
-            advertise.api.clone(),
-            log,
-        )?;
+        let (core_sender, core, sessions, metrics, recovered) = (
+            parts.core_sender.clone(),
+            parts.core.take().expect("started"),
+            Arc::clone(&parts.sessions),
+            Arc::clone(&parts.metrics),
+            parts.recovered.clone(),
+        );
+        let (shared, replication) = parts.serve(Arc::new(member), leadership, advertise, Some(log))?;
         let client_keys = Arc::clone(&shared.0.client_keys);
         let Serving { shutdown, server, server_stop, metrics_addr, log, link } =
             Serving::start(listener, &config, shared, None, node_tls.as_ref().map(NodeTls::server)).await?;
@@ -467,6 +422,46 @@ impl Node {
         })
     }
 
+    /// Starts a cluster member in the deterministic simulator (`crates/simulator`): the
+    /// same core, sequencer, sessions, links and Raft member as
+    /// [`Node::start`], on the simulator's shells — its log on a simulated disk, its
+    /// Raft messages through the simulated network, its snapshots in `snapshots`, its
+    /// time `config.clock` (which must be simulated: the core and the sequencer then run
+    /// as tasks of the current runtime) — and without a listener: clients and gateways
+    /// reach it through [`SimulatedNode::local_sessions`] and
+    /// [`SimulatedNode::local_link`]. `wrap` puts the simulator's observer between Raft
+    /// and the core.
+    pub async fn start_simulated<M: Machine>(
+        config: NodeConfig,
+        member: MemberConfig,
+        shells: SimShells<M>,
+        snapshots: SnapshotStore,
+        wrap: impl FnOnce(CoreMachine) -> M,
+    ) -> Result<SimulatedNode, NodeError> {
+        config.validate().map_err(|e| NodeError::Config(e.0))?;
+        if !config.clock.is_simulated() {
+            return Err(NodeError::Config("a simulated node needs a simulated clock (NodeConfig::clock)".into()));
+        }
+        let (mut parts, state_machine) = Replicated::start(config, snapshots, wrap)?;
+        let (proposals, on_refused) = parts.proposals();
+        let advertise = member.advertise.clone();
+        let member = Arc::new(
+            Member::start_simulated(member, shells, state_machine, proposals, on_refused)
+                .await
+                .map_err(NodeError::Cluster)?,
+        );
+        let leadership = member.leadership();
+        let core = parts.core_sender.clone();
+        let Some(CoreRun::Task(task)) = parts.core.take() else {
+            unreachable!("a simulated clock runs the core as a task")
+        };
+        let (metrics, recovered) = (Arc::clone(&parts.metrics), parts.recovered.clone());
+        let (shared, replication) =
+            parts.serve(Arc::clone(&member) as Arc<dyn Membership>, leadership, advertise, None)?;
+        let (shared, shutdown) = shared;
+        Ok(SimulatedNode { recovered, metrics, core, task, member, replication, shared, shutdown })
+    }
+
     /// Finishes the current batch, makes everything durable, answers what is owed, and
     /// stops serving: sessions stop being read, their streams end after the last acks,
     /// and connections get up to `SHUTDOWN_FLUSH_MAX` to take them.
@@ -478,8 +473,7 @@ impl Node {
         }
         let _ = self.core_sender.send(Request::Shutdown).await;
         drop(self.core_sender);
-        let core = self.core;
-        tokio::task::spawn_blocking(move || core.join()).await.expect("join task").expect("core thread panicked");
+        self.core.join().await;
         if let Some(group) = self.group {
             let journal = tokio::task::spawn_blocking(move || group.shutdown()).await.expect("join task")?;
             tracing::info!(durable = journal.durable_index(), "journal closed");
@@ -492,6 +486,240 @@ impl Node {
             server.abort();
         }
         Ok(())
+    }
+}
+
+/// Where the core runs: its own thread, or (under a simulated clock) a task.
+enum CoreRun {
+    Thread(std::thread::JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
+}
+
+impl CoreRun {
+    fn spawn(
+        clock: &bourse_fairness::Clock,
+        core: Core,
+        requests: mpsc::Receiver<Request>,
+    ) -> std::io::Result<CoreRun> {
+        if clock.is_simulated() {
+            return Ok(CoreRun::Task(tokio::spawn(core.run_task(requests))));
+        }
+        let thread = std::thread::Builder::new().name("core".into()).spawn(move || core.run(requests))?;
+        Ok(CoreRun::Thread(thread))
+    }
+
+    /// Waits for the core to stop (it was asked to).
+    async fn join(self) {
+        match self {
+            CoreRun::Thread(thread) => {
+                tokio::task::spawn_blocking(move || thread.join())
+                    .await
+                    .expect("join task")
+                    .expect("core thread panicked");
+            }
+            CoreRun::Task(task) => task.await.expect("core task panicked"),
+        }
+    }
+}
+
+/// What the services share, and the sender of their shutdown signal.
+type Serviced = (Shared, tokio::sync::watch::Sender<bool>);
+
+/// A replicated node's parts that are the same on the machine and in the simulator:
+/// the core started from the newest snapshot, and what the services will share.
+struct Replicated {
+    config: NodeConfig,
+    recovered: Recovered,
+    metrics: Arc<Metrics>,
+    sessions: Arc<Sessions>,
+    market: broadcast::Sender<proto::MarketDataUpdate>,
+    core_sender: mpsc::Sender<Request>,
+    /// Taken by the node that holds it.
+    core: Option<CoreRun>,
+    leader: Arc<AtomicBool>,
+    proposals: Option<mpsc::UnboundedReceiver<bourse_cluster::Batch>>,
+}
+
+impl Replicated {
+    /// Restores the engine from the newest snapshot in `store` and starts the core in
+    /// replicated mode; the state machine hands the core what Raft commits, through
+    /// `wrap`'s machine.
+    fn start<M: Machine>(
+        config: NodeConfig,
+        store: SnapshotStore,
+        wrap: impl FnOnce(CoreMachine) -> M,
+    ) -> Result<(Replicated, StateMachine<M>), NodeError> {
+        let started = Instant::now();
+        let (core_sender, core_receiver) = mpsc::channel(config.queue_requests_max);
+        let (state_machine, restored) = StateMachine::open(store, wrap(CoreMachine(core_sender.clone())))?;
+        let snapshot_index = restored.meta.as_ref().and_then(|m| m.last_log_id.as_ref()).map(|id| id.index);
+        let engine = match &restored.engine_bytes {
+            Some(bytes) => Engine::restore(bytes).map_err(NodeError::Snapshot)?,
+            None => Engine::new(config.engine_config()),
+        };
+        let config = engine_as_restored(config, &engine);
+        let index = snapshot_index.unwrap_or(0);
+        let recovered = Recovered {
+            index,
+            snapshot_index,
+            entries_replayed: 0,
+            elapsed: started.elapsed(),
+            state_hash: engine.state_hash(),
+        };
+        tracing::info!(snapshot = ?snapshot_index, "starting a cluster member");
+        let metrics = Arc::new(Metrics::default());
+        let sessions = Arc::new(Sessions::default());
+        let (market, _) = broadcast::channel::<proto::MarketDataUpdate>(config.market_data_buffer_max);
+        let (feed, _) = broadcast::channel::<Arc<FeedItem>>(config.market_data_buffer_max);
+        // Applied entries are committed, so their outputs go out at once.
+        let pending =
+            Arc::new(Pending::new(u64::MAX, Arc::clone(&sessions), market.clone(), feed.clone(), Arc::clone(&metrics)));
+        let leader = Arc::new(AtomicBool::new(false));
+        let (proposer, proposals) = mpsc::unbounded_channel();
+        let replica = Replica { proposer, leader: Arc::clone(&leader) };
+        let core = Core::new(
+            engine,
+            index,
+            Sequencer::Raft(replica),
+            pending,
+            Arc::clone(&metrics),
+            Broadcasts { market: market.clone(), feed },
+            config.clone(),
+        );
+        let core = CoreRun::spawn(&config.clock, core, core_receiver)?;
+        let parts = Replicated {
+            config,
+            recovered,
+            metrics,
+            sessions,
+            market,
+            core_sender,
+            core: Some(core),
+            leader,
+            proposals: Some(proposals),
+        };
+        Ok((parts, state_machine))
+    }
+
+    /// What the member proposes (the core's batches), and what it does with a batch
+    /// Raft refuses: leadership is moving, so the clients resend where the leader is.
+    fn proposals(
+        &mut self,
+    ) -> (mpsc::UnboundedReceiver<bourse_cluster::Batch>, impl Fn(usize) + Send + Sync + 'static) {
+        let proposals = self.proposals.take().expect("taken once");
+        let (core, sessions) = (self.core_sender.clone(), Arc::clone(&self.sessions));
+        let on_refused = move |_commands: usize| {
+            sessions.kill_all(|| crate::replica::not_leader(None));
+            let core = core.clone();
+            tokio::spawn(async move { core.send(Request::Deposed).await });
+        };
+        (proposals, on_refused)
+    }
+
+    /// Starts the leadership watcher and the sequencer, and returns what the services
+    /// share (with its shutdown signal) and the node's handle on its membership.
+    fn serve(
+        self,
+        member: Arc<dyn Membership>,
+        leadership: tokio::sync::watch::Receiver<bourse_cluster::member::Leadership>,
+        advertise: Peer,
+        log: Option<LogSource>,
+    ) -> Result<(Serviced, Arc<Replication>), NodeError> {
+        tokio::spawn(crate::replica::watch_leadership(
+            leadership.clone(),
+            self.leader,
+            Arc::clone(&self.sessions),
+            self.core_sender.clone(),
+        ));
+        let replication = Arc::new(Replication { member, leadership, advertise: advertise.clone() });
+        let shared = Shared::new(
+            &self.config,
+            self.core_sender,
+            &self.sessions,
+            self.market,
+            &self.metrics,
+            Some(Arc::clone(&replication)),
+            advertise.api,
+            log,
+        )?;
+        Ok((shared, replication))
+    }
+}
+
+/// A cluster member in the deterministic simulator ([`Node::start_simulated`]).
+pub struct SimulatedNode {
+    pub recovered: Recovered,
+    pub metrics: Arc<Metrics>,
+    core: mpsc::Sender<Request>,
+    task: tokio::task::JoinHandle<()>,
+    member: Arc<dyn MemberProgress>,
+    replication: Arc<Replication>,
+    shared: Shared,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+/// What the simulator reads of a member besides what the services use.
+trait MemberProgress: Membership {
+    fn progress(&self) -> (u64, u64);
+    fn stopped(&self) -> bool;
+}
+
+impl<M: Machine> MemberProgress for Member<M> {
+    fn progress(&self) -> (u64, u64) {
+        Member::progress(self)
+    }
+
+    fn stopped(&self) -> bool {
+        Member::stopped(self)
+    }
+}
+
+impl SimulatedNode {
+    /// `OrderEntry.Session` in process.
+    pub fn local_sessions(&self) -> LocalSessions {
+        LocalSessions(self.shared.clone())
+    }
+
+    /// `GatewayLink` in process.
+    pub fn local_link(&self) -> LocalLink {
+        LocalLink(self.shared.clone())
+    }
+
+    /// Leadership as the services see it.
+    pub fn leadership(&self) -> bourse_cluster::member::Leadership {
+        self.replication.leadership.borrow().clone()
+    }
+
+    /// The last applied and the committed log index.
+    pub fn progress(&self) -> (u64, u64) {
+        self.member.progress()
+    }
+
+    /// Whether Raft stopped (a failed `fsync` stops it: the process must restart).
+    pub fn stopped(&self) -> bool {
+        self.member.stopped()
+    }
+
+    /// Runs `inspect` on the engine as applied so far, with its last applied index,
+    /// after everything queued for the core before it; none if the core is gone.
+    pub async fn inspect<T: Send + 'static>(
+        &self,
+        inspect: impl FnOnce(&Engine, u64) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = Request::Inspect(Box::new(move |engine, index| {
+            let _ = reply.send(inspect(engine, index));
+        }));
+        self.core.send(request).await.ok()?;
+        answer.await.ok()
+    }
+
+    /// The process dies: Raft stops at once (nothing more leaves it), the core and what
+    /// it holds are gone, and the services stop reading.
+    pub async fn crash(&self) {
+        let _ = self.shutdown.send(true);
+        self.member.shutdown().await;
+        self.task.abort();
     }
 }
 
@@ -540,13 +768,14 @@ impl Shared {
         metrics: &Arc<Metrics>,
         replication: Option<Arc<Replication>>,
         advertise: String,
-        log: LogSource,
+        log: Option<LogSource>,
     ) -> std::io::Result<(Shared, tokio::sync::watch::Sender<bool>)> {
         let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
         let fair = FairConfig {
             window_ns: config.sequencer_window_us.saturating_mul(1_000),
             capacity: config.sequencer_capacity,
             adaptive: config.fairness.adaptive_configs(),
+            clock: config.clock.clone(),
         };
         let fair = FairSequencer::start(fair, core.clone(), Arc::clone(metrics))?;
         let shared = Shared {
@@ -566,6 +795,7 @@ impl Shared {
             engine: config.engine_config(),
             stamp_bound_ns: config.link_stamp_bound_ms.saturating_mul(1_000_000),
             admin_gateways: config.admin_gateways.clone().into(),
+            clock: config.clock.clone(),
             client_keys: Arc::new(
                 crate::auth::ClientKeys::load(config.client_keys.as_deref())
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?,

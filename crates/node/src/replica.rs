@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bourse_cluster::member::{Leadership, Member};
+use bourse_cluster::member::{Leadership, Membership};
 use bourse_cluster::state_machine::{Machine, MachineRequest};
 use bourse_cluster::Peer;
 use tokio::sync::{mpsc, watch};
@@ -25,7 +25,7 @@ impl Machine for CoreMachine {
 
 /// A replicated node's handle on its cluster membership.
 pub struct Replication {
-    pub member: Member<CoreMachine>,
+    pub member: Arc<dyn Membership>,
     pub leadership: watch::Receiver<Leadership>,
     pub advertise: Peer,
 }

@@ -45,14 +45,16 @@ pub struct Shared {
     /// Where gateway links hand their stamped batches.
     pub fair: FairSequencer,
     pub link_outbox_max: usize,
-    /// Where `Log.Follow` reads the committed log.
-    pub log: crate::log::LogSource,
+    /// Where `Log.Follow` reads the committed log (none for a simulated node).
+    pub log: Option<crate::log::LogSource>,
     /// The engine's bounds, for log followers that start an engine of their own.
     pub engine: bourse_engine::EngineConfig,
     /// How far a gateway stamp may be from this node's clock (`link_stamp_bound_ms`).
     pub stamp_bound_ns: u64,
     /// Gateways that may relay administrative commands (`admin_gateways`).
     pub admin_gateways: Arc<[u32]>,
+    /// Where the node reads the time (`NodeConfig::clock`).
+    pub clock: bourse_fairness::Clock,
     /// What gateways' claims of clients are checked against (`client_keys`).
     pub client_keys: Arc<crate::auth::ClientKeys>,
 }
@@ -113,7 +115,7 @@ pub(crate) const INBOUND_DRAIN_MAX: std::time::Duration = std::time::Duration::f
 
 pub struct OrderEntryService(pub Shared);
 
-pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
 impl proto::order_entry_server::OrderEntry for OrderEntryService {
@@ -123,10 +125,25 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
         &self,
         request: GrpcRequest<Streaming<proto::ClientBatch>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        self.0.require_leader()?;
         let identity = crate::auth::identity_of(&request).cloned();
+        self.open_session(request.into_inner(), identity).map(Response::new)
+    }
+}
+
+impl OrderEntryService {
+    /// A client's session: `inbound` is what it sends (a gRPC stream, or values handed
+    /// over in process); the returned stream is what the node answers. `identity` is the
+    /// caller's certificate's (none in process or without TLS).
+    pub(crate) fn open_session<S>(
+        &self,
+        mut inbound: S,
+        identity: Option<bourse_pki::Identity>,
+    ) -> Result<BoxStream<proto::ServerBatch>, Status>
+    where
+        S: Stream<Item = Result<proto::ClientBatch, Status>> + Send + Unpin + 'static,
+    {
+        self.0.require_leader()?;
         let may_administer = crate::auth::may_administer(identity.as_ref(), &self.0.admin_gateways);
-        let mut inbound = request.into_inner();
         let shared = self.0.clone();
         let (outbox, outgoing) = mpsc::channel(shared.session_outbox_max);
         let (kill, killed) = mpsc::channel(1);
@@ -172,12 +189,28 @@ impl proto::order_entry_server::OrderEntry for OrderEntryService {
             // would be lost. Keep taking (and ignoring) what the client sends until it
             // closes its side, so the replies drain first; bounded, so a client that
             // never closes cannot hold the task.
-            let _ =
-                tokio::time::timeout(INBOUND_DRAIN_MAX, async { while let Ok(Some(_)) = inbound.message().await {} })
-                    .await;
+            let _ = tokio::time::timeout(INBOUND_DRAIN_MAX, async { while let Some(Ok(_)) = inbound.next().await {} })
+                .await;
         });
         let replies = ReceiverStream::new(outgoing).merge(ReceiverStream::new(killed));
-        Ok(Response::new(Box::pin(replies)))
+        Ok(Box::pin(replies))
+    }
+}
+
+/// `OrderEntry.Session` without the network, for a caller in this process (the
+/// deterministic simulator's clients): the same reader, checks and replies as over
+/// gRPC, with the messages handed over as values.
+#[derive(Clone)]
+pub struct LocalSessions(pub(crate) Shared);
+
+impl LocalSessions {
+    /// Opens a session that reads `up` (refused, with the leader's address, when this
+    /// node does not lead).
+    pub fn session<S>(&self, up: S) -> Result<BoxStream<proto::ServerBatch>, Status>
+    where
+        S: Stream<Item = proto::ClientBatch> + Send + Unpin + 'static,
+    {
+        OrderEntryService(self.0.clone()).open_session(up.map(Ok), None)
     }
 }
 
@@ -220,7 +253,10 @@ struct SessionReader<'a> {
 
 impl SessionReader<'_> {
     /// Reads batches until the client closes the stream or breaks a rule.
-    async fn read(&mut self, inbound: &mut Streaming<proto::ClientBatch>) -> ReadEnd {
+    async fn read<S>(&mut self, inbound: &mut S) -> ReadEnd
+    where
+        S: Stream<Item = Result<proto::ClientBatch, Status>> + Unpin,
+    {
         while let Some(batch) = inbound.next().await {
             let batch = match batch {
                 Ok(batch) => batch,

@@ -25,7 +25,9 @@
 
 mod client;
 mod gateway;
+mod net;
 mod node;
+mod oracle;
 pub mod shards;
 mod world;
 
@@ -41,8 +43,8 @@ use bourse_engine::{AccountId, Amount, AssetId, ClientId, Px, Qty, SymbolId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::client::{Client, ClientLog, Market};
-use crate::node::{Node, SimMachine, ENGINE_CLIENT_BASE};
+use crate::client::{Client, ClientLog, Market, Via};
+use crate::node::{Node, Tap};
 pub use crate::world::Counts;
 use crate::world::{lock, Rates, World};
 
@@ -219,7 +221,7 @@ pub fn run(options: Options) -> Report {
 
 struct Cluster {
     world: Arc<World>,
-    rafts: Rafts<SimMachine>,
+    rafts: Rafts<Tap>,
     nodes: Vec<Node>,
 }
 
@@ -233,6 +235,10 @@ impl Cluster {
             self.world.violation(format!("node {} does not restart: {error}", self.nodes[index].id));
         }
     }
+
+    fn stopped(&self, index: usize) -> bool {
+        self.nodes[index].process.as_ref().is_some_and(|p| p.stopped())
+    }
 }
 
 async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
@@ -241,10 +247,17 @@ async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
         let offset = world.rng(|rng| rng.gen_range(-2_000_000..=2_000_000));
         lock(&world.clock_offset_ns).insert(id, offset);
     }
-    for gateway in 0..options.gateways {
+    let mut gateways = Vec::new();
+    for number in 0..options.gateways {
         let clock = world.rng(|rng| (rng.gen_range(-1_000_000..=1_000_000), rng.gen_range(-100..=100)));
-        lock(&world.gateway_clock).insert(gateway, clock);
-        tokio::spawn(gateway::Gateway::new(gateway, &world).run());
+        lock(&world.gateway_clock).insert(number, clock);
+        match gateway::start(number, &world).await {
+            Ok(gateway) => gateways.push(gateway),
+            Err(error) => {
+                world.violation(format!("gateway {number} does not start: {error}"));
+                return (None, world.elapsed());
+            }
+        }
     }
     let mut cluster = Cluster {
         world: Arc::clone(&world),
@@ -256,7 +269,7 @@ async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
     }
 
     // Setup, without faults: the market and one account per client.
-    let mut admin = Client::new(0, None, &world);
+    let mut admin = Client::new(0, Via::Nodes, &world);
     let asset = |outcome: Option<Outcome>| match outcome {
         Some(Outcome::Ok { id }) => Some(id),
         _ => None,
@@ -301,12 +314,18 @@ async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
     let until = world.elapsed() + Duration::from_secs(options.seconds);
     let mut traders = Vec::new();
     for (n, account) in accounts.iter().enumerate() {
-        let gateway = (options.gateways > 0).then(|| n as u64 % options.gateways);
-        let mut client = Client::new(n as u64 + 1, gateway, &world);
+        let via = match options.gateways {
+            0 => Via::Nodes,
+            g => {
+                let number = n as u64 % g;
+                client::via_gateway(number, &gateways[number as usize])
+            }
+        };
+        let mut client = Client::new(n as u64 + 1, via, &world);
         let account = *account;
         traders.push(tokio::spawn(async move {
             client.trade(account, market, until).await;
-            (client.id, client.log)
+            (client.engine_id, client.id, client.log)
         }));
     }
     inject_faults(&mut cluster, until).await;
@@ -315,7 +334,7 @@ async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
     // last look has stopped: it crashes and starts again at once).
     *lock(&world.conditions) = Default::default();
     for index in 0..cluster.nodes.len() {
-        if cluster.nodes[index].process.as_ref().is_some_and(|p| p.member.stopped()) {
+        if cluster.stopped(index) {
             cluster.crash(index).await;
         }
         if cluster.nodes[index].process.is_none() {
@@ -324,7 +343,7 @@ async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
     }
     let healed = world.elapsed();
     world.trace(&[50, healed.as_nanos() as u64]);
-    let mut logs = vec![(0, admin.log)];
+    let mut logs = vec![(admin.engine_id, 0, admin.log)];
     for trader in traders {
         match tokio::time::timeout_at(tokio::time::Instant::now() + LIVENESS, trader).await {
             Ok(Ok(log)) => logs.push(log),
@@ -336,11 +355,17 @@ async fn simulate(world: Arc<World>) -> (Option<String>, Duration) {
     }
 
     let state_hash = converge(&cluster).await;
-    check(&cluster, &logs, market, &accounts, state_hash.is_some());
+    check(&cluster, &logs, market, &accounts, state_hash.is_some()).await;
+    for (number, gateway) in gateways.iter().enumerate() {
+        gateway::check_releases(&world, number as u64, gateway);
+    }
     let simulated = world.elapsed();
-    for index in 0..cluster.nodes.len() {
-        if let Some(process) = cluster.nodes[index].process.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), process.member.stop()).await;
+    for gateway in gateways {
+        gateway.shutdown().await;
+    }
+    for node in &mut cluster.nodes {
+        if let Some(process) = node.process.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), process.crash()).await;
         }
     }
     (state_hash, simulated)
@@ -376,8 +401,7 @@ async fn inject_faults(cluster: &mut Cluster, until: Duration) {
         let now = world.elapsed();
         // A process whose disk failed has stopped: it crashes, and restarts later.
         for index in 0..n {
-            let stopped = cluster.nodes[index].process.as_ref().is_some_and(|p| p.member.stopped());
-            if stopped {
+            if cluster.stopped(index) {
                 cluster.crash(index).await;
                 let after = Duration::from_millis(world.rng(|rng| rng.gen_range(20..1_000)));
                 restarts.push((now + after, index));
@@ -444,13 +468,14 @@ async fn inject_faults(cluster: &mut Cluster, until: Duration) {
 }
 
 /// Waits until every replica has applied the same log, then compares their state
-/// hashes; returns the common hash.
+/// hashes with each other and with the oracle's replay of the log; returns the common
+/// hash.
 async fn converge(cluster: &Cluster) -> Option<String> {
     let world = &cluster.world;
     let deadline = world.elapsed() + Duration::from_secs(20);
     loop {
         let applied: Vec<(u64, u64)> =
-            cluster.nodes.iter().filter_map(|node| node.process.as_ref().map(|p| p.member.progress())).collect();
+            cluster.nodes.iter().filter_map(|node| node.process.as_ref().map(|p| p.progress())).collect();
         let settled = applied.len() == cluster.nodes.len()
             && applied.windows(2).all(|w| w[0] == w[1])
             && applied.first().is_some_and(|(applied, committed)| applied == committed);
@@ -465,55 +490,70 @@ async fn converge(cluster: &Cluster) -> Option<String> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let hashes: Vec<(u64, String)> = cluster
-        .nodes
-        .iter()
-        .filter_map(|node| {
-            let process = node.process.as_ref()?;
-            let replica = lock(&process.machine.replica);
-            Some((node.id, bourse_engine::hex(&replica.engine.state_hash())))
-        })
-        .collect();
-    world.trace(&[70, u64::from_str_radix(&hashes[0].1[..16], 16).unwrap_or(0)]);
-    if hashes.iter().any(|(_, hash)| *hash != hashes[0].1) {
-        let summaries: Vec<String> = cluster
-            .nodes
-            .iter()
-            .filter_map(|node| {
-                let process = node.process.as_ref()?;
-                let replica = lock(&process.machine.replica);
-                let engine = &replica.engine;
-                Some(format!(
-                    "node {}: hash {}…, applied {:?}, last time {}, next order {}, resting {}, clients {}",
-                    node.id,
-                    &bourse_engine::hex(&engine.state_hash())[..12],
-                    process.member.progress(),
+    let mut states = Vec::new();
+    for node in &cluster.nodes {
+        let Some(process) = &node.process else { continue };
+        let summary = |engine: &bourse_engine::Engine, index: u64| {
+            (
+                index,
+                bourse_engine::hex(&engine.state_hash()),
+                format!(
+                    "applied {index}, last time {}, next order {}, resting {}, clients {}",
                     engine.ts_last(),
                     engine.next_order_id().0,
                     engine.orders_resting(),
-                    engine.clients(),
-                ))
-            })
+                    engine.clients()
+                ),
+            )
+        };
+        match process.inspect(summary).await {
+            Some(state) => states.push((node.id, state)),
+            None => world.violation(format!("node {}: its core is gone", node.id)),
+        }
+    }
+    let (index, replayed) = {
+        let oracle = lock(&world.oracle);
+        (oracle.applied(), bourse_engine::hex(&oracle.engine().state_hash()))
+    };
+    let hash = states.first().map(|(_, (_, hash, _))| hash.clone())?;
+    world.trace(&[70, u64::from_str_radix(&hash[..16], 16).unwrap_or(0)]);
+    let differ = states.iter().any(|(_, (at, state, _))| *state != replayed || *at != index);
+    if differ {
+        let summaries: Vec<String> = states
+            .iter()
+            .map(|(id, (_, hash, summary))| format!("node {id}: hash {}…, {summary}", &hash[..12]))
             .collect();
-        world.violation(format!("replicas' state hashes differ: {}", summaries.join("; ")));
+        world.violation(format!(
+            "replicas' states differ from the log's replay (applied {index}, hash {}…): {}",
+            &replayed[..12],
+            summaries.join("; ")
+        ));
         return None;
     }
-    Some(hashes[0].1.clone())
+    Some(hash)
 }
 
 /// The checks on the converged state.
-fn check(cluster: &Cluster, logs: &[(u64, ClientLog)], market: Market, accounts: &[AccountId], converged: bool) {
+async fn check(
+    cluster: &Cluster,
+    logs: &[(u64, u64, ClientLog)],
+    market: Market,
+    accounts: &[AccountId],
+    converged: bool,
+) {
     let world = &cluster.world;
     for node in &cluster.nodes {
         let Some(process) = &node.process else { continue };
-        let replica = lock(&process.machine.replica);
-        let invariants = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| replica.engine.check_invariants()));
-        if let Err(panic) = invariants {
-            let why = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+        let invariants = |engine: &bourse_engine::Engine, _: u64| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.check_invariants())).err().map(|panic| {
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            })
+        };
+        if let Some(Some(why)) = process.inspect(invariants).await {
             world.violation(format!("node {}: the engine's invariants fail: {why}", node.id));
         }
     }
@@ -521,47 +561,55 @@ fn check(cluster: &Cluster, logs: &[(u64, ClientLog)], market: Market, accounts:
         return;
     }
     let Some(process) = cluster.nodes.iter().find_map(|node| node.process.as_ref()) else { return };
-    let replica = lock(&process.machine.replica);
-    let engine = &replica.engine;
-    let ledger = lock(&world.ledger);
     let mut found = Vec::new();
     let mut expected = [0i128; 2];
-    for (client, log) in logs {
-        let applied = engine.client_seq_applied(ClientId(client + ENGINE_CLIENT_BASE)).unwrap_or(0);
-        for (seq, outcome) in &log.acked {
-            if *seq > applied {
-                found.push(format!(
-                    "client {client}: command {seq} was acknowledged but is not in the state (applied up to {applied})"
-                ));
+    {
+        let oracle = lock(&world.oracle);
+        for (engine_id, client, log) in logs {
+            let applied = oracle.engine().client_seq_applied(ClientId(*engine_id)).unwrap_or(0);
+            for (seq, outcome) in &log.acked {
+                if *seq > applied {
+                    found.push(format!(
+                        "client {client}: command {seq} was acknowledged but is not in the state (applied up to {applied})"
+                    ));
+                }
+                let recorded = oracle.outcomes.get(&(*engine_id, *seq));
+                if let (Some(told), Some(recorded)) = (outcome, recorded) {
+                    if told != recorded {
+                        found
+                            .push(format!("client {client}: command {seq} answered {told:?}, applied as {recorded:?}"));
+                    }
+                }
             }
-            let recorded = ledger.outcomes.get(&(*client, *seq));
-            if let (Some(told), Some(recorded)) = (outcome, recorded) {
-                if told != recorded {
-                    found.push(format!("client {client}: command {seq} answered {told:?}, applied as {recorded:?}"));
+            for (seq, body) in log.sent.range(..=applied) {
+                let Some((asset, change)) = node::supply_change(body) else { continue };
+                if matches!(oracle.outcomes.get(&(*engine_id, *seq)), Some(Outcome::Ok { .. })) {
+                    expected[usize::from(asset != market.cash)] += change;
                 }
             }
         }
-        for (seq, body) in log.sent.range(..=applied) {
-            let Some((asset, change)) = node::supply_change(body) else { continue };
-            if matches!(ledger.outcomes.get(&(*client, *seq)), Some(Outcome::Ok { .. })) {
-                expected[usize::from(asset != market.cash)] += change;
-            }
-        }
     }
-    drop(ledger);
     for violation in found {
         world.violation(violation);
     }
+    let accounts = accounts.to_vec();
+    let held = process
+        .inspect(move |engine, _| {
+            [market.cash, market.shares].map(|asset| {
+                accounts
+                    .iter()
+                    .filter_map(|account| engine.balance(*account, asset))
+                    .map(|b| i128::from(b.available.0) + i128::from(b.reserved.0))
+                    .sum::<i128>()
+            })
+        })
+        .await;
+    let Some(held) = held else { return };
     for (slot, asset) in [market.cash, market.shares].into_iter().enumerate() {
-        let held: i128 = accounts
-            .iter()
-            .filter_map(|account| engine.balance(*account, asset))
-            .map(|b| i128::from(b.available.0) + i128::from(b.reserved.0))
-            .sum();
-        if held != expected[slot] {
+        if held[slot] != expected[slot] {
             world.violation(format!(
-                "asset {}: accounts hold {held}, but the applied deposits, issues and withdrawals add up to {}",
-                asset.0, expected[slot]
+                "asset {}: accounts hold {}, but the applied deposits, issues and withdrawals add up to {}",
+                asset.0, held[slot], expected[slot]
             ));
         }
     }

@@ -48,8 +48,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bourse_cluster::member::MemberConfig;
-use bourse_cluster::sim::{Fabric, Fate, Rafts, SimDisk, SimMember};
+use bourse_cluster::member::{Leadership, Member, MemberConfig};
+use bourse_cluster::sim::{Fabric, Fate, Rafts, SimDisk, SimShells};
 use bourse_cluster::snapshot_store::SnapshotStore;
 use bourse_cluster::state_machine::{Committed, Machine, MachineRequest, StateMachine};
 use bourse_cluster::{Batch, NodeId, Peer};
@@ -189,7 +189,7 @@ struct Replica {
 #[derive(Default)]
 struct Shared {
     replicas: Mutex<BTreeMap<NodeId, Arc<Mutex<Replica>>>>,
-    members: Mutex<BTreeMap<NodeId, Arc<SimMember<ShardMachine>>>>,
+    members: Mutex<BTreeMap<NodeId, Arc<ShardMember>>>,
     inboxes: Mutex<BTreeMap<NodeId, VecDeque<Inbound>>>,
     answers: Mutex<VecDeque<Ack>>,
     /// The outcome of each command as first applied.
@@ -363,7 +363,7 @@ struct ShardNode {
     id: NodeId,
     disk: SimDisk,
     snapshots: SnapshotStore,
-    process: Option<(Arc<SimMember<ShardMachine>>, ShardMachine, JoinHandle<()>)>,
+    process: Option<(Arc<ShardMember>, ShardMachine, JoinHandle<()>)>,
 }
 
 struct Sim {
@@ -409,12 +409,16 @@ impl Sim {
             Err(error) => return self.world.violation(format!("node {}: {error}", node.id)),
         };
         let fabric: Arc<dyn Fabric> = self.world.clone();
-        let member = match SimMember::start(&config, &node.disk, state_machine, fabric, Arc::clone(&self.rafts)).await {
-            Ok(member) => Arc::new(member),
+        let shells = SimShells { disk: node.disk.clone(), fabric, rafts: Arc::clone(&self.rafts) };
+        let (proposer, proposals) = tokio::sync::mpsc::unbounded_channel();
+        // A batch Raft refuses is proposed again by the front, from the cursors.
+        let started = Member::start_simulated(config, shells, state_machine, proposals, |_| {}).await;
+        let member = match started {
+            Ok(member) => Arc::new(ShardMember { member, proposer }),
             Err(error) => return self.world.violation(format!("node {} does not start: {error}", node.id)),
         };
         // Up, for the fabric.
-        lock(&self.world.nodes).insert(node.id, tokio::sync::mpsc::unbounded_channel().0);
+        lock(&self.world.up).insert(node.id);
         lock(&self.shared.replicas).insert(node.id, Arc::clone(&replica));
         lock(&self.shared.members).insert(node.id, Arc::clone(&member));
         lock(&self.shared.inboxes).insert(node.id, VecDeque::new());
@@ -446,7 +450,7 @@ impl Sim {
     async fn crash(&mut self, at: usize) {
         let node = &mut self.nodes[at];
         let Some((member, machine, front)) = node.process.take() else { return };
-        lock(&self.world.nodes).remove(&node.id);
+        lock(&self.world.up).remove(&node.id);
         lock(&self.rafts).remove(&node.id);
         lock(&self.shared.replicas).remove(&node.id);
         lock(&self.shared.members).remove(&node.id);
@@ -461,6 +465,35 @@ impl Sim {
     }
 }
 
+/// A member process's Raft member, and the way to propose to it.
+struct ShardMember {
+    member: Member<ShardMachine>,
+    proposer: tokio::sync::mpsc::UnboundedSender<Batch>,
+}
+
+impl ShardMember {
+    fn leadership(&self) -> Leadership {
+        self.member.leadership().borrow().clone()
+    }
+
+    fn propose(&self, batch: Batch) {
+        // Gone only with the member, whose front is aborted with it.
+        let _ = self.proposer.send(batch);
+    }
+
+    fn stopped(&self) -> bool {
+        self.member.stopped()
+    }
+
+    fn progress(&self) -> (u64, u64) {
+        self.member.progress()
+    }
+
+    async fn stop(&self) {
+        self.member.shutdown().await;
+    }
+}
+
 /// A member process's front (see the module's docs).
 struct Front {
     /// Some ingests start before the cursor (with faults on).
@@ -468,7 +501,7 @@ struct Front {
     group: usize,
     node: NodeId,
     groups: usize,
-    member: Arc<SimMember<ShardMachine>>,
+    member: Arc<ShardMember>,
     replica: Arc<Mutex<Replica>>,
     world: Arc<World>,
     shared: Arc<Shared>,
@@ -560,7 +593,7 @@ impl Front {
             }
             if !batch.is_empty() {
                 lock(&self.shared.counts).entries += 1;
-                self.member.propose(batch).await;
+                self.member.propose(batch);
             }
         }
     }
@@ -831,7 +864,7 @@ async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions)
         sim.start(at).await;
     }
     // The gateway is up for the fabric.
-    lock(&world.nodes).insert(GATEWAY, tokio::sync::mpsc::unbounded_channel().0);
+    lock(&world.up).insert(GATEWAY);
     let traders = accounts
         .iter()
         .enumerate()

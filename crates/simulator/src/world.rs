@@ -14,14 +14,11 @@ use std::time::Duration;
 
 use bourse_cluster::sim::{DiskWrite, Fabric, Fate, SimDisk};
 use bourse_cluster::NodeId;
-use bourse_engine::event::Outcome;
-use bourse_fairness::Stamp;
-use bourse_protocol::proto;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::oracle::Oracle;
 use crate::Options;
 
 /// Clients' ids on the fabric start here (nodes are 1..=n).
@@ -34,52 +31,6 @@ pub const EPOCH_NS: u64 = 1_767_225_600_000_000_000;
 
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A client's command on its way to a node, directly or through a gateway, in its wire
-/// form (the client library's window makes it; the node converts it as its service does).
-#[derive(Clone, Debug)]
-pub struct ToNode {
-    pub client: u64,
-    pub command: proto::ClientCommand,
-    /// The client's stream (connection) it was sent on: answers go back on it, and a
-    /// client that has opened a new stream hears nothing more from the old one.
-    pub stream: u64,
-    /// The gateway's stamp, when it came through one.
-    pub stamp: Option<Stamp>,
-}
-
-/// What reaches a node's front.
-#[derive(Clone, Debug)]
-pub enum NodeMsg {
-    Command(Box<ToNode>),
-    /// A gateway's watermark: it stamps nothing earlier from now on.
-    Heartbeat {
-        gateway: u32,
-        watermark: u64,
-    },
-}
-
-/// What reaches a gateway.
-#[derive(Clone, Debug)]
-pub enum GatewayMsg {
-    /// A client's command, to stamp and forward.
-    Command { client: u64, stream: u64, command: proto::ClientCommand },
-    /// A node's answer for a client.
-    Reply { client: u64, message: ToClient },
-    /// A node that does not lead gives a command back.
-    Refused { hint: Option<NodeId>, command: ToNode },
-    /// Market data: the entry at `index`, to release at `release_ts` (gateway clock).
-    Feed { index: u64, release_ts: u64 },
-}
-
-/// A node's message to a client.
-#[derive(Clone, Debug)]
-pub enum ToClient {
-    /// The node's answer to one command, as the node sends it, on the client's stream.
-    Ack(proto::Ack, u64),
-    /// Not the leader; the leader, if known.
-    NotLeader { hint: Option<NodeId>, stream: u64 },
 }
 
 /// How often each kind of fault strikes while faults are on.
@@ -129,6 +80,10 @@ pub struct Counts {
     pub snapshots_installed: u64,
     pub market_data: u64,
     pub clock_jumps: u64,
+    /// Messages on client, gateway and node connections lost and sent again, and
+    /// connections reset.
+    pub retransmitted: u64,
+    pub resets: u64,
 }
 
 impl Counts {
@@ -159,8 +114,6 @@ pub struct Violation(pub String);
 /// What replicas applied, for the checks.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    /// The outcome of each `(client, seq)`'s one application, as the first replica saw it.
-    pub outcomes: BTreeMap<(u64, u64), Outcome>,
     /// What was applied at each log index, first seen: (term, node, hash of the
     /// commands). Every replica must apply the same entry at an index.
     pub entries: BTreeMap<u64, (u64, u64, u64)>,
@@ -175,12 +128,20 @@ pub struct World {
     pub conditions: Mutex<Conditions>,
     pub counts: Mutex<Counts>,
     pub ledger: Mutex<Ledger>,
-    /// Mailboxes of the nodes that are up, of the gateways and of the clients.
-    pub nodes: Mutex<BTreeMap<NodeId, mpsc::UnboundedSender<(u64, NodeMsg)>>>,
-    pub gateways: Mutex<BTreeMap<u64, mpsc::UnboundedSender<GatewayMsg>>>,
-    pub clients: Mutex<BTreeMap<u64, mpsc::UnboundedSender<ToClient>>>,
-    /// The connections between clients, gateways and node fronts, by (from, to).
-    links: Mutex<BTreeMap<(u64, u64), Link>>,
+    /// The node processes that are up (where the fabric delivers).
+    pub up: Mutex<BTreeSet<NodeId>>,
+    /// Each node's running process, where clients and gateways reach its services.
+    pub processes: Mutex<BTreeMap<NodeId, Arc<bourse_node::SimulatedNode>>>,
+    /// The log as the checks know it ([`Oracle`]).
+    pub oracle: Mutex<Oracle>,
+    /// When each log entry, by (index, term), was first appended: by its leader, the
+    /// instant it proposed the entry (the sequencer released its commands then).
+    pub appends: Mutex<BTreeMap<(u64, u64), Duration>>,
+    /// Each entry's release time t_R, as its node's feed carried it (before a planted
+    /// bug could change it).
+    pub release_times: Mutex<BTreeMap<u64, u64>>,
+    /// The open connections between clients, gateways and nodes ([`crate::net`]).
+    pub connections: Mutex<Vec<std::sync::Weak<crate::net::Conn>>>,
     /// Set once setup is done and trading under faults begins.
     pub trading: std::sync::atomic::AtomicBool,
     /// Each gateway's clock: offset from true time (ns) and drift (parts per million).
@@ -199,10 +160,14 @@ impl World {
             conditions: Mutex::default(),
             counts: Mutex::default(),
             ledger: Mutex::default(),
-            nodes: Mutex::default(),
-            gateways: Mutex::default(),
-            clients: Mutex::default(),
-            links: Mutex::default(),
+            up: Mutex::default(),
+            processes: Mutex::default(),
+            oracle: Mutex::new(Oracle::new(bourse_engine::Engine::new(
+                bourse_node::NodeConfig::default().engine_config(),
+            ))),
+            appends: Mutex::default(),
+            release_times: Mutex::default(),
+            connections: Mutex::default(),
             trading: Default::default(),
             clock_offset_ns: Mutex::default(),
             gateway_clock: Mutex::default(),
@@ -276,6 +241,18 @@ impl World {
         lock(&self.ledger).violations.push(Violation(why));
     }
 
+    /// A committed entry `node` is about to apply: compared with what others applied
+    /// there, and replayed by the oracle the first time.
+    pub fn observe(&self, node: NodeId, entry: &bourse_cluster::state_machine::Committed) {
+        self.trace(&[20, node, entry.index, entry.term, entry.batch.as_ref().map_or(0, |b| b.len() as u64)]);
+        let proposed = lock(&self.appends).get(&(entry.index, entry.term)).copied();
+        let mut ledger = lock(&self.ledger);
+        let (found, applied) = lock(&self.oracle).observe(node, entry, proposed, &mut ledger.entries);
+        ledger.violations.extend(found.into_iter().map(Violation));
+        drop(ledger);
+        self.count(|c| c.commands_applied += applied);
+    }
+
     /// Virtual time since the start.
     pub fn elapsed(&self) -> Duration {
         self.start.elapsed()
@@ -297,7 +274,7 @@ impl World {
     }
 
     /// The fate of one message; `stream`: on a connection (no duplicates).
-    fn fate_of(&self, from: NodeId, to: NodeId, bytes: usize, to_up: bool, stream: bool) -> Fate {
+    pub fn fate_of(&self, from: NodeId, to: NodeId, bytes: usize, to_up: bool, stream: bool) -> Fate {
         let conditions = lock(&self.conditions);
         let rates = conditions.rates;
         let nodes_cut = from < GATEWAY_BASE && to < GATEWAY_BASE && conditions.is_cut(from, to);
@@ -333,99 +310,20 @@ impl World {
         });
         fate
     }
-
-    /// Sends a message to a node through the fabric (`from`: a fabric id).
-    pub fn to_node(self: &Arc<Self>, from: u64, node: NodeId, message: NodeMsg) {
-        let up = lock(&self.nodes).contains_key(&node);
-        let fate = self.fate_of(from, node, 64, up, true);
-        self.deliver(from, node, fate, move |world| {
-            if let Some(inbox) = lock(&world.nodes).get(&node) {
-                let _ = inbox.send((from, message));
-            }
-        });
-    }
-
-    /// Sends a message to a gateway (by number) through the fabric.
-    pub fn to_gateway(self: &Arc<Self>, from: u64, gateway: u64, message: GatewayMsg) {
-        let fate = self.fate_of(from, GATEWAY_BASE + gateway, 64, true, true);
-        self.deliver(from, GATEWAY_BASE + gateway, fate, move |world| {
-            if let Some(inbox) = lock(&world.gateways).get(&gateway) {
-                let _ = inbox.send(message);
-            }
-        });
-    }
-
-    /// Sends an answer to a client (by number) through the fabric (`from`: a fabric id).
-    pub fn to_client(self: &Arc<Self>, from: u64, client: u64, message: ToClient) {
-        let fate = self.fate_of(from, CLIENT_BASE + client, 32, true, true);
-        self.deliver(from, CLIENT_BASE + client, fate, move |world| {
-            if let Some(inbox) = lock(&world.clients).get(&client) {
-                let _ = inbox.send(message);
-            }
-        });
-    }
-
-    /// Answers a client where its command came from: to the client, or to its gateway.
-    pub fn answer(self: &Arc<Self>, node: NodeId, via: u64, client: u64, message: ToClient) {
-        if via >= CLIENT_BASE {
-            self.to_client(node, client, message);
-        } else {
-            self.to_gateway(node, via - GATEWAY_BASE, GatewayMsg::Reply { client, message });
-        }
-    }
-
-    /// Delivers on the link `from → to` as a TCP connection does: in the order sent
-    /// (each message after its own delay, but never before the one sent ahead of it)
-    /// and never twice. A lost message is gone; those behind it still arrive.
-    fn deliver(self: &Arc<Self>, from: u64, to: u64, fate: Fate, put: impl FnOnce(&World) + Send + 'static) {
-        let Fate::Delivered { delay, .. } = fate else { return };
-        let mut links = lock(&self.links);
-        let link = links.entry((from, to)).or_default();
-        let arrival = (self.elapsed() + delay).max(link.last_arrival);
-        link.last_arrival = arrival;
-        link.queue.push_back((arrival, Box::new(put)));
-        if link.busy {
-            return;
-        }
-        link.busy = true;
-        drop(links);
-        let world = Arc::clone(self);
-        tokio::spawn(async move {
-            loop {
-                let next = {
-                    let mut links = lock(&world.links);
-                    let link = links.get_mut(&(from, to)).expect("the link exists");
-                    match link.queue.pop_front() {
-                        Some(next) => next,
-                        None => {
-                            link.busy = false;
-                            return;
-                        }
-                    }
-                };
-                let (arrival, put) = next;
-                tokio::time::sleep(arrival.saturating_sub(world.elapsed())).await;
-                put(&world);
-            }
-        });
-    }
-}
-
-/// What a message does when it arrives.
-type Delivery = Box<dyn FnOnce(&World) + Send>;
-
-/// One direction of a client's, gateway's or node front's connection.
-#[derive(Default)]
-pub struct Link {
-    queue: std::collections::VecDeque<(Duration, Delivery)>,
-    last_arrival: Duration,
-    busy: bool,
 }
 
 impl Fabric for World {
     fn fate(&self, from: NodeId, to: NodeId, bytes: usize) -> Fate {
-        let up = lock(&self.nodes).contains_key(&to);
+        let up = lock(&self.up).contains(&to);
         self.fate_of(from, to, bytes, up, false)
+    }
+
+    fn appended(&self, _node: NodeId, entries: &[(u64, u64)]) {
+        let now = self.elapsed();
+        let mut appends = lock(&self.appends);
+        for entry in entries {
+            appends.entry(*entry).or_insert(now);
+        }
     }
 
     fn disk_write(&self, node: NodeId, bytes: usize) -> DiskWrite {
