@@ -112,6 +112,12 @@ pub struct Replica {
 }
 
 impl Request {
+    /// Whether its sender counted it in `queue_depth` (the services' requests; not the
+    /// state machine's, leadership's, shutdown's or an inspection).
+    fn counted(&self) -> bool {
+        !matches!(self, Request::Machine(_) | Request::Deposed | Request::Shutdown | Request::Inspect(_))
+    }
+
     fn commands_len(&self) -> usize {
         match self {
             Request::Commands { items, .. } => items.len(),
@@ -277,7 +283,8 @@ impl Core {
             commands += next.commands_len();
             batch.push(next);
         }
-        self.metrics.queue_depth.0.fetch_sub(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
+        let counted = batch.iter().filter(|request| request.counted()).count();
+        self.metrics.queue_depth.0.fetch_sub(counted as i64, std::sync::atomic::Ordering::Relaxed);
         let stop = self.process(batch);
         if !stop {
             self.maybe_snapshot();

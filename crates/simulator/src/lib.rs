@@ -493,6 +493,11 @@ async fn converge(cluster: &Cluster) -> Option<String> {
     let mut states = Vec::new();
     for node in &cluster.nodes {
         let Some(process) = &node.process else { continue };
+        // At rest nothing waits for the core: its queue-depth gauge reads 0.
+        let depth = process.metrics.queue_depth.0.load(std::sync::atomic::Ordering::Relaxed);
+        if depth != 0 {
+            world.violation(format!("node {}: at rest, its queue depth reads {depth}", node.id));
+        }
         let summary = |engine: &bourse_engine::Engine, index: u64| {
             (
                 index,
