@@ -187,6 +187,17 @@ impl Fair {
         }
     }
 
+    /// Takes what the links sent, while it has room.
+    fn take_waiting(&mut self, receiver: &mut mpsc::Receiver<Inbound>) {
+        while self.has_room() {
+            match receiver.try_recv() {
+                Ok(message) => self.take(message),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.open = false,
+            }
+        }
+    }
+
     /// Whether it takes another message now (it holds fewer than its capacity).
     fn has_room(&self) -> bool {
         self.open && self.buffer.len() < self.capacity
@@ -294,13 +305,7 @@ fn run_thread(mut fair: Fair, mut receiver: mpsc::Receiver<Inbound>, core: mpsc:
     let _ = precise::lower_timer_slack();
     loop {
         fair.follow_the_log();
-        while fair.has_room() {
-            match receiver.try_recv() {
-                Ok(message) => fair.take(message),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => fair.open = false,
-            }
-        }
+        fair.take_waiting(&mut receiver);
         for request in fair.due() {
             if core.blocking_send(request).is_err() {
                 return;
@@ -324,13 +329,7 @@ fn run_thread(mut fair: Fair, mut receiver: mpsc::Receiver<Inbound>, core: mpsc:
 async fn run_task(mut fair: Fair, mut receiver: mpsc::Receiver<Inbound>, core: mpsc::Sender<Request>) {
     loop {
         fair.follow_the_log();
-        while fair.has_room() {
-            match receiver.try_recv() {
-                Ok(message) => fair.take(message),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => fair.open = false,
-            }
-        }
+        fair.take_waiting(&mut receiver);
         for request in fair.due() {
             if core.send(request).await.is_err() {
                 return;

@@ -67,9 +67,8 @@ fn local_node(world: &Arc<World>, number: u64, node: u64) -> LocalNode {
             let process = lock(&world.processes).get(&node).cloned().ok_or_else(unreachable)?;
             let conn = world.connect(from, node).ok_or_else(unreachable)?;
             let arrivals = Arc::clone(&world);
-            let leader = Arc::clone(&process);
             let record = move |up: proto::GatewayUp| {
-                arrived(&arrivals, node, &leader, &up);
+                arrived(&arrivals, node, &up);
                 up
             };
             let up = carry(&world, &conn, Way::Up, up, |m: &proto::GatewayUp| m.encoded_len(), ends, record);
@@ -105,11 +104,11 @@ fn local_node(world: &Arc<World>, number: u64, node: u64) -> LocalNode {
     LocalNode { addr: format!("node-{node}"), link, feed }
 }
 
-/// A gateway's message reached node `node`: each command it carries is recorded where
-/// the sequencer took it, if the node leads (the oracle holds the log to it).
-fn arrived(world: &World, node: u64, process: &bourse_node::SimulatedNode, up: &proto::GatewayUp) {
-    let leadership = process.leadership();
-    if !leadership.is_leader || up.batches.is_empty() {
+/// A gateway's message reached node `node`'s link reader: each command it carries is
+/// recorded where and when it arrived, with the stamp the sequencer takes (the oracle
+/// holds the log to it).
+fn arrived(world: &World, node: u64, up: &proto::GatewayUp) {
+    if up.batches.is_empty() {
         return;
     }
     // The link moves a stamp too far behind the node's clock up to the bound.
@@ -123,7 +122,7 @@ fn arrived(world: &World, node: u64, process: &bourse_node::SimulatedNode, up: &
             gateway_seq: batch.gateway_seq,
         };
         for command in &batch.commands {
-            oracle.arrived(batch.client_id, command.seq, Arrival { term: leadership.term, stamp, at });
+            oracle.arrived(batch.client_id, command.seq, Arrival { node, stamp, at });
         }
     }
 }

@@ -2,26 +2,31 @@
 //!
 //! A whole cluster in one thread, from a seed: `bourse sim --seed S`.
 //!
-//! The real Raft member — openraft with the node's configuration, the Raft state
-//! machine with its snapshots, the engine — runs on simulated shells
-//! ([`bourse_cluster::sim`]): a network that delays, loses, duplicates and reorders
-//! messages and cuts links, disks with latency, failing `fsync`s and torn writes, and
-//! processes that crash and restart. Gateways stamp orders with skewed, drifting clocks
-//! for the production `Resequencer` on the leader and hold market data in the production
-//! `HoldQueue`; clients keep commands in flight in the client library's own `Window`.
-//! Time is virtual (a current-thread tokio runtime whose clock only moves when every
-//! task waits) and every random choice, openraft's election timeouts and tokio's own
-//! included ([`bourse_cluster::runtime`], `Builder::rng_seed`), comes from the seed: the
-//! same seed is the same run, and prints the same trace hash.
+//! The real nodes run here — core, fair sequencer, sessions, gateway links, feed, Raft
+//! member (openraft with the node's configuration, the Raft state machine with its
+//! snapshots) and the engine, started by `bourse_node::Node::start_simulated` — and the
+//! real gateways (`bourse_gateway::Gateway::start_in_process`: sessions, stamps, link,
+//! feed, market data hold-and-release); clients keep commands in flight in the client
+//! library's own `Window` and speak `OrderEntry.Session` to them. Only what touches the
+//! machine is simulated: the Raft network and disks ([`bourse_cluster::sim`]: delays,
+//! losses, duplicates, reordering, cut links, latency, failing `fsync`s, torn writes),
+//! the connections between clients, gateways and nodes (`net.rs`), the processes that
+//! crash and restart, and every clock (`bourse_fairness::Clock`: each node's and
+//! gateway's skewed, drifting and jumping). Time is virtual (a current-thread tokio
+//! runtime whose clock only moves when every task waits) and every random choice,
+//! openraft's election timeouts and tokio's own included
+//! ([`bourse_cluster::runtime`], `Builder::rng_seed`), comes from the seed: the same
+//! seed is the same run, and prints the same trace hash.
 //!
-//! Checks, as the run goes and after the faults heal: every replica applies the same
-//! entry at each index and ends with the same state hash; no acknowledged command is
-//! lost and none applied twice (each client's answers against the engine's session
-//! record, and money and shares against what the clients' applied deposits, issues and
-//! withdrawals add up to); the engine's invariants on every replica; the sequencer
-//! releases in stamp order what arrived in time; no gateway releases market data before
-//! its release time; and liveness — every client's command in flight is answered within
-//! [`LIVENESS`] of the heal.
+//! Checks, as the run goes and after the faults heal, against the simulator's own
+//! replay of the log (`oracle.rs`): every replica applies the same entry at each index
+//! and ends with the replay's state hash; no acknowledged command is lost and none
+//! applied twice (each client's answers against the replay's session record and
+//! outcomes, and money and shares against what the clients' applied deposits, issues
+//! and withdrawals add up to); the engine's invariants on every replica; every node's
+//! queue-depth gauge at 0 at rest; the sequencer releases in stamp order what was
+//! waiting; no gateway releases market data before its release time; and liveness —
+//! every client's command in flight is answered within [`LIVENESS`] of the heal.
 
 mod client;
 mod gateway;

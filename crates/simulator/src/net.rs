@@ -174,7 +174,9 @@ where
                     () = tokio::time::sleep(due.saturating_sub(world.elapsed())) => {}
                     () = conn.broken() => break,
                 }
-                if out.send(deliver(item)).is_err() {
+                // Seen (and changed) only when it reaches someone: the receiver may have
+                // gone, and then the connection is over.
+                if out.is_closed() || out.send(deliver(item)).is_err() {
                     conn.break_off();
                     return;
                 }

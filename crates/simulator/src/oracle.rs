@@ -16,11 +16,10 @@ use bourse_engine::event::Outcome;
 use bourse_engine::{Engine, Reject};
 use bourse_fairness::Stamp;
 
-/// A gateway command's arrival on a leader's link.
+/// A gateway command's arrival on a node's link.
 #[derive(Clone, Copy, Debug)]
 pub struct Arrival {
-    /// The leader's term when it arrived.
-    pub term: u64,
+    pub node: NodeId,
     /// Its stamp as the sequencer took it (a stamp further behind the leader's clock
     /// than the link's bound is moved up to it).
     pub stamp: Stamp,
@@ -38,7 +37,7 @@ pub struct Oracle {
     next: u64,
     /// Each (client, seq)'s one application.
     pub outcomes: BTreeMap<(u64, u64), Outcome>,
-    /// Where each gateway command reached a leader, earliest first.
+    /// Where and when each gateway command reached a node, earliest first.
     arrivals: BTreeMap<(u64, u64), Vec<Arrival>>,
     /// Per term, the gateway commands in the log, in log order: stamp and when the
     /// sequencer released it.
@@ -66,7 +65,7 @@ impl Oracle {
         self.next - 1
     }
 
-    /// A gateway command of `client` reached the leader.
+    /// A gateway command of `client` reached a node's link reader.
     pub fn arrived(&mut self, client: u64, seq: u64, arrival: Arrival) {
         self.arrivals.entry((client, seq)).or_default().push(arrival);
     }
@@ -77,7 +76,7 @@ impl Oracle {
         &mut self,
         node: NodeId,
         entry: &Committed,
-        proposed: Option<Duration>,
+        proposed: Option<(Duration, NodeId)>,
         first: &mut BTreeMap<u64, (u64, u64, u64)>,
     ) -> (Vec<String>, u64) {
         let mut found = Vec::new();
@@ -132,7 +131,7 @@ impl Oracle {
             applied += 1;
             let key = (command.client.0, command.seq);
             self.outcomes.insert(key, result.outcome);
-            let violation = proposed.and_then(|proposed| self.sequenced(key, entry.term, proposed));
+            let violation = proposed.and_then(|(at, leader)| self.sequenced(key, entry.term, at, leader));
             found.extend(violation);
         }
         (found, applied)
@@ -144,13 +143,13 @@ impl Oracle {
     /// nothing released before it in that term had a later stamp and was released
     /// after this one had reached the leader (it would have been waiting then, with an
     /// earlier stamp, and the sequencer releases the earliest first). A command may
-    /// reach a leader more than once in a term (a copy dropped while the leader lost its
-    /// quorum for a moment, then resent); which copy was released is not known, so the
-    /// check takes this one's latest arrival and the others' earliest stamps: it can
-    /// only err towards passing.
-    fn sequenced(&mut self, key: (u64, u64), term: u64, released: Duration) -> Option<String> {
+    /// reach a leader more than once (a copy dropped while the leader lost its quorum for
+    /// a moment, then resent); which copy was released is not known, so the check takes
+    /// this one's latest arrival there and the others' earliest stamps: it can only err
+    /// towards passing.
+    fn sequenced(&mut self, key: (u64, u64), term: u64, released: Duration, leader: NodeId) -> Option<String> {
         let copies: Vec<Arrival> =
-            self.arrivals.get(&key)?.iter().filter(|a| a.term == term && a.at <= released).copied().collect();
+            self.arrivals.get(&key)?.iter().filter(|a| a.node == leader && a.at <= released).copied().collect();
         let latest = *copies.iter().max_by_key(|a| a.at)?;
         let earliest_stamp = copies.iter().map(|a| a.stamp).min()?;
         let logged = self.logged.entry(term).or_default();
@@ -199,7 +198,7 @@ mod tests {
     }
 
     fn arrival(ts: u64, gateway: u32, at: Duration) -> Arrival {
-        Arrival { term: 1, stamp: Stamp { ts, gateway, gateway_seq: 1 }, at }
+        Arrival { node: 1, stamp: Stamp { ts, gateway, gateway_seq: 1 }, at }
     }
 
     /// Client 1's order (stamp 10, at the leader from 1 ms) and client 2's (stamp 20, at
@@ -209,8 +208,8 @@ mod tests {
         oracle.arrived(1, 1, arrival(10, 1, MS));
         oracle.arrived(2, 1, arrival(20, 2, 2 * MS));
         let mut first_seen = BTreeMap::new();
-        let (mut found, _) = oracle.observe(1, &entry(1, 1, first), Some(3 * MS), &mut first_seen);
-        found.extend(oracle.observe(1, &entry(2, 1, second), Some(second_at), &mut first_seen).0);
+        let (mut found, _) = oracle.observe(1, &entry(1, 1, first), Some((3 * MS, 1)), &mut first_seen);
+        found.extend(oracle.observe(1, &entry(2, 1, second), Some((second_at, 1)), &mut first_seen).0);
         found
     }
 
@@ -232,8 +231,8 @@ mod tests {
         // Client 1's earlier stamp reached the leader at 5 ms, after client 2's left.
         oracle.arrived(1, 1, arrival(10, 1, 5 * MS));
         let mut first_seen = BTreeMap::new();
-        assert!(oracle.observe(1, &entry(1, 1, 2), Some(3 * MS), &mut first_seen).0.is_empty());
-        assert!(oracle.observe(1, &entry(2, 1, 1), Some(6 * MS), &mut first_seen).0.is_empty());
+        assert!(oracle.observe(1, &entry(1, 1, 2), Some((3 * MS, 1)), &mut first_seen).0.is_empty());
+        assert!(oracle.observe(1, &entry(2, 1, 1), Some((6 * MS, 1)), &mut first_seen).0.is_empty());
     }
 
     #[test]

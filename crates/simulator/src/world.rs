@@ -134,9 +134,10 @@ pub struct World {
     pub processes: Mutex<BTreeMap<NodeId, Arc<bourse_node::SimulatedNode>>>,
     /// The log as the checks know it ([`Oracle`]).
     pub oracle: Mutex<Oracle>,
-    /// When each log entry, by (index, term), was first appended: by its leader, the
-    /// instant it proposed the entry (the sequencer released its commands then).
-    pub appends: Mutex<BTreeMap<(u64, u64), Duration>>,
+    /// When, and by whom, each log entry, by (index, term), was first appended: by its
+    /// leader, the instant it proposed the entry (the sequencer released its commands
+    /// then).
+    pub appends: Mutex<BTreeMap<(u64, u64), (Duration, NodeId)>>,
     /// Each entry's release time t_R, as its node's feed carried it (before a planted
     /// bug could change it).
     pub release_times: Mutex<BTreeMap<u64, u64>>,
@@ -318,11 +319,11 @@ impl Fabric for World {
         self.fate_of(from, to, bytes, up, false)
     }
 
-    fn appended(&self, _node: NodeId, entries: &[(u64, u64)]) {
+    fn appended(&self, node: NodeId, entries: &[(u64, u64)]) {
         let now = self.elapsed();
         let mut appends = lock(&self.appends);
         for entry in entries {
-            appends.entry(*entry).or_insert(now);
+            appends.entry(*entry).or_insert((now, node));
         }
     }
 
