@@ -119,7 +119,7 @@ async fn run_node(
     // (a daemon's reload); without it, it stops the node like SIGTERM.
     let reloads = config.pki_dir().is_some();
     let node = bourse_node::Node::start(config).await.map_err(|e| e.to_string())?;
-    let mut signals = crate::history::Signals::install()?;
+    let mut signals = crate::history::Signals::install_hangup(reloads)?;
     println!("bourse node listening on {}", node.addr);
     if let Some(metrics) = node.metrics_addr {
         println!("metrics on http://{metrics}/metrics");

@@ -217,7 +217,10 @@ pub(crate) struct Signals {
     terminate: tokio::signal::unix::Signal,
     /// SIGHUP (the terminal closed, an SSH session dropped) stops like SIGTERM, unless
     /// it was ignored when the process started (`nohup`): then it stays ignored, as the
-    /// user asked, instead of a handler replacing the inherited `SIG_IGN`.
+    /// user asked, instead of a handler replacing the inherited `SIG_IGN`. Where SIGHUP
+    /// reloads instead (a daemon's reload), it is always caught: a reload keeps the
+    /// process running, which is what `nohup` asked for, and an ignored SIGHUP would
+    /// make `bourse cluster reload` a silent no-op on nodes started under `nohup`.
     hangup: Option<tokio::signal::unix::Signal>,
     /// What SIGHUP does instead of stopping (a client's certificates re-read).
     on_hangup: Option<Reload>,
@@ -230,15 +233,25 @@ impl Signals {
     /// [`Signals::install`], where SIGHUP runs `reload` (a daemon's reload: new
     /// certificates, a new CRL) and [`Signals::wait`] goes on waiting.
     pub(crate) fn install_reloading(reload: Option<Reload>) -> Result<Signals, String> {
-        let mut signals = Signals::install()?;
+        let mut signals = Signals::install_hangup(reload.is_some())?;
         signals.on_hangup = reload;
         Ok(signals)
     }
 
+    /// SIGINT, SIGTERM and SIGHUP, where SIGHUP stops the process.
     pub(crate) fn install() -> Result<Signals, String> {
+        Signals::install_hangup(false)
+    }
+
+    /// SIGINT, SIGTERM and SIGHUP; `reloads`: the caller reloads on SIGHUP rather than
+    /// stopping, so SIGHUP is caught even where the process inherited it ignored.
+    pub(crate) fn install_hangup(reloads: bool) -> Result<Signals, String> {
         use tokio::signal::unix::{signal, SignalKind};
-        let hangup =
-            if hangup_ignored() { None } else { Some(signal(SignalKind::hangup()).map_err(|e| e.to_string())?) };
+        let hangup = if hangup_ignored() && !reloads {
+            None
+        } else {
+            Some(signal(SignalKind::hangup()).map_err(|e| e.to_string())?)
+        };
         Ok(Signals {
             interrupt: signal(SignalKind::interrupt()).map_err(|e| e.to_string())?,
             terminate: signal(SignalKind::terminate()).map_err(|e| e.to_string())?,

@@ -27,9 +27,12 @@ fn ok(args: &[&str]) -> String {
     text(&output.stdout)
 }
 
-/// A base port whose +1..3 and +101..103 (the nodes' client and Raft ports) are free now.
+/// A base port whose +1..3 and +101..103 (the nodes' client and Raft ports) are free now
+/// (each call of this process from another start, as the tests run at once).
 fn free_base() -> u16 {
-    let seed = std::process::id() as u16;
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = (std::process::id() as u16).wrapping_add(call.wrapping_mul(4_999));
     for attempt in 0..200u16 {
         let base = 20_000 + (seed.wrapping_mul(7).wrapping_add(attempt * 211)) % 20_000;
         let free = [1, 2, 3, 101, 102, 103].iter().all(|&o| TcpListener::bind(("127.0.0.1", base + o)).is_ok());
@@ -182,4 +185,40 @@ fn cluster_up_key_add_reload_gateway_load_down() {
     }
     drop(cleanup);
     assert!(!data.join("cluster.json").exists(), "cluster down removes its record");
+}
+
+/// Nodes started under `nohup` (SIGHUP inherited as ignored) still reload on `cluster
+/// reload`: SIGHUP means a reload to them, not a stop, so they catch it. Before, they
+/// kept the inherited `SIG_IGN`, and `cluster reload` reported "sent SIGHUP to 3 of 3"
+/// while no node re-read its key file (a CI run under `nohup` failed the test above so).
+#[test]
+fn nodes_started_under_nohup_still_reload_on_sighup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("cluster");
+    let data_s = data.to_str().expect("utf-8").to_string();
+    let base = free_base();
+    let _cleanup = Cleanup { data: data.clone(), gateway: None };
+    let up = Command::new("nohup")
+        .arg(env!("CARGO_BIN_EXE_bourse"))
+        .args(["cluster", "up", "--nodes", "3", "--data", &data_s, "--base-port", &base.to_string()])
+        .env_remove("BOURSE_PKI")
+        .output()
+        .expect("nohup bourse cluster up");
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+
+    add_key(&data.join("keys.toml"), "ops");
+    let reload = ok(&["cluster", "reload", "--data", &data_s]);
+    assert!(reload.contains("SIGHUP to 3 of 3"), "{reload}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for id in 1..=3 {
+        let log = data.join(format!("node{id}/node.log"));
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("client keys read") && text.contains("keys=1") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {id} did not reload its key file within 10 s:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
