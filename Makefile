@@ -34,7 +34,7 @@ lint:
 # members and a fiftieth as many as two groups of 5; it stops at the first failing seed
 # and prints the command that replays it. `make sim SIM_SEEDS=100000` runs for hours.
 SIM_SEED ?= 1
-SIM_SEEDS ?= 300
+SIM_SEEDS ?= 200
 sim:
 	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $(SIM_SEEDS)
 	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 10 + 1 )) --nodes 5 --gateways 0
