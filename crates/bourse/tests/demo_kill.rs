@@ -39,7 +39,12 @@ impl Demo {
     /// Starts the demo and returns once it trades, with its stdout closed from then on.
     fn start() -> Demo {
         let web = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo-kill-no-web");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bourse"))
+        // Through `env --default-signal=HUP` (which execs, keeping the pid): SIGHUP at its
+        // default disposition whatever this test inherited, so under `nohup` too the
+        // demo is a process SIGHUP stops (it rightly keeps an inherited SIG_IGN).
+        let mut child = Command::new("env")
+            .arg("--default-signal=HUP")
+            .arg(env!("CARGO_BIN_EXE_bourse"))
             .args(["demo", "--seconds", "600", "--http", "127.0.0.1:0", "--gateways", "1", "--web"])
             .arg(&web)
             .stdin(Stdio::null())
