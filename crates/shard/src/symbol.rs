@@ -15,7 +15,8 @@ use std::collections::VecDeque;
 
 use bourse_engine::command::{Command, CommandBody, OrderKind, Tif};
 use bourse_engine::{
-    AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, Outcome, Px, Qty, Side, Timestamp,
+    AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, Outcome, Px, Qty, Reject, Side,
+    Timestamp,
 };
 
 use serde::{Deserialize, Serialize};
@@ -190,8 +191,20 @@ impl SymbolPart {
 
     fn apply(&mut self, ts: Timestamp, body: CommandBody) -> Outcome {
         self.seq += 1;
+        let before = self.events.len();
         let command = Command { client: PART_CLIENT, seq: self.seq, ts, body };
-        self.engine.apply(&command, &mut self.events).outcome
+        let outcome = self.engine.apply(&command, &mut self.events).outcome;
+        if outcome != Outcome::Rejected(Reject::SequenceGap) {
+            return outcome;
+        }
+        // The engine forgets a client none of whose commands applied for a day of log
+        // time (`client_expiry_secs`), this part's own included when its books were
+        // idle that long, and then takes only a first command (seq 1). A refusal leaves
+        // nothing behind, so the command goes again as the part's first: at the same
+        // point of the log on every replica and replay.
+        self.events.truncate(before);
+        self.seq = 1;
+        self.engine.apply(&Command { seq: 1, ..command }, &mut self.events).outcome
     }
 
     pub(crate) fn configure(&mut self, stamp: Timestamp, body: &CommandBody) -> Outcome {
