@@ -185,6 +185,12 @@ pub enum ClusterCommand {
         count: u64,
         #[arg(long)]
         data: PathBuf,
+        /// The partitioned exchange: G Raft groups of --nodes `bourse group` members
+        /// each (member ids 10g+1…; client ports base+id, Raft ports base+1000+id), on
+        /// the market of a genesis file written to DIR/genesis.json; trade on it with
+        /// `bourse group-load --data DIR`.
+        #[arg(long)]
+        groups: Option<u32>,
         /// Client ports are base+id, Raft ports base+100+id.
         #[arg(long, default_value_t = 7400)]
         base_port: u16,
@@ -365,13 +371,22 @@ pub fn run(target: crate::cli::Target, command: ClusterCommand) -> Result<(), St
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         match command {
-            ClusterCommand::Up { count, data, base_port, low_latency, plaintext, node_args } => {
+            ClusterCommand::Up { count, data, groups: Some(groups), base_port, low_latency, plaintext, .. } => {
+                crate::groups::up(groups, count, &data, base_port, plaintext, low_latency, target.json).await
+            }
+            ClusterCommand::Up { count, data, groups: None, base_port, low_latency, plaintext, node_args } => {
                 let options = UpOptions { low_latency, plaintext, node_args };
                 up(count, &data, base_port, &options, target.json).await
             }
             ClusterCommand::Down { data } => down(&data),
             ClusterCommand::Reload { data } => reload(&data),
+            ClusterCommand::Restart { data, id } if crate::groups::is_groups(&data) => {
+                crate::groups::restart(&data, id)
+            }
             ClusterCommand::Restart { data, id } => restart(&data, id),
+            ClusterCommand::Status { data: Some(data) } if crate::groups::is_groups(&data) => {
+                crate::groups::status(&data, target.json).await
+            }
             ClusterCommand::Status { data } => {
                 let addresses = match data {
                     Some(data) => {
@@ -608,7 +623,7 @@ fn down(data: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn is_zombie(pid: u32) -> bool {
+pub(crate) fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
         .unwrap_or(true)

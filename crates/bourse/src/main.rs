@@ -16,6 +16,7 @@ mod daytrading;
 mod demo;
 mod edge;
 mod gateway;
+mod groups;
 mod history;
 mod load;
 mod pki;
@@ -44,6 +45,11 @@ enum TopCommand {
     Serve(Box<serve::ServeCmd>),
     /// Run a member of a replicated cluster (Raft) until SIGINT/SIGTERM/SIGHUP.
     Node(Box<cluster::NodeArgs>),
+    /// Run a member of one group of the partitioned exchange until SIGINT/SIGTERM.
+    Group(Box<groups::GroupArgs>),
+    /// Trade on the groups `cluster up --groups` started, then check them: one state per
+    /// group, every asset conserved across the groups, no acknowledged command lost.
+    GroupLoad(groups::GroupLoadArgs),
     /// Start a local cluster, show its members, change its membership.
     Cluster {
         #[command(subcommand)]
@@ -138,6 +144,8 @@ fn main() -> ExitCode {
         TopCommand::Replay(args) => serve::replay(args),
         TopCommand::Node(args) => cluster::node(*args, &cli.target),
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
+        TopCommand::Group(args) => groups::member(*args, &cli.target),
+        TopCommand::GroupLoad(args) => groups::load(args, cli.target.json),
         TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::History { command } => history::run(command, &cli.target),
         TopCommand::Clearing { command } => clearing::run(command, cli.target.json),

@@ -1,0 +1,457 @@
+//! The partitioned exchange as processes (issue 28): `bourse group` runs one member of
+//! one group, `bourse cluster up --groups G` starts G groups of `--nodes` members each,
+//! and `bourse group-load` trades on them and checks what they did (`bourse_group`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bourse_group::client::GroupClient;
+use bourse_group::load::LoadOptions;
+use bourse_group::member::{GroupConfig, GroupMember};
+use bourse_group::Genesis;
+use clap::Args;
+use serde_json::json;
+
+/// Flags of `bourse group`.
+#[derive(Args, Debug)]
+pub struct GroupArgs {
+    /// This member's group (0 to G-1 of the genesis's G).
+    #[arg(long)]
+    group: usize,
+    /// This member's id, unique across every group.
+    #[arg(long)]
+    id: u64,
+    /// Holds the member's Raft log and snapshots.
+    #[arg(long)]
+    data: PathBuf,
+    /// The group API (clients, and the members of other groups reading its outputs).
+    #[arg(long)]
+    listen: SocketAddr,
+    #[arg(long)]
+    raft_listen: SocketAddr,
+    /// This group's members, id=api/raft, comma separated; the first bootstraps it.
+    #[arg(long, value_delimiter = ',', required = true)]
+    members: Vec<String>,
+    /// Every group's members' API addresses: groups separated by `;`, addresses by `,`,
+    /// in group order.
+    #[arg(long)]
+    directory: String,
+    /// The catalog and opening accounts every member builds alike (JSON, as
+    /// `cluster up --groups` writes it).
+    #[arg(long)]
+    genesis: PathBuf,
+    /// Heartbeat 5 ms, election timeout 10–35 ms instead of 20 ms and 40–100 ms.
+    #[arg(long)]
+    low_latency: bool,
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_every_entries: u64,
+}
+
+fn directory(text: &str) -> Vec<Vec<String>> {
+    text.split(';').map(|group| group.split(',').map(str::trim).map(String::from).collect()).collect()
+}
+
+/// `bourse group`: runs the member until SIGINT or SIGTERM; SIGHUP re-reads its
+/// certificates.
+pub fn member(args: GroupArgs, target: &crate::cli::Target) -> Result<(), String> {
+    let members = args
+        .members
+        .iter()
+        .map(|m| {
+            let (id, api, raft) = bourse_node::config::parse_member(m).map_err(|e| e.to_string())?;
+            Ok((id, bourse_cluster::Peer { api, raft }))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let (heartbeat_ms, election_min_ms, election_max_ms) = if args.low_latency { (5, 10, 35) } else { (20, 40, 100) };
+    let config = GroupConfig {
+        group: args.group,
+        id: args.id,
+        dir: args.data,
+        listen: args.listen,
+        raft_listen: args.raft_listen,
+        members,
+        directory: directory(&args.directory),
+        genesis: Genesis::read(&args.genesis)?,
+        pki: target.pki.clone(),
+        heartbeat_ms,
+        election_min_ms,
+        election_max_ms,
+        snapshot_every_entries: args.snapshot_every_entries,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    runtime.block_on(async move {
+        let reloads = config.pki.is_some();
+        let (group, id) = (config.group, config.id);
+        let member = GroupMember::start(config).await?;
+        let mut signals = crate::history::Signals::install_hangup(reloads)?;
+        println!("bourse group {group} member {id}: group API on {}", member.api);
+        loop {
+            let name = signals.recv().await;
+            if name == "SIGHUP" && reloads {
+                match member.reload_tls() {
+                    Ok(()) => tracing::info!("SIGHUP: the certificates and the CRL reloaded"),
+                    Err(error) => tracing::error!(%error, "SIGHUP: reload failed; the previous ones stay"),
+                }
+                continue;
+            }
+            tracing::info!("{name}: shutting down");
+            break;
+        }
+        member.shutdown().await;
+        Ok(())
+    })
+}
+
+/// A member's id, from its group and its place in it (1-based): unique across groups.
+fn member_id(group: usize, index: u64) -> u64 {
+    group as u64 * 10 + index
+}
+
+/// What `cluster up --groups` records of one member, and how to start it again.
+struct Planned {
+    group: usize,
+    id: u64,
+    api: String,
+    raft: String,
+    dir: PathBuf,
+}
+
+fn spawn(exe: &Path, member: &Planned, common: &[String]) -> Result<std::process::Child, String> {
+    std::fs::create_dir_all(&member.dir).map_err(|e| format!("{}: {e}", member.dir.display()))?;
+    let log_path = member.dir.join("node.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let mut command = Process::new(exe);
+    command
+        .args(["group", "--group", &member.group.to_string(), "--id", &member.id.to_string(), "--data"])
+        .arg(&member.dir)
+        .args(["--listen", &member.api, "--raft-listen", &member.raft])
+        .args(common)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    command.spawn().map_err(|e| format!("starting member {}: {e}", member.id))
+}
+
+/// The flags every member of `group` gets besides its own.
+fn common_args(record: &serde_json::Value, group: usize) -> Vec<String> {
+    let mut args: Vec<String> =
+        record["member_args"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(String::from)).collect();
+    if let Some(members) = record["group_members"][group].as_str() {
+        args.extend(["--members".to_string(), members.to_string()]);
+    }
+    args
+}
+
+/// `bourse cluster up --groups G --nodes N`.
+pub async fn up(
+    groups: u32,
+    nodes: u64,
+    data: &Path,
+    base_port: u16,
+    plaintext: bool,
+    low_latency: bool,
+    as_json: bool,
+) -> Result<(), String> {
+    if !(1..=9).contains(&nodes) {
+        return Err("--nodes must be between 1 and 9".into());
+    }
+    if !(1..=32).contains(&groups) {
+        return Err("--groups must be between 1 and 32".into());
+    }
+    let record_path = data.join("cluster.json");
+    if record_path.exists() {
+        return Err(format!(
+            "{} exists: a cluster was started there (stop it with `bourse cluster down --data {}`, or remove \
+             the directory for a new one)",
+            record_path.display(),
+            data.display()
+        ));
+    }
+    std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
+    let data = std::path::absolute(data).map_err(|e| e.to_string())?;
+    let genesis = Genesis::market(groups, 4, 16);
+    let genesis_path = data.join("genesis.json");
+    genesis.write(&genesis_path)?;
+    let planned: Vec<Planned> = (0..groups as usize)
+        .flat_map(|group| {
+            let data = data.clone();
+            (1..=nodes).map(move |index| {
+                let id = member_id(group, index);
+                Planned {
+                    group,
+                    id,
+                    api: format!("127.0.0.1:{}", u64::from(base_port) + id),
+                    raft: format!("127.0.0.1:{}", u64::from(base_port) + 1_000 + id),
+                    dir: data.join(format!("group{group}")).join(format!("node{id}")),
+                }
+            })
+        })
+        .collect();
+    let of_group = |g: usize| planned.iter().filter(move |p| p.group == g);
+    let group_members: Vec<String> = (0..groups as usize)
+        .map(|g| of_group(g).map(|p| format!("{}={}/{}", p.id, p.api, p.raft)).collect::<Vec<_>>().join(","))
+        .collect();
+    let directory: Vec<Vec<String>> =
+        (0..groups as usize).map(|g| of_group(g).map(|p| p.api.clone()).collect()).collect();
+    let directory_text = directory.iter().map(|g| g.join(",")).collect::<Vec<_>>().join(";");
+    let mut member_args =
+        vec!["--directory".to_string(), directory_text, "--genesis".to_string(), genesis_path.display().to_string()];
+    if low_latency {
+        member_args.push("--low-latency".into());
+    }
+    let pki = if plaintext {
+        None
+    } else {
+        let ids: Vec<u64> = planned.iter().map(|p| p.id).collect();
+        let pki = crate::cluster::member_certificates(&data.join("pki"), ids, &["127.0.0.1".to_string()])?;
+        crate::cluster::client_certificates(&pki, &["operator:admin", "observer:history"])?;
+        member_args.extend(["--pki".to_string(), pki.display().to_string()]);
+        Some(pki)
+    };
+    let mut record = json!({
+        "groups": groups,
+        "genesis": genesis_path,
+        "directory": directory,
+        "group_members": group_members,
+        "member_args": member_args,
+        "nodes": [],
+    });
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut started = Vec::new();
+    for member in &planned {
+        let child = spawn(&exe, member, &common_args(&record, member.group))?;
+        started.push(json!({
+            "group": member.group, "id": member.id, "pid": child.id(),
+            "api": member.api, "raft": member.raft, "data": member.dir,
+        }));
+    }
+    record["nodes"] = json!(started);
+    std::fs::write(&record_path, serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let client = GroupClient::new(directory.clone(), operator_tls(pki.as_deref())?);
+    let leaders = wait_for_leaders(&client, groups as usize, Duration::from_secs(30))
+        .await
+        .map_err(|e| format!("{e}; see {}/group*/node*/node.log", data.display()))?;
+    if as_json {
+        println!("{}", json!({ "nodes": started, "leaders": leaders, "directory": directory }));
+    } else {
+        for member in &planned {
+            println!("group {} member {} api {} raft {}", member.group, member.id, member.api, member.raft);
+        }
+        for (g, leader) in leaders.iter().enumerate() {
+            println!("group {g}: leader member {leader}");
+        }
+        println!(
+            "the market: {} (USD and stocks S0-S3, listed S0/USD-S3/USD; accounts 0-15 funded)",
+            genesis_path.display()
+        );
+        if let Some(pki) = &pki {
+            println!("mutual TLS: certificates in {} (every member, operator:admin, observer:history)", pki.display());
+        }
+        println!("trade and check: bourse group-load --data {}", data.display());
+        println!("stop with: bourse cluster down --data {}", data.display());
+    }
+    Ok(())
+}
+
+fn operator_tls(pki: Option<&Path>) -> Result<Option<Arc<bourse_pki::ReloadableClientConfig>>, String> {
+    let Some(pki) = pki else { return Ok(None) };
+    let identity = crate::cli::parse_identity("operator:admin")?;
+    let files = bourse_pki::TlsFiles::issued(pki, &identity);
+    Ok(Some(Arc::new(bourse_pki::ReloadableClientConfig::client(files).map_err(|e| e.to_string())?)))
+}
+
+/// Each group's leader, once every group has one.
+async fn wait_for_leaders(client: &GroupClient, groups: usize, within: Duration) -> Result<Vec<u64>, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut leaders = vec![None; groups];
+        for state in client.states(false).await.into_iter().flatten() {
+            if state.leading {
+                leaders[state.group] = Some(state.node);
+            }
+        }
+        if leaders.iter().all(Option::is_some) {
+            return Ok(leaders.into_iter().flatten().collect());
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<usize> = (0..groups).filter(|&g| leaders[g].is_none()).collect();
+            return Err(format!("groups {missing:?} have no leader after {within:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn read_record(data: &Path) -> Result<serde_json::Value, String> {
+    let path = data.join("cluster.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Whether `data` holds groups started by `cluster up --groups`.
+pub fn is_groups(data: &Path) -> bool {
+    read_record(data).is_ok_and(|record| record.get("groups").is_some())
+}
+
+fn record_directory(record: &serde_json::Value) -> Vec<Vec<String>> {
+    record["directory"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| g.as_array().into_iter().flatten().filter_map(|a| a.as_str().map(String::from)).collect())
+        .collect()
+}
+
+fn record_pki(data: &Path) -> Option<PathBuf> {
+    let pki = data.join("pki");
+    pki.join(bourse_pki::CA_CERT_FILE).exists().then_some(pki)
+}
+
+/// `cluster restart --id N` for a member of the groups.
+pub fn restart(data: &Path, id: u64) -> Result<(), String> {
+    let mut record = read_record(data)?;
+    let nodes = record["nodes"].as_array().ok_or("no nodes in the record")?;
+    let entry = nodes.iter().find(|n| n["id"].as_u64() == Some(id)).ok_or_else(|| format!("no member {id}"))?;
+    let pid = entry["pid"].as_u64().unwrap_or(0);
+    if pid != 0 && Path::new(&format!("/proc/{pid}")).exists() && !crate::cluster::is_zombie(pid as u32) {
+        return Err(format!("member {id} (pid {pid}) is still running"));
+    }
+    let member = Planned {
+        group: entry["group"].as_u64().unwrap_or(0) as usize,
+        id,
+        api: entry["api"].as_str().unwrap_or_default().into(),
+        raft: entry["raft"].as_str().unwrap_or_default().into(),
+        dir: PathBuf::from(entry["data"].as_str().unwrap_or_default()),
+    };
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = spawn(&exe, &member, &common_args(&record, member.group))?;
+    if let Some(entry) =
+        record["nodes"].as_array_mut().and_then(|nodes| nodes.iter_mut().find(|n| n["id"].as_u64() == Some(id)))
+    {
+        entry["pid"] = json!(child.id());
+    }
+    println!("member {id} of group {} started again: pid {} api {}", member.group, child.id(), member.api);
+    let path = data.join("cluster.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?).map_err(|e| e.to_string())
+}
+
+/// `cluster status --data DIR` for groups: each member's group, role, term and
+/// progress.
+pub async fn status(data: &Path, as_json: bool) -> Result<(), String> {
+    let record = read_record(data)?;
+    let client = GroupClient::new(record_directory(&record), operator_tls(record_pki(data).as_deref())?);
+    let mut down = 0;
+    for (n, state) in client.states(false).await.into_iter().enumerate() {
+        match state {
+            Ok(state) if as_json => println!(
+                "{}",
+                json!({ "group": state.group, "id": state.node, "leading": state.leading, "term": state.term,
+                        "applied": state.applied, "committed": state.committed })
+            ),
+            Ok(state) => println!(
+                "group {} member {}: {} term {} applied {} committed {}",
+                state.group,
+                state.node,
+                if state.leading { "leader" } else { "follower" },
+                state.term,
+                state.applied,
+                state.committed
+            ),
+            Err(error) => {
+                down += 1;
+                eprintln!("member {n}: {error}");
+            }
+        }
+    }
+    if down > 0 {
+        return Err(format!("{down} members did not answer"));
+    }
+    Ok(())
+}
+
+/// Flags of `bourse group-load`.
+#[derive(Args, Debug)]
+pub struct GroupLoadArgs {
+    /// The directory of `cluster up --groups`.
+    #[arg(long)]
+    data: PathBuf,
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Traders, one per account of the genesis (at most as many as it has).
+    #[arg(long, default_value_t = 16)]
+    traders: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How long the groups may take to settle after the traders stop.
+    #[arg(long, default_value_t = 60)]
+    settle_secs: u64,
+}
+
+/// `bourse group-load`: traders on the groups, then the checks; fails on any violation.
+pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
+    let record = read_record(&args.data)?;
+    if record.get("groups").is_none() {
+        return Err(format!("{}: not groups started by `cluster up --groups`", args.data.display()));
+    }
+    let genesis = Genesis::read(Path::new(record["genesis"].as_str().unwrap_or_default()))?;
+    let built = genesis.build()?;
+    let symbols =
+        genesis.commands.iter().filter(|c| matches!(c, bourse_engine::command::CommandBody::CreateSymbol(_))).count();
+    let options = LoadOptions {
+        directory: record_directory(&record),
+        accounts: built.accounts.into_iter().take(args.traders).collect(),
+        symbols: symbols as u32,
+        seconds: args.seconds,
+        seed: args.seed,
+        settle_within: Duration::from_secs(args.settle_secs),
+    };
+    let tls = operator_tls(record_pki(&args.data).as_deref())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let traders = options.accounts.len();
+    let report = runtime.block_on(bourse_group::load::run(options, tls));
+    let rate = report.commands as f64 / report.elapsed.as_secs_f64().max(1e-9);
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "traders": traders, "commands": report.commands, "placed": report.placed,
+                "per_second": rate, "resends": report.resends, "repeats": report.repeats,
+                "applied": report.applied, "settled_ms": report.settled_in.as_millis() as u64,
+                "violations": report.violations,
+            })
+        );
+    } else {
+        println!(
+            "{traders} traders, {:.1} s: {} commands answered ({rate:.0}/s), {} orders placed, {} resends, {} answered \
+             from a session's memory",
+            report.elapsed.as_secs_f64(),
+            report.commands,
+            report.placed,
+            report.resends,
+            report.repeats
+        );
+        println!("settled in {} ms; entries applied per group {:?}", report.settled_in.as_millis(), report.applied);
+        if report.violations.is_empty() {
+            println!(
+                "checks held: every group's members in one state, every asset conserved across the groups, every \
+                 acknowledged command in its session's record on every member"
+            );
+        }
+    }
+    if report.violations.is_empty() {
+        Ok(())
+    } else {
+        for violation in &report.violations {
+            eprintln!("violation: {violation}");
+        }
+        Err(format!("{} checks failed", report.violations.len()))
+    }
+}

@@ -1,0 +1,141 @@
+//! The partitioned exchange as processes, end to end through the binary (issue 28):
+//! `cluster up --groups 2 --nodes 3` (mutual TLS by default), `group-load` trading on
+//! it while the leader of each group is killed with SIGKILL and started again, then the
+//! load's checks (every group's members in one state, every asset conserved across the
+//! groups, every acknowledged command in its session's record on every member, every
+//! command answered), a second load that resumes the traders' sessions, `cluster
+//! status` and `cluster down`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn bourse() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_bourse"));
+    command.env_remove("BOURSE_PKI").env_remove("BOURSE_AS").env_remove("BOURSE_API_KEY");
+    command
+}
+
+fn ok(args: &[&str]) -> String {
+    let output = bourse().args(args).output().expect("run bourse");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    assert!(output.status.success(), "bourse {}:\n{}\n{}", args.join(" "), text(&output.stdout), text(&output.stderr));
+    text(&output.stdout)
+}
+
+/// A base port whose member ports (+1..3, +11..13, and those +1000) are free now.
+fn free_base() -> u16 {
+    let seed = std::process::id() as u16;
+    for attempt in 0..200u16 {
+        let base = 20_000 + (seed.wrapping_mul(13).wrapping_add(attempt * 311)) % 18_000;
+        let free = [1, 2, 3, 11, 12, 13]
+            .iter()
+            .flat_map(|&o| [o, o + 1_000])
+            .all(|o| TcpListener::bind(("127.0.0.1", base + o)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!("no free base port");
+}
+
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = bourse().args(["cluster", "down", "--data"]).arg(&self.0).output();
+    }
+}
+
+fn record(data: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(data.join("cluster.json")).expect("cluster.json")).expect("json")
+}
+
+fn pid_of(data: &Path, id: u64) -> u64 {
+    let record = record(data);
+    let nodes = record["nodes"].as_array().expect("nodes");
+    nodes.iter().find(|n| n["id"].as_u64() == Some(id)).and_then(|n| n["pid"].as_u64()).expect("a pid")
+}
+
+/// The leader of `group`, by `cluster status --json`.
+fn leader_of(data: &str, group: u64) -> u64 {
+    for _ in 0..100 {
+        let output = bourse().args(["--json", "cluster", "status", "--data", data]).output().expect("status");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let leader = text
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|s| s["group"].as_u64() == Some(group) && s["leading"].as_bool() == Some(true));
+        if let Some(leader) = leader {
+            return leader["id"].as_u64().expect("an id");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("group {group} has no leader");
+}
+
+fn kill(pid: u64) {
+    let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
+    assert!(status.success(), "kill -KILL {pid}");
+    // Reaped by its parent (`cluster up` is gone: init reaps it); wait until it is gone.
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("process {pid} outlived SIGKILL by 2 s");
+}
+
+#[test]
+fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let data = dir.path().join("groups");
+    let data_text = data.to_str().expect("utf-8").to_string();
+    let base = free_base().to_string();
+    let _cleanup = Cleanup(data.clone());
+    let up =
+        ok(&["--json", "cluster", "up", "--groups", "2", "--nodes", "3", "--data", &data_text, "--base-port", &base]);
+    let up: Value = serde_json::from_str(up.trim()).expect("cluster up --json");
+    assert_eq!(up["nodes"].as_array().map(Vec::len), Some(6), "{up}");
+    assert!(data.join("pki").join("ca.pem").exists(), "mutual TLS by default");
+
+    let load = bourse()
+        .args(["--json", "group-load", "--data", &data_text, "--seconds", "12"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("group-load");
+    // Each group's leader killed mid-flow and started again on its data.
+    for (group, at) in [(0, 2_000), (1, 2_500)] {
+        std::thread::sleep(Duration::from_millis(at));
+        let leader = leader_of(&data_text, group);
+        kill(pid_of(&data, leader));
+        std::thread::sleep(Duration::from_millis(1_500));
+        ok(&["cluster", "restart", "--data", &data_text, "--id", &leader.to_string()]);
+    }
+    let output = load.wait_with_output().expect("group-load ends");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    assert!(output.status.success(), "group-load:\n{}\n{}", text(&output.stdout), text(&output.stderr));
+    let report: Value = serde_json::from_str(text(&output.stdout).trim()).expect("group-load --json");
+    assert_eq!(report["violations"].as_array().map(Vec::len), Some(0), "{report}");
+    assert!(report["commands"].as_u64().unwrap_or(0) > 200, "{report}");
+    assert!(report["placed"].as_u64().unwrap_or(0) > 100, "{report}");
+    // The kills cost some clients their answers, which they had by sending again.
+    assert!(report["resends"].as_u64().unwrap_or(0) > 0, "{report}");
+
+    // The traders' sessions go on where the groups' records stand.
+    let again = ok(&["--json", "group-load", "--data", &data_text, "--seconds", "2"]);
+    let again: Value = serde_json::from_str(again.trim()).expect("group-load --json");
+    assert_eq!(again["violations"].as_array().map(Vec::len), Some(0), "{again}");
+    assert_eq!(again["repeats"].as_u64(), Some(0), "a resumed session sends new numbers: {again}");
+
+    let status = ok(&["cluster", "status", "--data", &data_text]);
+    assert_eq!(status.lines().filter(|l| l.contains("leader")).count(), 2, "{status}");
+    assert_eq!(status.lines().count(), 6, "{status}");
+    ok(&["cluster", "down", "--data", &data_text]);
+}

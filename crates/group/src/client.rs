@@ -1,0 +1,158 @@
+//! A client of the partitioned exchange: routes each command to the leader of its
+//! account's group (learned from the members' answers), numbers it in the client's
+//! session with that group, and sends it again with the same number until it has an
+//! outcome.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bourse_engine::command::{Command, CommandBody};
+use bourse_engine::{ClientId, Outcome, Reject};
+use bourse_pki::ReloadableClientConfig;
+use bourse_shard::{route, Route, ShardMap};
+
+use crate::wire::{Answer, Connection, Reply, Request, State};
+
+/// Why a command has no outcome.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("refused before the log: {0}")]
+    Refused(String),
+    #[error("no outcome within {0:?}: {1}")]
+    Timeout(Duration, String),
+}
+
+/// One group's members as the client knows them.
+struct Group {
+    addresses: Vec<String>,
+    /// The member that last led, by index into `addresses`.
+    leader: usize,
+    connection: Option<(usize, Connection)>,
+}
+
+/// See the module's docs. One command at a time per client (the sessions' gap check
+/// refuses a command that overtook its predecessor; one at a time never does).
+pub struct GroupClient {
+    map: ShardMap,
+    groups: Vec<Group>,
+    tls: Option<Arc<ReloadableClientConfig>>,
+    /// How long [`GroupClient::send`] keeps trying.
+    pub give_up_after: Duration,
+    /// Resends, for reports.
+    pub resends: u64,
+}
+
+impl GroupClient {
+    /// `directory`: every group's members' API addresses, in group order.
+    pub fn new(directory: Vec<Vec<String>>, tls: Option<Arc<ReloadableClientConfig>>) -> GroupClient {
+        GroupClient {
+            map: ShardMap::new(directory.len() as u32),
+            groups: directory.into_iter().map(|addresses| Group { addresses, leader: 0, connection: None }).collect(),
+            tls,
+            give_up_after: Duration::from_secs(30),
+            resends: 0,
+        }
+    }
+
+    pub fn map(&self) -> ShardMap {
+        self.map
+    }
+
+    /// The group a command goes to.
+    pub fn group_of(&self, body: &CommandBody) -> Result<usize, ClientError> {
+        match route(&self.map, body) {
+            Ok(Route::Account(g)) => Ok(g),
+            Ok(Route::Config) => Err(ClientError::Refused("catalog and account commands come from the genesis".into())),
+            Err(unsupported) => Err(ClientError::Refused(unsupported.to_string())),
+        }
+    }
+
+    /// Sends `client`'s command numbered `seq` in its session with the command's group,
+    /// to that group's leader, again and again until it has an outcome. A
+    /// `sequence_gap` (an earlier command of the client not yet applied) is sent again
+    /// too; the outcome returned is never that.
+    pub async fn send(
+        &mut self,
+        client: ClientId,
+        seq: u64,
+        body: CommandBody,
+    ) -> Result<(Outcome, bool), ClientError> {
+        let g = self.group_of(&body)?;
+        let command = Command { client, seq, ts: 0, body };
+        let started = Instant::now();
+        let mut last = String::new();
+        let mut first = true;
+        while started.elapsed() < self.give_up_after {
+            if !first {
+                self.resends += 1;
+            }
+            first = false;
+            let group = &mut self.groups[g];
+            let at = group.leader;
+            if group.connection.as_ref().is_none_or(|(of, _)| *of != at) {
+                match Connection::open(&group.addresses[at], self.tls.as_ref()).await {
+                    Ok(connection) => group.connection = Some((at, connection)),
+                    Err(error) => {
+                        last = error;
+                        group.leader = (at + 1) % group.addresses.len();
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                }
+            }
+            let (_, connection) = group.connection.as_mut().expect("just opened");
+            let request = Request::Submit { commands: vec![command.clone()] };
+            let answer = match connection.call(&request, Duration::from_secs(5)).await {
+                Ok(Reply::Submitted(mut answers)) if answers.len() == 1 => answers.remove(0),
+                Ok(Reply::Error(error)) => return Err(ClientError::Refused(error)),
+                Ok(other) => {
+                    last = format!("unexpected reply {other:?}");
+                    group.connection = None;
+                    continue;
+                }
+                Err(error) => {
+                    last = error;
+                    group.connection = None;
+                    group.leader = (at + 1) % group.addresses.len();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            };
+            match answer {
+                Answer::Done { outcome: Outcome::Rejected(Reject::SequenceGap), .. } => {
+                    last = "sequence_gap".into();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Answer::Done { outcome, repeat, .. } => return Ok((outcome, repeat)),
+                Answer::Refused(reason) => return Err(ClientError::Refused(reason)),
+                Answer::Pending => last = "pending".into(),
+                Answer::NotLeader { leader } => {
+                    last = format!("not the leader (the leader: {leader:?})");
+                    group.leader = leader
+                        .and_then(|api| group.addresses.iter().position(|a| *a == api))
+                        .unwrap_or((at + 1) % group.addresses.len());
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        Err(ClientError::Timeout(self.give_up_after, last))
+    }
+
+    /// Every reachable member's state (with its machine when `machine`).
+    pub async fn states(&self, machine: bool) -> Vec<Result<State, String>> {
+        let mut states = Vec::new();
+        for group in &self.groups {
+            for address in &group.addresses {
+                let state = async {
+                    let mut connection = Connection::open(address, self.tls.as_ref()).await?;
+                    match connection.call(&Request::State { machine }, Duration::from_secs(10)).await? {
+                        Reply::State(state) => Ok(state),
+                        other => Err(format!("{address}: unexpected reply {other:?}")),
+                    }
+                };
+                states.push(state.await);
+            }
+        }
+        states
+    }
+}

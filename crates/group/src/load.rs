@@ -1,0 +1,293 @@
+//! Traders over a running partitioned exchange (`bourse group-load`), and the checks
+//! after they stop: see [`run`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bourse_engine::command::{CommandBody, OrderRequest, Tif};
+use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Side, SymbolId};
+use bourse_pki::ReloadableClientConfig;
+use bourse_shard::machine::{conservation, Output};
+use bourse_shard::GroupMachine;
+
+use crate::client::GroupClient;
+use crate::wire::State;
+
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Every group's members' API addresses, in group order.
+    pub directory: Vec<Vec<String>>,
+    /// The accounts to trade (a trader each), from the genesis.
+    pub accounts: Vec<AccountId>,
+    /// Symbols `0..symbols` are listed.
+    pub symbols: u32,
+    pub seconds: f64,
+    pub seed: u64,
+    /// How long the groups may take to settle everything after the traders stop.
+    pub settle_within: Duration,
+}
+
+/// What the traders did and what the checks found.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    pub commands: u64,
+    pub placed: u64,
+    pub resends: u64,
+    /// Answers that were a session's memory of an earlier application.
+    pub repeats: u64,
+    pub failed: Vec<String>,
+    pub elapsed: Duration,
+    /// Per group: entries applied by its members at the end.
+    pub applied: Vec<u64>,
+    pub settled_in: Duration,
+    /// Every broken check; empty when all held.
+    pub violations: Vec<String>,
+}
+
+/// A trader: one account, one client session with the account's group.
+struct Trader {
+    client: ClientId,
+    account: AccountId,
+    seq: u64,
+    resting: Vec<(SymbolId, OrderId)>,
+    rng: u64,
+}
+
+impl Trader {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn command(&mut self, symbols: u32) -> CommandBody {
+        let roll = self.next() % 100;
+        if roll < 20 && !self.resting.is_empty() {
+            let at = (self.next() % self.resting.len() as u64) as usize;
+            let (symbol, order) = self.resting.swap_remove(at);
+            return CommandBody::Cancel { account: self.account, symbol, order };
+        }
+        if roll >= 95 {
+            let amount = Amount(1 + (self.next() % 1_000) as i64);
+            return if self.next().is_multiple_of(2) {
+                CommandBody::Deposit { account: self.account, asset: AssetId(0), amount }
+            } else {
+                CommandBody::Withdraw { account: self.account, asset: AssetId(0), amount }
+            };
+        }
+        let symbol = SymbolId((self.next() % u64::from(symbols.max(1))) as u32);
+        let side = if self.next().is_multiple_of(2) { Side::Buy } else { Side::Sell };
+        let px = Px(950 + (self.next() % 101) as i64);
+        let qty = Qty(1 + (self.next() % 10) as i64);
+        let tif = if self.next().is_multiple_of(4) { Tif::Ioc } else { Tif::Gtc };
+        CommandBody::Place(OrderRequest::limit(self.account, symbol, side, px, qty, tif))
+    }
+}
+
+/// Runs one trader per account for `seconds` (each one command at a time), then waits
+/// until the groups have settled everything, and checks: every group's members hold
+/// one state; every asset is conserved across the groups; every acknowledged command
+/// is in its session's record on every member; no answer was lost (every command got
+/// an outcome).
+pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>) -> LoadReport {
+    let mut report = LoadReport::default();
+    let probe = GroupClient::new(options.directory.clone(), tls.clone());
+    // Sessions resume where the groups' records stand (a second run on one cluster).
+    let machines = match leaders(&probe).await {
+        Ok(machines) => machines,
+        Err(error) => {
+            report.violations.push(error);
+            return report;
+        }
+    };
+    let map = probe.map();
+    let started = Instant::now();
+    let until = started + Duration::from_secs_f64(options.seconds);
+    let mut tasks = Vec::new();
+    for (n, &account) in options.accounts.iter().enumerate() {
+        // Client ids past the genesis's operator (0).
+        let client = ClientId(1_000 + u64::from(account.0));
+        let group = map.account_group(account);
+        let mut trader = Trader {
+            client,
+            account,
+            seq: machines[group].account.session(client),
+            resting: Vec::new(),
+            rng: options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (n as u64 + 1),
+        };
+        let mut client = GroupClient::new(options.directory.clone(), tls.clone());
+        let symbols = options.symbols;
+        tasks.push(tokio::spawn(async move {
+            let (mut commands, mut placed, mut repeats, mut failed) = (0u64, 0u64, 0u64, Vec::new());
+            while Instant::now() < until {
+                let body = trader.command(symbols);
+                trader.seq += 1;
+                let place = match &body {
+                    CommandBody::Place(request) => Some((request.symbol, request.tif)),
+                    _ => None,
+                };
+                match client.send(trader.client, trader.seq, body).await {
+                    Ok((outcome, repeat)) => {
+                        commands += 1;
+                        repeats += u64::from(repeat);
+                        if let (Some((symbol, tif)), Outcome::Ok { id }) = (place, outcome) {
+                            placed += 1;
+                            if tif == Tif::Gtc {
+                                trader.resting.push((symbol, OrderId(id)));
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        failed.push(format!("client {}: command {}: {error}", trader.client, trader.seq));
+                        break;
+                    }
+                }
+            }
+            (trader.client, trader.account, trader.seq, commands, placed, repeats, failed, client.resends)
+        }));
+    }
+    let mut answered: BTreeMap<ClientId, (AccountId, u64)> = BTreeMap::new();
+    for task in tasks {
+        match task.await {
+            Ok((client, account, seq, commands, placed, repeats, failed, resends)) => {
+                report.commands += commands;
+                report.placed += placed;
+                report.repeats += repeats;
+                report.resends += resends;
+                let last = if failed.is_empty() { seq } else { seq - 1 };
+                report.failed.extend(failed);
+                answered.insert(client, (account, last));
+            }
+            Err(error) => report.failed.push(format!("a trader panicked: {error}")),
+        }
+    }
+    report.elapsed = started.elapsed();
+    report.violations.extend(report.failed.iter().map(|f| format!("no outcome: {f}")));
+    let settling = Instant::now();
+    let states = match settled(&probe, options.settle_within).await {
+        Ok(states) => states,
+        Err(error) => {
+            report.violations.push(error);
+            return report;
+        }
+    };
+    report.settled_in = settling.elapsed();
+    check(&states, &answered, &mut report);
+    report
+}
+
+/// One member's machine per group (the first that answers).
+async fn leaders(client: &GroupClient) -> Result<Vec<GroupMachine>, String> {
+    let groups = client.map().groups();
+    let mut machines: Vec<Option<GroupMachine>> = vec![None; groups];
+    for state in client.states(true).await.into_iter().flatten() {
+        if machines[state.group].is_none() {
+            machines[state.group] = Some(decode(&state)?);
+        }
+    }
+    machines.into_iter().enumerate().map(|(g, m)| m.ok_or_else(|| format!("no member of group {g} answers"))).collect()
+}
+
+fn decode(state: &State) -> Result<GroupMachine, String> {
+    let bytes = state.machine.as_ref().ok_or("a state without its machine")?;
+    postcard::from_bytes(bytes).map_err(|e| format!("node {}'s machine does not decode: {e}", state.node))
+}
+
+/// Waits until every member answers, each group's members have applied the same index
+/// (all of what is committed), every output has been ingested and no merge waits.
+async fn settled(client: &GroupClient, within: Duration) -> Result<Vec<(State, GroupMachine)>, String> {
+    let deadline = Instant::now() + within;
+    let mut why;
+    loop {
+        let states = client.states(true).await;
+        why = String::new();
+        let mut decoded = Vec::new();
+        for state in states {
+            match state.and_then(|s| decode(&s).map(|m| (s, m))) {
+                Ok(pair) => decoded.push(pair),
+                Err(error) => why = error,
+            }
+        }
+        if why.is_empty() {
+            why = unsettled(&decoded, client.map().groups()).unwrap_or_default();
+            if why.is_empty() {
+                return Ok(decoded);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the groups did not settle within {within:?}: {why}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn unsettled(states: &[(State, GroupMachine)], groups: usize) -> Option<String> {
+    for g in 0..groups {
+        let of: Vec<&(State, GroupMachine)> = states.iter().filter(|(s, _)| s.group == g).collect();
+        let first = of.first()?;
+        if of.iter().any(|(s, _)| s.applied != first.0.applied || s.applied != s.committed) {
+            let progress: Vec<(u64, u64, u64)> = of.iter().map(|(s, _)| (s.node, s.applied, s.committed)).collect();
+            return Some(format!("group {g}'s members (node, applied, committed): {progress:?}"));
+        }
+        if first.1.symbol.merge.waiting() > 0 {
+            return Some(format!("group {g}'s merge holds {} forwards", first.1.symbol.merge.waiting()));
+        }
+    }
+    for (source, machine) in states {
+        for (consumer_state, consumer) in states.iter().filter(|(s, _)| s.group != source.group) {
+            let past = machine.outputs_past(consumer_state.group, consumer.cursor(source.group));
+            if past.filter(|o| !matches!(o, Output::Watermark(_))).count() > 0 {
+                return Some(format!(
+                    "group {}'s outputs to group {} not all ingested",
+                    source.group, consumer_state.group
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn check(states: &[(State, GroupMachine)], answered: &BTreeMap<ClientId, (AccountId, u64)>, report: &mut LoadReport) {
+    let groups = states.iter().map(|(s, _)| s.group + 1).max().unwrap_or(0);
+    let mut firsts = Vec::new();
+    for g in 0..groups {
+        let of: Vec<&(State, GroupMachine)> = states.iter().filter(|(s, _)| s.group == g).collect();
+        let Some(first) = of.first() else { continue };
+        report.applied.push(first.0.applied);
+        for (state, machine) in &of[1..] {
+            if !machine.same_state(&first.1) {
+                report
+                    .violations
+                    .push(format!("group {g}: node {}'s state differs from node {}'s", state.node, first.0.node));
+            }
+        }
+        for (_, machine) in &of {
+            machine.symbol.engine().check_invariants();
+        }
+        firsts.push(&first.1);
+    }
+    if let Err(broken) = conservation(&firsts) {
+        report.violations.push(format!("conservation across the groups: {broken}"));
+    }
+    let map = bourse_shard::ShardMap::new(groups as u32);
+    for (client, (account, last)) in answered {
+        let g = map.account_group(*account);
+        for (state, machine) in states.iter().filter(|(s, _)| s.group == g) {
+            let recorded = machine.account.session(*client);
+            if recorded < *last {
+                report.violations.push(format!(
+                    "client {client}: command {last} was acknowledged, but node {} records {recorded} as its last",
+                    state.node
+                ));
+            } else if recorded > *last {
+                report.violations.push(format!(
+                    "client {client}: node {} applied command {recorded}, past the last one sent ({last})",
+                    state.node
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,609 @@
+//! One member of one group, as a process runs it ([`GroupMember::start`]): openraft
+//! with the group's [`GroupMachine`] as its state machine, the group API
+//! ([`crate::wire`]), the front that proposes while the member leads, and a puller per
+//! other group that reads that group's outputs to this one.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bourse_cluster::member::{Member, MemberConfig};
+use bourse_cluster::snapshot_store::SnapshotStore;
+use bourse_cluster::state_machine::{Committed, Machine, MachineRequest, StateMachine};
+use bourse_cluster::tls::MemberTls;
+use bourse_cluster::{Batch, NodeId, Peer};
+use bourse_engine::command::Command;
+use bourse_engine::{ClientId, Timestamp};
+use bourse_pki::{Identity, ReloadableClientConfig, ReloadableServerConfig, Role, TlsFiles};
+use bourse_shard::machine::{Entry, Output};
+use bourse_shard::{route, GroupMachine, Route, ShardMap};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::wire::{self, Answer, Connection, Reply, Request, State};
+use crate::Genesis;
+
+/// How long a submitted command waits for its outcome before it is answered
+/// [`Answer::Pending`] (the client sends it again).
+const ANSWER_WAIT: Duration = Duration::from_secs(3);
+/// How often the front looks for something to propose.
+const FRONT_EVERY: Duration = Duration::from_millis(1);
+/// A tick while some merge waits on this group's watermark, at most this often.
+const TICK_EVERY: Duration = Duration::from_millis(2);
+/// An ingest that has not applied within this long is proposed again (its entry may
+/// have gone with a deposed leader).
+const INGEST_AGAIN: Duration = Duration::from_millis(50);
+const TRIM_EVERY: Duration = Duration::from_millis(50);
+/// Outputs pulled per request at most.
+const PULL_MAX: u32 = 512;
+
+/// Everything a member needs.
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    pub group: usize,
+    pub id: NodeId,
+    /// Holds `raft-log/` and `snapshots/`.
+    pub dir: PathBuf,
+    /// The group API (clients and other groups).
+    pub listen: SocketAddr,
+    /// The Raft transport.
+    pub raft_listen: SocketAddr,
+    /// This group's members (id, API and Raft addresses), bootstrapped by the first.
+    pub members: Vec<(NodeId, Peer)>,
+    /// Every group's members' API addresses, in group order (this group's included).
+    pub directory: Vec<Vec<String>>,
+    pub genesis: Genesis,
+    /// The cluster's CA (`bourse pki`): this member's certificate is `node ID`'s, and
+    /// both its ports are mutual TLS. `None`: plaintext, loopback only.
+    pub pki: Option<PathBuf>,
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    pub snapshot_every_entries: u64,
+}
+
+impl GroupConfig {
+    fn check(&self) -> Result<(), String> {
+        let groups = self.genesis.groups as usize;
+        if self.group >= groups {
+            return Err(format!("--group {}: the genesis has {groups} groups (0 to {})", self.group, groups - 1));
+        }
+        if self.directory.len() != groups {
+            return Err(format!("--directory names {} groups, the genesis {groups}", self.directory.len()));
+        }
+        if !self.members.iter().any(|(id, _)| *id == self.id) {
+            return Err(format!("node {} is not among its group's members", self.id));
+        }
+        if self.pki.is_none() {
+            for addr in [self.listen, self.raft_listen] {
+                if !addr.ip().is_loopback() {
+                    return Err(format!("{addr}: plaintext is for loopback only; give the cluster's --pki"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Commands that reached the leader and wait for its front, and the stamp clock.
+#[derive(Default)]
+struct Inbox {
+    commands: Vec<Command>,
+    /// The last stamp given (a command or a tick): stamps never go back.
+    stamped: Timestamp,
+}
+
+impl Inbox {
+    fn stamp(&mut self) -> Timestamp {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        self.stamped = now.max(self.stamped + 1);
+        self.stamped
+    }
+}
+
+/// A replica's state, shared by the Raft state machine, the API and the front.
+struct Replica {
+    machine: GroupMachine,
+    next_index: u64,
+    /// Submitted commands waiting for their outcome on this process.
+    waiters: HashMap<(ClientId, u64), oneshot::Sender<Answer>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The Raft-facing owner of the machine.
+#[derive(Clone)]
+struct Owner {
+    replica: Arc<Mutex<Replica>>,
+}
+
+impl Owner {
+    fn apply(&self, entry: Committed) {
+        let mut replica = lock(&self.replica);
+        if entry.index < replica.next_index {
+            return;
+        }
+        replica.next_index = entry.index + 1;
+        let Some(batch) = entry.batch else { return };
+        let mut acks = Vec::new();
+        for bytes in batch.iter() {
+            let decoded: Entry = match postcard::from_bytes(bytes) {
+                Ok(decoded) => decoded,
+                Err(error) => {
+                    // Every replica skips the same bytes alike: the state stays one.
+                    tracing::error!(index = entry.index, %error, "an entry does not decode; skipped");
+                    continue;
+                }
+            };
+            // A refused ingest (a gap) applies nothing; the front proposes again from
+            // the cursor.
+            if let Err(gap) = replica.machine.apply(&decoded, &mut acks) {
+                tracing::debug!(%gap, "ingest refused");
+            }
+        }
+        for ack in acks {
+            if let Some(waiter) = replica.waiters.remove(&(ack.client, ack.seq)) {
+                let _ = waiter.send(Answer::Done {
+                    client: ack.client,
+                    seq: ack.seq,
+                    outcome: ack.outcome,
+                    repeat: ack.repeat,
+                });
+            }
+        }
+    }
+}
+
+impl Machine for Owner {
+    async fn submit(&self, request: MachineRequest) -> bool {
+        match request {
+            MachineRequest::Apply { entries, done } => {
+                for entry in entries {
+                    self.apply(entry);
+                }
+                let _ = done.send(());
+            }
+            MachineRequest::Snapshot { reply } => {
+                let bytes = postcard::to_allocvec(&lock(&self.replica).machine).expect("a group machine encodes");
+                let _ = reply.send(bytes);
+            }
+            MachineRequest::Install { index, bytes, reply } => match postcard::from_bytes::<GroupMachine>(&bytes) {
+                Ok(machine) => {
+                    let mut replica = lock(&self.replica);
+                    replica.machine = machine;
+                    replica.next_index = index + 1;
+                    let _ = reply.send(Ok(()));
+                }
+                Err(error) => {
+                    let _ = reply.send(Err(format!("snapshot at {index} does not decode: {error}")));
+                }
+            },
+        }
+        true
+    }
+}
+
+/// What one puller last read of a source group.
+#[derive(Clone, Debug, Default)]
+struct Pulled {
+    start: u64,
+    outputs: Vec<Output>,
+    /// How far the source has applied this group's outputs.
+    consumed: u64,
+    /// The source's merge waits for watermarks.
+    waiting: bool,
+    /// Taken into an ingest already.
+    taken: bool,
+}
+
+/// What every task of a member shares.
+struct Shared {
+    group: usize,
+    groups: usize,
+    map: ShardMap,
+    replica: Arc<Mutex<Replica>>,
+    inbox: Mutex<Inbox>,
+    pulled: Vec<Mutex<Pulled>>,
+    member: Member<Owner>,
+    proposer: mpsc::UnboundedSender<Batch>,
+    directory: Vec<Vec<String>>,
+    client_tls: Option<Arc<ReloadableClientConfig>>,
+}
+
+impl Shared {
+    fn leading(&self) -> bool {
+        self.member.leadership().borrow().is_leader
+    }
+}
+
+/// A running member.
+pub struct GroupMember {
+    shared: Arc<Shared>,
+    pub api: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    tls: Option<MemberTls>,
+}
+
+impl GroupMember {
+    /// Opens the member's log and snapshots (or starts its group from the genesis),
+    /// starts Raft, the API listener, the front and the pullers.
+    pub async fn start(config: GroupConfig) -> Result<GroupMember, String> {
+        config.check()?;
+        let built = config.genesis.build()?;
+        let groups = config.genesis.groups as usize;
+        let (tls, server_tls, client_tls) = match &config.pki {
+            Some(pki) => {
+                let identity = Identity::new(Role::Node, config.id.to_string()).map_err(|e| e.to_string())?;
+                let files = TlsFiles::issued(pki, &identity);
+                let member = MemberTls::load(&files).map_err(|e| format!("node {}'s certificate: {e}", config.id))?;
+                let server = ReloadableServerConfig::server(files.clone()).map_err(|e| e.to_string())?;
+                let client = ReloadableClientConfig::client(files).map_err(|e| e.to_string())?;
+                (Some(member), Some(Arc::new(server)), Some(Arc::new(client)))
+            }
+            None => (None, None, None),
+        };
+        std::fs::create_dir_all(&config.dir).map_err(|e| format!("{}: {e}", config.dir.display()))?;
+        let snapshots = SnapshotStore::open(config.dir.join("snapshots")).map_err(|e| e.to_string())?;
+        let replica = Arc::new(Mutex::new(Replica {
+            machine: built.machines[config.group].clone(),
+            next_index: 1,
+            waiters: HashMap::new(),
+        }));
+        let owner = Owner { replica: Arc::clone(&replica) };
+        let (state_machine, restored) = StateMachine::open(snapshots, owner).map_err(|e| e.to_string())?;
+        if let (Some(meta), Some(bytes)) = (restored.meta, restored.engine_bytes) {
+            let machine: GroupMachine =
+                postcard::from_bytes(&bytes).map_err(|e| format!("the newest snapshot does not decode: {e}"))?;
+            let mut replica = lock(&replica);
+            replica.machine = machine;
+            replica.next_index = meta.last_log_id.map_or(1, |id| id.index + 1);
+        }
+        let advertise = config
+            .members
+            .iter()
+            .find(|(id, _)| *id == config.id)
+            .map(|(_, peer)| peer.clone())
+            .expect("checked: a member of its group");
+        let member_config = MemberConfig {
+            id: config.id,
+            dir: config.dir.clone(),
+            listen: config.raft_listen,
+            advertise,
+            bind_ip: None,
+            bootstrap: config.members.clone(),
+            heartbeat_ms: config.heartbeat_ms,
+            election_min_ms: config.election_min_ms,
+            election_max_ms: config.election_max_ms,
+            snapshot_every_entries: config.snapshot_every_entries,
+            log_kept_after_snapshot: 1_000,
+            tls: tls.clone(),
+            snapshot_bytes_max: wire::FRAME_MAX,
+        };
+        let (proposer, proposals) = mpsc::unbounded_channel();
+        let member = Member::start(member_config, state_machine, proposals, |commands| {
+            tracing::info!(commands, "a proposal was refused (leadership moved); its clients send again")
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let listener =
+            tokio::net::TcpListener::bind(config.listen).await.map_err(|e| format!("{}: {e}", config.listen))?;
+        let api = listener.local_addr().map_err(|e| e.to_string())?;
+        let shared = Arc::new(Shared {
+            group: config.group,
+            groups,
+            map: ShardMap::new(config.genesis.groups),
+            replica,
+            inbox: Mutex::new(Inbox::default()),
+            pulled: (0..groups).map(|_| Mutex::new(Pulled::default())).collect(),
+            member,
+            proposer,
+            directory: config.directory.clone(),
+            client_tls,
+        });
+        let (stop, stopping) = watch::channel(false);
+        let mut tasks = vec![
+            tokio::spawn(serve(listener, Arc::clone(&shared), server_tls, stopping.clone())),
+            tokio::spawn(front(Arc::clone(&shared), stopping.clone())),
+        ];
+        for source in (0..groups).filter(|&g| g != config.group) {
+            tasks.push(tokio::spawn(pull(Arc::clone(&shared), source, stopping.clone())));
+        }
+        Ok(GroupMember { shared, api, stop, tasks, tls })
+    }
+
+    /// Re-reads the Raft transport's certificates and CRL (SIGHUP).
+    pub fn reload_tls(&self) -> Result<(), String> {
+        match &self.tls {
+            Some(tls) => tls.reload().map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.shared.member.shutdown().await;
+    }
+}
+
+fn state(shared: &Shared, with_machine: bool) -> State {
+    let leadership = shared.member.leadership().borrow().clone();
+    let (applied, committed) = shared.member.progress();
+    let machine = with_machine.then(|| postcard::to_allocvec(&lock(&shared.replica).machine).expect("encodes"));
+    State {
+        group: shared.group,
+        node: shared.member.id(),
+        leading: leadership.is_leader,
+        term: leadership.term,
+        leader: leadership.leader.map(|(_, peer)| peer.api),
+        applied,
+        committed,
+        machine,
+    }
+}
+
+/// The API listener: a task per connection, requests one at a time.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    tls: Option<Arc<ReloadableServerConfig>>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "accept");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = stopping.changed() => return,
+        };
+        let shared = Arc::clone(&shared);
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let (mut io, peer) = match wire::accept(stream, tls.as_deref()).await {
+                Ok(accepted) => accepted,
+                Err(error) => return tracing::info!(%error, "group API connection refused"),
+            };
+            loop {
+                let request: Request = match wire::read_frame(&mut io).await {
+                    Ok(Some(request)) => request,
+                    Ok(None) => return,
+                    Err(error) => return tracing::debug!(%error, "group API connection"),
+                };
+                let reply = match wire::allowed(peer.as_ref(), &request) {
+                    Err(error) => Reply::Error(error),
+                    Ok(()) => answer(&shared, request).await,
+                };
+                if wire::write_frame(&mut io, &reply).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+async fn answer(shared: &Shared, request: Request) -> Reply {
+    match request {
+        Request::State { machine } => Reply::State(state(shared, machine)),
+        Request::Outputs { to, from, max } => {
+            if to >= shared.groups || to == shared.group {
+                return Reply::Error(format!("no outputs to group {to}"));
+            }
+            let replica = lock(&shared.replica);
+            let (start, outputs) = replica.machine.outputs(to, from, max.min(PULL_MAX) as usize);
+            Reply::Outputs {
+                start,
+                outputs,
+                consumed: replica.machine.cursor(to),
+                waiting: replica.machine.symbol.merge.waiting() > 0,
+            }
+        }
+        Request::Submit { commands } => Reply::Submitted(submit(shared, commands).await),
+    }
+}
+
+/// Takes client commands in for the front (while this member leads) and waits for
+/// their outcomes.
+async fn submit(shared: &Shared, commands: Vec<Command>) -> Vec<Answer> {
+    if !shared.leading() {
+        let leader = shared.member.leadership().borrow().leader.clone().map(|(_, peer)| peer.api);
+        return commands.iter().map(|_| Answer::NotLeader { leader: leader.clone() }).collect();
+    }
+    let mut answers: Vec<Result<oneshot::Receiver<Answer>, Answer>> = Vec::with_capacity(commands.len());
+    {
+        let mut inbox = lock(&shared.inbox);
+        let mut replica = lock(&shared.replica);
+        for mut command in commands {
+            let refused = match route(&shared.map, &command.body) {
+                Err(unsupported) => Some(unsupported.to_string()),
+                Ok(Route::Config) => Some(
+                    "catalog and account commands come from the genesis in the partitioned exchange (its meta \
+                     group is not built yet)"
+                        .to_string(),
+                ),
+                Ok(Route::Account(g)) if g != shared.group => {
+                    Some(format!("the command's account lives in group {g}, not {}", shared.group))
+                }
+                Ok(Route::Account(_)) => None,
+            };
+            if let Some(refused) = refused {
+                answers.push(Err(Answer::Refused(refused)));
+                continue;
+            }
+            let (tx, rx) = oneshot::channel();
+            replica.waiters.insert((command.client, command.seq), tx);
+            command.ts = inbox.stamp();
+            inbox.commands.push(command);
+            answers.push(Ok(rx));
+        }
+    }
+    let deadline = tokio::time::Instant::now() + ANSWER_WAIT;
+    let mut out = Vec::with_capacity(answers.len());
+    for answer in answers {
+        out.push(match answer {
+            Err(refused) => refused,
+            Ok(rx) => match tokio::time::timeout_at(deadline, rx).await {
+                Ok(Ok(answer)) => answer,
+                _ => Answer::Pending,
+            },
+        });
+    }
+    out
+}
+
+/// The front: while this member leads, proposes what reached it (see the crate's docs).
+async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
+    let groups = shared.groups;
+    // Per source: the last output of the ingest in flight, and when it was proposed.
+    let mut proposed: Vec<Option<(u64, Instant)>> = vec![None; groups];
+    let mut term = 0;
+    let mut last_tick = Instant::now();
+    let mut last_trim = Instant::now();
+    let mut every = tokio::time::interval(FRONT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stopping.changed() => return,
+        }
+        let leadership = shared.member.leadership().borrow().clone();
+        if !leadership.is_leader {
+            // Commands taken in while leading, not yet proposed: their waiters are
+            // dropped, so their clients hear `Pending` and send them to the leader.
+            let dropped: Vec<Command> = std::mem::take(&mut lock(&shared.inbox).commands);
+            if !dropped.is_empty() {
+                let mut replica = lock(&shared.replica);
+                for command in dropped {
+                    replica.waiters.remove(&(command.client, command.seq));
+                }
+            }
+            continue;
+        }
+        if leadership.term != term {
+            term = leadership.term;
+            proposed.fill(None);
+        }
+        let now = Instant::now();
+        let mut batch = Batch::default();
+        let mut push = |entry: &Entry| batch.push(&postcard::to_allocvec(entry).expect("entries encode"));
+        let (cursors, own_waiting, kept): (Vec<u64>, bool, Vec<u64>) = {
+            let replica = lock(&shared.replica);
+            (
+                (0..groups).map(|g| replica.machine.cursor(g)).collect(),
+                replica.machine.symbol.merge.waiting() > 0,
+                (0..groups).map(|g| replica.machine.kept_from(g)).collect(),
+            )
+        };
+        let others_waiting = (0..groups).filter(|&g| g != shared.group).any(|g| lock(&shared.pulled[g]).waiting);
+        {
+            let mut inbox = lock(&shared.inbox);
+            let ticking = (own_waiting || others_waiting) && now >= last_tick + TICK_EVERY;
+            if !inbox.commands.is_empty() || ticking {
+                let mut commands = std::mem::take(&mut inbox.commands);
+                commands.sort_by_key(|command| command.ts);
+                let tick = inbox.stamp();
+                push(&Entry::Clients { commands, tick });
+                last_tick = now;
+            }
+        }
+        let trimming = now >= last_trim + TRIM_EVERY;
+        if trimming {
+            last_trim = now;
+        }
+        for source in (0..groups).filter(|&g| g != shared.group) {
+            let mut pulled = lock(&shared.pulled[source]);
+            let waiting =
+                proposed[source].is_some_and(|(upto, since)| cursors[source] < upto && now < since + INGEST_AGAIN);
+            let reaches_past = pulled.start + pulled.outputs.len() as u64 > cursors[source] + 1;
+            if !waiting && !pulled.taken && pulled.start <= cursors[source] + 1 && reaches_past {
+                let outputs = std::mem::take(&mut pulled.outputs);
+                proposed[source] = Some((pulled.start + outputs.len() as u64 - 1, now));
+                pulled.taken = true;
+                push(&Entry::Ingest { source, from: pulled.start, outputs });
+            }
+            if trimming {
+                // A little behind the consumer's cursor is kept too, for resends.
+                let upto = pulled.consumed.saturating_sub(32);
+                if upto >= kept[source] {
+                    push(&Entry::Trim { to: source, upto });
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let _ = shared.proposer.send(batch);
+        }
+    }
+}
+
+/// Reads `source`'s outputs to this group, from this group's cursor on, from any
+/// member of `source` (the next one after a failure), while this member leads.
+async fn pull(shared: Arc<Shared>, source: usize, mut stopping: watch::Receiver<bool>) {
+    let addresses = shared.directory[source].clone();
+    let mut at = shared.group % addresses.len().max(1);
+    let mut connection: Option<Connection> = None;
+    loop {
+        let pause = if !shared.leading() {
+            connection = None;
+            Duration::from_millis(10)
+        } else {
+            let cursor = lock(&shared.replica).machine.cursor(source);
+            if connection.is_none() {
+                match Connection::open(&addresses[at], shared.client_tls.as_ref()).await {
+                    Ok(opened) => connection = Some(opened),
+                    Err(error) => {
+                        tracing::debug!(%error, source, "pull: connect");
+                        at = (at + 1) % addresses.len();
+                    }
+                }
+            }
+            match &mut connection {
+                None => Duration::from_millis(20),
+                Some(open) => {
+                    let request = Request::Outputs { to: shared.group, from: cursor + 1, max: PULL_MAX };
+                    match open.call(&request, Duration::from_secs(2)).await {
+                        Ok(Reply::Outputs { start, outputs, consumed, waiting }) => {
+                            let more = !outputs.is_empty();
+                            *lock(&shared.pulled[source]) = Pulled { start, outputs, consumed, waiting, taken: false };
+                            if more {
+                                // Until the ingest applies (or is given up on).
+                                let until = Instant::now() + INGEST_AGAIN;
+                                while lock(&shared.replica).machine.cursor(source) == cursor && Instant::now() < until {
+                                    tokio::time::sleep(FRONT_EVERY).await;
+                                }
+                                Duration::ZERO
+                            } else {
+                                Duration::from_millis(2)
+                            }
+                        }
+                        Ok(other) => {
+                            tracing::warn!(?other, source, "pull: an unexpected reply");
+                            connection = None;
+                            at = (at + 1) % addresses.len();
+                            Duration::from_millis(20)
+                        }
+                        Err(error) => {
+                            tracing::debug!(%error, source, "pull");
+                            connection = None;
+                            at = (at + 1) % addresses.len();
+                            Duration::from_millis(20)
+                        }
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = stopping.changed() => return,
+        }
+    }
+}
