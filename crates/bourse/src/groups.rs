@@ -32,6 +32,9 @@ pub struct GroupArgs {
     listen: SocketAddr,
     #[arg(long)]
     raft_listen: SocketAddr,
+    /// Source address for Raft connections to the other members.
+    #[arg(long)]
+    bind_ip: Option<std::net::IpAddr>,
     /// This group's members, id=api/raft, comma separated; the first bootstraps it.
     #[arg(long, value_delimiter = ',', required = true)]
     members: Vec<String>,
@@ -72,6 +75,7 @@ pub fn member(args: GroupArgs, target: &crate::cli::Target) -> Result<(), String
         dir: args.data,
         listen: args.listen,
         raft_listen: args.raft_listen,
+        bind_ip: args.bind_ip,
         members,
         directory: directory(&args.directory),
         genesis: Genesis::read(&args.genesis)?,
@@ -104,6 +108,9 @@ pub fn member(args: GroupArgs, target: &crate::cli::Target) -> Result<(), String
         Ok(())
     })
 }
+
+/// The accounts of `cluster up --groups`'s market: at most this many traders.
+const GENESIS_ACCOUNTS: u32 = 64;
 
 /// A member's id, from its group and its place in it (1-based): unique across groups.
 fn member_id(group: usize, index: u64) -> u64 {
@@ -177,7 +184,7 @@ pub async fn up(
     }
     std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
     let data = std::path::absolute(data).map_err(|e| e.to_string())?;
-    let genesis = Genesis::market(groups, 4, 16);
+    let genesis = Genesis::market(groups, 4, GENESIS_ACCOUNTS);
     let genesis_path = data.join("genesis.json");
     genesis.write(&genesis_path)?;
     let planned: Vec<Planned> = (0..groups as usize)
@@ -250,7 +257,7 @@ pub async fn up(
             println!("group {g}: leader member {leader}");
         }
         println!(
-            "the market: {} (USD and stocks S0-S3, listed S0/USD-S3/USD; accounts 0-15 funded)",
+            "the market: {} (USD and stocks S0-S3, listed S0/USD-S3/USD; accounts 0-63 funded)",
             genesis_path.display()
         );
         if let Some(pki) = &pki {
@@ -416,7 +423,17 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
     let tls = operator_tls(record_pki(&args.data).as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let traders = options.accounts.len();
+    let pids: Vec<u32> = record["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["pid"].as_u64().map(|pid| pid as u32))
+        .collect();
+    let cpu_before = members_cpu(&pids);
     let report = runtime.block_on(bourse_group::load::run(options, tls));
+    // The members' CPU over the trading and the settling after it.
+    let cpu = members_cpu(&pids).saturating_sub(cpu_before);
+    let cpu_us = cpu.as_secs_f64() * 1e6 / (report.commands.max(1) as f64);
     let rate = report.commands as f64 / report.elapsed.as_secs_f64().max(1e-9);
     if as_json {
         println!(
@@ -424,6 +441,7 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
             json!({
                 "traders": traders, "commands": report.commands, "placed": report.placed,
                 "per_second": rate, "resends": report.resends, "repeats": report.repeats,
+                "members_cpu_us_per_command": cpu_us, "p50_ms": report.p50_ms, "p99_ms": report.p99_ms,
                 "applied": report.applied, "settled_ms": report.settled_in.as_millis() as u64,
                 "violations": report.violations,
             })
@@ -438,7 +456,14 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
             report.resends,
             report.repeats
         );
-        println!("settled in {} ms; entries applied per group {:?}", report.settled_in.as_millis(), report.applied);
+        println!(
+            "answer p50 {:.2} ms, p99 {:.2} ms; the members' CPU {cpu_us:.0} µs per command; settled in {} ms; \
+             entries applied per group {:?}",
+            report.p50_ms,
+            report.p99_ms,
+            report.settled_in.as_millis(),
+            report.applied
+        );
         if report.violations.is_empty() {
             println!(
                 "checks held: every group's members in one state, every asset conserved across the groups, every \
@@ -454,4 +479,18 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
         }
         Err(format!("{} checks failed", report.violations.len()))
     }
+}
+
+/// User and system CPU of the processes `pids` that are alive (Linux `/proc`).
+fn members_cpu(pids: &[u32]) -> Duration {
+    let ticks: u64 = pids
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .sum();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
 }

@@ -41,6 +41,9 @@ pub struct LoadReport {
     /// Per group: entries applied by its members at the end.
     pub applied: Vec<u64>,
     pub settled_in: Duration,
+    /// Answer latency over every command, from the first send to the outcome.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
     /// Every broken check; empty when all held.
     pub violations: Vec<String>,
 }
@@ -122,6 +125,7 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
         let symbols = options.symbols;
         tasks.push(tokio::spawn(async move {
             let (mut commands, mut placed, mut repeats, mut failed) = (0u64, 0u64, 0u64, Vec::new());
+            let mut latencies = Vec::new();
             while Instant::now() < until {
                 let body = trader.command(symbols);
                 trader.seq += 1;
@@ -129,8 +133,10 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                     CommandBody::Place(request) => Some((request.symbol, request.tif)),
                     _ => None,
                 };
+                let sent = Instant::now();
                 match client.send(trader.client, trader.seq, body).await {
                     Ok((outcome, repeat)) => {
+                        latencies.push(sent.elapsed().as_secs_f64() * 1e3);
                         commands += 1;
                         repeats += u64::from(repeat);
                         if let (Some((symbol, tif)), Outcome::Ok { id }) = (place, outcome) {
@@ -146,13 +152,15 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                     }
                 }
             }
-            (trader.client, trader.account, trader.seq, commands, placed, repeats, failed, client.resends)
+            (trader.client, trader.account, trader.seq, (commands, placed, repeats, client.resends), failed, latencies)
         }));
     }
     let mut answered: BTreeMap<ClientId, (AccountId, u64)> = BTreeMap::new();
+    let mut latencies = Vec::new();
     for task in tasks {
         match task.await {
-            Ok((client, account, seq, commands, placed, repeats, failed, resends)) => {
+            Ok((client, account, seq, (commands, placed, repeats, resends), failed, mut answered_in)) => {
+                latencies.append(&mut answered_in);
                 report.commands += commands;
                 report.placed += placed;
                 report.repeats += repeats;
@@ -165,6 +173,11 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
         }
     }
     report.elapsed = started.elapsed();
+    latencies.sort_by(f64::total_cmp);
+    let quantile =
+        |q: f64| latencies.get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)));
+    report.p50_ms = quantile(0.5).copied().unwrap_or(0.0);
+    report.p99_ms = quantile(0.99).copied().unwrap_or(0.0);
     report.violations.extend(report.failed.iter().map(|f| format!("no outcome: {f}")));
     let settling = Instant::now();
     let states = match settled(&probe, options.settle_within).await {

@@ -37,6 +37,8 @@ const INGEST_AGAIN: Duration = Duration::from_millis(50);
 const TRIM_EVERY: Duration = Duration::from_millis(50);
 /// Outputs pulled per request at most.
 const PULL_MAX: u32 = 512;
+/// How long a member holds a pull that finds nothing new (a long poll).
+const PULL_WAIT_MS: u32 = 100;
 
 /// Everything a member needs.
 #[derive(Clone, Debug)]
@@ -49,6 +51,9 @@ pub struct GroupConfig {
     pub listen: SocketAddr,
     /// The Raft transport.
     pub raft_listen: SocketAddr,
+    /// Source address of this member's Raft connections (tests tell members apart by
+    /// it at their fault proxies).
+    pub bind_ip: Option<std::net::IpAddr>,
     /// This group's members (id, API and Raft addresses), bootstrapped by the first.
     pub members: Vec<(NodeId, Peer)>,
     /// Every group's members' API addresses, in group order (this group's included).
@@ -118,6 +123,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Clone)]
 struct Owner {
     replica: Arc<Mutex<Replica>>,
+    /// Woken after every batch of entries applied (the long polls of other groups).
+    applied: Arc<tokio::sync::Notify>,
 }
 
 impl Owner {
@@ -164,6 +171,7 @@ impl Machine for Owner {
                 for entry in entries {
                     self.apply(entry);
                 }
+                self.applied.notify_waiters();
                 let _ = done.send(());
             }
             MachineRequest::Snapshot { reply } => {
@@ -205,6 +213,7 @@ struct Shared {
     groups: usize,
     map: ShardMap,
     replica: Arc<Mutex<Replica>>,
+    applied: Arc<tokio::sync::Notify>,
     inbox: Mutex<Inbox>,
     pulled: Vec<Mutex<Pulled>>,
     member: Member<Owner>,
@@ -253,7 +262,8 @@ impl GroupMember {
             next_index: 1,
             waiters: HashMap::new(),
         }));
-        let owner = Owner { replica: Arc::clone(&replica) };
+        let applied = Arc::new(tokio::sync::Notify::new());
+        let owner = Owner { replica: Arc::clone(&replica), applied: Arc::clone(&applied) };
         let (state_machine, restored) = StateMachine::open(snapshots, owner).map_err(|e| e.to_string())?;
         if let (Some(meta), Some(bytes)) = (restored.meta, restored.engine_bytes) {
             let machine: GroupMachine =
@@ -273,7 +283,7 @@ impl GroupMember {
             dir: config.dir.clone(),
             listen: config.raft_listen,
             advertise,
-            bind_ip: None,
+            bind_ip: config.bind_ip,
             bootstrap: config.members.clone(),
             heartbeat_ms: config.heartbeat_ms,
             election_min_ms: config.election_min_ms,
@@ -297,6 +307,7 @@ impl GroupMember {
             groups,
             map: ShardMap::new(config.genesis.groups),
             replica,
+            applied,
             inbox: Mutex::new(Inbox::default()),
             pulled: (0..groups).map(|_| Mutex::new(Pulled::default())).collect(),
             member,
@@ -395,17 +406,24 @@ async fn serve(
 async fn answer(shared: &Shared, request: Request) -> Reply {
     match request {
         Request::State { machine } => Reply::State(state(shared, machine)),
-        Request::Outputs { to, from, max } => {
+        Request::Outputs { to, from, max, wait_ms } => {
             if to >= shared.groups || to == shared.group {
                 return Reply::Error(format!("no outputs to group {to}"));
             }
-            let replica = lock(&shared.replica);
-            let (start, outputs) = replica.machine.outputs(to, from, max.min(PULL_MAX) as usize);
-            Reply::Outputs {
-                start,
-                outputs,
-                consumed: replica.machine.cursor(to),
-                waiting: replica.machine.symbol.merge.waiting() > 0,
+            let until = tokio::time::Instant::now() + Duration::from_millis(u64::from(wait_ms.min(1_000)));
+            loop {
+                // Registered before looking, so an apply between the look and the wait
+                // is not missed.
+                let applied = shared.applied.notified();
+                {
+                    let replica = lock(&shared.replica);
+                    let (start, outputs) = replica.machine.outputs(to, from, max.min(PULL_MAX) as usize);
+                    let waiting = replica.machine.symbol.merge.waiting() > 0;
+                    if !outputs.is_empty() || waiting || tokio::time::Instant::now() >= until {
+                        return Reply::Outputs { start, outputs, consumed: replica.machine.cursor(to), waiting };
+                    }
+                }
+                let _ = tokio::time::timeout_at(until, applied).await;
             }
         }
         Request::Submit { commands } => Reply::Submitted(submit(shared, commands).await),
@@ -487,6 +505,12 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
                     replica.waiters.remove(&(command.client, command.seq));
                 }
             }
+            // A follower looks again within 10 ms (it takes no commands meanwhile: the
+            // API asks for leadership itself).
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(9)) => {}
+                _ = stopping.changed() => return,
+            }
             continue;
         }
         if leadership.term != term {
@@ -519,6 +543,9 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
         let trimming = now >= last_trim + TRIM_EVERY;
         if trimming {
             last_trim = now;
+            // Waiters whose request gave up (answered `Pending`) and whose command never
+            // applied here: its client sent it again, elsewhere or later.
+            lock(&shared.replica).waiters.retain(|_, waiter| !waiter.is_closed());
         }
         for source in (0..groups).filter(|&g| g != shared.group) {
             let mut pulled = lock(&shared.pulled[source]);
@@ -569,7 +596,8 @@ async fn pull(shared: Arc<Shared>, source: usize, mut stopping: watch::Receiver<
             match &mut connection {
                 None => Duration::from_millis(20),
                 Some(open) => {
-                    let request = Request::Outputs { to: shared.group, from: cursor + 1, max: PULL_MAX };
+                    let request =
+                        Request::Outputs { to: shared.group, from: cursor + 1, max: PULL_MAX, wait_ms: PULL_WAIT_MS };
                     match open.call(&request, Duration::from_secs(2)).await {
                         Ok(Reply::Outputs { start, outputs, consumed, waiting }) => {
                             let more = !outputs.is_empty();

@@ -29,8 +29,10 @@ pub enum Request {
     /// Client commands for accounts of this group, each numbered in its client's
     /// session with the group; answered once each is applied (or refused).
     Submit { commands: Vec<Command> },
-    /// This member's outputs to group `to` numbered `from` on, at most `max`.
-    Outputs { to: usize, from: u64, max: u32 },
+    /// This member's outputs to group `to` numbered `from` on, at most `max`. With none
+    /// to give and no merge waiting, the member holds the request up to `wait_ms` for
+    /// some to come (a long poll: an idle exchange costs no round trips).
+    Outputs { to: usize, from: u64, max: u32, wait_ms: u32 },
     /// Who leads, how far this member has applied, and with `machine` its whole state.
     State { machine: bool },
 }
