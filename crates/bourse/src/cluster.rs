@@ -201,7 +201,8 @@ pub enum ClusterCommand {
         /// benchmarks only.
         #[arg(long)]
         plaintext: bool,
-        /// Extra flags for every node (e.g. --snapshot-every-entries=1000).
+        /// Extra flags for every node (e.g. --snapshot-every-entries=1000), or with
+        /// --groups for every `bourse group` member.
         #[arg(long, allow_hyphen_values = true, value_delimiter = ' ')]
         node_args: Vec<String>,
     },
@@ -371,8 +372,9 @@ pub fn run(target: crate::cli::Target, command: ClusterCommand) -> Result<(), St
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         match command {
-            ClusterCommand::Up { count, data, groups: Some(groups), base_port, low_latency, plaintext, .. } => {
-                crate::groups::up(groups, count, &data, base_port, plaintext, low_latency, target.json).await
+            ClusterCommand::Up { count, data, groups: Some(groups), base_port, low_latency, plaintext, node_args } => {
+                let options = UpOptions { low_latency, plaintext, node_args };
+                crate::groups::up(groups, count, &data, base_port, &options, target.json).await
             }
             ClusterCommand::Up { count, data, groups: None, base_port, low_latency, plaintext, node_args } => {
                 let options = UpOptions { low_latency, plaintext, node_args };
@@ -450,10 +452,10 @@ fn members_of(data: &Path) -> Result<Vec<(u64, String, u32)>, String> {
 }
 
 /// How `cluster up` runs its nodes.
-struct UpOptions {
-    low_latency: bool,
-    plaintext: bool,
-    node_args: Vec<String>,
+pub(crate) struct UpOptions {
+    pub low_latency: bool,
+    pub plaintext: bool,
+    pub node_args: Vec<String>,
 }
 
 async fn up(nodes: u64, data: &Path, base_port: u16, options: &UpOptions, as_json: bool) -> Result<(), String> {

@@ -163,10 +163,10 @@ pub async fn up(
     nodes: u64,
     data: &Path,
     base_port: u16,
-    plaintext: bool,
-    low_latency: bool,
+    options: &crate::cluster::UpOptions,
     as_json: bool,
 ) -> Result<(), String> {
+    let (plaintext, low_latency) = (options.plaintext, options.low_latency);
     if !(1..=9).contains(&nodes) {
         return Err("--nodes must be between 1 and 9".into());
     }
@@ -214,6 +214,7 @@ pub async fn up(
     if low_latency {
         member_args.push("--low-latency".into());
     }
+    member_args.extend(options.node_args.iter().filter(|a| !a.is_empty()).cloned());
     let pki = if plaintext {
         None
     } else {

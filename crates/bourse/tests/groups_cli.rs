@@ -99,7 +99,21 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     let base = free_base().to_string();
     let _cleanup = Cleanup(data.clone());
     let up =
-        ok(&["--json", "cluster", "up", "--groups", "2", "--nodes", "3", "--data", &data_text, "--base-port", &base]);
+        // Snapshots every 300 entries: a restarted member starts from its newest one.
+        ok(&[
+            "--json",
+            "cluster",
+            "up",
+            "--groups",
+            "2",
+            "--nodes",
+            "3",
+            "--data",
+            &data_text,
+            "--base-port",
+            &base,
+            "--node-args=--snapshot-every-entries=300",
+        ]);
     let up: Value = serde_json::from_str(up.trim()).expect("cluster up --json");
     assert_eq!(up["nodes"].as_array().map(Vec::len), Some(6), "{up}");
     assert!(data.join("pki").join("ca.pem").exists(), "mutual TLS by default");
@@ -123,8 +137,8 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert!(output.status.success(), "group-load:\n{}\n{}", text(&output.stdout), text(&output.stderr));
     let report: Value = serde_json::from_str(text(&output.stdout).trim()).expect("group-load --json");
     assert_eq!(report["violations"].as_array().map(Vec::len), Some(0), "{report}");
-    assert!(report["commands"].as_u64().unwrap_or(0) > 200, "{report}");
-    assert!(report["placed"].as_u64().unwrap_or(0) > 100, "{report}");
+    assert!(report["commands"].as_u64().unwrap_or(0) > 50, "{report}");
+    assert!(report["placed"].as_u64().unwrap_or(0) > 20, "{report}");
     // The kills cost some clients their answers, which they had by sending again.
     assert!(report["resends"].as_u64().unwrap_or(0) > 0, "{report}");
 
@@ -134,6 +148,14 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert_eq!(again["violations"].as_array().map(Vec::len), Some(0), "{again}");
     assert_eq!(again["repeats"].as_u64(), Some(0), "a resumed session sends new numbers: {again}");
 
+    // Every member took snapshots (and the restarted ones started from theirs).
+    for group in ["group0", "group1"] {
+        for member in std::fs::read_dir(data.join(group)).expect("a group's directory") {
+            let snapshots = member.expect("a member").path().join("snapshots");
+            let taken = std::fs::read_dir(&snapshots).map_or(0, |d| d.count());
+            assert!(taken > 0, "{}: no snapshot", snapshots.display());
+        }
+    }
     let status = ok(&["cluster", "status", "--data", &data_text]);
     assert_eq!(status.lines().filter(|l| l.contains("leader")).count(), 2, "{status}");
     assert_eq!(status.lines().count(), 6, "{status}");

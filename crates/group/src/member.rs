@@ -529,17 +529,6 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
             )
         };
         let others_waiting = (0..groups).filter(|&g| g != shared.group).any(|g| lock(&shared.pulled[g]).waiting);
-        {
-            let mut inbox = lock(&shared.inbox);
-            let ticking = (own_waiting || others_waiting) && now >= last_tick + TICK_EVERY;
-            if !inbox.commands.is_empty() || ticking {
-                let mut commands = std::mem::take(&mut inbox.commands);
-                commands.sort_by_key(|command| command.ts);
-                let tick = inbox.stamp();
-                push(&Entry::Clients { commands, tick });
-                last_tick = now;
-            }
-        }
         let trimming = now >= last_trim + TRIM_EVERY;
         if trimming {
             last_trim = now;
@@ -547,6 +536,8 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
             // applied here: its client sent it again, elsewhere or later.
             lock(&shared.replica).waiters.retain(|_, waiter| !waiter.is_closed());
         }
+        let mut ingests = Vec::new();
+        let mut trims = Vec::new();
         for source in (0..groups).filter(|&g| g != shared.group) {
             let mut pulled = lock(&shared.pulled[source]);
             let waiting =
@@ -556,15 +547,35 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
                 let outputs = std::mem::take(&mut pulled.outputs);
                 proposed[source] = Some((pulled.start + outputs.len() as u64 - 1, now));
                 pulled.taken = true;
-                push(&Entry::Ingest { source, from: pulled.start, outputs });
+                ingests.push(Entry::Ingest { source, from: pulled.start, outputs });
             }
             if trimming {
                 // A little behind the consumer's cursor is kept too, for resends.
                 let upto = pulled.consumed.saturating_sub(32);
                 if upto >= kept[source] {
-                    push(&Entry::Trim { to: source, upto });
+                    trims.push(Entry::Trim { to: source, upto });
                 }
             }
+        }
+        // Forwards ingested here wait in the merge for this group's own watermark too:
+        // a tick ahead of them in the same batch (stamped now, past theirs) lets them
+        // through as they apply, instead of one more round of the log.
+        let forwards_in = ingests.iter().any(|entry| {
+            matches!(entry, Entry::Ingest { outputs, .. } if outputs.iter().any(|o| matches!(o, Output::Forward(_))))
+        });
+        {
+            let mut inbox = lock(&shared.inbox);
+            let ticking = forwards_in || ((own_waiting || others_waiting) && now >= last_tick + TICK_EVERY);
+            if !inbox.commands.is_empty() || ticking {
+                let mut commands = std::mem::take(&mut inbox.commands);
+                commands.sort_by_key(|command| command.ts);
+                let tick = inbox.stamp();
+                push(&Entry::Clients { commands, tick });
+                last_tick = now;
+            }
+        }
+        for entry in ingests.iter().chain(&trims) {
+            push(entry);
         }
         if !batch.is_empty() {
             let _ = shared.proposer.send(batch);
