@@ -109,7 +109,7 @@ pub fn member(args: GroupArgs, target: &crate::cli::Target) -> Result<(), String
     })
 }
 
-/// The accounts of `cluster up --groups`'s market: at most this many traders.
+/// The accounts of `cluster up --groups`'s market.
 const GENESIS_ACCOUNTS: u32 = 64;
 
 /// A member's id, from its group and its place in it (1-based): unique across groups.
@@ -393,7 +393,9 @@ pub struct GroupLoadArgs {
     data: PathBuf,
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
-    /// Traders, one per account of the genesis (at most as many as it has).
+    /// Traders, each a client of its own with one command outstanding; trader N trades
+    /// account N of the genesis (modulo its accounts, several traders sharing one past
+    /// that).
     #[arg(long, default_value_t = 16)]
     traders: usize,
     #[arg(long, default_value_t = 1)]
@@ -415,7 +417,8 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
         genesis.commands.iter().filter(|c| matches!(c, bourse_engine::command::CommandBody::CreateSymbol(_))).count();
     let options = LoadOptions {
         directory: record_directory(&record),
-        accounts: built.accounts.into_iter().take(args.traders).collect(),
+        accounts: built.accounts,
+        traders: args.traders,
         symbols: symbols as u32,
         seconds: args.seconds,
         seed: args.seed,
@@ -423,7 +426,7 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
     };
     let tls = operator_tls(record_pki(&args.data).as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    let traders = options.accounts.len();
+    let traders = options.traders;
     let pids: Vec<u32> = record["nodes"]
         .as_array()
         .into_iter()

@@ -18,8 +18,10 @@ use crate::wire::State;
 pub struct LoadOptions {
     /// Every group's members' API addresses, in group order.
     pub directory: Vec<Vec<String>>,
-    /// The accounts to trade (a trader each), from the genesis.
+    /// The accounts to trade, from the genesis: trader `n` trades `accounts[n % len]`.
     pub accounts: Vec<AccountId>,
+    /// Traders, each a client of its own (id `1000 + n`), one command at a time.
+    pub traders: usize,
     /// Symbols `0..symbols` are listed.
     pub symbols: u32,
     pub seconds: f64,
@@ -90,7 +92,7 @@ impl Trader {
     }
 }
 
-/// Runs one trader per account for `seconds` (each one command at a time), then waits
+/// Runs the traders for `seconds` (each one command at a time), then waits
 /// until the groups have settled everything, and checks: every group's members hold
 /// one state; every asset is conserved across the groups; every acknowledged command
 /// is in its session's record on every member; no answer was lost (every command got
@@ -110,9 +112,14 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(options.seconds);
     let mut tasks = Vec::new();
-    for (n, &account) in options.accounts.iter().enumerate() {
+    if options.accounts.is_empty() {
+        report.violations.push("no accounts to trade".into());
+        return report;
+    }
+    for n in 0..options.traders {
+        let account = options.accounts[n % options.accounts.len()];
         // Client ids past the genesis's operator (0).
-        let client = ClientId(1_000 + u64::from(account.0));
+        let client = ClientId(1_000 + n as u64);
         let group = map.account_group(account);
         let mut trader = Trader {
             client,
