@@ -294,27 +294,33 @@ fn spawn_node_with(
     extra: &[String],
     tethered: bool,
 ) -> Result<std::process::Child, String> {
-    std::fs::create_dir_all(&node.dir).map_err(|e| format!("{}: {e}", node.dir.display()))?;
-    let log_path = node.dir.join("node.log");
+    let mut command = detached(exe, &node.dir)?;
+    command
+        .args(["node", "--id", &node.id.to_string(), "--data"])
+        .arg(&node.dir)
+        .args(["--listen", &node.api, "--raft-listen", &node.raft, "--bootstrap", bootstrap])
+        .args(extra);
+    if tethered {
+        command.stdin(Stdio::piped()).arg("--exit-with-parent");
+    }
+    command.spawn().map_err(|e| format!("starting node {}: {e}", node.id))
+}
+
+/// `exe` to be run in its own process group (a terminal's Ctrl-C does not reach it),
+/// stdin from /dev/null, stdout and stderr appended to `dir/node.log` (`dir` made if
+/// missing): a cluster member's process, arguments to be added.
+pub(crate) fn detached(exe: &Path, dir: &Path) -> Result<Process, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let log_path = dir.join("node.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)
         .map_err(|e| format!("{}: {e}", log_path.display()))?;
     let mut command = Process::new(exe);
-    command
-        .args(["node", "--id", &node.id.to_string(), "--data"])
-        .arg(&node.dir)
-        .args(["--listen", &node.api, "--raft-listen", &node.raft, "--bootstrap", bootstrap])
-        .args(extra)
-        .stdin(if tethered { Stdio::piped() } else { Stdio::null() })
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log);
-    if tethered {
-        command.arg("--exit-with-parent");
-    }
+    command.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| e.to_string())?).stderr(log);
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    command.spawn().map_err(|e| format!("starting node {}: {e}", node.id))
+    Ok(command)
 }
 
 /// Opens the CA in `dir` (creating it the first time) and issues each of `ids` a

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command as Process, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,24 +126,13 @@ struct Planned {
 }
 
 fn spawn(exe: &Path, member: &Planned, common: &[String]) -> Result<std::process::Child, String> {
-    std::fs::create_dir_all(&member.dir).map_err(|e| format!("{}: {e}", member.dir.display()))?;
-    let log_path = member.dir.join("node.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let mut command = Process::new(exe);
-    command
+    crate::cluster::detached(exe, &member.dir)?
         .args(["group", "--group", &member.group.to_string(), "--id", &member.id.to_string(), "--data"])
         .arg(&member.dir)
         .args(["--listen", &member.api, "--raft-listen", &member.raft])
         .args(common)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log);
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    command.spawn().map_err(|e| format!("starting member {}: {e}", member.id))
+        .spawn()
+        .map_err(|e| format!("starting member {}: {e}", member.id))
 }
 
 /// The flags every member of `group` gets besides its own.

@@ -11,20 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+#[path = "support/groups.rs"]
+mod support;
+
 use serde_json::Value;
-
-fn bourse() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_bourse"));
-    command.env_remove("BOURSE_PKI").env_remove("BOURSE_AS").env_remove("BOURSE_API_KEY");
-    command
-}
-
-fn ok(args: &[&str]) -> String {
-    let output = bourse().args(args).output().expect("run bourse");
-    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    assert!(output.status.success(), "bourse {}:\n{}\n{}", args.join(" "), text(&output.stdout), text(&output.stderr));
-    text(&output.stdout)
-}
+use support::{bourse, leader_of, ok};
 
 /// A base port whose member ports (+1..3, +11..13, and those +1000) are free now.
 fn free_base() -> u16 {
@@ -58,23 +49,6 @@ fn pid_of(data: &Path, id: u64) -> u64 {
     let record = record(data);
     let nodes = record["nodes"].as_array().expect("nodes");
     nodes.iter().find(|n| n["id"].as_u64() == Some(id)).and_then(|n| n["pid"].as_u64()).expect("a pid")
-}
-
-/// The leader of `group`, by `cluster status --json`.
-fn leader_of(data: &str, group: u64) -> u64 {
-    for _ in 0..100 {
-        let output = bourse().args(["--json", "cluster", "status", "--data", data]).output().expect("status");
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        let leader = text
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .find(|s| s["group"].as_u64() == Some(group) && s["leading"].as_bool() == Some(true));
-        if let Some(leader) = leader {
-            return leader["id"].as_u64().expect("an id");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("group {group} has no leader");
 }
 
 fn kill(pid: u64) {

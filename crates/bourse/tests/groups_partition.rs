@@ -8,17 +8,15 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use bourse_cluster::fault::FaultProxy;
-use serde_json::{json, Value};
+#[path = "support/groups.rs"]
+mod support;
 
-fn bourse() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_bourse"));
-    command.env_remove("BOURSE_PKI").env_remove("BOURSE_AS").env_remove("BOURSE_API_KEY");
-    command
-}
+use serde_json::{json, Value};
+use support::{bourse, leader_of};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
@@ -41,23 +39,6 @@ struct Planned {
     ip: IpAddr,
     api: String,
     raft: SocketAddr,
-}
-
-/// The leader of `group`, by `cluster status --json`.
-fn leader_of(data: &str, group: u64) -> u64 {
-    for _ in 0..200 {
-        let output = bourse().args(["--json", "cluster", "status", "--data", data]).output().expect("status");
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        let leader = text
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .find(|s| s["group"].as_u64() == Some(group) && s["leading"].as_bool() == Some(true));
-        if let Some(leader) = leader {
-            return leader["id"].as_u64().expect("an id");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("group {group} has no leader");
 }
 
 #[test]

@@ -203,8 +203,6 @@ struct Pulled {
     consumed: u64,
     /// The source's merge waits for watermarks.
     waiting: bool,
-    /// Taken into an ingest already.
-    taken: bool,
 }
 
 /// What every task of a member shares.
@@ -543,10 +541,11 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
             let waiting =
                 proposed[source].is_some_and(|(upto, since)| cursors[source] < upto && now < since + INGEST_AGAIN);
             let reaches_past = pulled.start + pulled.outputs.len() as u64 > cursors[source] + 1;
-            if !waiting && !pulled.taken && pulled.start <= cursors[source] + 1 && reaches_past {
+            // Outputs taken into an ingest leave the slot empty: it reaches past the
+            // cursor again only with the next pull.
+            if !waiting && pulled.start <= cursors[source] + 1 && reaches_past {
                 let outputs = std::mem::take(&mut pulled.outputs);
                 proposed[source] = Some((pulled.start + outputs.len() as u64 - 1, now));
-                pulled.taken = true;
                 ingests.push(Entry::Ingest { source, from: pulled.start, outputs });
             }
             if trimming {
@@ -612,7 +611,7 @@ async fn pull(shared: Arc<Shared>, source: usize, mut stopping: watch::Receiver<
                     match open.call(&request, Duration::from_secs(2)).await {
                         Ok(Reply::Outputs { start, outputs, consumed, waiting }) => {
                             let more = !outputs.is_empty();
-                            *lock(&shared.pulled[source]) = Pulled { start, outputs, consumed, waiting, taken: false };
+                            *lock(&shared.pulled[source]) = Pulled { start, outputs, consumed, waiting };
                             if more {
                                 // Until the ingest applies (or is given up on).
                                 let until = Instant::now() + INGEST_AGAIN;
