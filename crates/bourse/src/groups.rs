@@ -391,6 +391,11 @@ pub struct GroupLoadArgs {
     /// How long the groups may take to settle after the traders stop.
     #[arg(long, default_value_t = 60)]
     settle_secs: u64,
+    /// Accounts to create on the running groups (through group 0, which orders catalog
+    /// and account commands for every group) and fund before trading; the first traders
+    /// trade them.
+    #[arg(long, default_value_t = 0)]
+    online_accounts: usize,
 }
 
 /// `bourse group-load`: traders on the groups, then the checks; fails on any violation.
@@ -411,6 +416,7 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
         seconds: args.seconds,
         seed: args.seed,
         settle_within: Duration::from_secs(args.settle_secs),
+        online_accounts: args.online_accounts,
     };
     let tls = operator_tls(record_pki(&args.data).as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -435,10 +441,19 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                 "per_second": rate, "resends": report.resends, "repeats": report.repeats,
                 "members_cpu_us_per_command": cpu_us, "p50_ms": report.p50_ms, "p99_ms": report.p99_ms,
                 "applied": report.applied, "settled_ms": report.settled_in.as_millis() as u64,
-                "violations": report.violations,
+                "created_accounts": report.created.iter().map(|a| a.0).collect::<Vec<_>>(),
+                "create_ms": report.create_ms, "violations": report.violations,
             })
         );
     } else {
+        if !report.created.is_empty() {
+            let ids: Vec<u32> = report.created.iter().map(|a| a.0).collect();
+            println!(
+                "{} accounts created and funded on the running groups in {:.0} ms: {ids:?}",
+                ids.len(),
+                report.create_ms
+            );
+        }
         println!(
             "{traders} traders, {:.1} s: {} commands answered ({rate:.0}/s), {} orders placed, {} resends, {} answered \
              from a session's memory",
@@ -458,8 +473,9 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
         );
         if report.violations.is_empty() {
             println!(
-                "checks held: every group's members in one state, every asset conserved across the groups, every \
-                 acknowledged command in its session's record on every member"
+                "checks held: every group's members in one state, every group with the same catalog and accounts, \
+                 every asset conserved across the groups, every acknowledged command in its session's record on \
+                 every member"
             );
         }
     }

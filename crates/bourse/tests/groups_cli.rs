@@ -1,10 +1,11 @@
 //! The partitioned exchange as processes, end to end through the binary (issue 28):
-//! `cluster up --groups 2 --nodes 3` (mutual TLS by default), `group-load` trading on
-//! it while the leader of each group is killed with SIGKILL and started again, then the
-//! load's checks (every group's members in one state, every asset conserved across the
-//! groups, every acknowledged command in its session's record on every member, every
-//! command answered), a second load that resumes the traders' sessions, `cluster
-//! status` and `cluster down`.
+//! `cluster up --groups 2 --nodes 3` (mutual TLS by default), `group-load` creating and
+//! funding accounts on the running groups and then trading on it while the leader of
+//! each group is killed with SIGKILL and started again, then the load's checks (every
+//! group's members in one state, every group with the same catalog and accounts, every
+//! asset conserved across the groups, every acknowledged command in its session's
+//! record on every member, every command answered), a second load that creates more
+//! and resumes the traders' sessions, `cluster status` and `cluster down`.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -93,7 +94,7 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert!(data.join("pki").join("ca.pem").exists(), "mutual TLS by default");
 
     let load = bourse()
-        .args(["--json", "group-load", "--data", &data_text, "--seconds", "12"])
+        .args(["--json", "group-load", "--data", &data_text, "--seconds", "12", "--online-accounts", "4"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -111,15 +112,19 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert!(output.status.success(), "group-load:\n{}\n{}", text(&output.stdout), text(&output.stderr));
     let report: Value = serde_json::from_str(text(&output.stdout).trim()).expect("group-load --json");
     assert_eq!(report["violations"].as_array().map(Vec::len), Some(0), "{report}");
+    // Accounts created on the running groups (through group 0), numbered after the
+    // genesis's 64 alike in every group (the load checks every group knows them).
+    assert_eq!(report["created_accounts"], serde_json::json!([64, 65, 66, 67]), "{report}");
     assert!(report["commands"].as_u64().unwrap_or(0) > 50, "{report}");
     assert!(report["placed"].as_u64().unwrap_or(0) > 20, "{report}");
     // The kills cost some clients their answers, which they had by sending again.
     assert!(report["resends"].as_u64().unwrap_or(0) > 0, "{report}");
 
     // The traders' sessions go on where the groups' records stand.
-    let again = ok(&["--json", "group-load", "--data", &data_text, "--seconds", "2"]);
+    let again = ok(&["--json", "group-load", "--data", &data_text, "--seconds", "2", "--online-accounts", "2"]);
     let again: Value = serde_json::from_str(again.trim()).expect("group-load --json");
     assert_eq!(again["violations"].as_array().map(Vec::len), Some(0), "{again}");
+    assert_eq!(again["created_accounts"], serde_json::json!([68, 69]), "the operator's sessions resume: {again}");
     assert_eq!(again["repeats"].as_u64(), Some(0), "a resumed session sends new numbers: {again}");
 
     // Every member took snapshots (and the restarted ones started from theirs).

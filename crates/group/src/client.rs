@@ -1,7 +1,7 @@
 //! A client of the partitioned exchange: routes each command to the leader of its
-//! account's group (learned from the members' answers), numbers it in the client's
-//! session with that group, and sends it again with the same number until it has an
-//! outcome.
+//! account's group (a catalog or account command to the catalog's group,
+//! [`CATALOG_GROUP`]), learned from the members' answers, and sends it again with the
+//! same number in the client's session with that group until it has an outcome.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bourse_engine::command::{Command, CommandBody};
 use bourse_engine::{ClientId, Outcome, Reject};
 use bourse_pki::ReloadableClientConfig;
-use bourse_shard::{route, Route, ShardMap};
+use bourse_shard::{route, Route, ShardMap, CATALOG_GROUP};
 
 use crate::wire::{Answer, Connection, Reply, Request, State};
 
@@ -62,7 +62,7 @@ impl GroupClient {
     pub fn group_of(&self, body: &CommandBody) -> Result<usize, ClientError> {
         match route(&self.map, body) {
             Ok(Route::Account(g)) => Ok(g),
-            Ok(Route::Config) => Err(ClientError::Refused("catalog and account commands come from the genesis".into())),
+            Ok(Route::Config) => Ok(CATALOG_GROUP),
             Err(unsupported) => Err(ClientError::Refused(unsupported.to_string())),
         }
     }

@@ -4,7 +4,9 @@
 //! group of `bourse group` members, each a [`GroupMachine`] behind openraft (the
 //! member, log store, snapshot store and mutual-TLS transport of [`bourse_cluster`]),
 //! and one exchange to its clients through [`client::GroupClient`], which routes each
-//! command by the shard map to the leader of its account's group.
+//! command by the shard map to the leader of its account's group (a catalog or account
+//! command to the catalog's group, [`bourse_shard::CATALOG_GROUP`], which passes it on
+//! to every other group).
 //!
 //! - [`member`]: one member process. Its **front**, while the member leads, proposes
 //!   the client commands that reached it (stamped on arrival, as one
@@ -19,9 +21,9 @@
 //!   group's replicas in one state, every asset conserved across the groups, every
 //!   acknowledged command in its session's record.
 //!
-//! Not yet: the meta group (the catalog and the accounts come from a [`Genesis`] every
-//! member builds alike), gateways routing by the map, market data and history per
-//! group, moving a symbol.
+//! Every member starts from a [`Genesis`] it builds alike. Not yet: a meta group of its
+//! own and the cut a close of the day needs, gateways routing by the map, market data
+//! and history per group, moving a symbol.
 
 pub mod client;
 pub mod load;

@@ -28,7 +28,14 @@ pub struct LoadOptions {
     pub seed: u64,
     /// How long the groups may take to settle everything after the traders stop.
     pub settle_within: Duration,
+    /// Accounts created while the groups run (through the catalog's group) and funded
+    /// as the genesis funds its own, before the traders start; the first traders
+    /// trade them.
+    pub online_accounts: usize,
 }
+
+/// The client id the load creates and funds accounts as.
+pub const LOAD_OPERATOR: ClientId = ClientId(999);
 
 /// What the traders did and what the checks found.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +53,9 @@ pub struct LoadReport {
     /// Answer latency over every command, from the first send to the outcome.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Accounts created online, and how long creating and funding them took.
+    pub created: Vec<AccountId>,
+    pub create_ms: f64,
     /// Every broken check; empty when all held.
     pub violations: Vec<String>,
 }
@@ -109,15 +119,25 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
         }
     };
     let map = probe.map();
+    let creating = Instant::now();
+    match create_accounts(&options, &machines, tls.clone()).await {
+        Ok(created) => report.created = created,
+        Err(error) => {
+            report.violations.push(error);
+            return report;
+        }
+    }
+    report.create_ms = creating.elapsed().as_secs_f64() * 1e3;
+    let accounts: Vec<AccountId> = report.created.iter().chain(&options.accounts).copied().collect();
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(options.seconds);
     let mut tasks = Vec::new();
-    if options.accounts.is_empty() {
+    if accounts.is_empty() {
         report.violations.push("no accounts to trade".into());
         return report;
     }
     for n in 0..options.traders {
-        let account = options.accounts[n % options.accounts.len()];
+        let account = accounts[n % accounts.len()];
         // Client ids past the genesis's operator (0).
         let client = ClientId(1_000 + n as u64);
         let group = map.account_group(account);
@@ -197,6 +217,39 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     report.settled_in = settling.elapsed();
     check(&states, &answered, &mut report);
     report
+}
+
+/// Creates `options.online_accounts` accounts through the catalog's group, each then
+/// funded in its own group with 1,000,000.00 USD and 100,000 shares of every stock (as
+/// [`crate::Genesis::market`] funds its accounts), as [`LOAD_OPERATOR`], whose sessions
+/// resume where the groups' records stand.
+async fn create_accounts(
+    options: &LoadOptions,
+    machines: &[GroupMachine],
+    tls: Option<Arc<ReloadableClientConfig>>,
+) -> Result<Vec<AccountId>, String> {
+    let mut client = GroupClient::new(options.directory.clone(), tls);
+    let mut seqs: Vec<u64> = machines.iter().map(|machine| machine.account.session(LOAD_OPERATOR)).collect();
+    let mut created = Vec::new();
+    for _ in 0..options.online_accounts {
+        let mut send = async |client: &mut GroupClient, body: CommandBody| {
+            let g = client.group_of(&body).map_err(|e| e.to_string())?;
+            seqs[g] += 1;
+            match client.send(LOAD_OPERATOR, seqs[g], body.clone()).await {
+                Ok((Outcome::Ok { id }, _)) => Ok(id),
+                Ok((outcome, _)) => Err(format!("{body:?} refused: {outcome:?}")),
+                Err(error) => Err(format!("{body:?}: {error}")),
+            }
+        };
+        let account = AccountId(send(&mut client, CommandBody::CreateAccount).await? as u32);
+        send(&mut client, CommandBody::Deposit { account, asset: AssetId(0), amount: Amount(100_000_000) }).await?;
+        for s in 0..options.symbols {
+            let credit = CommandBody::Credit { account, asset: AssetId(1 + s), amount: Amount(100_000) };
+            send(&mut client, credit).await?;
+        }
+        created.push(account);
+    }
+    Ok(created)
 }
 
 /// One member's machine per group (the first that answers).
@@ -288,6 +341,25 @@ fn check(states: &[(State, GroupMachine)], answered: &BTreeMap<ClientId, (Accoun
             machine.symbol.engine().check_invariants();
         }
         firsts.push(&first.1);
+    }
+    // Every group applied the same catalog commands (the genesis's and those sent to the
+    // running groups), so each knows every account.
+    if let Some(first) = firsts.first() {
+        for machine in &firsts[1..] {
+            if (machine.catalog(), machine.account.accounts_known())
+                != (first.catalog(), first.account.accounts_known())
+            {
+                report.violations.push(format!(
+                    "group {} applied {} catalog commands and knows {} accounts; group {} {} and {}",
+                    machine.group(),
+                    machine.catalog(),
+                    machine.account.accounts_known(),
+                    first.group(),
+                    first.catalog(),
+                    first.account.accounts_known()
+                ));
+            }
+        }
     }
     if let Err(broken) = conservation(&firsts) {
         report.violations.push(format!("conservation across the groups: {broken}"));

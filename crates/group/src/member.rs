@@ -14,11 +14,11 @@ use bourse_cluster::snapshot_store::SnapshotStore;
 use bourse_cluster::state_machine::{Committed, Machine, MachineRequest, StateMachine};
 use bourse_cluster::tls::MemberTls;
 use bourse_cluster::{Batch, NodeId, Peer};
-use bourse_engine::command::Command;
+use bourse_engine::command::{Command, CommandBody};
 use bourse_engine::{ClientId, Timestamp};
 use bourse_pki::{Identity, ReloadableClientConfig, ReloadableServerConfig, Role, TlsFiles};
 use bourse_shard::machine::{Entry, Output};
-use bourse_shard::{route, GroupMachine, Route, ShardMap};
+use bourse_shard::{route, GroupMachine, Route, ShardMap, CATALOG_GROUP};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::wire::{self, Answer, Connection, Reply, Request, State};
@@ -107,12 +107,28 @@ impl Inbox {
     }
 }
 
+/// A submitted command waiting for its outcome on this process.
+struct Waiter {
+    answer: oneshot::Sender<Answer>,
+    /// A catalog or account command (on the catalog's group): answered once every other
+    /// group has applied it, so that its client's next command finds it everywhere.
+    config: bool,
+}
+
+/// A catalog command's answer, held until every other group has consumed this group's
+/// outputs up to `needs[g]` (the number of the last output to `g` when it applied).
+struct Spreading {
+    answer: Answer,
+    sender: oneshot::Sender<Answer>,
+    needs: Vec<u64>,
+}
+
 /// A replica's state, shared by the Raft state machine, the API and the front.
 struct Replica {
     machine: GroupMachine,
     next_index: u64,
-    /// Submitted commands waiting for their outcome on this process.
-    waiters: HashMap<(ClientId, u64), oneshot::Sender<Answer>>,
+    waiters: HashMap<(ClientId, u64), Waiter>,
+    spreading: Vec<Spreading>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -153,12 +169,15 @@ impl Owner {
         }
         for ack in acks {
             if let Some(waiter) = replica.waiters.remove(&(ack.client, ack.seq)) {
-                let _ = waiter.send(Answer::Done {
-                    client: ack.client,
-                    seq: ack.seq,
-                    outcome: ack.outcome,
-                    repeat: ack.repeat,
-                });
+                let answer =
+                    Answer::Done { client: ack.client, seq: ack.seq, outcome: ack.outcome, repeat: ack.repeat };
+                if waiter.config {
+                    let groups = replica.machine.groups();
+                    let needs = (0..groups).map(|g| replica.machine.produced(g)).collect();
+                    replica.spreading.push(Spreading { answer, sender: waiter.answer, needs });
+                } else {
+                    let _ = waiter.answer.send(answer);
+                }
             }
         }
     }
@@ -259,6 +278,7 @@ impl GroupMember {
             machine: built.machines[config.group].clone(),
             next_index: 1,
             waiters: HashMap::new(),
+            spreading: Vec::new(),
         }));
         let applied = Arc::new(tokio::sync::Notify::new());
         let owner = Owner { replica: Arc::clone(&replica), applied: Arc::clone(&applied) };
@@ -404,7 +424,7 @@ async fn serve(
 async fn answer(shared: &Shared, request: Request) -> Reply {
     match request {
         Request::State { machine } => Reply::State(state(shared, machine)),
-        Request::Outputs { to, from, max, wait_ms } => {
+        Request::Outputs { to, from, max, wait_ms, consumed } => {
             if to >= shared.groups || to == shared.group {
                 return Reply::Error(format!("no outputs to group {to}"));
             }
@@ -417,8 +437,9 @@ async fn answer(shared: &Shared, request: Request) -> Reply {
                     let replica = lock(&shared.replica);
                     let (start, outputs) = replica.machine.outputs(to, from, max.min(PULL_MAX) as usize);
                     let waiting = replica.machine.symbol.merge.waiting() > 0;
-                    if !outputs.is_empty() || waiting || tokio::time::Instant::now() >= until {
-                        return Reply::Outputs { start, outputs, consumed: replica.machine.cursor(to), waiting };
+                    let cursor = replica.machine.cursor(to);
+                    if !outputs.is_empty() || waiting || cursor != consumed || tokio::time::Instant::now() >= until {
+                        return Reply::Outputs { start, outputs, consumed: cursor, waiting };
                     }
                 }
                 let _ = tokio::time::timeout_at(until, applied).await;
@@ -440,14 +461,18 @@ async fn submit(shared: &Shared, commands: Vec<Command>) -> Vec<Answer> {
         let mut inbox = lock(&shared.inbox);
         let mut replica = lock(&shared.replica);
         for mut command in commands {
-            let refused = match route(&shared.map, &command.body) {
+            let routed = route(&shared.map, &command.body);
+            let refused = match &routed {
                 Err(unsupported) => Some(unsupported.to_string()),
-                Ok(Route::Config) => Some(
-                    "catalog and account commands come from the genesis in the partitioned exchange (its meta \
-                     group is not built yet)"
+                Ok(Route::Config) if shared.group != CATALOG_GROUP => Some(format!(
+                    "catalog and account commands go to group {CATALOG_GROUP}, which orders them for every group"
+                )),
+                Ok(Route::Config) if matches!(command.body, CommandBody::CloseDay) => Some(
+                    "the close of the day needs a cut across the groups (the meta group's barrier), not built yet"
                         .to_string(),
                 ),
-                Ok(Route::Account(g)) if g != shared.group => {
+                Ok(Route::Config) => None,
+                Ok(Route::Account(g)) if *g != shared.group => {
                     Some(format!("the command's account lives in group {g}, not {}", shared.group))
                 }
                 Ok(Route::Account(_)) => None,
@@ -457,7 +482,8 @@ async fn submit(shared: &Shared, commands: Vec<Command>) -> Vec<Answer> {
                 continue;
             }
             let (tx, rx) = oneshot::channel();
-            replica.waiters.insert((command.client, command.seq), tx);
+            let config = matches!(routed, Ok(Route::Config));
+            replica.waiters.insert((command.client, command.seq), Waiter { answer: tx, config });
             command.ts = inbox.stamp();
             inbox.commands.push(command);
             answers.push(Ok(rx));
@@ -497,11 +523,14 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
             // Commands taken in while leading, not yet proposed: their waiters are
             // dropped, so their clients hear `Pending` and send them to the leader.
             let dropped: Vec<Command> = std::mem::take(&mut lock(&shared.inbox).commands);
-            if !dropped.is_empty() {
+            {
                 let mut replica = lock(&shared.replica);
                 for command in dropped {
                     replica.waiters.remove(&(command.client, command.seq));
                 }
+                // Catalog answers waiting to spread: their clients send again, to the
+                // leader.
+                replica.spreading.clear();
             }
             // A follower looks again within 10 ms (it takes no commands meanwhile: the
             // API asks for leadership itself).
@@ -532,8 +561,11 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
             last_trim = now;
             // Waiters whose request gave up (answered `Pending`) and whose command never
             // applied here: its client sent it again, elsewhere or later.
-            lock(&shared.replica).waiters.retain(|_, waiter| !waiter.is_closed());
+            let mut replica = lock(&shared.replica);
+            replica.waiters.retain(|_, waiter| !waiter.answer.is_closed());
+            replica.spreading.retain(|spreading| !spreading.sender.is_closed());
         }
+        answer_spread(&shared);
         let mut ingests = Vec::new();
         let mut trims = Vec::new();
         for source in (0..groups).filter(|&g| g != shared.group) {
@@ -582,6 +614,25 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
     }
 }
 
+/// Answers the catalog commands every other group has consumed (as this group's pulls
+/// from them last said).
+fn answer_spread(shared: &Shared) {
+    let mut replica = lock(&shared.replica);
+    if replica.spreading.is_empty() {
+        return;
+    }
+    let consumed: Vec<u64> = (0..shared.groups)
+        .map(|g| if g == shared.group { u64::MAX } else { lock(&shared.pulled[g]).consumed })
+        .collect();
+    let (spread, waiting): (Vec<Spreading>, Vec<Spreading>) = std::mem::take(&mut replica.spreading)
+        .into_iter()
+        .partition(|spreading| spreading.needs.iter().zip(&consumed).all(|(needs, consumed)| consumed >= needs));
+    replica.spreading = waiting;
+    for spreading in spread {
+        let _ = spreading.sender.send(spreading.answer);
+    }
+}
+
 /// Reads `source`'s outputs to this group, from this group's cursor on, from any
 /// member of `source` (the next one after a failure), while this member leads.
 async fn pull(shared: Arc<Shared>, source: usize, mut stopping: watch::Receiver<bool>) {
@@ -594,6 +645,7 @@ async fn pull(shared: Arc<Shared>, source: usize, mut stopping: watch::Receiver<
             Duration::from_millis(10)
         } else {
             let cursor = lock(&shared.replica).machine.cursor(source);
+            let consumed = lock(&shared.pulled[source]).consumed;
             if connection.is_none() {
                 match Connection::open(&addresses[at], shared.client_tls.as_ref()).await {
                     Ok(opened) => connection = Some(opened),
@@ -606,8 +658,13 @@ async fn pull(shared: Arc<Shared>, source: usize, mut stopping: watch::Receiver<
             match &mut connection {
                 None => Duration::from_millis(20),
                 Some(open) => {
-                    let request =
-                        Request::Outputs { to: shared.group, from: cursor + 1, max: PULL_MAX, wait_ms: PULL_WAIT_MS };
+                    let request = Request::Outputs {
+                        to: shared.group,
+                        from: cursor + 1,
+                        max: PULL_MAX,
+                        wait_ms: PULL_WAIT_MS,
+                        consumed,
+                    };
                     match open.call(&request, Duration::from_secs(2)).await {
                         Ok(Reply::Outputs { start, outputs, consumed, waiting }) => {
                             let more = !outputs.is_empty();

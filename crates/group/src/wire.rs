@@ -30,9 +30,11 @@ pub enum Request {
     /// session with the group; answered once each is applied (or refused).
     Submit { commands: Vec<Command> },
     /// This member's outputs to group `to` numbered `from` on, at most `max`. With none
-    /// to give and no merge waiting, the member holds the request up to `wait_ms` for
-    /// some to come (a long poll: an idle exchange costs no round trips).
-    Outputs { to: usize, from: u64, max: u32, wait_ms: u32 },
+    /// to give, no merge waiting and this group's cursor into `to`'s outputs still at
+    /// `consumed` (what the asker last heard), the member holds the request up to
+    /// `wait_ms` for one of them to change (a long poll: an idle exchange costs no round
+    /// trips).
+    Outputs { to: usize, from: u64, max: u32, wait_ms: u32, consumed: u64 },
     /// Who leads, how far this member has applied, and with `machine` its whole state.
     State { machine: bool },
 }

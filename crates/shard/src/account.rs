@@ -196,6 +196,16 @@ impl AccountPart {
         Ok(())
     }
 
+    /// Which group owns what.
+    pub fn map(&self) -> ShardMap {
+        self.map
+    }
+
+    /// The accounts this part knows of (every part knows every account, and owns some).
+    pub fn accounts_known(&self) -> usize {
+        self.records.len()
+    }
+
     /// An account's available balance here.
     pub fn available(&self, account: AccountId, asset: AssetId) -> i64 {
         let amounts = self.records.get(account.0 as usize).map_or(&[][..], |record| &record.balances[..]);
@@ -272,32 +282,50 @@ impl AccountPart {
     /// may keep many commands in flight, and none is taken for a retry of another.
     pub fn client(&mut self, client: ClientId, seq: u64, stamp: u64, body: &CommandBody) -> Result<Step, Unsupported> {
         command_account(body).ok_or(Unsupported("this command from a client"))?;
-        let last = self.session(client);
-        if seq <= last {
-            let session = self.sessions.get_mut(&client).expect("a session past 0");
-            return Ok(match session.outcome_mut(seq) {
-                Some(Some(outcome)) => Step::Repeat(*outcome),
-                Some(None) => Step::Duplicate,
-                None => Step::Repeat(Outcome::Rejected(Reject::SequenceTooOld)),
-            });
-        }
-        if seq > last + 1 {
-            return Ok(Step::Gap);
+        if let Some(step) = self.retry_or_gap(client, seq) {
+            return Ok(step);
         }
         let step = match self.command(client, seq, stamp, body)? {
             Ok(step) => step,
             Err(reject) => Step::Done(Outcome::Rejected(reject)),
         };
+        self.record(
+            client,
+            seq,
+            match &step {
+                Step::Done(outcome) => Some(*outcome),
+                _ => None,
+            },
+        );
+        Ok(step)
+    }
+
+    /// The exactly-once check of `client`'s command numbered `seq`: `None` when it is
+    /// the next of its session (to be applied, then [`AccountPart::record`]ed), or what
+    /// it is instead (a retry, answered from the session's memory; a gap).
+    pub(crate) fn retry_or_gap(&mut self, client: ClientId, seq: u64) -> Option<Step> {
+        let last = self.session(client);
+        if seq <= last {
+            let session = self.sessions.get_mut(&client).expect("a session past 0");
+            return Some(match session.outcome_mut(seq) {
+                Some(Some(outcome)) => Step::Repeat(*outcome),
+                Some(None) => Step::Duplicate,
+                None => Step::Repeat(Outcome::Rejected(Reject::SequenceTooOld)),
+            });
+        }
+        (seq > last + 1).then_some(Step::Gap)
+    }
+
+    /// Records the next command of `client`'s session as applied, with its outcome
+    /// (`None` while it is on its way back from another group).
+    pub(crate) fn record(&mut self, client: ClientId, seq: u64, outcome: Option<Outcome>) {
         let session = self.sessions.entry(client).or_default();
+        debug_assert_eq!(seq, session.last + 1, "only the next command of a session is recorded");
         session.last = seq;
         if session.outcomes.len() == OUTCOMES_REMEMBERED {
             session.outcomes.pop_front();
         }
-        session.outcomes.push_back(match &step {
-            Step::Done(outcome) => Some(*outcome),
-            _ => None,
-        });
-        Ok(step)
+        session.outcomes.push_back(outcome);
     }
 
     /// Every client's session with this group: `(client, number of its last command
@@ -319,7 +347,7 @@ impl AccountPart {
         stamp: u64,
         body: &CommandBody,
     ) -> Result<Result<Step, Reject>, Unsupported> {
-        let forward = |fund, counted| Forward { stamp, client, seq, body: body.clone(), fund, counted };
+        let forward = |fund, counted| Forward { stamp, client, seq, body: body.clone(), fund, counted, catalog: 0 };
         Ok(match body {
             CommandBody::Deposit { account, asset, amount } | CommandBody::Credit { account, asset, amount } => {
                 self.deposit(*account, *asset, *amount).map(|()| Step::Done(Outcome::Ok { id: 0 }))

@@ -34,11 +34,12 @@
 //! What this slice leaves out (refused as [`Unsupported`]): margin symbols, marks, day
 //! trading. Suspension is carried by the account parts alone; an account created with
 //! an external id is config like any other, its deposit taken by its own account part;
-//! fairness settings are config, in force in every group from the same point of its
-//! log; the close of the day is config that each group's symbol part applies to its
-//! own books, its count of expired orders summed over the groups. The catalog and the
-//! accounts come as config entries in every group's log at the same point, where the
-//! design has a metadata group's config stream.
+//! fairness settings are config; the close of the day is config that each group's
+//! symbol part applies to its own books, its count of expired orders summed over the
+//! groups. Catalog and account commands go to [`CATALOG_GROUP`], which passes them on
+//! to every other group in its output stream (the design's metadata group's config
+//! stream); a close of the day comes as the same entry in every group's log at one
+//! point (the cut the design's barrier would give).
 
 mod account;
 pub mod machine;
@@ -102,6 +103,11 @@ pub struct Forward {
     /// A move the account part counts as on its way (it knows the order): its
     /// [`Settlement::Done`] names the order, so the count comes down.
     pub counted: bool,
+    /// How many catalog and account commands the source group had applied when it
+    /// sent this: the symbol part applies it only once it has applied as many (the
+    /// account or symbol it names may be new, and reach this group later from the
+    /// catalog's group).
+    pub catalog: u64,
 }
 
 /// What a symbol part sends back to an account part.
@@ -163,11 +169,19 @@ impl std::fmt::Display for Unsupported {
 
 impl std::error::Error for Unsupported {}
 
+/// The group that orders the catalog and account commands sent to running groups: it
+/// applies each in its log and passes it on to every other group as an output
+/// ([`machine::Output::Config`]), so every group applies them in one order and numbers
+/// assets, symbols and accounts alike (the metadata group of the design, carried by a
+/// data group).
+pub const CATALOG_GROUP: usize = 0;
+
 /// Where a command goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// To every part at once: the catalog, account creation, fairness settings and the
-    /// close of the day.
+    /// To every part: the catalog, account creation, fairness settings and the close
+    /// of the day (through [`CATALOG_GROUP`], or as the same config entry in every
+    /// group's log).
     Config,
     /// To the account part of this group.
     Account(usize),

@@ -19,9 +19,18 @@
 //!   (its leader read the cursor, as it reads any query). Retention is replicated
 //!   state, so a snapshot keeps every output not yet consumed, and compacting the log
 //!   behind it loses none.
-//! - [`Entry::Config`]: the catalog and account creation, as the metadata group's
-//!   config stream would deliver them: every group applies them at the same point of
-//!   its input.
+//! - [`Entry::Config`]: a command every group applies at the same point of its input
+//!   (the close of the day, which needs that cut; [`crate::Replicated`] commits it to
+//!   every group's log after everything in flight has arrived).
+//! - A catalog or account command sent to a running exchange goes to
+//!   [`CATALOG_GROUP`] in an [`Entry::Clients`], under its client's session there.
+//!   That group applies it and passes it on to every other group as an
+//!   [`Output::Config`], which each applies where it stands in that stream: one order
+//!   of catalog commands everywhere, so every group numbers assets, symbols and
+//!   accounts alike. Every group counts the catalog commands it applied, and a forward
+//!   carries its source's count ([`Forward::catalog`]): the symbol part holds it in its
+//!   merge until it has applied as many, so an order never reaches a group that has
+//!   not yet heard of its account or symbol.
 //!
 //! Restoring a snapshot and replaying the log after it rebuilds the same state and the
 //! same outputs (the outputs are state too), which the harness in
@@ -34,7 +43,7 @@ use bourse_engine::{Amount, AssetId, Outcome, Reject, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::account::Step;
-use crate::{AccountPart, Ack, Forward, Settlement, SymbolPart};
+use crate::{route, AccountPart, Ack, Forward, Route, Settlement, SymbolPart, CATALOG_GROUP};
 
 /// What one group sends another, numbered in their stream.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +54,9 @@ pub enum Output {
     Watermark(Timestamp),
     /// What a symbol part sends back to an account part.
     Settlement(Settlement),
+    /// A catalog or account command [`CATALOG_GROUP`] applied (and accepted), for the
+    /// destination to apply in the order sent.
+    Config { stamp: Timestamp, body: CommandBody },
 }
 
 /// One entry of a group's log.
@@ -57,7 +69,7 @@ pub enum Entry {
     Ingest { source: usize, from: u64, outputs: Vec<Output> },
     /// Drop the outputs to `to` numbered up to `upto`: `to` has applied them.
     Trim { to: usize, upto: u64 },
-    /// A catalog or account-creating command, applied by every group.
+    /// A command every group's log has at the same point (see the module's docs).
     Config { stamp: Timestamp, body: CommandBody },
 }
 
@@ -106,6 +118,8 @@ pub struct GroupMachine {
     stamped: Timestamp,
     /// Entries applied (refused ingests included): the log index reached.
     applied: u64,
+    /// Catalog and account commands applied and accepted, by whichever way they came.
+    catalog: u64,
 }
 
 impl GroupMachine {
@@ -118,7 +132,18 @@ impl GroupMachine {
             outboxes: vec![Outbox::default(); groups],
             stamped: 0,
             applied: 0,
+            catalog: 0,
         }
+    }
+
+    /// The groups of the exchange.
+    pub fn groups(&self) -> usize {
+        self.cursors.len()
+    }
+
+    /// The catalog and account commands this group has applied.
+    pub fn catalog(&self) -> u64 {
+        self.catalog
     }
 
     pub fn group(&self) -> usize {
@@ -168,7 +193,7 @@ impl GroupMachine {
         outbox.outputs.iter().skip((after - outbox.trimmed) as usize).filter_map(|output| match output {
             Output::Forward(forward) => forward.fund,
             Output::Settlement(Settlement::Credit { asset, amount, .. }) => Some((*asset, *amount)),
-            Output::Settlement(_) | Output::Watermark(_) => None,
+            Output::Settlement(_) | Output::Watermark(_) | Output::Config { .. } => None,
         })
     }
 
@@ -192,6 +217,7 @@ impl GroupMachine {
             && self.outboxes == other.outboxes
             && self.stamped == other.stamped
             && self.applied == other.applied
+            && self.catalog == other.catalog
     }
 
     /// Applies one committed entry, appending the client acknowledgements it produces to
@@ -231,6 +257,9 @@ impl GroupMachine {
                                 acks.push(ack);
                             }
                         }
+                        Output::Config { stamp, body } => {
+                            self.configure(*stamp, body, acks);
+                        }
                     }
                 }
                 if outputs.len() > skip {
@@ -244,24 +273,31 @@ impl GroupMachine {
                 }
             }
             Entry::Config { stamp, body } => {
-                let outcome = match body {
-                    CommandBody::CloseDay => {
-                        let GroupMachine { group, account, symbol, outboxes, .. } = self;
-                        symbol.close_day(*stamp, &mut |to, settlement| {
-                            let ack = settle_or_send(*group, account, outboxes, to, settlement);
-                            assert!(ack.is_none(), "the close of the day answers no client command");
-                        })
-                    }
-                    _ => self.symbol.configure(*stamp, body),
-                };
-                if let Outcome::Ok { id } = outcome {
-                    self.account.configure(body, id).expect("config entries carry catalog and account commands");
-                }
+                let outcome = self.configure(*stamp, body, acks);
+                self.release(acks);
                 return Ok(Some(outcome));
             }
         }
         self.release(acks);
         Ok(None)
+    }
+
+    /// Applies a catalog or account command in both parts, and counts it when accepted.
+    fn configure(&mut self, stamp: Timestamp, body: &CommandBody, acks: &mut Vec<Ack>) -> Outcome {
+        let outcome = match body {
+            CommandBody::CloseDay => {
+                let GroupMachine { group, account, symbol, outboxes, .. } = self;
+                symbol.close_day(stamp, &mut |to, settlement| {
+                    acks.extend(settle_or_send(*group, account, outboxes, to, settlement));
+                })
+            }
+            _ => self.symbol.configure(stamp, body),
+        };
+        if let Outcome::Ok { id } = outcome {
+            self.account.configure(body, id).expect("config entries carry catalog and account commands");
+            self.catalog += 1;
+        }
+        outcome
     }
 
     /// A client command, stamped with its gateway stamp, or just past the last stamp
@@ -272,10 +308,30 @@ impl GroupMachine {
     /// they do nothing.
     fn client(&mut self, command: &Command, acks: &mut Vec<Ack>) {
         let stamp = command.ts.max(self.stamped + 1);
-        let step = self
-            .account
-            .client(command.client, command.seq, stamp, &command.body)
-            .expect("routed commands are carried");
+        let step = if let Ok(Route::Config) = route(&self.account.map(), &command.body) {
+            if self.group != CATALOG_GROUP {
+                // Refused before the log (members send these to the catalog's group); one
+                // that reaches this log anyway does nothing here.
+                return;
+            }
+            match self.account.retry_or_gap(command.client, command.seq) {
+                Some(step) => step,
+                None => {
+                    let outcome = self.configure(stamp, &command.body, acks);
+                    if matches!(outcome, Outcome::Ok { .. }) {
+                        for (to, outbox) in self.outboxes.iter_mut().enumerate() {
+                            if to != self.group {
+                                outbox.outputs.push_back(Output::Config { stamp, body: command.body.clone() });
+                            }
+                        }
+                    }
+                    self.account.record(command.client, command.seq, Some(outcome));
+                    Step::Done(outcome)
+                }
+            }
+        } else {
+            self.account.client(command.client, command.seq, stamp, &command.body).expect("routed commands are carried")
+        };
         let ack = |outcome| Ack { client: command.client, seq: command.seq, stamp, outcome, repeat: false };
         match step {
             Step::Duplicate => return,
@@ -288,8 +344,14 @@ impl GroupMachine {
                 return;
             }
             Step::Done(outcome) => acks.push(ack(outcome)),
-            Step::Forward(to, forward) if to == self.group => self.symbol.merge.offer(self.group, forward),
-            Step::Forward(to, forward) => self.outboxes[to].outputs.push_back(Output::Forward(forward)),
+            Step::Forward(to, mut forward) => {
+                forward.catalog = self.catalog;
+                if to == self.group {
+                    self.symbol.merge.offer(self.group, forward);
+                } else {
+                    self.outboxes[to].outputs.push_back(Output::Forward(forward));
+                }
+            }
         }
         self.stamped = stamp;
     }
@@ -297,8 +359,8 @@ impl GroupMachine {
     /// Applies what the merge releases; settlements for this group's accounts apply at
     /// once, the others become outputs.
     fn release(&mut self, acks: &mut Vec<Ack>) {
-        let GroupMachine { group, account, symbol, outboxes, .. } = self;
-        symbol.release(&mut |to, settlement: Settlement| {
+        let GroupMachine { group, account, symbol, outboxes, catalog, .. } = self;
+        symbol.release(*catalog, &mut |to, settlement: Settlement| {
             acks.extend(settle_or_send(*group, account, outboxes, to, settlement));
         });
     }

@@ -37,7 +37,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::machine::{Entry, GroupMachine};
-use crate::{route, Ack, Groups, Route, Sessions, Summary, Unsupported};
+use crate::{route, Ack, Groups, Route, Sessions, Summary, Unsupported, CATALOG_GROUP};
 
 /// What the faults did in a run, to show the run exercised them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -141,44 +141,59 @@ impl Replicated {
         }
     }
 
-    /// Takes in a client's command. A catalog or account command is committed to every
-    /// group's log after everything before it (the barrier the metadata group's config
-    /// stream gives), and its outcome returned; an order or a transfer is queued for its
-    /// account's group, and its outcome arrives among [`Replicated::take_acks`].
+    /// Takes in a client's command. A catalog or account command goes, after
+    /// everything before it has arrived everywhere, to the catalog's group
+    /// ([`CATALOG_GROUP`]) under its client's session there, and its outcome is returned
+    /// once every group has applied it (as a member answers it); a close of the day is
+    /// committed to every group's log at that point instead (the barrier the metadata
+    /// group's cut would give), each group expiring its own books' Day orders, and the
+    /// sum returned. An order or a transfer is queued for its account's group, and its
+    /// outcome arrives among [`Replicated::take_acks`].
     pub fn submit(&mut self, command: Command) -> Result<Option<Outcome>, Unsupported> {
         match route(&self.map, &command.body)? {
-            Route::Config => {
+            Route::Config if matches!(command.body, CommandBody::CloseDay) => {
                 self.drain();
-                let mut outcome = None;
+                let mut expired = 0;
                 for g in 0..self.nodes.len() {
                     let entry = Entry::Config { stamp: command.ts, body: command.body.clone() };
-                    let applied = self.commit(g, entry).expect("a config entry is never refused");
-                    outcome = match (&command.body, outcome, applied) {
-                        // Each group expires the Day orders of its own books.
-                        (CommandBody::CloseDay, Some(Outcome::Ok { id: before }), Some(Outcome::Ok { id })) => {
-                            Some(Outcome::Ok { id: before + id })
-                        }
-                        (_, before, applied) => {
-                            assert!(before.is_none() || before == applied, "groups disagree on {command:?}");
-                            applied
-                        }
-                    };
+                    match self.commit(g, entry).expect("a config entry is never refused") {
+                        Some(Outcome::Ok { id }) => expired += id,
+                        other => panic!("group {g} refused the close of the day: {other:?}"),
+                    }
                 }
-                Ok(outcome)
+                Ok(Some(Outcome::Ok { id: expired }))
+            }
+            Route::Config => {
+                self.drain();
+                let (client, seq) = (command.client, command.seq);
+                self.queue(command, CATALOG_GROUP);
+                self.drain();
+                let answered = self
+                    .acks
+                    .iter()
+                    .position(|ack| (ack.client, ack.seq) == (client, seq) && !ack.repeat)
+                    .expect("a catalog command is answered in the catalog's group");
+                Ok(Some(self.acks.remove(answered).outcome))
             }
             Route::Account(group) => {
-                let sessions = &mut self.sessions;
-                let number = *self
-                    .numbers
-                    .entry((command.client, command.seq))
-                    .or_insert_with(|| sessions.number(command.client, group));
-                self.numbered.insert((group, command.client, number), command.seq);
-                let command = Command { seq: number, ..command };
-                for (g, input) in self.inputs.iter_mut().enumerate() {
-                    input.push_back(if g == group { Input::Client(command.clone()) } else { Input::Tick(command.ts) });
-                }
+                self.queue(command, group);
                 Ok(None)
             }
+        }
+    }
+
+    /// Queues `command` for `group`, numbered in its client's session there (a retry
+    /// with the number its first send got), and a tick at its stamp for every other.
+    fn queue(&mut self, command: Command, group: usize) {
+        let sessions = &mut self.sessions;
+        let number = *self
+            .numbers
+            .entry((command.client, command.seq))
+            .or_insert_with(|| sessions.number(command.client, group));
+        self.numbered.insert((group, command.client, number), command.seq);
+        let command = Command { seq: number, ..command };
+        for (g, input) in self.inputs.iter_mut().enumerate() {
+            input.push_back(if g == group { Input::Client(command.clone()) } else { Input::Tick(command.ts) });
         }
     }
 

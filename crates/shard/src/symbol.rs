@@ -68,8 +68,10 @@ impl Merge {
     }
 
     /// The next forward released under `floor`, if any: the lowest stamp among the
-    /// queues' heads, the lower source on a tie.
-    pub fn pop_ready(&mut self, floor: Timestamp) -> Option<Forward> {
+    /// queues' heads, the lower source on a tie. It stays (and so does everything
+    /// after it) while it needs more of the catalog than `catalog` (see
+    /// [`Forward::catalog`]): the order released stays the stamps' alone.
+    pub fn pop_ready(&mut self, floor: Timestamp, catalog: u64) -> Option<Forward> {
         let mut best: Option<(Timestamp, usize)> = None;
         for (source, queue) in self.queues.iter().enumerate() {
             if let Some(head) = queue.front() {
@@ -79,6 +81,9 @@ impl Merge {
             }
         }
         let (_, source) = best?;
+        if self.queues[source].front().is_some_and(|head| head.catalog > catalog) {
+            return None;
+        }
         self.waiting -= 1;
         self.queues[source].pop_front()
     }
@@ -221,16 +226,17 @@ impl SymbolPart {
     }
 
     /// Applies every forward the merge has released, sending what comes back to each
-    /// account's group through `out`.
-    pub fn release(&mut self, out: &mut impl FnMut(usize, Settlement)) {
+    /// account's group through `out`; `catalog`: the catalog and account commands this
+    /// group has applied.
+    pub fn release(&mut self, catalog: u64, out: &mut impl FnMut(usize, Settlement)) {
         let floor = self.merge.floor();
-        while let Some(forward) = self.merge.pop_ready(floor) {
+        while let Some(forward) = self.merge.pop_ready(floor, catalog) {
             self.process(forward, out);
         }
     }
 
     fn process(&mut self, forward: Forward, out: &mut impl FnMut(usize, Settlement)) {
-        let Forward { stamp, client, seq, body, fund, counted } = forward;
+        let Forward { stamp, client, seq, body, fund, counted, .. } = forward;
         let (account, symbol) = order_parts(&body).expect("only order commands are forwarded");
         debug_assert_eq!(self.map.symbol_group(symbol), self.group, "symbol {symbol} forwarded to the wrong group");
         let (moved, named) = match body {
@@ -399,12 +405,12 @@ mod tests {
 
     fn forward(stamp: u64) -> Forward {
         let body = CommandBody::Cancel { account: AccountId(0), symbol: SymbolId(0), order: OrderId(stamp) };
-        Forward { stamp, client: ClientId(1), seq: stamp, body, fund: None, counted: false }
+        Forward { stamp, client: ClientId(1), seq: stamp, body, fund: None, counted: false, catalog: 0 }
     }
 
     fn released(merge: &mut Merge) -> Vec<u64> {
         let floor = merge.floor();
-        std::iter::from_fn(|| merge.pop_ready(floor)).map(|f| f.stamp).collect()
+        std::iter::from_fn(|| merge.pop_ready(floor, 0)).map(|f| f.stamp).collect()
     }
 
     #[test]
@@ -433,9 +439,25 @@ mod tests {
         merge.offer(1, forward(10));
         merge.offer(0, forward(10));
         let floor = merge.floor();
-        let first = merge.pop_ready(floor).expect("released");
+        let first = merge.pop_ready(floor, 0).expect("released");
         assert_eq!(first.stamp, 10);
         assert_eq!(merge.queues[1].len(), 1, "source 0 went first");
+    }
+
+    #[test]
+    fn a_forward_that_needs_more_of_the_catalog_holds_the_merge_until_it_has_come() {
+        let mut merge = Merge::new(2);
+        merge.offer(0, Forward { catalog: 3, ..forward(10) });
+        merge.offer(1, forward(20));
+        merge.advance(0, 30);
+        merge.advance(1, 30);
+        let floor = merge.floor();
+        // The head (stamp 10) names a catalog of 3 commands; this group has applied 2:
+        // nothing goes, not even the later forward of the other source.
+        assert!(merge.pop_ready(floor, 2).is_none());
+        assert_eq!(merge.waiting(), 2);
+        assert_eq!(merge.pop_ready(floor, 3).map(|f| f.stamp), Some(10));
+        assert_eq!(merge.pop_ready(floor, 3).map(|f| f.stamp), Some(20));
     }
 
     #[test]

@@ -25,7 +25,10 @@
 //! the day: a command applied already is answered from its session's memory with the
 //! outcome it got), and what was refused for a gap in its client's numbers (it
 //! overtook an earlier one) after 20 ms. Clients place
-//! limit and IOC orders on four books, cancel their own orders, deposit and withdraw.
+//! limit and IOC orders on four books, cancel their own orders, deposit and withdraw,
+//! suspend and resume their accounts; an operator creates accounts (half with an
+//! external id and a deposit) through the catalog's group, which passes them on to
+//! every other group.
 //!
 //! **Faults** (`--faults`, as `bourse sim`): lost, duplicated, delayed and reordered
 //! messages, failing and slow `fsync`s, crashes with torn writes (a member restarts
@@ -40,7 +43,8 @@
 //! within [`crate::LIVENESS`], every group's replicas converge to the same state, every
 //! output is ingested, and then every asset is conserved across the groups, every
 //! answered command is in its client's session record on every replica of its group,
-//! and every book's engine keeps its invariants.
+//! every group applied the same catalog commands and knows the same accounts, and
+//! every book's engine keeps its invariants.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -58,7 +62,7 @@ use bourse_engine::{
     AccountId, Amount, AssetId, ClientId, EngineConfig, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId,
 };
 use bourse_shard::machine::{conservation, Entry, GroupMachine, Output};
-use bourse_shard::{Ack, Replicated, ShardMap};
+use bourse_shard::{Ack, Replicated, ShardMap, CATALOG_GROUP};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::task::JoinHandle;
@@ -68,6 +72,8 @@ use crate::{Options, Profile, LIVENESS};
 
 const SYMBOLS: u32 = 4;
 const CASH: AssetId = AssetId(0);
+/// The client id the operator creates accounts as (past the traders').
+const OPERATOR_CLIENT: u64 = 1_000_000;
 /// The gateway's id on the fabric.
 const GATEWAY: NodeId = GATEWAY_BASE - 1;
 const ADMIN: ClientId = ClientId(0);
@@ -620,6 +626,9 @@ impl Front {
 struct Trader {
     client: ClientId,
     account: AccountId,
+    /// The operator: creates accounts on the running groups (through the catalog's
+    /// group), some with an external id and a deposit; it trades nothing.
+    catalog: bool,
     seq: u64,
     /// Unanswered: seq → (command, when last sent).
     pending: BTreeMap<u64, (Command, Duration)>,
@@ -666,6 +675,19 @@ impl Gateway {
         let world = Arc::clone(&self.world);
         let trader = &mut self.traders[t];
         let account = trader.account;
+        if trader.catalog {
+            trader.seq += 1;
+            let seq = trader.seq;
+            let body = world.rng(|rng| match rng.gen_range(0..2) {
+                0 => CommandBody::CreateAccount,
+                _ => CommandBody::CreateAccountWithId {
+                    external_id: 7_000_000 + seq,
+                    asset: CASH,
+                    deposit: Amount(rng.gen_range(0..10_000)),
+                },
+            });
+            return Command { client: trader.client, seq, ts: stamp, body };
+        }
         let body = world.rng(|rng| match rng.gen_range(0..100) {
             0..=4 => CommandBody::Deposit { account, asset: CASH, amount: Amount(rng.gen_range(1..10_000)) },
             5..=7 => CommandBody::Withdraw { account, asset: CASH, amount: Amount(rng.gen_range(1..1_000)) },
@@ -687,6 +709,16 @@ impl Gateway {
         });
         trader.seq += 1;
         Command { client: trader.client, seq: trader.seq, ts: stamp, body }
+    }
+
+    /// The group trader `t`'s commands go to.
+    fn group_of(&self, t: usize) -> usize {
+        let trader = &self.traders[t];
+        if trader.catalog {
+            CATALOG_GROUP
+        } else {
+            self.map.account_group(trader.account)
+        }
     }
 
     /// Takes in the answers that arrived.
@@ -720,9 +752,11 @@ impl Gateway {
         let now = self.world.elapsed();
         if trading {
             let t = self.world.rng(|rng| rng.gen_range(0..self.traders.len()));
-            if self.traders[t].pending.len() < WINDOW {
+            // The operator sends one command in eight of its turns.
+            let turn = !self.traders[t].catalog || self.world.rng(|rng| rng.gen_range(0..8) == 0);
+            if turn && self.traders[t].pending.len() < WINDOW {
                 let command = self.new_command(t);
-                let group = self.map.account_group(self.traders[t].account);
+                let group = self.group_of(t);
                 self.traders[t].pending.insert(command.seq, (command.clone(), now));
                 lock(&self.shared.counts).commands += 1;
                 if let Some(leader) = self.leader(group) {
@@ -731,7 +765,7 @@ impl Gateway {
             }
         }
         for t in 0..self.traders.len() {
-            let group = self.map.account_group(self.traders[t].account);
+            let group = self.group_of(t);
             let stale: Vec<u64> = self.traders[t]
                 .pending
                 .iter()
@@ -865,18 +899,18 @@ async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions)
     }
     // The gateway is up for the fabric.
     lock(&world.up).insert(GATEWAY);
-    let traders = accounts
-        .iter()
-        .enumerate()
-        .map(|(n, &account)| Trader {
-            client: ClientId(n as u64 + 1),
-            account,
-            seq: 0,
-            pending: BTreeMap::new(),
-            orders: Vec::new(),
-            done: Vec::new(),
-        })
-        .collect();
+    let trader = |client, account, catalog| Trader {
+        client: ClientId(client),
+        account,
+        catalog,
+        seq: 0,
+        pending: BTreeMap::new(),
+        orders: Vec::new(),
+        done: Vec::new(),
+    };
+    let mut traders: Vec<Trader> =
+        accounts.iter().enumerate().map(|(n, &account)| trader(n as u64 + 1, account, false)).collect();
+    traders.push(trader(OPERATOR_CLIENT, AccountId(0), true));
     let mut gateway = Gateway {
         world: Arc::clone(&world),
         shared: Arc::clone(&shared),
@@ -1062,7 +1096,13 @@ fn check(sim: &Sim, gateway: &Gateway) {
     // Every command its client counts done was applied (an outcome was recorded when a
     // replica applied it), and is in its client's session record on every replica.
     let outcomes = lock(&sim.shared.outcomes);
-    for trader in &gateway.traders {
+    // Every group applied the same catalog commands (the genesis's and the operator's),
+    // so each knows every account.
+    let catalogs: Vec<(u64, usize)> = machines.iter().map(|m| (m.catalog(), m.account.accounts_known())).collect();
+    if catalogs.windows(2).any(|pair| pair[0] != pair[1]) {
+        world.violation(format!("the groups' (catalog commands, accounts) differ: {catalogs:?}"));
+    }
+    for (t, trader) in gateway.traders.iter().enumerate() {
         for seq in &trader.done {
             if !outcomes.contains_key(&(trader.client, *seq)) {
                 world.violation(format!(
@@ -1071,7 +1111,7 @@ fn check(sim: &Sim, gateway: &Gateway) {
                 ));
             }
         }
-        let group = gateway.map.account_group(trader.account);
+        let group = gateway.group_of(t);
         let last = trader.done.iter().max().copied().unwrap_or(0);
         for node in sim.nodes.iter().filter(|node| node.group == group) {
             let Some((_, machine, _)) = &node.process else { continue };

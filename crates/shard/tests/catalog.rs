@@ -1,0 +1,201 @@
+//! Catalog and account commands sent to running groups: the catalog's group
+//! (`CATALOG_GROUP`) applies each under its client's session and passes it on to every
+//! other group in its output stream, so every group applies them in one order; and an
+//! order never reaches a symbol part that has not yet applied the catalog command its
+//! account part had (`Forward::catalog`), whatever the stamps say.
+
+use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderRequest, SymbolSpec, Tif};
+use bourse_engine::{
+    AccountId, Amount, AssetId, ClientId, EngineConfig, Outcome, Px, Qty, Reject, Side, SymbolId, Timestamp,
+};
+use bourse_shard::machine::{conservation, Entry, Output};
+use bourse_shard::{Ack, GroupMachine, Replicated, ShardMap, CATALOG_GROUP};
+
+const T: Timestamp = 1_000_000_000_000;
+const OPERATOR: ClientId = ClientId(9);
+
+/// Three groups holding USD, S0–S2 (symbol `s` in group `s`) and four accounts, built
+/// as the genesis builds them (its catalog commands through the catalog's group too).
+fn groups() -> Vec<GroupMachine> {
+    let mut replicated = Replicated::new(3, EngineConfig::default(), 0, false);
+    let mut seq = 0;
+    let mut submit = |body: CommandBody| {
+        seq += 1;
+        let outcome = replicated.submit(Command { client: ClientId(0), seq, ts: seq * 10, body }).expect("carried");
+        assert!(matches!(outcome, Some(Outcome::Ok { .. })), "{outcome:?}");
+    };
+    submit(CommandBody::CreateAsset { name: "USD".into(), decimals: 2 });
+    for s in 0..3u32 {
+        submit(CommandBody::CreateAsset { name: format!("S{s}"), decimals: 0 });
+    }
+    for s in 0..3u32 {
+        submit(CommandBody::CreateSymbol(Box::new(SymbolSpec {
+            name: format!("S{s}/USD"),
+            base: AssetId(1 + s),
+            quote: AssetId(0),
+            tick: Px(1),
+            lot: Qty(1),
+            px_min: Px(1),
+            px_max: Px(1_000_000),
+            fee_maker: Amount(0),
+            fee_taker: Amount(0),
+            policy: MatchPolicy::Fifo,
+        })));
+    }
+    for _ in 0..4 {
+        submit(CommandBody::CreateAccount);
+    }
+    replicated.drain();
+    replicated.machines().cloned().collect()
+}
+
+fn clients(machines: &mut [GroupMachine], g: usize, commands: Vec<Command>, tick: Timestamp) -> Vec<Ack> {
+    let mut acks = Vec::new();
+    machines[g].apply(&Entry::Clients { commands, tick }, &mut acks).expect("a client entry is never refused");
+    acks
+}
+
+/// `to` ingests up to `max` of `from`'s outputs to it past its cursor.
+fn ingest(machines: &mut [GroupMachine], from: usize, to: usize, max: usize) -> Vec<Ack> {
+    let cursor = machines[to].cursor(from);
+    let (start, outputs) = machines[from].outputs(to, cursor + 1, max);
+    let mut acks = Vec::new();
+    if !outputs.is_empty() {
+        machines[to].apply(&Entry::Ingest { source: from, from: start, outputs }, &mut acks).expect("no gap");
+    }
+    acks
+}
+
+fn operator(seq: u64, ts: Timestamp, body: CommandBody) -> Command {
+    Command { client: OPERATOR, seq, ts, body }
+}
+
+#[test]
+fn a_catalog_command_applies_in_the_catalog_group_and_reaches_every_other_in_its_order() {
+    let mut machines = groups();
+    let before = machines[0].catalog();
+    let sent_before: Vec<u64> = (0..3).map(|g| machines[0].produced(g)).collect();
+    let commands = vec![
+        operator(1, T, CommandBody::CreateAccount),
+        operator(2, T + 1, CommandBody::CreateAsset { name: "X".into(), decimals: 0 }),
+        // Refused (the name is taken): nothing is passed on.
+        operator(3, T + 2, CommandBody::CreateAsset { name: "X".into(), decimals: 0 }),
+    ];
+    let acks = clients(&mut machines, CATALOG_GROUP, commands, T + 3);
+    let outcomes: Vec<Outcome> = acks.iter().map(|ack| ack.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [Outcome::Ok { id: 4 }, Outcome::Ok { id: 4 }, Outcome::Rejected(Reject::NameTaken)],
+        "the fifth account, the fifth asset, and a name taken"
+    );
+    assert_eq!(machines[0].catalog(), before + 2);
+    for g in 1..3 {
+        let sent = machines[0].outputs(g, sent_before[g] + 1, 100).1;
+        let configs = sent.into_iter().filter(|o| matches!(o, Output::Config { .. }));
+        assert_eq!(configs.count(), 2, "the accepted two go to group {g}, the refused one does not");
+        assert_eq!(machines[g].catalog(), before, "group {g} has not ingested them yet");
+        ingest(&mut machines, 0, g, 100);
+    }
+    for machine in &machines {
+        assert_eq!(machine.catalog(), before + 2, "group {}", machine.group());
+        assert_eq!(machine.account.accounts_known(), 5, "group {}", machine.group());
+        let asset = machine.symbol.engine().asset_info(AssetId(4)).expect("every group knows the new asset");
+        assert_eq!(asset.name, "X");
+    }
+
+    // The client's session with the catalog's group: a retry is answered from its
+    // memory and applies nothing again; a number past the next is a gap.
+    let produced = machines[0].produced(1);
+    let retry = clients(&mut machines, CATALOG_GROUP, vec![operator(2, T + 4, CommandBody::CreateAccount)], T + 5);
+    assert_eq!(retry.len(), 1);
+    assert!(retry[0].repeat, "{retry:?}");
+    assert_eq!(retry[0].outcome, Outcome::Ok { id: 4 }, "the first answer, not a new account");
+    let gap = clients(&mut machines, CATALOG_GROUP, vec![operator(5, T + 6, CommandBody::CreateAccount)], T + 7);
+    assert_eq!(gap[0].outcome, Outcome::Rejected(Reject::SequenceGap));
+    assert_eq!(machines[0].catalog(), before + 2);
+    assert_eq!(machines[0].account.accounts_known(), 5);
+    let configs_since = machines[0].outputs(1, produced + 1, 100).1;
+    assert!(configs_since.iter().all(|o| !matches!(o, Output::Config { .. })), "{configs_since:?}");
+
+    // A group other than the catalog's applies no catalog command from its clients
+    // (members send them to the catalog's group): one in its log does nothing.
+    let elsewhere = clients(&mut machines, 1, vec![operator(1, T + 8, CommandBody::CreateAccount)], T + 9);
+    assert!(elsewhere.is_empty(), "{elsewhere:?}");
+    assert_eq!(machines[1].account.accounts_known(), 5);
+    assert_eq!(machines[1].account.session(OPERATOR), 0);
+}
+
+#[test]
+fn an_order_that_outruns_its_new_account_waits_in_the_merge_until_the_account_has_come() {
+    let mut machines = groups();
+    let map = ShardMap::new(3);
+    // The catalog's group moves its watermark to T + 600, then creates accounts until
+    // one lives in another group (A), all stamped from T + 1,000 on.
+    clients(&mut machines, CATALOG_GROUP, Vec::new(), T + 600);
+    let mut seq = 0;
+    let account = loop {
+        seq += 1;
+        let acks = clients(
+            &mut machines,
+            CATALOG_GROUP,
+            vec![operator(seq, T + 1_000 + seq, CommandBody::CreateAccount)],
+            T + 1_000 + seq,
+        );
+        let Outcome::Ok { id } = acks[0].outcome else { panic!("{acks:?}") };
+        let account = AccountId(id as u32);
+        if map.account_group(account) != CATALOG_GROUP {
+            break account;
+        }
+    };
+    let a = map.account_group(account);
+    // The book lives in the third group (S): neither the catalog's nor the account's.
+    let s = 3 - a;
+    let symbol = SymbolId(s as u32);
+    assert_eq!(map.symbol_group(symbol), s);
+
+    // A hears of the account, and its client (on a clock behind the catalog's group)
+    // funds it and places a buy stamped before the account's creation.
+    ingest(&mut machines, CATALOG_GROUP, a, 1_000);
+    let trader = ClientId(21);
+    let buy = OrderRequest::limit(account, symbol, Side::Buy, Px(100), Qty(5), Tif::Gtc);
+    let deposit = CommandBody::Deposit { account, asset: AssetId(0), amount: Amount(1_000_000) };
+    let acks = clients(
+        &mut machines,
+        a,
+        vec![
+            Command { client: trader, seq: 1, ts: T + 500, body: deposit },
+            Command { client: trader, seq: 2, ts: T + 501, body: CommandBody::Place(buy) },
+        ],
+        T + 502,
+    );
+    assert_eq!(acks.len(), 1, "the deposit answered, the buy on its way: {acks:?}");
+    assert_eq!(acks[0].outcome, Outcome::Ok { id: 0 });
+
+    // S has the buy and every source's watermark past its stamp (the catalog group's
+    // T + 600, from before the account's creation), but not the account itself.
+    ingest(&mut machines, a, s, 1_000);
+    clients(&mut machines, s, Vec::new(), T + 700);
+    ingest(&mut machines, CATALOG_GROUP, s, 1);
+    assert!(machines[s].symbol.merge.floor() > T + 501, "the watermarks let the buy through");
+    assert_eq!(machines[s].symbol.merge.waiting(), 1, "the buy waits for its account");
+    assert!(machines[s].account.accounts_known() < machines[a].account.accounts_known());
+    conservation(&machines.iter().collect::<Vec<_>>()).expect("the hold is in the merge");
+
+    // The account reaches S: the buy applies and rests, and its answer goes back to A.
+    ingest(&mut machines, CATALOG_GROUP, s, 1_000);
+    assert_eq!(machines[s].symbol.merge.waiting(), 0);
+    let answered = ingest(&mut machines, s, a, 1_000);
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!((answered[0].client, answered[0].seq), (trader, 2));
+    assert!(matches!(answered[0].outcome, Outcome::Ok { .. }), "{answered:?}");
+    let depth = machines[s].symbol.engine().depth(symbol, 1).expect("listed");
+    assert_eq!(depth.bids, vec![(Px(100), Qty(5))]);
+    for g in 0..3 {
+        for from in 0..3 {
+            if from != g {
+                ingest(&mut machines, from, g, 1_000);
+            }
+        }
+    }
+    conservation(&machines.iter().collect::<Vec<_>>()).expect("every asset conserved");
+}
