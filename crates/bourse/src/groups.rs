@@ -502,3 +502,130 @@ fn members_cpu(pids: &[u32]) -> Duration {
     // USER_HZ is 100 on Linux.
     Duration::from_millis(ticks * 10)
 }
+
+/// Flags of `bourse group-query`.
+#[derive(Args, Debug)]
+pub struct GroupQueryArgs {
+    /// The directory of `cluster up --groups`.
+    #[arg(long)]
+    data: PathBuf,
+    #[command(subcommand)]
+    query: GroupQuery,
+}
+
+/// What to read of the groups (each answered by its group's leader after a read index).
+#[derive(clap::Subcommand, Debug)]
+pub enum GroupQuery {
+    /// A symbol's book, from the symbol's group.
+    Book {
+        #[arg(long)]
+        symbol: u32,
+        /// Price levels a side.
+        #[arg(long, default_value_t = 5)]
+        levels: u32,
+    },
+    /// An order, from its symbol's group.
+    Order {
+        #[arg(long)]
+        symbol: u32,
+        #[arg(long)]
+        order: u64,
+    },
+    /// An account: its available balances from its own group, what its orders reserve
+    /// from every group (each read at its own group's index), and its open orders.
+    Account {
+        #[arg(long)]
+        account: u32,
+    },
+}
+
+/// `bourse group-query`: reads books, orders and accounts of running groups.
+pub fn query(args: GroupQueryArgs, as_json: bool) -> Result<(), String> {
+    use bourse_engine::{AccountId, OrderId, SymbolId};
+    use bourse_group::wire::{Answered, Query};
+    let record = read_record(&args.data)?;
+    if record.get("groups").is_none() {
+        return Err(format!("{}: not groups started by `cluster up --groups`", args.data.display()));
+    }
+    let query = match args.query {
+        GroupQuery::Book { symbol, levels } => Query::Book { symbol: SymbolId(symbol), levels },
+        GroupQuery::Order { symbol, order } => Query::Order { symbol: SymbolId(symbol), order: OrderId(order) },
+        GroupQuery::Account { account } => Query::Account { account: AccountId(account) },
+    };
+    let tls = operator_tls(record_pki(&args.data).as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let answers: Vec<(usize, u64, Answered)> = runtime.block_on(async {
+        let mut client = GroupClient::new(record_directory(&record), tls);
+        client.give_up_after = Duration::from_secs(10);
+        let mut answers = Vec::new();
+        for g in client.groups_of(&query) {
+            let (index, answer) = client.query(g, &query).await.map_err(|e| format!("group {g}: {e}"))?;
+            answers.push((g, index, answer));
+        }
+        Ok::<_, String>(answers)
+    })?;
+    if as_json {
+        let answers: Vec<serde_json::Value> =
+            answers.iter().map(|(g, index, answer)| json!({ "group": g, "index": index, "answer": answer })).collect();
+        println!("{}", json!({ "answers": answers }));
+        return Ok(());
+    }
+    let mut totals: std::collections::BTreeMap<u32, (i64, i64)> = std::collections::BTreeMap::new();
+    for (g, index, answer) in &answers {
+        match answer {
+            Answered::Book { bids, asks, last_px } => {
+                println!("group {g}, read at index {index}; last trade {last_px:?}");
+                for (px, qty) in asks.iter().rev() {
+                    println!("  ask {:>10} {:>10}", px.0, qty.0);
+                }
+                for (px, qty) in bids {
+                    println!("  bid {:>10} {:>10}", px.0, qty.0);
+                }
+            }
+            Answered::Order(None) => println!("group {g}, read at index {index}: no such order (or forgotten)"),
+            Answered::Order(Some(order)) => println!(
+                "group {g}, read at index {index}: order {} of account {}, {:?} {:?} {:?}, placed {} filled {} \
+                 open {} at {:?}, {:?}",
+                order.record.id,
+                order.record.account,
+                order.record.side,
+                order.record.kind,
+                order.record.tif,
+                order.record.qty.0,
+                order.record.qty_filled.0,
+                order.qty_open.0,
+                order.px_resting.map(|px| px.0),
+                order.record.status
+            ),
+            Answered::Account(state) => {
+                if state.owned {
+                    let suspended = if state.suspended { ", suspended" } else { "" };
+                    println!("group {g} owns the account (read at index {index}){suspended}");
+                }
+                for (asset, available) in &state.available {
+                    totals.entry(asset.0).or_default().0 += available;
+                }
+                for (asset, reserved) in &state.reserved {
+                    totals.entry(asset.0).or_default().1 += reserved;
+                }
+                for order in &state.orders {
+                    println!(
+                        "  group {g} (index {index}): order {} {:?} {} open at {:?} in symbol {}",
+                        order.record.id,
+                        order.record.side,
+                        order.qty_open.0,
+                        order.px_resting.map(|px| px.0),
+                        order.record.symbol
+                    );
+                }
+            }
+        }
+    }
+    if matches!(query, Query::Account { .. }) {
+        println!("balances (available in its group, reserved by its orders in every group, each at its own index):");
+        for (asset, (available, reserved)) in totals {
+            println!("  asset {asset}: available {available}, reserved {reserved}");
+        }
+    }
+    Ok(())
+}

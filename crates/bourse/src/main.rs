@@ -50,6 +50,8 @@ enum TopCommand {
     /// Trade on the groups `cluster up --groups` started, then check them: one state per
     /// group, every asset conserved across the groups, no acknowledged command lost.
     GroupLoad(groups::GroupLoadArgs),
+    /// Read a book, an order or an account of the groups `cluster up --groups` started.
+    GroupQuery(groups::GroupQueryArgs),
     /// Start a local cluster, show its members, change its membership.
     Cluster {
         #[command(subcommand)]
@@ -146,6 +148,7 @@ fn main() -> ExitCode {
         TopCommand::Cluster { command } => cluster::run(cli.target, command),
         TopCommand::Group(args) => groups::member(*args, &cli.target),
         TopCommand::GroupLoad(args) => groups::load(args, cli.target.json),
+        TopCommand::GroupQuery(args) => groups::query(args, cli.target.json),
         TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::History { command } => history::run(command, &cli.target),
         TopCommand::Clearing { command } => clearing::run(command, cli.target.json),

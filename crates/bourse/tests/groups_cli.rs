@@ -127,6 +127,39 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert_eq!(again["created_accounts"], serde_json::json!([68, 69]), "the operator's sessions resume: {again}");
     assert_eq!(again["repeats"].as_u64(), Some(0), "a resumed session sends new numbers: {again}");
 
+    // Reads, each from its group's leader after a read index: every book is uncrossed;
+    // an account created online is owned by one group, and the orders each group lists
+    // for it are its own, open, and read back alike by id from their symbol's group.
+    for symbol in 0..4 {
+        let book = ok(&["--json", "group-query", "--data", &data_text, "book", "--symbol", &symbol.to_string()]);
+        let book: Value = serde_json::from_str(book.trim()).expect("group-query --json");
+        let answer = &book["answers"][0]["answer"]["Book"];
+        let best = |side: &str| answer[side][0][0].as_i64();
+        if let (Some(bid), Some(ask)) = (best("bids"), best("asks")) {
+            assert!(bid < ask, "symbol {symbol}'s book is crossed: {book}");
+        }
+    }
+    let account = ok(&["--json", "group-query", "--data", &data_text, "account", "--account", "64"]);
+    let account: Value = serde_json::from_str(account.trim()).expect("group-query --json");
+    let answers = account["answers"].as_array().expect("an answer per group");
+    assert_eq!(answers.len(), 2, "{account}");
+    let owners = answers.iter().filter(|a| a["answer"]["Account"]["owned"] == true).count();
+    assert_eq!(owners, 1, "{account}");
+    let mut orders = 0;
+    for answer in answers {
+        for order in answer["answer"]["Account"]["orders"].as_array().expect("orders") {
+            orders += 1;
+            assert_eq!(order["record"]["account"], 64, "{account}");
+            assert!(order["qty_open"].as_i64().unwrap_or(0) > 0, "{account}");
+            let (symbol, id) = (order["record"]["symbol"].to_string(), order["record"]["id"].to_string());
+            let read =
+                ok(&["--json", "group-query", "--data", &data_text, "order", "--symbol", &symbol, "--order", &id]);
+            let read: Value = serde_json::from_str(read.trim()).expect("group-query --json");
+            assert_eq!(read["answers"][0]["answer"]["Order"]["record"], order["record"], "{read}");
+        }
+    }
+    assert!(orders > 0, "a trader of account 64 left orders resting: {account}");
+
     // Every member took snapshots (and the restarted ones started from theirs).
     for group in ["group0", "group1"] {
         for member in std::fs::read_dir(data.join(group)).expect("a group's directory") {

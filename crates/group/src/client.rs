@@ -11,7 +11,7 @@ use bourse_engine::{ClientId, Outcome, Reject};
 use bourse_pki::ReloadableClientConfig;
 use bourse_shard::{route, Route, ShardMap, CATALOG_GROUP};
 
-use crate::wire::{Answer, Connection, Reply, Request, State};
+use crate::wire::{Answer, Answered, Connection, Query, Reply, Request, State};
 
 /// Why a command has no outcome.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +20,8 @@ pub enum ClientError {
     Refused(String),
     #[error("no outcome within {0:?}: {1}")]
     Timeout(Duration, String),
+    #[error("{0}")]
+    Query(String),
 }
 
 /// One group's members as the client knows them.
@@ -132,6 +134,60 @@ impl GroupClient {
                         .and_then(|api| group.addresses.iter().position(|a| *a == api))
                         .unwrap_or((at + 1) % group.addresses.len());
                     tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+        Err(ClientError::Timeout(self.give_up_after, last))
+    }
+
+    /// The groups a query goes to: a book or an order to its symbol's group, an account
+    /// to every group (each holds what the account's orders in its books reserve).
+    pub fn groups_of(&self, query: &Query) -> Vec<usize> {
+        match query {
+            Query::Book { symbol, .. } | Query::Order { symbol, .. } => vec![self.map.symbol_group(*symbol)],
+            Query::Account { .. } => (0..self.groups.len()).collect(),
+        }
+    }
+
+    /// Asks group `g`'s leader `query` (following the leader until
+    /// [`GroupClient::give_up_after`]); the answer and the index it was read at.
+    pub async fn query(&mut self, g: usize, query: &Query) -> Result<(u64, Answered), ClientError> {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < self.give_up_after {
+            let group = &mut self.groups[g];
+            let at = group.leader;
+            if group.connection.as_ref().is_none_or(|(of, _)| *of != at) {
+                match Connection::open(&group.addresses[at], self.tls.as_ref()).await {
+                    Ok(connection) => group.connection = Some((at, connection)),
+                    Err(error) => {
+                        last = error;
+                        group.leader = (at + 1) % group.addresses.len();
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                }
+            }
+            let (_, connection) = group.connection.as_mut().expect("just opened");
+            match connection.call(&Request::Query(query.clone()), Duration::from_secs(5)).await {
+                Ok(Reply::Queried { index, answer }) => return Ok((index, answer)),
+                Ok(Reply::Error(error)) => return Err(ClientError::Query(error)),
+                Ok(Reply::NotLeader { leader }) => {
+                    last = format!("not the leader (the leader: {leader:?})");
+                    group.leader = leader
+                        .and_then(|api| group.addresses.iter().position(|a| *a == api))
+                        .unwrap_or((at + 1) % group.addresses.len());
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok(other) => {
+                    last = format!("unexpected reply {other:?}");
+                    group.connection = None;
+                }
+                Err(error) => {
+                    last = error;
+                    group.connection = None;
+                    group.leader = (at + 1) % group.addresses.len();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
         }

@@ -21,7 +21,7 @@ use bourse_shard::machine::{Entry, Output};
 use bourse_shard::{route, GroupMachine, Route, ShardMap, CATALOG_GROUP};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::wire::{self, Answer, Connection, Reply, Request, State};
+use crate::wire::{self, AccountState, Answer, Answered, Connection, OrderState, Query, Reply, Request, State};
 use crate::Genesis;
 
 /// How long a submitted command waits for its outcome before it is answered
@@ -446,7 +446,70 @@ async fn answer(shared: &Shared, request: Request) -> Reply {
             }
         }
         Request::Submit { commands } => Reply::Submitted(submit(shared, commands).await),
+        Request::Query(query) => read(shared, query).await,
     }
+}
+
+/// Answers a query on the leader, after a read index: what it reads was applied at an
+/// index no older than the query.
+async fn read(shared: &Shared, query: Query) -> Reply {
+    let symbol_here = |symbol: bourse_engine::SymbolId| {
+        let g = shared.map.symbol_group(symbol);
+        (g == shared.group).then_some(()).ok_or_else(|| format!("symbol {symbol} lives in group {g}"))
+    };
+    let routed = match &query {
+        Query::Book { symbol, .. } | Query::Order { symbol, .. } => symbol_here(*symbol),
+        Query::Account { .. } => Ok(()),
+    };
+    if let Err(error) = routed {
+        return Reply::Error(error);
+    }
+    if !shared.leading() {
+        return Reply::NotLeader {
+            leader: shared.member.leadership().borrow().leader.clone().map(|(_, peer)| peer.api),
+        };
+    }
+    let index = match shared.member.linearizable_read().await {
+        Ok(index) => index,
+        Err(error) => return Reply::Error(format!("read index: {error}")),
+    };
+    let replica = lock(&shared.replica);
+    let engine = replica.machine.symbol.engine();
+    let order_state = |view: bourse_engine::OrderView| OrderState {
+        record: view.record,
+        px_resting: view.px_resting,
+        qty_open: view.qty_open,
+    };
+    let answer = match query {
+        Query::Book { symbol, levels } => match engine.depth(symbol, levels.min(1_000) as usize) {
+            Some(depth) => Answered::Book { bids: depth.bids, asks: depth.asks, last_px: engine.last_px(symbol) },
+            None => return Reply::Error(format!("no symbol {symbol}")),
+        },
+        Query::Order { symbol, order } => {
+            Answered::Order(engine.order(order).filter(|view| view.record.symbol == symbol).map(order_state))
+        }
+        Query::Account { account } => {
+            let Some(suspended) = replica.machine.account.suspended(account) else {
+                return Reply::Error(format!("no account {account}"));
+            };
+            let owned = shared.map.account_group(account) == shared.group;
+            let reserved = engine
+                .balances(account)
+                .into_iter()
+                .flatten()
+                .filter(|(_, balance)| balance.reserved.0 != 0)
+                .map(|(asset, balance)| (*asset, balance.reserved.0))
+                .collect();
+            Answered::Account(AccountState {
+                owned,
+                available: if owned { replica.machine.account.balances_of(account) } else { Vec::new() },
+                suspended: owned && suspended,
+                reserved,
+                orders: engine.open_orders(account).into_iter().map(order_state).collect(),
+            })
+        }
+    };
+    Reply::Queried { index, answer }
 }
 
 /// Takes client commands in for the front (while this member leads) and waits for

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bourse_engine::command::Command;
-use bourse_engine::{ClientId, Outcome};
+use bourse_engine::{AccountId, AssetId, ClientId, OrderId, OrderRecord, Outcome, Px, Qty, SymbolId};
 use bourse_pki::{Identity, ReloadableClientConfig, ReloadableServerConfig, Role};
 use bourse_shard::machine::Output;
 use serde::{Deserialize, Serialize};
@@ -37,6 +37,60 @@ pub enum Request {
     Outputs { to: usize, from: u64, max: u32, wait_ms: u32, consumed: u64 },
     /// Who leads, how far this member has applied, and with `machine` its whole state.
     State { machine: bool },
+    /// A read of the group's state, answered by its leader after a read index (the
+    /// state at an index no older than the request).
+    Query(Query),
+}
+
+/// What a client may read of a group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    /// `symbol`'s book, up to `levels` price levels a side (asked of the symbol's group).
+    Book { symbol: SymbolId, levels: u32 },
+    /// An order of `symbol` (asked of the symbol's group).
+    Order { symbol: SymbolId, order: OrderId },
+    /// What this group holds of `account`: its available balances when the group owns
+    /// it, and what its orders in this group's books reserve, with those orders. The
+    /// account's whole balance is its group's available plus every group's reserved,
+    /// each read at its own group's index.
+    Account { account: AccountId },
+}
+
+/// A [`Query`]'s answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answered {
+    Book {
+        bids: Vec<(Px, Qty)>,
+        asks: Vec<(Px, Qty)>,
+        last_px: Option<Px>,
+    },
+    /// `None`: this group's books never had it, or have forgotten it (closed orders are
+    /// kept up to the engine's `orders_closed_max`).
+    Order(Option<OrderState>),
+    Account(AccountState),
+}
+
+/// An order as its symbol's group knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderState {
+    pub record: OrderRecord,
+    /// The price it rests at, while it rests.
+    pub px_resting: Option<Px>,
+    /// Resting in the book or waiting as a stop.
+    pub qty_open: Qty,
+}
+
+/// What one group holds of an account.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountState {
+    /// This group owns the account: `available` and `suspended` are its own.
+    pub owned: bool,
+    pub available: Vec<(AssetId, i64)>,
+    pub suspended: bool,
+    /// What its orders in this group's books hold, by asset.
+    pub reserved: Vec<(AssetId, i64)>,
+    /// Its open orders in this group's books.
+    pub orders: Vec<OrderState>,
 }
 
 /// A command's answer.
@@ -71,6 +125,16 @@ pub enum Reply {
         waiting: bool,
     },
     State(State),
+    /// `index`: the applied log index the answer was read at.
+    Queried {
+        index: u64,
+        answer: Answered,
+    },
+    /// This member does not lead its group, which a query needs: ask the leader (its API
+    /// address when known).
+    NotLeader {
+        leader: Option<String>,
+    },
     /// The request was not understood or not allowed.
     Error(String),
 }
@@ -172,6 +236,7 @@ pub fn allowed(peer: Option<&Identity>, request: &Request) -> Result<(), String>
         Request::Submit { .. } => matches!(peer.role, Role::Operator | Role::Gateway),
         Request::Outputs { .. } => peer.role == Role::Node,
         Request::State { .. } => true,
+        Request::Query(_) => matches!(peer.role, Role::Operator | Role::Gateway | Role::Observer),
     };
     if ok {
         Ok(())
@@ -182,6 +247,7 @@ pub fn allowed(peer: Option<&Identity>, request: &Request) -> Result<(), String>
                 Request::Submit { .. } => "submit commands (operators and gateways may)",
                 Request::Outputs { .. } => "read a group's outputs (members of other groups may)",
                 Request::State { .. } => "read state",
+                Request::Query(_) => "read accounts, orders and books (operators, gateways and observers may)",
             }
         ))
     }
@@ -204,5 +270,38 @@ impl Connection {
             read_frame::<_, Reply>(&mut self.io).await.map_err(|e| e.to_string())?.ok_or_else(|| "closed".to_string())
         };
         tokio::time::timeout(timeout, exchange).await.map_err(|_| format!("no reply within {timeout:?}"))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bourse_engine::{AccountId, SymbolId};
+    use bourse_pki::{Identity, Role};
+
+    use super::{allowed, Query, Request};
+
+    #[test]
+    fn a_peer_may_ask_what_its_role_allows_and_is_told_what_it_may_not() {
+        let peer = |role| Identity::new(role, "x".to_string()).expect("an identity");
+        let submit = Request::Submit { commands: Vec::new() };
+        let outputs = Request::Outputs { to: 0, from: 1, max: 1, wait_ms: 0, consumed: 0 };
+        let query = Request::Query(Query::Account { account: AccountId(1) });
+        let book = Request::Query(Query::Book { symbol: SymbolId(0), levels: 5 });
+        for (role, may) in [
+            (Role::Operator, [true, false, true, true]),
+            (Role::Gateway, [true, false, true, true]),
+            (Role::Observer, [false, false, true, true]),
+            (Role::Node, [false, true, false, false]),
+        ] {
+            for (request, may) in [&submit, &outputs, &query, &book].into_iter().zip(may) {
+                let answer = allowed(Some(&peer(role)), request);
+                assert_eq!(answer.is_ok(), may, "{role:?} asking {request:?}: {answer:?}");
+                if let Err(refused) = answer {
+                    assert!(refused.contains("may"), "{refused}");
+                }
+            }
+        }
+        // Plaintext on loopback: every peer is trusted.
+        assert!(allowed(None, &submit).is_ok());
     }
 }

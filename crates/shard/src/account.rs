@@ -206,6 +206,11 @@ impl AccountPart {
         self.records.len()
     }
 
+    /// An account's available balances by asset (none for an account of another group).
+    pub fn balances_of(&self, account: AccountId) -> Vec<(AssetId, i64)> {
+        self.records.get(account.0 as usize).map_or_else(Vec::new, |record| record.balances.to_vec())
+    }
+
     /// An account's available balance here.
     pub fn available(&self, account: AccountId, asset: AssetId) -> i64 {
         let amounts = self.records.get(account.0 as usize).map_or(&[][..], |record| &record.balances[..]);
