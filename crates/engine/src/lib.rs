@@ -18,6 +18,7 @@ pub mod daytrading;
 mod engine;
 pub mod event;
 pub mod fuzzing;
+mod handoff;
 mod invariants;
 pub mod margin;
 mod matching;
@@ -29,8 +30,11 @@ mod session;
 mod snapshot;
 pub mod types;
 
-pub use engine::{Asset, Engine, EngineConfig, Fill, OrderRecord, OrderStatus, NAME_LEN_MAX, SYMBOL_NAME_LEN_MAX};
+pub use engine::{
+    Asset, Engine, EngineConfig, Fill, OrderRecord, OrderStatus, StopOrder, NAME_LEN_MAX, SYMBOL_NAME_LEN_MAX,
+};
 pub use event::{Applied, CancelReason, Event, Outcome};
+pub use handoff::{BookHandoff, HandoffError};
 pub use matching::allocate_pro_rata;
 pub use query::{Depth, OrderView};
 pub use reject::Reject;
