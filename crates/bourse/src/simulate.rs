@@ -116,7 +116,9 @@ pub fn run(args: SimArgs) -> Result<(), String> {
                 });
                 let answered = report.shard.answered;
                 let skipped = report.shard.outputs_skipped;
-                Run::of(report.passed(), report.to_string(), report.simulated, &report.counts, answered, skipped)
+                let shown = report.to_string();
+                let run = Run::of(report.passed(), shown, report.simulated, &report.counts, answered, skipped);
+                Run { moved: report.shard.books_moved, ..run }
             }
         };
         if !run.passed {
@@ -131,10 +133,13 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         total.add(&run);
     }
     let wall = started.elapsed().as_secs_f64();
-    let Run { simulated, faults, crashes, messages_hit, commands, skipped, .. } = total;
+    let Run { simulated, faults, crashes, messages_hit, commands, skipped, moved, .. } = total;
     let of = args.groups.map(|groups| format!(" of {groups} groups")).unwrap_or_default();
-    let resent =
-        if args.groups.is_some() { format!(", {skipped} outputs ingested again and skipped") } else { String::new() };
+    let resent = if args.groups.is_some() {
+        format!(", {skipped} outputs ingested again and skipped, {moved} books moved between groups")
+    } else {
+        String::new()
+    };
     println!(
         "{} seed(s){of} passed: {simulated:.0} simulated seconds in {wall:.1} s ({:.1} simulated s per s), \
          {faults} faults ({:.0} per minute; {crashes} crashes), {messages_hit} messages lost or duplicated \
@@ -158,6 +163,8 @@ struct Run {
     messages_hit: u64,
     commands: u64,
     skipped: u64,
+    /// Books moved between groups.
+    moved: u64,
 }
 
 impl Run {
@@ -178,6 +185,7 @@ impl Run {
             messages_hit: counts.lost + counts.duplicated,
             commands,
             skipped,
+            moved: 0,
         }
     }
 
@@ -188,5 +196,6 @@ impl Run {
         self.messages_hit += run.messages_hit;
         self.commands += run.commands;
         self.skipped += run.skipped;
+        self.moved += run.moved;
     }
 }

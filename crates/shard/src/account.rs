@@ -14,7 +14,7 @@
 //! quantity is never smaller than the true one (quantities only shrink), so a move
 //! takes at least what it needs; what it took beyond comes back as a credit.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use bourse_engine::command::{CommandBody, SymbolSpec};
 use bourse_engine::{spot_hold, AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, SymbolId};
@@ -103,6 +103,9 @@ pub struct AccountPart {
     /// sorted by client, so every replica's snapshot of one state is the same bytes.
     #[serde(with = "sorted")]
     sessions: FxHashMap<ClientId, Session>,
+    /// Symbols moved away from the group the map gives them, to the group they live in
+    /// now (as this group has applied the moves, [`crate::machine::Output::Move`]).
+    placed: BTreeMap<SymbolId, usize>,
 }
 
 /// The outcomes a session remembers for retries, as one engine does
@@ -163,6 +166,7 @@ impl AccountPart {
             issued: Vec::new(),
             records: Vec::new(),
             sessions: FxHashMap::default(),
+            placed: BTreeMap::new(),
         }
     }
 
@@ -196,9 +200,24 @@ impl AccountPart {
         Ok(())
     }
 
-    /// Which group owns what.
+    /// Which group owns what, before any move.
     pub fn map(&self) -> ShardMap {
         self.map
+    }
+
+    /// The group whose symbol part holds `symbol`'s book, as this group has applied the
+    /// moves so far: where its orders go.
+    pub fn symbol_group(&self, symbol: SymbolId) -> usize {
+        self.placed.get(&symbol).copied().unwrap_or_else(|| self.map.symbol_group(symbol))
+    }
+
+    /// Orders of `symbol` go to group `to` from now on.
+    pub(crate) fn place(&mut self, symbol: SymbolId, to: usize) {
+        if to == self.map.symbol_group(symbol) {
+            self.placed.remove(&symbol);
+        } else {
+            self.placed.insert(symbol, to);
+        }
     }
 
     /// The accounts this part knows of (every part knows every account, and owns some).
@@ -368,13 +387,13 @@ impl AccountPart {
             }
             CommandBody::Place(request) => self
                 .place_hold(request)
-                .map(|hold| Step::Forward(self.map.symbol_group(request.symbol), forward(Some(hold), false))),
+                .map(|hold| Step::Forward(self.symbol_group(request.symbol), forward(Some(hold), false))),
             CommandBody::Cancel { account, symbol, .. } | CommandBody::Reduce { account, symbol, .. } => {
-                self.owned(*account).map(|()| Step::Forward(self.map.symbol_group(*symbol), forward(None, false)))
+                self.owned(*account).map(|()| Step::Forward(self.symbol_group(*symbol), forward(None, false)))
             }
             CommandBody::Move { account, symbol, order, px } => self
                 .move_hold(*account, *symbol, *order, *px)
-                .map(|(fund, counted)| Step::Forward(self.map.symbol_group(*symbol), forward(fund, counted))),
+                .map(|(fund, counted)| Step::Forward(self.symbol_group(*symbol), forward(fund, counted))),
             _ => return Err(Unsupported("this command from a client")),
         })
     }

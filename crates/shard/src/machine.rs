@@ -36,10 +36,10 @@
 //! same outputs (the outputs are state too), which the harness in
 //! [`crate::Replicated`] checks at every crash it simulates.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::{Amount, AssetId, Outcome, Reject, Timestamp};
+use bourse_engine::{Amount, AssetId, BookHandoff, Outcome, Reject, SymbolId, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::account::Step;
@@ -57,6 +57,16 @@ pub enum Output {
     /// A catalog or account command [`CATALOG_GROUP`] applied (and accepted), for the
     /// destination to apply in the order sent.
     Config { stamp: Timestamp, body: CommandBody },
+    /// A move of `symbol`'s book to group `to` that [`CATALOG_GROUP`] applied, for the
+    /// destination to apply in the order sent (it counts as a catalog command).
+    Move { symbol: SymbolId, to: usize },
+    /// To the group `symbol`'s book is leaving: the source has applied the move, and
+    /// sent every order of it before this.
+    Passed { symbol: SymbolId },
+    /// The book itself, with what its orders hold, to the group it moves to.
+    Handoff(BookHandoff),
+    /// To [`CATALOG_GROUP`]: `symbol`'s book has come to the source; it may move again.
+    Arrived { symbol: SymbolId },
 }
 
 /// One entry of a group's log.
@@ -71,6 +81,10 @@ pub enum Entry {
     Trim { to: usize, upto: u64 },
     /// A command every group's log has at the same point (see the module's docs).
     Config { stamp: Timestamp, body: CommandBody },
+    /// Move `symbol`'s book to group `to` (see "Moving a book" in the module's docs):
+    /// applied by [`CATALOG_GROUP`] only, and only where [`GroupMachine::move_refused`]
+    /// finds nothing against it (elsewhere, or refused, it does nothing).
+    MoveSymbol { symbol: SymbolId, to: usize },
 }
 
 /// An ingest that would leave a gap in its source's stream: refused, nothing applied.
@@ -120,6 +134,10 @@ pub struct GroupMachine {
     applied: u64,
     /// Catalog and account commands applied and accepted, by whichever way they came.
     catalog: u64,
+    /// On [`CATALOG_GROUP`]: symbols whose books are moving (until they have arrived).
+    moving: BTreeSet<SymbolId>,
+    /// Books handed to this group by another so far.
+    received: u64,
 }
 
 impl GroupMachine {
@@ -133,7 +151,42 @@ impl GroupMachine {
             stamped: 0,
             applied: 0,
             catalog: 0,
+            moving: BTreeSet::new(),
+            received: 0,
         }
+    }
+
+    /// Books handed to this group by another so far.
+    pub fn books_received(&self) -> u64 {
+        self.received
+    }
+
+    /// Why a move of `symbol`'s book to group `to` would not be taken (asked of the
+    /// catalog's group, as it stands), or `None`.
+    pub fn move_refused(&self, symbol: SymbolId, to: usize) -> Option<String> {
+        if self.group != CATALOG_GROUP {
+            return Some(format!("moves go to group {CATALOG_GROUP}, which orders them for every group"));
+        }
+        let engine = self.symbol.engine();
+        if engine.symbol_spec(symbol).is_none() {
+            return Some(format!("no symbol {symbol}"));
+        }
+        if engine.symbol_margin(symbol).is_some() {
+            return Some(format!("symbol {symbol} is a margin symbol"));
+        }
+        if to >= self.groups() {
+            return Some(format!("no group {to} (the exchange has {})", self.groups()));
+        }
+        if self.moving.contains(&symbol) {
+            return Some(format!("symbol {symbol}'s book is moving already"));
+        }
+        let at = self.account.symbol_group(symbol);
+        (at == to).then(|| format!("symbol {symbol} lives in group {to} already"))
+    }
+
+    /// Symbols whose books are moving (as the catalog's group knows them).
+    pub fn moving(&self) -> impl Iterator<Item = SymbolId> + '_ {
+        self.moving.iter().copied()
     }
 
     /// The groups of the exchange.
@@ -190,11 +243,25 @@ impl GroupMachine {
     pub fn in_flight(&self, to: usize, after: u64) -> impl Iterator<Item = (AssetId, Amount)> + '_ {
         let outbox = &self.outboxes[to];
         assert!(after >= outbox.trimmed, "outputs to group {to} trimmed past its cursor");
-        outbox.outputs.iter().skip((after - outbox.trimmed) as usize).filter_map(|output| match output {
-            Output::Forward(forward) => forward.fund,
-            Output::Settlement(Settlement::Credit { asset, amount, .. }) => Some((*asset, *amount)),
-            Output::Settlement(_) | Output::Watermark(_) | Output::Config { .. } => None,
-        })
+        outbox
+            .outputs
+            .iter()
+            .skip((after - outbox.trimmed) as usize)
+            .filter_map(|output| match output {
+                Output::Forward(forward) => forward.fund,
+                Output::Settlement(Settlement::Credit { asset, amount, .. }) => Some((*asset, *amount)),
+                Output::Settlement(_)
+                | Output::Watermark(_)
+                | Output::Config { .. }
+                | Output::Move { .. }
+                | Output::Passed { .. }
+                | Output::Arrived { .. } => None,
+                Output::Handoff(_) => None,
+            })
+            .chain(outbox.outputs.iter().skip((after - outbox.trimmed) as usize).flat_map(|output| match output {
+                Output::Handoff(handoff) => handoff.funds().collect(),
+                _ => Vec::new(),
+            }))
     }
 
     /// Every output to `to` not yet taken, and the number of the first: what a consumer
@@ -218,6 +285,8 @@ impl GroupMachine {
             && self.stamped == other.stamped
             && self.applied == other.applied
             && self.catalog == other.catalog
+            && self.moving == other.moving
+            && self.received == other.received
     }
 
     /// Applies one committed entry, appending the client acknowledgements it produces to
@@ -260,6 +329,19 @@ impl GroupMachine {
                         Output::Config { stamp, body } => {
                             self.configure(*stamp, body, acks);
                         }
+                        Output::Move { symbol, to } => self.apply_move(*symbol, *to),
+                        Output::Passed { symbol } => {
+                            self.symbol.leaving.entry(*symbol).or_default().passed.insert(*source);
+                        }
+                        Output::Handoff(handoff) => {
+                            let symbol = handoff.symbol;
+                            self.symbol.attach(handoff.clone());
+                            self.received += 1;
+                            self.arrived(symbol);
+                        }
+                        Output::Arrived { symbol } => {
+                            self.moving.remove(symbol);
+                        }
                     }
                 }
                 if outputs.len() > skip {
@@ -277,9 +359,72 @@ impl GroupMachine {
                 self.release(acks);
                 return Ok(Some(outcome));
             }
+            Entry::MoveSymbol { symbol, to } => {
+                if self.move_refused(*symbol, *to).is_none() {
+                    self.moving.insert(*symbol);
+                    self.apply_move(*symbol, *to);
+                    for (g, outbox) in self.outboxes.iter_mut().enumerate() {
+                        if g != self.group {
+                            outbox.outputs.push_back(Output::Move { symbol: *symbol, to: *to });
+                        }
+                    }
+                }
+            }
         }
         self.release(acks);
         Ok(None)
+    }
+
+    /// A move of `symbol`'s book to group `to`, where this group's log has it: orders of
+    /// it go to `to` from here on. The group the book leaves hears that this one has
+    /// passed the move (after every order this group sent it before); the group it
+    /// goes to holds its orders until the book comes.
+    fn apply_move(&mut self, symbol: SymbolId, to: usize) {
+        let from = self.account.symbol_group(symbol);
+        self.catalog += 1;
+        if from == to {
+            return;
+        }
+        self.account.place(symbol, to);
+        if from == self.group {
+            let leaving = self.symbol.leaving.entry(symbol).or_default();
+            leaving.to = Some(to);
+            leaving.passed.insert(self.group);
+        } else {
+            self.outboxes[from].outputs.push_back(Output::Passed { symbol });
+        }
+        if to == self.group {
+            self.symbol.arriving.insert(symbol);
+        }
+    }
+
+    /// `symbol`'s book came here: the catalog's group hears it.
+    fn arrived(&mut self, symbol: SymbolId) {
+        if self.group == CATALOG_GROUP {
+            self.moving.remove(&symbol);
+        } else {
+            self.outboxes[CATALOG_GROUP].outputs.push_back(Output::Arrived { symbol });
+        }
+    }
+
+    /// Hands over every leaving book whose every source has passed its move and none of
+    /// whose orders still wait in the merge.
+    fn hand_off(&mut self) {
+        let groups = self.groups();
+        let ready: Vec<(SymbolId, usize)> = self
+            .symbol
+            .leaving
+            .iter()
+            .filter_map(|(&symbol, leaving)| {
+                let to = leaving.to?;
+                (leaving.passed.len() == groups && !self.symbol.merge.holds(symbol)).then_some((symbol, to))
+            })
+            .collect();
+        for (symbol, to) in ready {
+            self.symbol.leaving.remove(&symbol);
+            let handoff = self.symbol.detach(symbol);
+            self.outboxes[to].outputs.push_back(Output::Handoff(handoff));
+        }
     }
 
     /// Applies a catalog or account command in both parts, and counts it when accepted.
@@ -363,6 +508,9 @@ impl GroupMachine {
         symbol.release(*catalog, &mut |to, settlement: Settlement| {
             acks.extend(settle_or_send(*group, account, outboxes, to, settlement));
         });
+        if !self.symbol.leaving.is_empty() {
+            self.hand_off();
+        }
     }
 }
 

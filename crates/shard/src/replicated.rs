@@ -32,7 +32,7 @@
 use std::collections::VecDeque;
 
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::{ClientId, EngineConfig, Outcome, Reject, Timestamp};
+use bourse_engine::{ClientId, EngineConfig, Outcome, Reject, SymbolId, Timestamp};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -59,6 +59,8 @@ pub struct Stats {
     pub overtaken: u64,
     /// Client commands committed again: nothing done.
     pub repeated: u64,
+    /// Books moved to another group.
+    pub moved: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -180,6 +182,21 @@ impl Replicated {
                 Ok(None)
             }
         }
+    }
+
+    /// Moves `symbol`'s book to group `to`, after everything before has arrived
+    /// everywhere, as the catalog's group orders it; then commits until it has come
+    /// (or as far as anything is left to commit). `Err` says why the catalog's group
+    /// would not take it.
+    pub fn move_symbol(&mut self, symbol: SymbolId, to: usize) -> Result<(), String> {
+        self.drain();
+        if let Some(refused) = self.nodes[CATALOG_GROUP].machine.move_refused(symbol, to) {
+            return Err(refused);
+        }
+        self.commit(CATALOG_GROUP, Entry::MoveSymbol { symbol, to }).expect("a move entry is never refused");
+        self.drain();
+        self.stats.moved += 1;
+        Ok(())
     }
 
     /// Queues `command` for `group`, numbered in its client's session there (a retry

@@ -121,7 +121,8 @@ impl Summary {
             }
             for (s, book) in books.iter_mut().enumerate() {
                 let symbol = SymbolId(s as u32);
-                if groups.map.symbol_group(symbol) == g {
+                // Where the book lives now (every account part knows the moves).
+                if groups.accounts[0].symbol_group(symbol) == g {
                     *book = engine.depth(symbol, usize::MAX).expect("every part has every symbol");
                 }
             }

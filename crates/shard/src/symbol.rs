@@ -11,12 +11,12 @@
 //! supply with the balance, so the engine's invariants (and the conservation of every
 //! asset between transfers, balances and fees) hold in each part as in one engine.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bourse_engine::command::{Command, CommandBody, OrderKind, Tif};
 use bourse_engine::{
-    AccountId, Amount, AssetId, ClientId, Engine, EngineConfig, Event, OrderId, Outcome, Px, Qty, Reject, Side,
-    Timestamp,
+    AccountId, Amount, AssetId, BookHandoff, ClientId, Engine, EngineConfig, Event, OrderId, Outcome, Px, Qty, Reject,
+    Side, SymbolId, Timestamp,
 };
 
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,8 @@ use crate::{order_parts, Ack, Forward, Moved, Settlement, ShardMap, Trade};
 
 /// The client a symbol part applies its engine's commands as.
 const PART_CLIENT: ClientId = ClientId(u64::MAX - 1);
+/// Group `g` numbers its orders from `g << ORDER_ID_BITS` on (a trillion ids a group).
+pub const ORDER_ID_BITS: u32 = 40;
 
 /// The merge of every account part's forwards into stamp order.
 ///
@@ -72,6 +74,17 @@ impl Merge {
     /// after it) while it needs more of the catalog than `catalog` (see
     /// [`Forward::catalog`]): the order released stays the stamps' alone.
     pub fn pop_ready(&mut self, floor: Timestamp, catalog: u64) -> Option<Forward> {
+        self.pop_ready_unless(floor, catalog, &BTreeSet::new())
+    }
+
+    /// [`Merge::pop_ready`], and the next forward stays too while it is for one of
+    /// `arriving`, symbols whose books are on their way to this group.
+    pub fn pop_ready_unless(
+        &mut self,
+        floor: Timestamp,
+        catalog: u64,
+        arriving: &BTreeSet<SymbolId>,
+    ) -> Option<Forward> {
         let mut best: Option<(Timestamp, usize)> = None;
         for (source, queue) in self.queues.iter().enumerate() {
             if let Some(head) = queue.front() {
@@ -81,7 +94,11 @@ impl Merge {
             }
         }
         let (_, source) = best?;
-        if self.queues[source].front().is_some_and(|head| head.catalog > catalog) {
+        let held = |head: &Forward| {
+            head.catalog > catalog
+                || (!arriving.is_empty() && order_parts(&head.body).is_some_and(|(_, s)| arriving.contains(&s)))
+        };
+        if self.queues[source].front().is_some_and(held) {
             return None;
         }
         self.waiting -= 1;
@@ -93,10 +110,24 @@ impl Merge {
         self.waiting
     }
 
+    /// Whether a forward for `symbol` waits here.
+    pub fn holds(&self, symbol: SymbolId) -> bool {
+        self.queues.iter().flatten().any(|forward| order_parts(&forward.body).is_some_and(|(_, s)| s == symbol))
+    }
+
     /// The holds the waiting forwards carry.
     pub fn funds(&self) -> impl Iterator<Item = (AssetId, Amount)> + '_ {
         self.queues.iter().flatten().filter_map(|forward| forward.fund)
     }
+}
+
+/// A book about to leave this group's symbol part: the group it goes to, once this
+/// group has applied the move, and the groups whose account parts have applied it (each
+/// says so in its stream, after every order it sent here before).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leaving {
+    pub to: Option<usize>,
+    pub passed: BTreeSet<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -106,12 +137,16 @@ pub struct SymbolPart {
     engine: Engine,
     seq: u64,
     pub merge: Merge,
+    /// Books leaving this part (see [`Leaving`]).
+    pub leaving: BTreeMap<SymbolId, Leaving>,
+    /// Books on their way here: their orders wait in the merge until they come.
+    pub arriving: BTreeSet<SymbolId>,
     events: Vec<Event>,
     credits: Vec<(AccountId, AssetId, i64)>,
     /// Orders the command touched, with their owner where the events name it.
     touched: Vec<(OrderId, Option<AccountId>)>,
     /// Every trade, when recording (the differential tests).
-    trades: Option<Vec<Trade>>,
+    trades: Option<Vec<(Timestamp, Trade)>>,
 }
 
 /// A symbol part as a snapshot holds it: the engine as its own snapshot's bytes (the
@@ -122,6 +157,8 @@ struct SymbolImage {
     map: ShardMap,
     seq: u64,
     merge: Merge,
+    leaving: BTreeMap<SymbolId, Leaving>,
+    arriving: BTreeSet<SymbolId>,
     #[serde(with = "serde_bytes")]
     engine: Vec<u8>,
 }
@@ -133,6 +170,8 @@ impl Serialize for SymbolPart {
             map: self.map,
             seq: self.seq,
             merge: self.merge.clone(),
+            leaving: self.leaving.clone(),
+            arriving: self.arriving.clone(),
             engine: self.engine.snapshot(),
         };
         image.serialize(serializer)
@@ -149,6 +188,8 @@ impl<'de> Deserialize<'de> for SymbolPart {
             engine,
             seq: image.seq,
             merge: image.merge,
+            leaving: image.leaving,
+            arriving: image.arriving,
             events: Vec::new(),
             credits: Vec::new(),
             touched: Vec::new(),
@@ -159,12 +200,18 @@ impl<'de> Deserialize<'de> for SymbolPart {
 
 impl SymbolPart {
     pub fn new(group: usize, map: ShardMap, config: EngineConfig) -> Self {
+        let mut engine = Engine::new(config);
+        // Each group numbers its orders in a space of its own, so a book handed to
+        // another group brings ids no order there has.
+        engine.number_orders_from(1 + ((group as u64) << ORDER_ID_BITS));
         SymbolPart {
             group,
             map,
-            engine: Engine::new(config),
+            engine,
             seq: 0,
             merge: Merge::new(map.groups()),
+            leaving: BTreeMap::new(),
+            arriving: BTreeSet::new(),
             events: Vec::new(),
             credits: Vec::new(),
             touched: Vec::new(),
@@ -182,6 +229,8 @@ impl SymbolPart {
         self.group == other.group
             && self.seq == other.seq
             && self.merge == other.merge
+            && self.leaving == other.leaving
+            && self.arriving == other.arriving
             && self.engine.state_hash() == other.engine.state_hash()
     }
 
@@ -190,7 +239,9 @@ impl SymbolPart {
         self.trades.get_or_insert_with(Vec::new);
     }
 
-    pub fn trades(&self) -> &[Trade] {
+    /// Every trade since [`SymbolPart::record_trades`], with the stamp of the command
+    /// that made it.
+    pub fn trades(&self) -> &[(Timestamp, Trade)] {
         self.trades.as_deref().unwrap_or(&[])
     }
 
@@ -230,7 +281,7 @@ impl SymbolPart {
     /// group has applied.
     pub fn release(&mut self, catalog: u64, out: &mut impl FnMut(usize, Settlement)) {
         let floor = self.merge.floor();
-        while let Some(forward) = self.merge.pop_ready(floor, catalog) {
+        while let Some(forward) = self.merge.pop_ready_unless(floor, catalog, &self.arriving) {
             self.process(forward, out);
         }
     }
@@ -238,7 +289,7 @@ impl SymbolPart {
     fn process(&mut self, forward: Forward, out: &mut impl FnMut(usize, Settlement)) {
         let Forward { stamp, client, seq, body, fund, counted, .. } = forward;
         let (account, symbol) = order_parts(&body).expect("only order commands are forwarded");
-        debug_assert_eq!(self.map.symbol_group(symbol), self.group, "symbol {symbol} forwarded to the wrong group");
+        debug_assert!(!self.arriving.contains(&symbol), "an order of {symbol} applied before its book came");
         let (moved, named) = match body {
             CommandBody::Move { order, .. } => (Some(order), Some(order)),
             CommandBody::Cancel { order, .. } | CommandBody::Reduce { order, .. } => (None, Some(order)),
@@ -250,7 +301,7 @@ impl SymbolPart {
             assert!(funded.is_ok(), "funding {account} with {amount} of {asset}: {funded:?}");
         }
         let outcome = self.apply(stamp, body);
-        self.collect(account, moved);
+        self.collect(stamp, account, moved);
         self.sweep(out);
         // The buy orders the command touched, before its outcome: a client that learns
         // an order's id from the outcome finds the order known to its account's part.
@@ -301,6 +352,19 @@ impl SymbolPart {
         }
     }
 
+    /// Takes `symbol`'s book out of this part's engine, to hand it to another group.
+    pub(crate) fn detach(&mut self, symbol: SymbolId) -> BookHandoff {
+        self.engine.detach_book(symbol).expect("only spot books are moved")
+    }
+
+    /// Puts a book another group handed over into this part's engine: its orders, which
+    /// waited in the merge, go on.
+    pub(crate) fn attach(&mut self, handoff: BookHandoff) {
+        let symbol = handoff.symbol;
+        self.engine.attach_book(handoff).expect("a book moves only to a group whose book of it is empty");
+        self.arriving.remove(&symbol);
+    }
+
     /// The close of the day in this part's books: every Day order of its symbols
     /// expires, as in one engine. The holds released go back to their accounts' parts,
     /// which forget the expired buys. The outcome counts the orders expired here; the
@@ -340,7 +404,7 @@ impl SymbolPart {
 
     /// From the command's events: the balances left available in mirrors, and the
     /// orders whose state an account part may need.
-    fn collect(&mut self, account: AccountId, moved: Option<OrderId>) {
+    fn collect(&mut self, stamp: Timestamp, account: AccountId, moved: Option<OrderId>) {
         self.collect_credits();
         self.touched.clear();
         let touch =
@@ -366,7 +430,7 @@ impl SymbolPart {
                     };
                     touch(&mut self.touched, buy, Some(buyer));
                     if let Some(trades) = &mut self.trades {
-                        trades.extend(Trade::of(event));
+                        trades.extend(Trade::of(event).map(|trade| (stamp, trade)));
                     }
                 }
                 Event::Rested { order, side: Side::Buy, .. }

@@ -371,6 +371,12 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
         for _ in 0..rng.gen_range(0..12) {
             run.step();
         }
+        // Now and then a book moves to another group: its orders rest there and go on
+        // matching as they would have where they were (one engine moves nothing).
+        if groups > 1 && rng.gen_range(0..120) == 0 {
+            let symbol = SymbolId(rng.gen_range(0..engine.symbols_len() as u32));
+            let _ = run.move_symbol(symbol, rng.gen_range(0..groups as usize));
+        }
         absorb(run.take_acks(), &mut outcomes, &mut ids, &placed_by, &mut repeats);
     }
     run.drain();
@@ -421,12 +427,21 @@ fn compare(mut run: Replicated, groups: u32, seed: u64, commands: usize) -> Repl
     ] {
         assert!(refused(reject) > 0, "no {reject} refusal in the flow");
     }
-    let mut trades: BTreeMap<SymbolId, Vec<Trade>> = BTreeMap::new();
+    // A book that moved traded in more than one group: its trades in stamp order (each
+    // group's in the order made, one group's all before the next's).
+    let mut stamped: BTreeMap<SymbolId, Vec<(u64, Trade)>> = BTreeMap::new();
     for part in &parts.symbols {
-        for trade in part.trades() {
-            trades.entry(trade.symbol).or_default().push(*trade);
+        for &(stamp, trade) in part.trades() {
+            stamped.entry(trade.symbol).or_default().push((stamp, trade));
         }
     }
+    let trades: BTreeMap<SymbolId, Vec<Trade>> = stamped
+        .into_iter()
+        .map(|(symbol, mut trades)| {
+            trades.sort_by_key(|&(stamp, _)| stamp);
+            (symbol, trades.into_iter().map(|(_, trade)| trade).collect())
+        })
+        .collect();
     assert_eq!(trades, reference.trades, "trades differ (groups {groups}, seed {seed})");
     assert!(reference.trades.values().map(Vec::len).sum::<usize>() > commands / 20, "too few trades to tell");
     let summary = Summary::of_groups(&parts);
@@ -510,8 +525,10 @@ fn replicated_groups_match_one_engine_through_resends_gaps_crashes_and_trims() {
             total.ingests += stats.ingests;
             total.overtaken += stats.overtaken;
             total.repeated += stats.repeated;
+            total.moved += stats.moved;
         }
     }
+    assert!(total.moved > 20, "books moved between groups: {total:?}");
     assert!(total.resent > 100 && total.gaps > 10 && total.trimmed > 1_000 && total.ingests > 10_000, "{total:?}");
     assert!(total.overtaken > 100 && total.repeated > 100, "{total:?}");
     eprintln!("{total:?}");

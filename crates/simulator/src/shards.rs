@@ -123,6 +123,10 @@ pub struct ShardCounts {
     pub overtaken: u64,
     pub trims: u64,
     pub leader_changes: u64,
+    /// Moves of a book the operator sent (some lost, some refused: already there, or
+    /// moving), and the books that moved.
+    pub moves_sent: u64,
+    pub books_moved: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -148,7 +152,7 @@ impl fmt::Display for ShardReport {
             f,
             "seed {} ({} groups of {}): {} — trace {:016x}, {:.1} s simulated, {}; {} entries, {} commands ({} answered, \
              {} of them to resends from the session's memory, {} resends, {} refused for overtaking), {} ingests ({} outputs applied, {} skipped as applied, {} refused for a gap), \
-             {} trims, {} leader changes, {} snapshots installed",
+             {} trims, {} leader changes, {} snapshots installed, {} books moved ({} moves sent)",
             self.options.seed,
             self.options.groups,
             self.options.nodes,
@@ -169,6 +173,8 @@ impl fmt::Display for ShardReport {
             s.trims,
             s.leader_changes,
             c.snapshots_installed,
+            s.books_moved,
+            s.moves_sent,
         )?;
         crate::world::write_violations(f, &self.violations)
     }
@@ -211,6 +217,11 @@ type FirstApplied = (u64, NodeId, u64);
 enum Inbound {
     Command(Command),
     Tick(u64),
+    /// The operator's move of a book to another group (to the catalog's group).
+    Move {
+        symbol: SymbolId,
+        to: usize,
+    },
 }
 
 #[derive(Clone)]
@@ -543,7 +554,7 @@ impl Front {
                 .map(|inbox| inbox.drain(..).collect())
                 .unwrap_or_default();
             if !inbound.is_empty() {
-                let (mut commands, mut tick) = (Vec::new(), 0);
+                let (mut commands, mut tick, mut moves) = (Vec::new(), 0, Vec::new());
                 for item in inbound {
                     match item {
                         Inbound::Command(command) => {
@@ -551,10 +562,14 @@ impl Front {
                             commands.push(command);
                         }
                         Inbound::Tick(stamp) => tick = tick.max(stamp),
+                        Inbound::Move { symbol, to } => moves.push(Entry::MoveSymbol { symbol, to }),
                     }
                 }
                 commands.sort_by_key(|command| command.ts);
                 push(&Entry::Clients { commands, tick });
+                for entry in &moves {
+                    push(entry);
+                }
             }
             let cursors: Vec<u64> = {
                 let replica = lock(&self.replica);
@@ -780,6 +795,16 @@ impl Gateway {
                 if let Some(leader) = self.leader(group) {
                     self.send(leader, Inbound::Command(command));
                 }
+            }
+        }
+        // Now and then (every two seconds or so) the operator moves a book to another
+        // group, while the traders trade it.
+        if trading && self.groups > 1 && self.world.rng(|rng| rng.gen_range(0..2_000) == 0) {
+            let (symbol, to) =
+                self.world.rng(|rng| (SymbolId(rng.gen_range(0..SYMBOLS)), rng.gen_range(0..self.groups)));
+            lock(&self.shared.counts).moves_sent += 1;
+            if let Some(leader) = self.leader(CATALOG_GROUP) {
+                self.send(leader, Inbound::Move { symbol, to });
             }
         }
         let stamp = self.now_stamp();
@@ -1096,6 +1121,31 @@ fn check(sim: &Sim, gateway: &Gateway) {
     // Every command its client counts done was applied (an outcome was recorded when a
     // replica applied it), and is in its client's session record on every replica.
     let outcomes = lock(&sim.shared.outcomes);
+    // Every move that started ended: the book came where it went, every group routes
+    // its orders there, and none is still on its way or waiting to leave.
+    if let Some(catalog) = machines.get(CATALOG_GROUP) {
+        let moving: Vec<SymbolId> = catalog.moving().collect();
+        if !moving.is_empty() {
+            world.violation(format!("books still moving after the heal: {moving:?}"));
+        }
+    }
+    for machine in &machines {
+        if !machine.symbol.leaving.is_empty() || !machine.symbol.arriving.is_empty() {
+            world.violation(format!(
+                "group {}: books leaving {:?}, arriving {:?}",
+                machine.group(),
+                machine.symbol.leaving.keys().collect::<Vec<_>>(),
+                machine.symbol.arriving
+            ));
+        }
+    }
+    for s in 0..SYMBOLS {
+        let placed: Vec<usize> = machines.iter().map(|m| m.account.symbol_group(SymbolId(s))).collect();
+        if placed.windows(2).any(|pair| pair[0] != pair[1]) {
+            world.violation(format!("the groups place symbol {s}'s book apart: {placed:?}"));
+        }
+    }
+    lock(&sim.shared.counts).books_moved = machines.iter().map(|m| m.books_received()).sum();
     // Every group applied the same catalog commands (the genesis's and the operator's),
     // so each knows every account.
     let catalogs: Vec<(u64, usize)> = machines.iter().map(|m| (m.catalog(), m.account.accounts_known())).collect();
