@@ -396,6 +396,12 @@ pub struct GroupLoadArgs {
     /// trade them.
     #[arg(long, default_value_t = 0)]
     online_accounts: usize,
+    /// Move a symbol's book to another group while the traders trade: SYMBOL:GROUP.
+    #[arg(long = "move", value_name = "SYMBOL:GROUP")]
+    move_book: Option<String>,
+    /// When to move it, in seconds after the traders start (default: half way).
+    #[arg(long)]
+    move_after: Option<f64>,
 }
 
 /// `bourse group-load`: traders on the groups, then the checks; fails on any violation.
@@ -417,6 +423,18 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
         seed: args.seed,
         settle_within: Duration::from_secs(args.settle_secs),
         online_accounts: args.online_accounts,
+        move_book: match &args.move_book {
+            None => None,
+            Some(spec) => {
+                let parsed = spec.split_once(':').and_then(|(s, g)| Some((s.parse::<u32>().ok()?, g.parse().ok()?)));
+                let (symbol, to) = parsed.ok_or_else(|| format!("--move {spec}: give SYMBOL:GROUP, such as 1:0"))?;
+                let after = args.move_after.unwrap_or(args.seconds / 2.0);
+                if !(0.0..=args.seconds).contains(&after) {
+                    return Err(format!("--move-after {after}: within the run's {} seconds", args.seconds));
+                }
+                Some((bourse_engine::SymbolId(symbol), to, Duration::from_secs_f64(after)))
+            }
+        },
     };
     let tls = operator_tls(record_pki(&args.data).as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -442,6 +460,11 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                 "members_cpu_us_per_command": cpu_us, "p50_ms": report.p50_ms, "p99_ms": report.p99_ms,
                 "applied": report.applied, "settled_ms": report.settled_in.as_millis() as u64,
                 "created_accounts": report.created.iter().map(|a| a.0).collect::<Vec<_>>(),
+                "moved": report.moved.as_ref().map(|m| json!({
+                    "symbol": m.symbol, "from": m.from, "to": m.to, "took_ms": m.took_ms,
+                    "orders_during": m.orders_during, "pause_ms": m.pause_ms,
+                    "orders_else": m.orders_else, "else_p50_ms": m.else_p50_ms, "else_p99_ms": m.else_p99_ms,
+                })),
                 "create_ms": report.create_ms, "violations": report.violations,
             })
         );
@@ -471,6 +494,21 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
             report.settled_in.as_millis(),
             report.applied
         );
+        if let Some(m) = &report.moved {
+            println!(
+                "symbol {}'s book moved from group {} to group {} in {:.1} ms; its {} orders awaited meanwhile waited \
+                 {:.1} ms at most, its {} others p50 {:.2} ms, p99 {:.2} ms",
+                m.symbol,
+                m.from,
+                m.to,
+                m.took_ms,
+                m.orders_during,
+                m.pause_ms,
+                m.orders_else,
+                m.else_p50_ms,
+                m.else_p99_ms
+            );
+        }
         if report.violations.is_empty() {
             println!(
                 "checks held: every group's members in one state, every group with the same catalog and accounts, \
@@ -559,8 +597,8 @@ pub fn query(args: GroupQueryArgs, as_json: bool) -> Result<(), String> {
         client.give_up_after = Duration::from_secs(10);
         let mut answers = Vec::new();
         for g in client.groups_of(&query) {
-            let (index, answer) = client.query(g, &query).await.map_err(|e| format!("group {g}: {e}"))?;
-            answers.push((g, index, answer));
+            let (answered, index, answer) = client.query(g, &query).await.map_err(|e| format!("group {g}: {e}"))?;
+            answers.push((answered, index, answer));
         }
         Ok::<_, String>(answers)
     })?;
@@ -626,6 +664,41 @@ pub fn query(args: GroupQueryArgs, as_json: bool) -> Result<(), String> {
         for (asset, (available, reserved)) in totals {
             println!("  asset {asset}: available {available}, reserved {reserved}");
         }
+    }
+    Ok(())
+}
+
+/// Flags of `bourse group-move`.
+#[derive(Args, Debug)]
+pub struct GroupMoveArgs {
+    /// The directory of `cluster up --groups`.
+    #[arg(long)]
+    data: PathBuf,
+    /// The symbol whose book moves.
+    #[arg(long)]
+    symbol: u32,
+    /// The group it moves to.
+    #[arg(long)]
+    to: usize,
+}
+
+/// `bourse group-move`: moves a symbol's book to another group while the groups run.
+pub fn move_book(args: GroupMoveArgs, as_json: bool) -> Result<(), String> {
+    let record = read_record(&args.data)?;
+    if record.get("groups").is_none() {
+        return Err(format!("{}: not groups started by `cluster up --groups`", args.data.display()));
+    }
+    let tls = operator_tls(record_pki(&args.data).as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let symbol = bourse_engine::SymbolId(args.symbol);
+    let (from, took) = runtime.block_on(async {
+        let mut client = GroupClient::new(record_directory(&record), tls);
+        client.move_symbol(symbol, args.to).await.map_err(|e| format!("moving symbol {symbol}: {e}"))
+    })?;
+    if as_json {
+        println!("{}", json!({ "symbol": args.symbol, "from": from, "to": args.to, "ms": took.as_millis() as u64 }));
+    } else {
+        println!("symbol {symbol}'s book moved from group {from} to group {} in {} ms", args.to, took.as_millis());
     }
     Ok(())
 }

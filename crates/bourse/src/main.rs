@@ -52,6 +52,8 @@ enum TopCommand {
     GroupLoad(groups::GroupLoadArgs),
     /// Read a book, an order or an account of the groups `cluster up --groups` started.
     GroupQuery(groups::GroupQueryArgs),
+    /// Move a symbol's book to another group while the groups run.
+    GroupMove(groups::GroupMoveArgs),
     /// Start a local cluster, show its members, change its membership.
     Cluster {
         #[command(subcommand)]
@@ -149,6 +151,7 @@ fn main() -> ExitCode {
         TopCommand::Group(args) => groups::member(*args, &cli.target),
         TopCommand::GroupLoad(args) => groups::load(args, cli.target.json),
         TopCommand::GroupQuery(args) => groups::query(args, cli.target.json),
+        TopCommand::GroupMove(args) => groups::move_book(args, cli.target.json),
         TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::History { command } => history::run(command, &cli.target),
         TopCommand::Clearing { command } => clearing::run(command, cli.target.json),

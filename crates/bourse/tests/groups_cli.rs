@@ -4,8 +4,10 @@
 //! each group is killed with SIGKILL and started again, then the load's checks (every
 //! group's members in one state, every group with the same catalog and accounts, every
 //! asset conserved across the groups, every acknowledged command in its session's
-//! record on every member, every command answered), a second load that creates more
-//! and resumes the traders' sessions, `cluster status` and `cluster down`.
+//! record on every member, every command answered), a second load that creates more,
+//! resumes the traders' sessions and moves a book from one group to the other while it
+//! is traded, reads of every book and of an account (`group-query`), `cluster status`
+//! and `cluster down`.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -121,10 +123,26 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert!(report["resends"].as_u64().unwrap_or(0) > 0, "{report}");
 
     // The traders' sessions go on where the groups' records stand.
-    let again = ok(&["--json", "group-load", "--data", &data_text, "--seconds", "2", "--online-accounts", "2"]);
+    // ... and moves symbol 1's book from group 1 to group 0 while its traders trade it.
+    let again = ok(&[
+        "--json",
+        "group-load",
+        "--data",
+        &data_text,
+        "--seconds",
+        "3",
+        "--online-accounts",
+        "2",
+        "--move",
+        "1:0",
+        "--move-after",
+        "1",
+    ]);
     let again: Value = serde_json::from_str(again.trim()).expect("group-load --json");
     assert_eq!(again["violations"].as_array().map(Vec::len), Some(0), "{again}");
     assert_eq!(again["created_accounts"], serde_json::json!([68, 69]), "the operator's sessions resume: {again}");
+    assert_eq!((again["moved"]["from"].as_u64(), again["moved"]["to"].as_u64()), (Some(1), Some(0)), "{again}");
+    assert!(again["moved"]["orders_else"].as_u64().unwrap_or(0) > 0, "symbol 1 was traded: {again}");
     assert_eq!(again["repeats"].as_u64(), Some(0), "a resumed session sends new numbers: {again}");
 
     // Reads, each from its group's leader after a read index: every book is uncrossed;
@@ -133,6 +151,8 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     for symbol in 0..4 {
         let book = ok(&["--json", "group-query", "--data", &data_text, "book", "--symbol", &symbol.to_string()]);
         let book: Value = serde_json::from_str(book.trim()).expect("group-query --json");
+        // Symbol 1's book lives in group 0 now; the others where the map put them.
+        assert_eq!(book["answers"][0]["group"].as_u64(), Some(if symbol == 1 { 0 } else { symbol % 2 }), "{book}");
         let answer = &book["answers"][0]["answer"]["Book"];
         let best = |side: &str| answer[side][0][0].as_i64();
         if let (Some(bid), Some(ask)) = (best("bids"), best("asks")) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::{ClientId, Outcome, Reject};
+use bourse_engine::{ClientId, Outcome, Reject, SymbolId};
 use bourse_pki::ReloadableClientConfig;
 use bourse_shard::{route, Route, ShardMap, CATALOG_GROUP};
 
@@ -149,11 +149,31 @@ impl GroupClient {
         }
     }
 
-    /// Asks group `g`'s leader `query` (following the leader until
-    /// [`GroupClient::give_up_after`]); the answer and the index it was read at.
-    pub async fn query(&mut self, g: usize, query: &Query) -> Result<(u64, Answered), ClientError> {
+    /// Asks group `g`'s leader `query` (following the leader, and the group a moved
+    /// book lives in now, until [`GroupClient::give_up_after`]); the group that answered,
+    /// the index it read at, and the answer.
+    pub async fn query(&mut self, g: usize, query: &Query) -> Result<(usize, u64, Answered), ClientError> {
+        self.ask(g, &Request::Query(query.clone())).await.and_then(|(g, reply)| match reply {
+            Reply::Queried { index, answer } => Ok((g, index, answer)),
+            other => Err(ClientError::Query(format!("unexpected reply {other:?}"))),
+        })
+    }
+
+    /// Moves `symbol`'s book to group `to` (asked of the catalog's group's leader):
+    /// the group it left and how long the move took, as the leader saw it.
+    pub async fn move_symbol(&mut self, symbol: SymbolId, to: usize) -> Result<(usize, Duration), ClientError> {
+        self.ask(CATALOG_GROUP, &Request::Move { symbol, to }).await.and_then(|(_, reply)| match reply {
+            Reply::Moved { from, millis } => Ok((from, Duration::from_millis(millis))),
+            other => Err(ClientError::Query(format!("unexpected reply {other:?}"))),
+        })
+    }
+
+    /// Sends `request` to group `g`'s leader until it answers (an error reply is
+    /// returned as [`ClientError::Query`]).
+    async fn ask(&mut self, mut g: usize, request: &Request) -> Result<(usize, Reply), ClientError> {
         let started = Instant::now();
         let mut last = String::new();
+        let groups = self.groups.len();
         while started.elapsed() < self.give_up_after {
             let group = &mut self.groups[g];
             let at = group.leader;
@@ -169,9 +189,12 @@ impl GroupClient {
                 }
             }
             let (_, connection) = group.connection.as_mut().expect("just opened");
-            match connection.call(&Request::Query(query.clone()), Duration::from_secs(5)).await {
-                Ok(Reply::Queried { index, answer }) => return Ok((index, answer)),
+            match connection.call(request, Duration::from_secs(30)).await {
                 Ok(Reply::Error(error)) => return Err(ClientError::Query(error)),
+                Ok(Reply::Elsewhere { group: other }) if other < groups => {
+                    last = format!("group {g} sent the question to group {other}");
+                    g = other;
+                }
                 Ok(Reply::NotLeader { leader }) => {
                     last = format!("not the leader (the leader: {leader:?})");
                     group.leader = leader
@@ -179,6 +202,7 @@ impl GroupClient {
                         .unwrap_or((at + 1) % group.addresses.len());
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
+                Ok(reply @ (Reply::Queried { .. } | Reply::Moved { .. })) => return Ok((g, reply)),
                 Ok(other) => {
                     last = format!("unexpected reply {other:?}");
                     group.connection = None;

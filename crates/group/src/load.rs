@@ -32,6 +32,26 @@ pub struct LoadOptions {
     /// as the genesis funds its own, before the traders start; the first traders
     /// trade them.
     pub online_accounts: usize,
+    /// A book to move while the traders trade: `(symbol, to group, after)`.
+    pub move_book: Option<(SymbolId, usize, Duration)>,
+}
+
+/// A book moved under load, and what its traders saw.
+#[derive(Clone, Debug, Default)]
+pub struct MoveReport {
+    pub symbol: u32,
+    pub from: usize,
+    pub to: usize,
+    /// From the request to the book in its new group, as the catalog's leader saw it.
+    pub took_ms: f64,
+    /// The symbol's orders whose answer was awaited while the book moved, and the
+    /// longest such wait: the pause its clients saw.
+    pub orders_during: u64,
+    pub pause_ms: f64,
+    /// The symbol's other orders: how many, and their answers' p50 and p99.
+    pub orders_else: u64,
+    pub else_p50_ms: f64,
+    pub else_p99_ms: f64,
 }
 
 /// The client id the load creates and funds accounts as.
@@ -56,6 +76,7 @@ pub struct LoadReport {
     /// Accounts created online, and how long creating and funding them took.
     pub created: Vec<AccountId>,
     pub create_ms: f64,
+    pub moved: Option<MoveReport>,
     /// Every broken check; empty when all held.
     pub violations: Vec<String>,
 }
@@ -150,9 +171,12 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
         };
         let mut client = GroupClient::new(options.directory.clone(), tls.clone());
         let symbols = options.symbols;
+        let watched = options.move_book.map(|(symbol, _, _)| symbol);
         tasks.push(tokio::spawn(async move {
             let (mut commands, mut placed, mut repeats, mut failed) = (0u64, 0u64, 0u64, Vec::new());
             let mut latencies = Vec::new();
+            // The moving book's orders: when sent, how long their answers took.
+            let mut watching = Vec::new();
             while Instant::now() < until {
                 let body = trader.command(symbols);
                 trader.seq += 1;
@@ -164,6 +188,9 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                 match client.send(trader.client, trader.seq, body).await {
                     Ok((outcome, repeat)) => {
                         latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+                        if place.is_some_and(|(symbol, _)| Some(symbol) == watched) {
+                            watching.push((sent, sent.elapsed()));
+                        }
                         commands += 1;
                         repeats += u64::from(repeat);
                         if let (Some((symbol, tif)), Outcome::Ok { id }) = (place, outcome) {
@@ -179,15 +206,34 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                     }
                 }
             }
-            (trader.client, trader.account, trader.seq, (commands, placed, repeats, client.resends), failed, latencies)
+            let counts = (commands, placed, repeats, client.resends);
+            (trader.client, trader.account, trader.seq, counts, failed, (latencies, watching))
         }));
     }
+    let mover = options.move_book.map(|(symbol, to, after)| {
+        let mut client = GroupClient::new(options.directory.clone(), tls.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let asked = Instant::now();
+            let moved = client.move_symbol(symbol, to).await;
+            (asked, Instant::now(), moved)
+        })
+    });
     let mut answered: BTreeMap<ClientId, (AccountId, u64)> = BTreeMap::new();
     let mut latencies = Vec::new();
+    let mut watching = Vec::new();
     for task in tasks {
         match task.await {
-            Ok((client, account, seq, (commands, placed, repeats, resends), failed, mut answered_in)) => {
+            Ok((
+                client,
+                account,
+                seq,
+                (commands, placed, repeats, resends),
+                failed,
+                (mut answered_in, mut watched),
+            )) => {
                 latencies.append(&mut answered_in);
+                watching.append(&mut watched);
                 report.commands += commands;
                 report.placed += placed;
                 report.repeats += repeats;
@@ -200,6 +246,15 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
         }
     }
     report.elapsed = started.elapsed();
+    if let (Some(mover), Some((symbol, to, _))) = (mover, options.move_book) {
+        match mover.await {
+            Ok((asked, done, Ok((from, took)))) => {
+                report.moved = Some(move_report(symbol, from, to, took, (asked, done), &watching));
+            }
+            Ok((_, _, Err(error))) => report.violations.push(format!("moving symbol {symbol}: {error}")),
+            Err(error) => report.violations.push(format!("the mover panicked: {error}")),
+        }
+    }
     latencies.sort_by(f64::total_cmp);
     let quantile =
         |q: f64| latencies.get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)));
@@ -217,6 +272,37 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     report.settled_in = settling.elapsed();
     check(&states, &answered, &mut report);
     report
+}
+
+/// What the moving book's orders saw: those whose answer was awaited while the book
+/// moved (sent before it came, answered after the move was asked for) against the rest.
+fn move_report(
+    symbol: SymbolId,
+    from: usize,
+    to: usize,
+    took: Duration,
+    (asked, done): (Instant, Instant),
+    orders: &[(Instant, Duration)],
+) -> MoveReport {
+    let (during, mut other): (Vec<f64>, Vec<f64>) = {
+        let (during, other): (Vec<_>, Vec<_>) =
+            orders.iter().partition(|&&(sent, took)| sent <= done && sent + took >= asked);
+        let ms = |orders: Vec<&(Instant, Duration)>| orders.iter().map(|(_, took)| took.as_secs_f64() * 1e3).collect();
+        (ms(during), ms(other))
+    };
+    other.sort_by(f64::total_cmp);
+    let at = |q: f64| other.get(((other.len() as f64 * q) as usize).min(other.len().saturating_sub(1))).copied();
+    MoveReport {
+        symbol: symbol.0,
+        from,
+        to,
+        took_ms: took.as_secs_f64() * 1e3,
+        orders_during: during.len() as u64,
+        pause_ms: during.iter().copied().fold(0.0, f64::max),
+        orders_else: other.len() as u64,
+        else_p50_ms: at(0.5).unwrap_or(0.0),
+        else_p99_ms: at(0.99).unwrap_or(0.0),
+    }
 }
 
 /// Creates `options.online_accounts` accounts through the catalog's group, each then
@@ -358,6 +444,25 @@ fn check(states: &[(State, GroupMachine)], answered: &BTreeMap<ClientId, (Accoun
                     first.catalog(),
                     first.account.accounts_known()
                 ));
+            }
+        }
+    }
+    // Every group places every book alike, and no move is left half done.
+    if let Some(first) = firsts.first() {
+        let symbols = first.symbol.engine().symbols_len() as u32;
+        for machine in &firsts {
+            let apart =
+                (0..symbols).map(SymbolId).find(|&s| machine.account.symbol_group(s) != first.account.symbol_group(s));
+            if let Some(symbol) = apart {
+                report.violations.push(format!(
+                    "groups {} and {} place symbol {symbol}'s book apart",
+                    first.group(),
+                    machine.group()
+                ));
+            }
+            if !machine.symbol.leaving.is_empty() || !machine.symbol.arriving.is_empty() || machine.moving().count() > 0
+            {
+                report.violations.push(format!("group {}: a move of a book is not done", machine.group()));
             }
         }
     }

@@ -15,7 +15,7 @@ use bourse_cluster::state_machine::{Committed, Machine, MachineRequest, StateMac
 use bourse_cluster::tls::MemberTls;
 use bourse_cluster::{Batch, NodeId, Peer};
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::{ClientId, Timestamp};
+use bourse_engine::{ClientId, SymbolId, Timestamp};
 use bourse_pki::{Identity, ReloadableClientConfig, ReloadableServerConfig, Role, TlsFiles};
 use bourse_shard::machine::{Entry, Output};
 use bourse_shard::{route, GroupMachine, Route, ShardMap, CATALOG_GROUP};
@@ -27,6 +27,8 @@ use crate::Genesis;
 /// How long a submitted command waits for its outcome before it is answered
 /// [`Answer::Pending`] (the client sends it again).
 const ANSWER_WAIT: Duration = Duration::from_secs(3);
+/// How long a move may take before its request is answered that it was not seen done.
+const MOVE_WAIT: Duration = Duration::from_secs(20);
 /// How often the front looks for something to propose.
 const FRONT_EVERY: Duration = Duration::from_millis(1);
 /// A tick while some merge waits on this group's watermark, at most this often.
@@ -95,6 +97,8 @@ impl GroupConfig {
 #[derive(Default)]
 struct Inbox {
     commands: Vec<Command>,
+    /// Moves of books (on the catalog's group).
+    moves: Vec<(SymbolId, usize)>,
     /// The last stamp given (a command or a tick): stamps never go back.
     stamped: Timestamp,
 }
@@ -447,22 +451,53 @@ async fn answer(shared: &Shared, request: Request) -> Reply {
         }
         Request::Submit { commands } => Reply::Submitted(submit(shared, commands).await),
         Request::Query(query) => read(shared, query).await,
+        Request::Move { symbol, to } => move_book(shared, symbol, to).await,
+    }
+}
+
+/// Has the front propose a move of `symbol`'s book to group `to` (on the catalog's
+/// group's leader), and answers once the book has come there.
+async fn move_book(shared: &Shared, symbol: SymbolId, to: usize) -> Reply {
+    let asked = Instant::now();
+    if !shared.leading() {
+        return Reply::NotLeader {
+            leader: shared.member.leadership().borrow().leader.clone().map(|(_, peer)| peer.api),
+        };
+    }
+    let from = {
+        let replica = lock(&shared.replica);
+        if let Some(refused) = replica.machine.move_refused(symbol, to) {
+            return Reply::Error(refused);
+        }
+        replica.machine.account.symbol_group(symbol)
+    };
+    lock(&shared.inbox).moves.push((symbol, to));
+    let until = asked + MOVE_WAIT;
+    loop {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        {
+            let replica = lock(&shared.replica);
+            let machine = &replica.machine;
+            if machine.account.symbol_group(symbol) == to && !machine.moving().any(|s| s == symbol) {
+                return Reply::Moved { from, millis: asked.elapsed().as_millis() as u64 };
+            }
+        }
+        if Instant::now() > until {
+            return Reply::Error(format!("the move of symbol {symbol} was not seen done within {MOVE_WAIT:?}"));
+        }
     }
 }
 
 /// Answers a query on the leader, after a read index: what it reads was applied at an
 /// index no older than the query.
 async fn read(shared: &Shared, query: Query) -> Reply {
-    let symbol_here = |symbol: bourse_engine::SymbolId| {
-        let g = shared.map.symbol_group(symbol);
-        (g == shared.group).then_some(()).ok_or_else(|| format!("symbol {symbol} lives in group {g}"))
-    };
-    let routed = match &query {
-        Query::Book { symbol, .. } | Query::Order { symbol, .. } => symbol_here(*symbol),
-        Query::Account { .. } => Ok(()),
-    };
-    if let Err(error) = routed {
-        return Reply::Error(error);
+    // Where the book lives now, as this member has applied the moves (a follower or a
+    // deposed leader may be behind: the client asks again where it is sent).
+    if let Query::Book { symbol, .. } | Query::Order { symbol, .. } = &query {
+        let g = lock(&shared.replica).machine.account.symbol_group(*symbol);
+        if g != shared.group {
+            return Reply::Elsewhere { group: g };
+        }
     }
     if !shared.leading() {
         return Reply::NotLeader {
@@ -585,7 +620,13 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
         if !leadership.is_leader {
             // Commands taken in while leading, not yet proposed: their waiters are
             // dropped, so their clients hear `Pending` and send them to the leader.
-            let dropped: Vec<Command> = std::mem::take(&mut lock(&shared.inbox).commands);
+            let dropped: Vec<Command> = {
+                let mut inbox = lock(&shared.inbox);
+                // Moves not proposed: their requests time out, and the operator asks
+                // the leader.
+                inbox.moves.clear();
+                std::mem::take(&mut inbox.commands)
+            };
             {
                 let mut replica = lock(&shared.replica);
                 for command in dropped {
@@ -666,6 +707,9 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
                 let tick = inbox.stamp();
                 push(&Entry::Clients { commands, tick });
                 last_tick = now;
+            }
+            for (symbol, to) in std::mem::take(&mut inbox.moves) {
+                push(&Entry::MoveSymbol { symbol, to });
             }
         }
         for entry in ingests.iter().chain(&trims) {

@@ -40,6 +40,9 @@ pub enum Request {
     /// A read of the group's state, answered by its leader after a read index (the
     /// state at an index no older than the request).
     Query(Query),
+    /// Move `symbol`'s book to group `to` (asked of the catalog's group, group 0);
+    /// answered once the book has come there.
+    Move { symbol: SymbolId, to: usize },
 }
 
 /// What a client may read of a group.
@@ -134,6 +137,16 @@ pub enum Reply {
     /// address when known).
     NotLeader {
         leader: Option<String>,
+    },
+    /// The symbol asked about lives in another group now: ask that one.
+    Elsewhere {
+        group: usize,
+    },
+    /// The book moved, from group `from`, and was in its new group `millis` after the
+    /// request came.
+    Moved {
+        from: usize,
+        millis: u64,
     },
     /// The request was not understood or not allowed.
     Error(String),
@@ -237,6 +250,7 @@ pub fn allowed(peer: Option<&Identity>, request: &Request) -> Result<(), String>
         Request::Outputs { .. } => peer.role == Role::Node,
         Request::State { .. } => true,
         Request::Query(_) => matches!(peer.role, Role::Operator | Role::Gateway | Role::Observer),
+        Request::Move { .. } => peer.role == Role::Operator,
     };
     if ok {
         Ok(())
@@ -248,6 +262,7 @@ pub fn allowed(peer: Option<&Identity>, request: &Request) -> Result<(), String>
                 Request::Outputs { .. } => "read a group's outputs (members of other groups may)",
                 Request::State { .. } => "read state",
                 Request::Query(_) => "read accounts, orders and books (operators, gateways and observers may)",
+                Request::Move { .. } => "move a book between groups (operators may)",
             }
         ))
     }
@@ -287,13 +302,14 @@ mod tests {
         let outputs = Request::Outputs { to: 0, from: 1, max: 1, wait_ms: 0, consumed: 0 };
         let query = Request::Query(Query::Account { account: AccountId(1) });
         let book = Request::Query(Query::Book { symbol: SymbolId(0), levels: 5 });
+        let moving = Request::Move { symbol: SymbolId(0), to: 1 };
         for (role, may) in [
-            (Role::Operator, [true, false, true, true]),
-            (Role::Gateway, [true, false, true, true]),
-            (Role::Observer, [false, false, true, true]),
-            (Role::Node, [false, true, false, false]),
+            (Role::Operator, [true, false, true, true, true]),
+            (Role::Gateway, [true, false, true, true, false]),
+            (Role::Observer, [false, false, true, true, false]),
+            (Role::Node, [false, true, false, false, false]),
         ] {
-            for (request, may) in [&submit, &outputs, &query, &book].into_iter().zip(may) {
+            for (request, may) in [&submit, &outputs, &query, &book, &moving].into_iter().zip(may) {
                 let answer = allowed(Some(&peer(role)), request);
                 assert_eq!(answer.is_ok(), may, "{role:?} asking {request:?}: {answer:?}");
                 if let Err(refused) = answer {
