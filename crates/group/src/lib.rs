@@ -21,9 +21,10 @@
 //!   group's replicas in one state, every asset conserved across the groups, every
 //!   acknowledged command in its session's record.
 //!
-//! Every member starts from a [`Genesis`] it builds alike. Not yet: a meta group of its
-//! own and the cut a close of the day needs, gateways routing by the map, market data
-//! and history per group, moving a symbol.
+//! Every member starts from a [`Genesis`] it builds alike. Group 0's leader also orders
+//! moves of a book to another group (`Request::Move`). Not yet: a meta group of its own
+//! and the cut a close of the day needs, gateways routing by the map, market data and
+//! history per group, moving accounts.
 
 pub mod client;
 pub mod load;

@@ -39,7 +39,9 @@
 //! groups. Catalog and account commands go to [`CATALOG_GROUP`], which passes them on
 //! to every other group in its output stream (the design's metadata group's config
 //! stream); a close of the day comes as the same entry in every group's log at one
-//! point (the cut the design's barrier would give).
+//! point (the cut the design's barrier would give). A symbol's book moves to another
+//! group online, ordered by the catalog's group like a catalog command
+//! ([`machine::Entry::MoveSymbol`]): see "Moving a book" in [`machine`].
 
 mod account;
 pub mod machine;
@@ -56,7 +58,7 @@ pub use account::{AccountPart, Step};
 pub use machine::GroupMachine;
 pub use replicated::{Replicated, Stats};
 pub use summary::{Summary, Trade, Translated, Translator};
-pub use symbol::{Merge, SymbolPart};
+pub use symbol::{Leaving, Merge, SymbolPart, ORDER_ID_BITS};
 
 /// Which group owns what: a symbol by its id modulo the group count, an account by a
 /// hash of its id modulo the group count (so where an account lives says nothing of

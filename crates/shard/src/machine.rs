@@ -32,6 +32,17 @@
 //!   merge until it has applied as many, so an order never reaches a group that has
 //!   not yet heard of its account or symbol.
 //!
+//! **Moving a book.** [`Entry::MoveSymbol`] on [`CATALOG_GROUP`] moves a symbol's book to
+//! another group; the catalog's group passes it on ([`Output::Move`]) and every group
+//! counts it as a catalog command. Where a group's log applies it, the group routes the
+//! symbol's orders to the new group from then on and tells the old one
+//! ([`Output::Passed`], after every order it sent there). The old group hands the book
+//! over ([`Output::Handoff`]: orders, stops, records, holds) once every group has passed
+//! the move and none of the symbol's orders waits in its merge; the new group holds the
+//! symbol's orders in its merge until the book comes, then tells the catalog's group
+//! ([`Output::Arrived`]), which may move it again. Each order of the symbol is applied by
+//! exactly one of the two groups.
+//!
 //! Restoring a snapshot and replaying the log after it rebuilds the same state and the
 //! same outputs (the outputs are state too), which the harness in
 //! [`crate::Replicated`] checks at every crash it simulates.
