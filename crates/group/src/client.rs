@@ -32,6 +32,27 @@ struct Group {
     connection: Option<(usize, Connection)>,
 }
 
+impl Group {
+    /// The connection to the member that last led, opened when there is none; an
+    /// error moves on to the next member for the next try.
+    async fn leader_connection(
+        &mut self,
+        tls: Option<&Arc<ReloadableClientConfig>>,
+    ) -> Result<&mut Connection, String> {
+        let at = self.leader;
+        if self.connection.as_ref().is_none_or(|(of, _)| *of != at) {
+            match Connection::open(&self.addresses[at], tls).await {
+                Ok(connection) => self.connection = Some((at, connection)),
+                Err(error) => {
+                    self.leader = (at + 1) % self.addresses.len();
+                    return Err(error);
+                }
+            }
+        }
+        Ok(&mut self.connection.as_mut().expect("just opened").1)
+    }
+}
+
 /// See the module's docs. One command at a time per client (the sessions' gap check
 /// refuses a command that overtook its predecessor; one at a time never does).
 pub struct GroupClient {
@@ -91,18 +112,14 @@ impl GroupClient {
             first = false;
             let group = &mut self.groups[g];
             let at = group.leader;
-            if group.connection.as_ref().is_none_or(|(of, _)| *of != at) {
-                match Connection::open(&group.addresses[at], self.tls.as_ref()).await {
-                    Ok(connection) => group.connection = Some((at, connection)),
-                    Err(error) => {
-                        last = error;
-                        group.leader = (at + 1) % group.addresses.len();
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
+            let connection = match group.leader_connection(self.tls.as_ref()).await {
+                Ok(connection) => connection,
+                Err(error) => {
+                    last = error;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
                 }
-            }
-            let (_, connection) = group.connection.as_mut().expect("just opened");
+            };
             let request = Request::Submit { commands: vec![command.clone()] };
             let answer = match connection.call(&request, Duration::from_secs(5)).await {
                 Ok(Reply::Submitted(mut answers)) if answers.len() == 1 => answers.remove(0),
@@ -177,18 +194,14 @@ impl GroupClient {
         while started.elapsed() < self.give_up_after {
             let group = &mut self.groups[g];
             let at = group.leader;
-            if group.connection.as_ref().is_none_or(|(of, _)| *of != at) {
-                match Connection::open(&group.addresses[at], self.tls.as_ref()).await {
-                    Ok(connection) => group.connection = Some((at, connection)),
-                    Err(error) => {
-                        last = error;
-                        group.leader = (at + 1) % group.addresses.len();
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
+            let connection = match group.leader_connection(self.tls.as_ref()).await {
+                Ok(connection) => connection,
+                Err(error) => {
+                    last = error;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
                 }
-            }
-            let (_, connection) = group.connection.as_mut().expect("just opened");
+            };
             match connection.call(request, Duration::from_secs(30)).await {
                 Ok(Reply::Error(error)) => return Err(ClientError::Query(error)),
                 Ok(Reply::Elsewhere { group: other }) if other < groups => {
