@@ -499,7 +499,7 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                 "symbol {}'s book moved from group {} to group {} in {:.1} ms; its {} orders awaited meanwhile waited \
                  {:.1} ms at most, its {} others p50 {:.2} ms, p99 {:.2} ms",
                 m.symbol,
-                m.from,
+                m.from.map_or("?".to_string(), |g| g.to_string()),
                 m.to,
                 m.took_ms,
                 m.orders_during,
@@ -698,7 +698,8 @@ pub fn move_book(args: GroupMoveArgs, as_json: bool) -> Result<(), String> {
     if as_json {
         println!("{}", json!({ "symbol": args.symbol, "from": from, "to": args.to, "ms": took.as_millis() as u64 }));
     } else {
-        println!("symbol {symbol}'s book moved from group {from} to group {} in {} ms", args.to, took.as_millis());
+        let from = from.map_or("where it was".to_string(), |g| format!("group {g}"));
+        println!("symbol {symbol}'s book moved from {from} to group {} in {} ms", args.to, took.as_millis());
     }
     Ok(())
 }

@@ -2,9 +2,11 @@
 //! three `bourse group` processes, each member's Raft port behind a fault proxy in this
 //! test (members dial from their own loopback address, so a proxy knows who calls), and
 //! `group-load` trading while the leader of each group in turn is cut off from its
-//! group for two seconds and then healed. The load's checks must hold: every group's
-//! members in one state, every asset conserved across the groups, every acknowledged
-//! command in its session's record on every member, every command answered.
+//! group for two seconds and then healed, and a book moving from group 0 to group 1
+//! during the first cut. The load's checks must hold: every group's members in one
+//! state, every group placing every book alike with no move half done, every asset
+//! conserved across the groups, every acknowledged command in its session's record on
+//! every member, every command answered.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
@@ -105,7 +107,9 @@ fn groups_trade_through_their_leaders_cut_off_and_healed() {
     leader_of(&data_text, 1);
 
     let load = bourse()
-        .args(["--json", "group-load", "--data", &data_text, "--seconds", "12"])
+        // Symbol 0's book moves from group 0 to group 1 three seconds in, while group 0's
+        // leader is cut off (the move's request may reach the deposed one, and go again).
+        .args(["--json", "group-load", "--data", &data_text, "--seconds", "12", "--move", "0:1", "--move-after", "3"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -144,6 +148,7 @@ fn groups_trade_through_their_leaders_cut_off_and_healed() {
     assert_eq!(report["violations"].as_array().map(Vec::len), Some(0), "{report}");
     assert!(report["commands"].as_u64().unwrap_or(0) > 50, "{report}");
     assert!(report["resends"].as_u64().unwrap_or(0) > 0, "the cuts sent clients elsewhere: {report}");
+    assert_eq!(report["moved"]["to"].as_u64(), Some(1), "the book moved: {report}");
 }
 
 fn tail(path: &Path) -> String {

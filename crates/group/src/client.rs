@@ -176,18 +176,39 @@ impl GroupClient {
         })
     }
 
-    /// Moves `symbol`'s book to group `to` (asked of the catalog's group's leader):
-    /// the group it left and how long the move took, as the leader saw it.
-    pub async fn move_symbol(&mut self, symbol: SymbolId, to: usize) -> Result<(usize, Duration), ClientError> {
-        self.ask(CATALOG_GROUP, &Request::Move { symbol, to }).await.and_then(|(_, reply)| match reply {
-            Reply::Moved { from, millis } => Ok((from, Duration::from_millis(millis))),
-            other => Err(ClientError::Query(format!("unexpected reply {other:?}"))),
-        })
+    /// Moves `symbol`'s book to group `to` (asked of the catalog's group's leader, and
+    /// asked again, as a resend, while the answer is lost or the move was not seen done):
+    /// the group it left (`None` when only a resend was answered) and how long it took.
+    pub async fn move_symbol(&mut self, symbol: SymbolId, to: usize) -> Result<(Option<usize>, Duration), ClientError> {
+        let started = Instant::now();
+        let again = Request::Move { symbol, to, again: true };
+        let mut request = Request::Move { symbol, to, again: false };
+        while started.elapsed() < self.give_up_after * 2 {
+            match self.ask_resending(CATALOG_GROUP, &request, &again).await {
+                Ok((_, Reply::Moved { from, .. })) => return Ok((from, started.elapsed())),
+                Ok((_, other)) => return Err(ClientError::Query(format!("unexpected reply {other:?}"))),
+                Err(ClientError::Query(error)) if error.contains(crate::wire::MOVE_NOT_SEEN) => request = again.clone(),
+                Err(ClientError::Timeout(..)) => request = again.clone(),
+                Err(error) => return Err(error),
+            }
+        }
+        Err(ClientError::Timeout(self.give_up_after * 2, format!("the move of symbol {symbol} was not answered")))
     }
 
     /// Sends `request` to group `g`'s leader until it answers (an error reply is
     /// returned as [`ClientError::Query`]).
-    async fn ask(&mut self, mut g: usize, request: &Request) -> Result<(usize, Reply), ClientError> {
+    async fn ask(&mut self, g: usize, request: &Request) -> Result<(usize, Reply), ClientError> {
+        self.ask_resending(g, request, request).await
+    }
+
+    /// [`GroupClient::ask`], sending `resend` after the first try.
+    async fn ask_resending(
+        &mut self,
+        mut g: usize,
+        first: &Request,
+        resend: &Request,
+    ) -> Result<(usize, Reply), ClientError> {
+        let mut request = first;
         let started = Instant::now();
         let mut last = String::new();
         let groups = self.groups.len();
@@ -202,7 +223,9 @@ impl GroupClient {
                     continue;
                 }
             };
-            match connection.call(request, Duration::from_secs(30)).await {
+            let reply = connection.call(request, Duration::from_secs(30)).await;
+            request = resend;
+            match reply {
                 Ok(Reply::Error(error)) => return Err(ClientError::Query(error)),
                 Ok(Reply::Elsewhere { group: other }) if other < groups => {
                     last = format!("group {g} sent the question to group {other}");

@@ -40,7 +40,8 @@ pub struct LoadOptions {
 #[derive(Clone, Debug, Default)]
 pub struct MoveReport {
     pub symbol: u32,
-    pub from: usize,
+    /// `None` when the answer that reached the load was to a resend.
+    pub from: Option<usize>,
     pub to: usize,
     /// From the request to the book in its new group, as the catalog's leader saw it.
     pub took_ms: f64,
@@ -278,7 +279,7 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
 /// moved (sent before it came, answered after the move was asked for) against the rest.
 fn move_report(
     symbol: SymbolId,
-    from: usize,
+    from: Option<usize>,
     to: usize,
     took: Duration,
     (asked, done): (Instant, Instant),

@@ -451,13 +451,14 @@ async fn answer(shared: &Shared, request: Request) -> Reply {
         }
         Request::Submit { commands } => Reply::Submitted(submit(shared, commands).await),
         Request::Query(query) => read(shared, query).await,
-        Request::Move { symbol, to } => move_book(shared, symbol, to).await,
+        Request::Move { symbol, to, again } => move_book(shared, symbol, to, again).await,
     }
 }
 
 /// Has the front propose a move of `symbol`'s book to group `to` (on the catalog's
-/// group's leader), and answers once the book has come there.
-async fn move_book(shared: &Shared, symbol: SymbolId, to: usize) -> Reply {
+/// group's leader), and answers once the book has come there. A resend (`again`) of a
+/// move this group has taken already only waits for it.
+async fn move_book(shared: &Shared, symbol: SymbolId, to: usize, again: bool) -> Reply {
     let asked = Instant::now();
     if !shared.leading() {
         return Reply::NotLeader {
@@ -466,12 +467,18 @@ async fn move_book(shared: &Shared, symbol: SymbolId, to: usize) -> Reply {
     }
     let from = {
         let replica = lock(&shared.replica);
-        if let Some(refused) = replica.machine.move_refused(symbol, to) {
+        let machine = &replica.machine;
+        if again && machine.account.symbol_group(symbol) == to {
+            None
+        } else if let Some(refused) = machine.move_refused(symbol, to) {
             return Reply::Error(refused);
+        } else {
+            Some(machine.account.symbol_group(symbol))
         }
-        replica.machine.account.symbol_group(symbol)
     };
-    lock(&shared.inbox).moves.push((symbol, to));
+    if from.is_some() {
+        lock(&shared.inbox).moves.push((symbol, to));
+    }
     let until = asked + MOVE_WAIT;
     loop {
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -483,7 +490,7 @@ async fn move_book(shared: &Shared, symbol: SymbolId, to: usize) -> Reply {
             }
         }
         if Instant::now() > until {
-            return Reply::Error(format!("the move of symbol {symbol} was not seen done within {MOVE_WAIT:?}"));
+            return Reply::Error(format!("the move of symbol {symbol} {} within {MOVE_WAIT:?}", wire::MOVE_NOT_SEEN));
         }
     }
 }

@@ -18,6 +18,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// How a member's answer says a move it proposed was not seen done in time (its entry
+/// may have gone with a leader change): the client sends it again.
+pub const MOVE_NOT_SEEN: &str = "was not seen done";
+
 /// The longest frame either side accepts (a whole group's state, for the checks).
 pub const FRAME_MAX: u32 = 256 << 20;
 /// A TLS handshake that takes longer is given up.
@@ -41,8 +45,9 @@ pub enum Request {
     /// state at an index no older than the request).
     Query(Query),
     /// Move `symbol`'s book to group `to` (asked of the catalog's group, group 0);
-    /// answered once the book has come there.
-    Move { symbol: SymbolId, to: usize },
+    /// answered once the book has come there. `again`: a resend of a move whose answer
+    /// was lost; one already taken (the book placed in `to`) is waited for, not refused.
+    Move { symbol: SymbolId, to: usize, again: bool },
 }
 
 /// What a client may read of a group.
@@ -142,10 +147,10 @@ pub enum Reply {
     Elsewhere {
         group: usize,
     },
-    /// The book moved, from group `from`, and was in its new group `millis` after the
-    /// request came.
+    /// The book moved, from group `from` (`None` for a resend whose move was taken
+    /// already), and was in its new group `millis` after the request came.
     Moved {
-        from: usize,
+        from: Option<usize>,
         millis: u64,
     },
     /// The request was not understood or not allowed.
@@ -302,7 +307,7 @@ mod tests {
         let outputs = Request::Outputs { to: 0, from: 1, max: 1, wait_ms: 0, consumed: 0 };
         let query = Request::Query(Query::Account { account: AccountId(1) });
         let book = Request::Query(Query::Book { symbol: SymbolId(0), levels: 5 });
-        let moving = Request::Move { symbol: SymbolId(0), to: 1 };
+        let moving = Request::Move { symbol: SymbolId(0), to: 1, again: false };
         for (role, may) in [
             (Role::Operator, [true, false, true, true, true]),
             (Role::Gateway, [true, false, true, true, false]),
