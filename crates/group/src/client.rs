@@ -33,6 +33,14 @@ struct Group {
 }
 
 impl Group {
+    /// After member `at` said it does not lead: the leader it named, when this group
+    /// has it, or else the next member.
+    fn follow(&mut self, at: usize, leader: Option<String>) {
+        self.leader = leader
+            .and_then(|api| self.addresses.iter().position(|a| *a == api))
+            .unwrap_or((at + 1) % self.addresses.len());
+    }
+
     /// The connection to the member that last led, opened when there is none; an
     /// error moves on to the next member for the next try.
     async fn leader_connection(
@@ -147,9 +155,7 @@ impl GroupClient {
                 Answer::Pending => last = "pending".into(),
                 Answer::NotLeader { leader } => {
                     last = format!("not the leader (the leader: {leader:?})");
-                    group.leader = leader
-                        .and_then(|api| group.addresses.iter().position(|a| *a == api))
-                        .unwrap_or((at + 1) % group.addresses.len());
+                    group.follow(at, leader);
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
@@ -233,9 +239,7 @@ impl GroupClient {
                 }
                 Ok(Reply::NotLeader { leader }) => {
                     last = format!("not the leader (the leader: {leader:?})");
-                    group.leader = leader
-                        .and_then(|api| group.addresses.iter().position(|a| *a == api))
-                        .unwrap_or((at + 1) % group.addresses.len());
+                    group.follow(at, leader);
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 Ok(reply @ (Reply::Queried { .. } | Reply::Moved { .. })) => return Ok((g, reply)),

@@ -80,6 +80,19 @@ pub enum Output {
     Arrived { symbol: SymbolId },
 }
 
+impl Output {
+    /// The amounts it carries: a forward's hold, a credit, a handed-over book's holds.
+    pub fn funds(&self) -> impl Iterator<Item = (AssetId, Amount)> + '_ {
+        let (one, book) = match self {
+            Output::Forward(forward) => (forward.fund, None),
+            Output::Settlement(Settlement::Credit { asset, amount, .. }) => (Some((*asset, *amount)), None),
+            Output::Handoff(handoff) => (None, Some(handoff)),
+            _ => (None, None),
+        };
+        one.into_iter().chain(book.into_iter().flat_map(BookHandoff::funds))
+    }
+}
+
 /// One entry of a group's log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Entry {
@@ -254,25 +267,7 @@ impl GroupMachine {
     pub fn in_flight(&self, to: usize, after: u64) -> impl Iterator<Item = (AssetId, Amount)> + '_ {
         let outbox = &self.outboxes[to];
         assert!(after >= outbox.trimmed, "outputs to group {to} trimmed past its cursor");
-        outbox
-            .outputs
-            .iter()
-            .skip((after - outbox.trimmed) as usize)
-            .filter_map(|output| match output {
-                Output::Forward(forward) => forward.fund,
-                Output::Settlement(Settlement::Credit { asset, amount, .. }) => Some((*asset, *amount)),
-                Output::Settlement(_)
-                | Output::Watermark(_)
-                | Output::Config { .. }
-                | Output::Move { .. }
-                | Output::Passed { .. }
-                | Output::Arrived { .. } => None,
-                Output::Handoff(_) => None,
-            })
-            .chain(outbox.outputs.iter().skip((after - outbox.trimmed) as usize).flat_map(|output| match output {
-                Output::Handoff(handoff) => handoff.funds().collect(),
-                _ => Vec::new(),
-            }))
+        outbox.outputs.iter().skip((after - outbox.trimmed) as usize).flat_map(Output::funds)
     }
 
     /// Every output to `to` not yet taken, and the number of the first: what a consumer
