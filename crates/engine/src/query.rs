@@ -122,6 +122,12 @@ impl<B: Book> Engine<B> {
         records
     }
 
+    /// The records of the closed orders still kept (the last
+    /// [`EngineConfig::orders_closed_max`](crate::EngineConfig)), oldest first.
+    pub fn closed_order_records(&self) -> impl Iterator<Item = &OrderRecord> + '_ {
+        self.orders_closed.iter()
+    }
+
     /// Resting orders and pending stops of an account, by order id.
     pub fn open_orders(&self, account: AccountId) -> Vec<OrderView> {
         let mut ids: Vec<OrderId> = self

@@ -93,6 +93,10 @@ rejects! {
     MarkNotSettable = 44, "mark_not_settable";
     // Margin orders hold margin, not a budget.
     BudgetNotForMargin = 45, "budget_not_for_margin";
+    // A close of the day sent to groups while a book moves between two of them (the
+    // partitioned exchange; one engine never gives it): send it again once the move
+    // has finished.
+    BookMoving = 46, "book_moving";
 }
 
 impl std::fmt::Display for Reject {

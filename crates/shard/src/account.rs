@@ -106,6 +106,18 @@ pub struct AccountPart {
     /// Symbols moved away from the group the map gives them, to the group they live in
     /// now (as this group has applied the moves, [`crate::machine::Output::Move`]).
     placed: BTreeMap<SymbolId, usize>,
+    /// On the catalog's group: the closes of the day on their way through the groups,
+    /// by the operator's command, each waiting for every group's report.
+    closing: BTreeMap<(ClientId, u64), Closing>,
+}
+
+/// A close of the day on its way (see [`AccountPart::closing`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Closing {
+    stamp: u64,
+    /// Groups that have reported, and the orders they expired in all.
+    reported: usize,
+    expired: u64,
 }
 
 /// The outcomes a session remembers for retries, as one engine does
@@ -167,6 +179,7 @@ impl AccountPart {
             records: Vec::new(),
             sessions: FxHashMap::default(),
             placed: BTreeMap::new(),
+            closing: BTreeMap::new(),
         }
     }
 
@@ -193,8 +206,6 @@ impl AccountPart {
             }
             // The symbol parts' engines keep the setting; nothing here depends on it.
             CommandBody::SetFairness(_) => {}
-            // The symbol parts expire the Day orders and send back what they held.
-            CommandBody::CloseDay => {}
             _ => return Err(Unsupported("this command as configuration")),
         }
         Ok(())
@@ -352,6 +363,17 @@ impl AccountPart {
         session.outcomes.push_back(outcome);
     }
 
+    /// The operator's close of the day `(client, seq)`, stamped `stamp`, is on its way
+    /// to every symbol part: answered once each has reported ([`Settlement::Closed`]).
+    pub(crate) fn closing(&mut self, client: ClientId, seq: u64, stamp: u64) {
+        self.closing.insert((client, seq), Closing { stamp, reported: 0, expired: 0 });
+    }
+
+    /// Closes of the day not yet reported by every group.
+    pub fn closes_pending(&self) -> usize {
+        self.closing.len()
+    }
+
     /// Every client's session with this group: `(client, number of its last command
     /// applied)`.
     pub fn sessions(&self) -> impl Iterator<Item = (ClientId, u64)> + '_ {
@@ -487,6 +509,21 @@ impl AccountPart {
     /// client when it is one.
     pub fn settle(&mut self, settlement: Settlement) -> Option<Ack> {
         match settlement {
+            Settlement::Closed { client, seq, expired } => {
+                let closing = self.closing.get_mut(&(client, seq)).expect("a close reported is on its way");
+                closing.reported += 1;
+                closing.expired += expired;
+                if closing.reported < self.map.groups() {
+                    return None;
+                }
+                let Closing { stamp, expired, .. } =
+                    self.closing.remove(&(client, seq)).expect("the close just counted");
+                let outcome = Outcome::Ok { id: expired };
+                if let Some(slot) = self.sessions.get_mut(&client).and_then(|session| session.outcome_mut(seq)) {
+                    *slot = Some(outcome);
+                }
+                Some(Ack { client, seq, stamp, outcome, repeat: false })
+            }
             Settlement::Credit { account, asset, amount } => {
                 *self.balance_mut(account, asset) += amount.0;
                 None

@@ -26,7 +26,7 @@
 //! A group's two parts are one state machine over the group's log ([`GroupMachine`],
 //! in [`machine`]): client entries, ingest entries that carry another group's numbered
 //! outputs past a per-source cursor (exactly once), trim entries for retention, and
-//! config entries. [`Replicated`] runs every group as its log and machine in one thread,
+//! the moves of books. [`Replicated`] runs every group as its log and machine in one thread,
 //! committing entries in an order drawn from a seed, with resends, gaps, crashes
 //! rebuilt from a snapshot and the log, and trims (the differential tests);
 //! [`threads::run`] runs a group's machine per thread (the bench).
@@ -34,12 +34,13 @@
 //! What this slice leaves out (refused as [`Unsupported`]): margin symbols, marks, day
 //! trading. Suspension is carried by the account parts alone; an account created with
 //! an external id is config like any other, its deposit taken by its own account part;
-//! fairness settings are config; the close of the day is config that each group's
-//! symbol part applies to its own books, its count of expired orders summed over the
-//! groups. Catalog and account commands go to [`CATALOG_GROUP`], which passes them on
-//! to every other group in its output stream (the design's metadata group's config
-//! stream); a close of the day comes as the same entry in every group's log at one
-//! point (the cut the design's barrier would give). A symbol's book moves to another
+//! fairness settings are config. Catalog and account commands go to [`CATALOG_GROUP`],
+//! which passes them on to every other group in its output stream (the design's
+//! metadata group's config stream). A close of the day goes there too, and from there
+//! to every symbol part's merge as a cut at its stamp: each part expires its books'
+//! Day orders where the merge releases it, after every order stamped before it and
+//! before every order stamped after, and the catalog's group answers with the sum of
+//! what they expired (see "The close of the day" in [`machine`]). A symbol's book moves to another
 //! group online, ordered by the catalog's group like a catalog command
 //! ([`machine::Entry::MoveSymbol`]): see "Moving a book" in [`machine`].
 
@@ -124,15 +125,20 @@ pub enum Settlement {
     /// A buy order's state after a command touched it: `(price, quantity left)` while it
     /// rests, `None` once it is gone. The account part needs it to price a move.
     Buy { account: AccountId, symbol: SymbolId, order: OrderId, open: Option<(Px, Qty)> },
+    /// To [`CATALOG_GROUP`]: the symbol part has closed the day the operator's command
+    /// `(client, seq)` closed, at its stamp in its merge, and expired `expired` orders.
+    Closed { client: ClientId, seq: u64, expired: u64 },
 }
 
 impl Settlement {
-    /// The account whose part this goes to.
-    pub fn account(&self) -> AccountId {
+    /// The account whose part this goes to (none for a report of a close, which goes
+    /// to the catalog's group).
+    pub fn account(&self) -> Option<AccountId> {
         match *self {
             Settlement::Credit { account, .. } | Settlement::Done { account, .. } | Settlement::Buy { account, .. } => {
-                account
+                Some(account)
             }
+            Settlement::Closed { .. } => None,
         }
     }
 }
@@ -181,9 +187,9 @@ pub const CATALOG_GROUP: usize = 0;
 /// Where a command goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// To every part: the catalog, account creation, fairness settings and the close
-    /// of the day (through [`CATALOG_GROUP`], or as the same config entry in every
-    /// group's log).
+    /// Through [`CATALOG_GROUP`] to every part: the catalog, account creation, fairness
+    /// settings, and the close of the day (a cut every symbol part's merge takes at its
+    /// stamp: see "The close of the day" in [`machine`]).
     Config,
     /// To the account part of this group.
     Account(usize),

@@ -19,9 +19,6 @@
 //!   (its leader read the cursor, as it reads any query). Retention is replicated
 //!   state, so a snapshot keeps every output not yet consumed, and compacting the log
 //!   behind it loses none.
-//! - [`Entry::Config`]: a command every group applies at the same point of its input
-//!   (the close of the day, which needs that cut; [`crate::Replicated`] commits it to
-//!   every group's log after everything in flight has arrived).
 //! - A catalog or account command sent to a running exchange goes to
 //!   [`CATALOG_GROUP`] in an [`Entry::Clients`], under its client's session there.
 //!   That group applies it and passes it on to every other group as an
@@ -31,6 +28,20 @@
 //!   carries its source's count ([`Forward::catalog`]): the symbol part holds it in its
 //!   merge until it has applied as many, so an order never reaches a group that has
 //!   not yet heard of its account or symbol.
+//!
+//! **The close of the day** is a cut across the groups at a stamp. The operator sends
+//! it to [`CATALOG_GROUP`] like a catalog command; that group stamps it in its
+//! [`Entry::Clients`] and sends it to every symbol part's merge, its own included, as a
+//! forward (in its stream to each group, after every order it sent there before). Each
+//! merge releases it in stamp order like any forward, once every source's watermark has
+//! passed its stamp: after every order stamped before it and before every order stamped
+//! after, whichever group those came from, which is where one engine fed the same
+//! stamped input applies it. There the part expires its books' Day orders (the holds go
+//! back to their accounts' parts) and reports how many to the catalog's group
+//! ([`Settlement::Closed`]), which answers the operator with the sum once every group
+//! has reported. The catalog's group refuses a close while a book moves
+//! ([`Reject::BookMoving`]) and a move while a close is on its way, so no book is
+//! between two groups when a merge takes the cut.
 //!
 //! **Moving a book.** [`Entry::MoveSymbol`] on [`CATALOG_GROUP`] moves a symbol's book to
 //! another group; the catalog's group passes it on ([`Output::Move`]) and every group
@@ -103,8 +114,6 @@ pub enum Entry {
     Ingest { source: usize, from: u64, outputs: Vec<Output> },
     /// Drop the outputs to `to` numbered up to `upto`: `to` has applied them.
     Trim { to: usize, upto: u64 },
-    /// A command every group's log has at the same point (see the module's docs).
-    Config { stamp: Timestamp, body: CommandBody },
     /// Move `symbol`'s book to group `to` (see "Moving a book" in the module's docs):
     /// applied by [`CATALOG_GROUP`] only, and only where [`GroupMachine::move_refused`]
     /// finds nothing against it (elsewhere, or refused, it does nothing).
@@ -204,6 +213,9 @@ impl GroupMachine {
         if self.moving.contains(&symbol) {
             return Some(format!("symbol {symbol}'s book is moving already"));
         }
+        if self.account.closes_pending() > 0 {
+            return Some("a close of the day is on its way through the groups; move the book once it is done".into());
+        }
         let at = self.account.symbol_group(symbol);
         (at == to).then(|| format!("symbol {symbol} lives in group {to} already"))
     }
@@ -296,9 +308,8 @@ impl GroupMachine {
     }
 
     /// Applies one committed entry, appending the client acknowledgements it produces to
-    /// `acks`; a config entry's outcome is returned. A refused ingest changes nothing
-    /// but the count of entries applied.
-    pub fn apply(&mut self, entry: &Entry, acks: &mut Vec<Ack>) -> Result<Option<Outcome>, Gap> {
+    /// `acks`. A refused ingest changes nothing but the count of entries applied.
+    pub fn apply(&mut self, entry: &Entry, acks: &mut Vec<Ack>) -> Result<(), Gap> {
         self.applied += 1;
         match entry {
             Entry::Clients { commands, tick } => {
@@ -333,7 +344,7 @@ impl GroupMachine {
                             }
                         }
                         Output::Config { stamp, body } => {
-                            self.configure(*stamp, body, acks);
+                            self.configure(*stamp, body);
                         }
                         Output::Move { symbol, to } => self.apply_move(*symbol, *to),
                         Output::Passed { symbol } => {
@@ -360,11 +371,6 @@ impl GroupMachine {
                     outbox.trimmed += 1;
                 }
             }
-            Entry::Config { stamp, body } => {
-                let outcome = self.configure(*stamp, body, acks);
-                self.release(acks);
-                return Ok(Some(outcome));
-            }
             Entry::MoveSymbol { symbol, to } => {
                 if self.move_refused(*symbol, *to).is_none() {
                     self.moving.insert(*symbol);
@@ -378,7 +384,7 @@ impl GroupMachine {
             }
         }
         self.release(acks);
-        Ok(None)
+        Ok(())
     }
 
     /// A move of `symbol`'s book to group `to`, where this group's log has it: orders of
@@ -434,16 +440,8 @@ impl GroupMachine {
     }
 
     /// Applies a catalog or account command in both parts, and counts it when accepted.
-    fn configure(&mut self, stamp: Timestamp, body: &CommandBody, acks: &mut Vec<Ack>) -> Outcome {
-        let outcome = match body {
-            CommandBody::CloseDay => {
-                let GroupMachine { group, account, symbol, outboxes, .. } = self;
-                symbol.close_day(stamp, &mut |to, settlement| {
-                    acks.extend(settle_or_send(*group, account, outboxes, to, settlement));
-                })
-            }
-            _ => self.symbol.configure(stamp, body),
-        };
+    fn configure(&mut self, stamp: Timestamp, body: &CommandBody) -> Outcome {
+        let outcome = self.symbol.configure(stamp, body);
         if let Outcome::Ok { id } = outcome {
             self.account.configure(body, id).expect("config entries carry catalog and account commands");
             self.catalog += 1;
@@ -467,8 +465,15 @@ impl GroupMachine {
             }
             match self.account.retry_or_gap(command.client, command.seq) {
                 Some(step) => step,
+                None if command.body == CommandBody::CloseDay => match self.close_day(command, stamp) {
+                    Some(refused) => refused,
+                    None => {
+                        self.stamped = stamp;
+                        return;
+                    }
+                },
                 None => {
-                    let outcome = self.configure(stamp, &command.body, acks);
+                    let outcome = self.configure(stamp, &command.body);
                     if matches!(outcome, Outcome::Ok { .. }) {
                         for (to, outbox) in self.outboxes.iter_mut().enumerate() {
                             if to != self.group {
@@ -505,6 +510,36 @@ impl GroupMachine {
             }
         }
         self.stamped = stamp;
+    }
+
+    /// The operator's close of the day, at `stamp`, on the catalog's group: refused
+    /// while a book moves; else the cut goes to every symbol part's merge as a forward,
+    /// and the command waits for every group's report ([`Settlement::Closed`]); `None`
+    /// then, the refusal's step otherwise.
+    fn close_day(&mut self, command: &Command, stamp: Timestamp) -> Option<Step> {
+        if !self.moving.is_empty() {
+            let outcome = Outcome::Rejected(Reject::BookMoving);
+            self.account.record(command.client, command.seq, Some(outcome));
+            return Some(Step::Done(outcome));
+        }
+        self.account.record(command.client, command.seq, None);
+        self.account.closing(command.client, command.seq, stamp);
+        let cut = Forward {
+            stamp,
+            client: command.client,
+            seq: command.seq,
+            body: CommandBody::CloseDay,
+            fund: None,
+            counted: false,
+            catalog: self.catalog,
+        };
+        for (to, outbox) in self.outboxes.iter_mut().enumerate() {
+            if to != self.group {
+                outbox.outputs.push_back(Output::Forward(cut.clone()));
+            }
+        }
+        self.symbol.merge.offer(self.group, cut);
+        None
     }
 
     /// Applies what the merge releases; settlements for this group's accounts apply at

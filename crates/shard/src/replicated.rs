@@ -146,24 +146,16 @@ impl Replicated {
     /// Takes in a client's command. A catalog or account command goes, after
     /// everything before it has arrived everywhere, to the catalog's group
     /// ([`CATALOG_GROUP`]) under its client's session there, and its outcome is returned
-    /// once every group has applied it (as a member answers it); a close of the day is
-    /// committed to every group's log at that point instead (the barrier the metadata
-    /// group's cut would give), each group expiring its own books' Day orders, and the
-    /// sum returned. An order or a transfer is queued for its account's group, and its
-    /// outcome arrives among [`Replicated::take_acks`].
+    /// once every group has applied it (as a member answers it). A close of the day goes
+    /// there with nothing drained first: it is a cut at its stamp in every symbol part's
+    /// merge, whatever is in flight, and its outcome (the orders expired, summed over
+    /// the groups) arrives among [`Replicated::take_acks`] once every group has
+    /// reported, as does an order's or a transfer's, queued for its account's group.
     pub fn submit(&mut self, command: Command) -> Result<Option<Outcome>, Unsupported> {
         match route(&self.map, &command.body)? {
             Route::Config if matches!(command.body, CommandBody::CloseDay) => {
-                self.drain();
-                let mut expired = 0;
-                for g in 0..self.nodes.len() {
-                    let entry = Entry::Config { stamp: command.ts, body: command.body.clone() };
-                    match self.commit(g, entry).expect("a config entry is never refused") {
-                        Some(Outcome::Ok { id }) => expired += id,
-                        other => panic!("group {g} refused the close of the day: {other:?}"),
-                    }
-                }
-                Ok(Some(Outcome::Ok { id: expired }))
+                self.queue(command, CATALOG_GROUP);
+                Ok(None)
             }
             Route::Config => {
                 self.drain();
@@ -323,7 +315,7 @@ impl Replicated {
         self.commit(group, Entry::Ingest { source, from, outputs }).expect("an ingest from the cursor applies");
     }
 
-    fn commit(&mut self, group: usize, entry: Entry) -> Result<Option<Outcome>, crate::machine::Gap> {
+    fn commit(&mut self, group: usize, entry: Entry) -> Result<(), crate::machine::Gap> {
         self.commit_answering(group, entry, &mut None)
     }
 
@@ -334,7 +326,7 @@ impl Replicated {
         group: usize,
         entry: Entry,
         gap: &mut Option<(ClientId, u64)>,
-    ) -> Result<Option<Outcome>, crate::machine::Gap> {
+    ) -> Result<(), crate::machine::Gap> {
         let node = &mut self.nodes[group];
         let mut acks = Vec::new();
         let applied = node.machine.apply(&entry, &mut acks);

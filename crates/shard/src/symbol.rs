@@ -21,7 +21,7 @@ use bourse_engine::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{order_parts, Ack, Forward, Moved, Settlement, ShardMap, Trade};
+use crate::{order_parts, Ack, Forward, Moved, Settlement, ShardMap, Trade, CATALOG_GROUP};
 
 /// The client a symbol part applies its engine's commands as.
 const PART_CLIENT: ClientId = ClientId(u64::MAX - 1);
@@ -265,6 +265,15 @@ impl SymbolPart {
 
     pub(crate) fn configure(&mut self, stamp: Timestamp, body: &CommandBody) -> Outcome {
         self.events.clear();
+        // A catalog command reaches this part when its group ingests it, not where its
+        // stamp falls among the orders the merge releases: applied at its own stamp it
+        // would move the engine's log time ahead of the orders still to come, and the
+        // records they close would read that later time. Past the genesis it applies at
+        // the part's own time (nothing it does depends on the time).
+        let stamp = match self.engine.ts_last() {
+            0 => stamp,
+            now => stamp.min(now),
+        };
         let body = match *body {
             // A mirror holds no deposit: the account's own part takes it. (A negative one
             // goes as it is, to be refused after the same checks as in one engine.)
@@ -282,6 +291,13 @@ impl SymbolPart {
     pub fn release(&mut self, catalog: u64, out: &mut impl FnMut(usize, Settlement)) {
         let floor = self.merge.floor();
         while let Some(forward) = self.merge.pop_ready_unless(floor, catalog, &self.arriving) {
+            if forward.body == CommandBody::CloseDay {
+                let Outcome::Ok { id: expired } = self.close_day(forward.stamp, out) else {
+                    unreachable!("the engine closes a day whenever asked")
+                };
+                out(CATALOG_GROUP, Settlement::Closed { client: forward.client, seq: forward.seq, expired });
+                continue;
+            }
             self.process(forward, out);
         }
     }
@@ -331,7 +347,7 @@ impl SymbolPart {
                     Settlement::Buy { account: holder, symbol, order, open: None }
                 }
             };
-            out(self.map.account_group(state.account()), state);
+            out(self.map.account_group(state.account().expect("a buy's state names its holder")), state);
         }
         let ack = Ack { client, seq, stamp, outcome, repeat: false };
         let moved = match (moved, counted) {
@@ -365,11 +381,11 @@ impl SymbolPart {
         self.arriving.remove(&symbol);
     }
 
-    /// The close of the day in this part's books: every Day order of its symbols
-    /// expires, as in one engine. The holds released go back to their accounts' parts,
-    /// which forget the expired buys. The outcome counts the orders expired here; the
-    /// exchange's count is the sum over the groups.
-    pub(crate) fn close_day(&mut self, stamp: Timestamp, out: &mut impl FnMut(usize, Settlement)) -> Outcome {
+    /// The close of the day in this part's books, where its merge releases the cut:
+    /// every Day order of its symbols expires, as in one engine. The holds released go
+    /// back to their accounts' parts, which forget the expired buys. The outcome counts
+    /// the orders expired here; the exchange's count is the sum over the groups.
+    fn close_day(&mut self, stamp: Timestamp, out: &mut impl FnMut(usize, Settlement)) -> Outcome {
         // The Day buys about to expire, as their accounts' parts know them.
         let expiring: Vec<_> = self
             .engine

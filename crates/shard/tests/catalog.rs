@@ -2,7 +2,8 @@
 //! (`CATALOG_GROUP`) applies each under its client's session and passes it on to every
 //! other group in its output stream, so every group applies them in one order; and an
 //! order never reaches a symbol part that has not yet applied the catalog command its
-//! account part had (`Forward::catalog`), whatever the stamps say.
+//! account part had (`Forward::catalog`), whatever the stamps say. The close of the
+//! day goes the same way, as a cut at its stamp in every symbol part's merge.
 
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderRequest, SymbolSpec, Tif};
 use bourse_engine::{
@@ -198,4 +199,96 @@ fn an_order_that_outruns_its_new_account_waits_in_the_merge_until_the_account_ha
         }
     }
     conservation(&machines.iter().collect::<Vec<_>>()).expect("every asset conserved");
+}
+
+/// Every group ticks to `tick`, then ingests everything the others have for it, until
+/// nothing is left; the acknowledgements that came.
+fn drain(machines: &mut [GroupMachine], tick: Timestamp) -> Vec<Ack> {
+    let mut acks = Vec::new();
+    for g in 0..machines.len() {
+        acks.extend(clients(machines, g, Vec::new(), tick));
+    }
+    for _ in 0..6 {
+        for to in 0..machines.len() {
+            for from in (0..machines.len()).filter(|&from| from != to) {
+                acks.extend(ingest(machines, from, to, 1_000));
+            }
+        }
+    }
+    acks
+}
+
+#[test]
+fn a_close_of_the_day_is_a_cut_at_its_stamp_in_every_merge_whenever_it_arrives() {
+    let mut machines = groups();
+    let map = ShardMap::new(3);
+    // The account lives in A, the book in S, and neither is the catalog's group.
+    let account = (0..4).map(AccountId).find(|&a| map.account_group(a) != CATALOG_GROUP).expect("an account");
+    let a = map.account_group(account);
+    let s = 3 - a;
+    let symbol = SymbolId(s as u32);
+    let trader = ClientId(21);
+    let day_buy =
+        |px, qty| CommandBody::Place(OrderRequest::limit(account, symbol, Side::Buy, Px(px), Qty(qty), Tif::Day));
+    let deposit = CommandBody::Deposit { account, asset: AssetId(0), amount: Amount(1_000_000) };
+    let acks = clients(
+        &mut machines,
+        a,
+        vec![
+            Command { client: trader, seq: 1, ts: T, body: deposit },
+            Command { client: trader, seq: 2, ts: T + 1, body: day_buy(100, 5) },
+        ],
+        T + 1,
+    );
+    assert_eq!(acks.len(), 1, "the deposit answered: {acks:?}");
+    // The operator closes the day at T + 2, between the buy before it and one after.
+    let closed = clients(&mut machines, CATALOG_GROUP, vec![operator(1, T + 2, CommandBody::CloseDay)], T + 2);
+    assert!(closed.is_empty(), "answered once every group has reported: {closed:?}");
+    assert_eq!(machines[0].account.closes_pending(), 1);
+    assert!(machines[0].move_refused(symbol, a).is_some_and(|why| why.contains("close of the day")));
+    clients(&mut machines, a, vec![Command { client: trader, seq: 3, ts: T + 3, body: day_buy(101, 3) }], T + 3);
+
+    // S hears both buys before the cut: its merge still takes them in stamp order, the
+    // cut between them.
+    ingest(&mut machines, a, s, 1_000);
+    ingest(&mut machines, CATALOG_GROUP, s, 1_000);
+    let acks = drain(&mut machines, T + 10);
+    let outcome = |client, seq| acks.iter().find(|ack| (ack.client, ack.seq) == (client, seq)).map(|ack| ack.outcome);
+    assert_eq!(outcome(OPERATOR, 1), Some(Outcome::Ok { id: 1 }), "one Day order expired: {acks:?}");
+    let Some(Outcome::Ok { id: first }) = outcome(trader, 2) else { panic!("{acks:?}") };
+    assert!(matches!(outcome(trader, 3), Some(Outcome::Ok { .. })), "{acks:?}");
+    let engine = machines[s].symbol.engine();
+    assert_eq!(engine.depth(symbol, 5).expect("listed").bids, vec![(Px(101), Qty(3))], "the later buy rests");
+    let record = engine.order(bourse_engine::OrderId(first)).expect("kept").record;
+    assert_eq!(record.status, bourse_engine::OrderStatus::Expired);
+    // The expired buy's hold is back; the resting one's is held.
+    assert_eq!(machines[a].account.available(account, AssetId(0)), 1_000_000 - 303);
+    for machine in &machines {
+        assert_eq!(machine.account.closes_pending(), 0);
+        assert_eq!(machine.symbol.merge.waiting(), 0);
+    }
+    assert_eq!(machines[0].move_refused(symbol, a), None);
+    conservation(&machines.iter().collect::<Vec<_>>()).expect("every asset conserved");
+    // A retry of the close is answered from the operator's session: nothing expires again.
+    let retry = clients(&mut machines, CATALOG_GROUP, vec![operator(1, T + 11, CommandBody::CloseDay)], T + 11);
+    assert_eq!(retry.len(), 1);
+    assert!(retry[0].repeat);
+    assert_eq!(retry[0].outcome, Outcome::Ok { id: 1 });
+}
+
+#[test]
+fn a_close_is_refused_while_a_book_moves() {
+    let mut machines = groups();
+    let mut acks = Vec::new();
+    machines[0].apply(&Entry::MoveSymbol { symbol: SymbolId(1), to: 2 }, &mut acks).expect("applied");
+    let refused = clients(&mut machines, CATALOG_GROUP, vec![operator(1, T, CommandBody::CloseDay)], T);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].outcome, Outcome::Rejected(Reject::BookMoving));
+    assert_eq!(machines[0].account.closes_pending(), 0);
+    drain(&mut machines, T + 1);
+    assert_eq!(machines[0].moving().count(), 0, "the book has come to group 2");
+    clients(&mut machines, CATALOG_GROUP, vec![operator(2, T + 2, CommandBody::CloseDay)], T + 2);
+    let acks = drain(&mut machines, T + 3);
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!((acks[0].seq, acks[0].outcome), (2, Outcome::Ok { id: 0 }));
 }
