@@ -402,6 +402,10 @@ pub struct GroupLoadArgs {
     /// When to move it, in seconds after the traders start (default: half way).
     #[arg(long)]
     move_after: Option<f64>,
+    /// Close the trading day this many seconds after the traders start, while they
+    /// trade (every Day order placed before it expires, in every group).
+    #[arg(long, value_name = "SECS")]
+    close_day_after: Option<f64>,
 }
 
 /// `bourse group-load`: traders on the groups, then the checks; fails on any violation.
@@ -435,6 +439,12 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                 Some((bourse_engine::SymbolId(symbol), to, Duration::from_secs_f64(after)))
             }
         },
+        close_day_after: match args.close_day_after {
+            Some(after) if !(0.0..=args.seconds).contains(&after) => {
+                return Err(format!("--close-day-after {after}: within the run's {} seconds", args.seconds));
+            }
+            after => after.map(Duration::from_secs_f64),
+        },
     };
     let tls = operator_tls(record_pki(&args.data).as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -464,6 +474,9 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                     "symbol": m.symbol, "from": m.from, "to": m.to, "took_ms": m.took_ms,
                     "orders_during": m.orders_during, "pause_ms": m.pause_ms,
                     "orders_else": m.orders_else, "else_p50_ms": m.else_p50_ms, "else_p99_ms": m.else_p99_ms,
+                })),
+                "closed": report.closed.as_ref().map(|c| json!({
+                    "expired": c.expired, "took_ms": c.took_ms, "refused_moving": c.refused_moving,
                 })),
                 "create_ms": report.create_ms, "violations": report.violations,
             })
@@ -507,6 +520,18 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                 m.orders_else,
                 m.else_p50_ms,
                 m.else_p99_ms
+            );
+        }
+        if let Some(c) = &report.closed {
+            println!(
+                "the day closed under load in {:.1} ms: {} Day orders expired across the groups{}",
+                c.took_ms,
+                c.expired,
+                match c.refused_moving {
+                    0 => String::new(),
+                    1 => " (refused once while a book moved, then sent again)".to_string(),
+                    n => format!(" (refused {n} times while a book moved, then sent again)"),
+                }
             );
         }
         if report.violations.is_empty() {
@@ -702,4 +727,45 @@ pub fn move_book(args: GroupMoveArgs, as_json: bool) -> Result<(), String> {
         println!("symbol {symbol}'s book moved from {from} to group {} in {} ms", args.to, took.as_millis());
     }
     Ok(())
+}
+
+/// Flags of `bourse group-close-day`.
+#[derive(Args, Debug)]
+pub struct GroupCloseDayArgs {
+    /// The directory of `cluster up --groups`.
+    #[arg(long)]
+    data: PathBuf,
+}
+
+/// `bourse group-close-day`: closes the trading day on running groups, through the
+/// catalog's group, as an operator client of its own (a new session, numbered from 1).
+pub fn close_day(args: GroupCloseDayArgs, as_json: bool) -> Result<(), String> {
+    use bourse_engine::command::CommandBody;
+    use bourse_engine::Outcome;
+    let record = read_record(&args.data)?;
+    if record.get("groups").is_none() {
+        return Err(format!("{}: not groups started by `cluster up --groups`", args.data.display()));
+    }
+    let tls = operator_tls(record_pki(&args.data).as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let client = bourse_client::random_client_id();
+    let started = Instant::now();
+    let outcome = runtime.block_on(async {
+        let mut groups = GroupClient::new(record_directory(&record), tls);
+        groups.send(client, 1, CommandBody::CloseDay).await.map_err(|e| format!("closing the day: {e}"))
+    })?;
+    let took = started.elapsed();
+    match outcome.0 {
+        Outcome::Ok { id: expired } => {
+            if as_json {
+                println!("{}", json!({ "ok": true, "expired": expired, "ms": took.as_millis() as u64 }));
+            } else {
+                println!("the day closed: {expired} Day orders expired across the groups ({} ms)", took.as_millis());
+            }
+            Ok(())
+        }
+        Outcome::Rejected(reject) => {
+            Err(format!("the close of the day was refused: {reject} (code {})", reject.code()))
+        }
+    }
 }

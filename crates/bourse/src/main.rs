@@ -54,6 +54,9 @@ enum TopCommand {
     GroupQuery(groups::GroupQueryArgs),
     /// Move a symbol's book to another group while the groups run.
     GroupMove(groups::GroupMoveArgs),
+    /// Close the trading day on the groups: every Day order expires, at one cut across
+    /// the groups.
+    GroupCloseDay(groups::GroupCloseDayArgs),
     /// Start a local cluster, show its members, change its membership.
     Cluster {
         #[command(subcommand)]
@@ -152,6 +155,7 @@ fn main() -> ExitCode {
         TopCommand::GroupLoad(args) => groups::load(args, cli.target.json),
         TopCommand::GroupQuery(args) => groups::query(args, cli.target.json),
         TopCommand::GroupMove(args) => groups::move_book(args, cli.target.json),
+        TopCommand::GroupCloseDay(args) => groups::close_day(args, cli.target.json),
         TopCommand::Load(args) => load::run(args, &cli.target),
         TopCommand::History { command } => history::run(command, &cli.target),
         TopCommand::Clearing { command } => clearing::run(command, cli.target.json),

@@ -118,7 +118,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
                 let skipped = report.shard.outputs_skipped;
                 let shown = report.to_string();
                 let run = Run::of(report.passed(), shown, report.simulated, &report.counts, answered, skipped);
-                Run { moved: report.shard.books_moved, ..run }
+                Run { moved: report.shard.books_moved, closed: report.shard.days_closed, ..run }
             }
         };
         if !run.passed {
@@ -133,10 +133,10 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         total.add(&run);
     }
     let wall = started.elapsed().as_secs_f64();
-    let Run { simulated, faults, crashes, messages_hit, commands, skipped, moved, .. } = total;
+    let Run { simulated, faults, crashes, messages_hit, commands, skipped, moved, closed, .. } = total;
     let of = args.groups.map(|groups| format!(" of {groups} groups")).unwrap_or_default();
     let resent = if args.groups.is_some() {
-        format!(", {skipped} outputs ingested again and skipped, {moved} books moved between groups")
+        format!(", {skipped} outputs ingested again and skipped, {moved} books moved between groups, {closed} days closed across them")
     } else {
         String::new()
     };
@@ -165,6 +165,8 @@ struct Run {
     skipped: u64,
     /// Books moved between groups.
     moved: u64,
+    /// Closes of the day answered (cuts across the groups).
+    closed: u64,
 }
 
 impl Run {
@@ -186,6 +188,7 @@ impl Run {
             commands,
             skipped,
             moved: 0,
+            closed: 0,
         }
     }
 
@@ -197,5 +200,6 @@ impl Run {
         self.commands += run.commands;
         self.skipped += run.skipped;
         self.moved += run.moved;
+        self.closed += run.closed;
     }
 }

@@ -6,8 +6,9 @@
 //! asset conserved across the groups, every acknowledged command in its session's
 //! record on every member, every command answered), a second load that creates more,
 //! resumes the traders' sessions and moves a book from one group to the other while it
-//! is traded, reads of every book and of an account (`group-query`), `cluster status`
-//! and `cluster down`.
+//! is traded, a close of the day in each load (under a leader's restart, and while a
+//! book moves) and two by hand (`group-close-day`; the second expires nothing), reads
+//! of every book and of an account (`group-query`), `cluster status` and `cluster down`.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -96,7 +97,19 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert!(data.join("pki").join("ca.pem").exists(), "mutual TLS by default");
 
     let load = bourse()
-        .args(["--json", "group-load", "--data", &data_text, "--seconds", "12", "--online-accounts", "4"])
+        // The day closes at 7 s, while group 1's leader restarts.
+        .args([
+            "--json",
+            "group-load",
+            "--data",
+            &data_text,
+            "--seconds",
+            "12",
+            "--online-accounts",
+            "4",
+            "--close-day-after",
+            "7",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -121,6 +134,9 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert!(report["placed"].as_u64().unwrap_or(0) > 20, "{report}");
     // The kills cost some clients their answers, which they had by sending again.
     assert!(report["resends"].as_u64().unwrap_or(0) > 0, "{report}");
+    // The close of the day expired Day orders across the groups (and the load checked
+    // that none placed before it is open in any group).
+    assert!(report["closed"]["expired"].as_u64().unwrap_or(0) > 0, "{report}");
 
     // The traders' sessions go on where the groups' records stand.
     // ... and moves symbol 1's book from group 1 to group 0 while its traders trade it.
@@ -137,6 +153,9 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
         "1:0",
         "--move-after",
         "1",
+        // A close at the same moment: refused while the book moves, sent again after.
+        "--close-day-after",
+        "1",
     ]);
     let again: Value = serde_json::from_str(again.trim()).expect("group-load --json");
     assert_eq!(again["violations"].as_array().map(Vec::len), Some(0), "{again}");
@@ -144,6 +163,15 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert_eq!((again["moved"]["from"].as_u64(), again["moved"]["to"].as_u64()), (Some(1), Some(0)), "{again}");
     assert!(again["moved"]["orders_else"].as_u64().unwrap_or(0) > 0, "symbol 1 was traded: {again}");
     assert_eq!(again["repeats"].as_u64(), Some(0), "a resumed session sends new numbers: {again}");
+    assert!(again["closed"]["expired"].as_u64().is_some(), "{again}");
+
+    // The day closed by hand on the idle groups, twice: the second finds no Day order.
+    let closed: Value =
+        serde_json::from_str(ok(&["--json", "group-close-day", "--data", &data_text]).trim()).expect("json");
+    assert_eq!(closed["ok"], Value::Bool(true), "{closed}");
+    let again_closed: Value =
+        serde_json::from_str(ok(&["--json", "group-close-day", "--data", &data_text]).trim()).expect("json");
+    assert_eq!(again_closed["expired"].as_u64(), Some(0), "{again_closed}");
 
     // Reads, each from its group's leader after a read index: every book is uncrossed;
     // an account created online is owned by one group, and the orders each group lists

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bourse_engine::command::{CommandBody, OrderRequest, Tif};
-use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Side, SymbolId};
+use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId};
 use bourse_pki::ReloadableClientConfig;
 use bourse_shard::machine::{conservation, Output};
-use bourse_shard::GroupMachine;
+use bourse_shard::{GroupMachine, CATALOG_GROUP};
 
 use crate::client::GroupClient;
 use crate::wire::State;
@@ -34,6 +34,22 @@ pub struct LoadOptions {
     pub online_accounts: usize,
     /// A book to move while the traders trade: `(symbol, to group, after)`.
     pub move_book: Option<(SymbolId, usize, Duration)>,
+    /// Close the day this long after the traders start, while they trade.
+    pub close_day_after: Option<Duration>,
+}
+
+/// A close of the day under load: what it expired and how long its answer took.
+#[derive(Clone, Debug, Default)]
+pub struct CloseReport {
+    /// Day orders expired, summed over the groups.
+    pub expired: u64,
+    /// From the first send to the answer (refusals while a book moved included).
+    pub took_ms: f64,
+    /// Times the catalog's group refused it because a book was moving.
+    pub refused_moving: u32,
+    /// The system clock (ns) when it was first sent: every Day order stamped before
+    /// this (the members of one machine stamp on its clock) has expired.
+    pub sent_ns: u64,
 }
 
 /// A book moved under load, and what its traders saw.
@@ -78,6 +94,7 @@ pub struct LoadReport {
     pub created: Vec<AccountId>,
     pub create_ms: f64,
     pub moved: Option<MoveReport>,
+    pub closed: Option<CloseReport>,
     /// Every broken check; empty when all held.
     pub violations: Vec<String>,
 }
@@ -119,7 +136,11 @@ impl Trader {
         let side = if self.next().is_multiple_of(2) { Side::Buy } else { Side::Sell };
         let px = Px(950 + (self.next() % 101) as i64);
         let qty = Qty(1 + (self.next() % 10) as i64);
-        let tif = if self.next().is_multiple_of(4) { Tif::Ioc } else { Tif::Gtc };
+        let tif = match self.next() % 4 {
+            0 => Tif::Ioc,
+            1 => Tif::Day,
+            _ => Tif::Gtc,
+        };
         CommandBody::Place(OrderRequest::limit(self.account, symbol, side, px, qty, tif))
     }
 }
@@ -142,7 +163,9 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     };
     let map = probe.map();
     let creating = Instant::now();
-    match create_accounts(&options, &machines, tls.clone()).await {
+    // The operator's last number in its session with each group.
+    let mut operator: Vec<u64> = machines.iter().map(|machine| machine.account.session(LOAD_OPERATOR)).collect();
+    match create_accounts(&options, &mut operator, tls.clone()).await {
         Ok(created) => report.created = created,
         Err(error) => {
             report.violations.push(error);
@@ -196,7 +219,7 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                         repeats += u64::from(repeat);
                         if let (Some((symbol, tif)), Outcome::Ok { id }) = (place, outcome) {
                             placed += 1;
-                            if tif == Tif::Gtc {
+                            if tif.rests() {
                                 trader.resting.push((symbol, OrderId(id)));
                             }
                         }
@@ -219,6 +242,10 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
             let moved = client.move_symbol(symbol, to).await;
             (asked, Instant::now(), moved)
         })
+    });
+    let closer = options.close_day_after.map(|after| {
+        let client = GroupClient::new(options.directory.clone(), tls.clone());
+        tokio::spawn(close_day(client, operator[CATALOG_GROUP] + 1, after))
     });
     let mut answered: BTreeMap<ClientId, (AccountId, u64)> = BTreeMap::new();
     let mut latencies = Vec::new();
@@ -256,6 +283,13 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
             Err(error) => report.violations.push(format!("the mover panicked: {error}")),
         }
     }
+    if let Some(closer) = closer {
+        match closer.await {
+            Ok(Ok(closed)) => report.closed = Some(closed),
+            Ok(Err(error)) => report.violations.push(format!("closing the day: {error}")),
+            Err(error) => report.violations.push(format!("the closer panicked: {error}")),
+        }
+    }
     latencies.sort_by(f64::total_cmp);
     let quantile =
         |q: f64| latencies.get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)));
@@ -272,7 +306,52 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     };
     report.settled_in = settling.elapsed();
     check(&states, &answered, &mut report);
+    if let Some(closed) = &report.closed {
+        // The cut's stamp is at least the close's send time: no Day order stamped
+        // before that may still be open.
+        for (state, machine) in &states {
+            let left = machine
+                .symbol
+                .engine()
+                .open_order_records()
+                .into_iter()
+                .filter(|record| record.tif == Tif::Day && record.ts < closed.sent_ns)
+                .count();
+            if left > 0 {
+                report.violations.push(format!(
+                    "node {}: {left} Day orders placed before the close of the day are still open",
+                    state.node
+                ));
+            }
+        }
+    }
     report
+}
+
+/// Closes the day after `after`, as [`LOAD_OPERATOR`] (its command numbered `seq` in
+/// its session with the catalog's group), sending it again, with the next number,
+/// while the catalog's group refuses it because a book moves.
+async fn close_day(mut client: GroupClient, mut seq: u64, after: Duration) -> Result<CloseReport, String> {
+    tokio::time::sleep(after).await;
+    let sent = Instant::now();
+    let sent_ns =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_nanos() as u64);
+    let mut refused_moving = 0;
+    loop {
+        match client.send(LOAD_OPERATOR, seq, CommandBody::CloseDay).await {
+            Ok((Outcome::Ok { id }, _)) => {
+                let took_ms = sent.elapsed().as_secs_f64() * 1e3;
+                return Ok(CloseReport { expired: id, took_ms, refused_moving, sent_ns });
+            }
+            Ok((Outcome::Rejected(Reject::BookMoving), _)) if sent.elapsed() < Duration::from_secs(20) => {
+                refused_moving += 1;
+                seq += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok((outcome, _)) => return Err(format!("refused: {outcome:?}")),
+            Err(error) => return Err(error.to_string()),
+        }
+    }
 }
 
 /// What the moving book's orders saw: those whose answer was awaited while the book
@@ -312,11 +391,10 @@ fn move_report(
 /// resume where the groups' records stand.
 async fn create_accounts(
     options: &LoadOptions,
-    machines: &[GroupMachine],
+    seqs: &mut [u64],
     tls: Option<Arc<ReloadableClientConfig>>,
 ) -> Result<Vec<AccountId>, String> {
     let mut client = GroupClient::new(options.directory.clone(), tls);
-    let mut seqs: Vec<u64> = machines.iter().map(|machine| machine.account.session(LOAD_OPERATOR)).collect();
     let mut created = Vec::new();
     for _ in 0..options.online_accounts {
         let mut send = async |client: &mut GroupClient, body: CommandBody| {

@@ -59,7 +59,8 @@ use bourse_cluster::state_machine::{Committed, Machine, MachineRequest, StateMac
 use bourse_cluster::{Batch, NodeId, Peer};
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, OrderRequest, SymbolSpec, Tif};
 use bourse_engine::{
-    AccountId, Amount, AssetId, ClientId, EngineConfig, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId,
+    AccountId, Amount, AssetId, ClientId, EngineConfig, OrderId, OrderRecord, OrderStatus, Outcome, Px, Qty, Reject,
+    Side, SymbolId,
 };
 use bourse_shard::machine::{conservation, Entry, GroupMachine, Output};
 use bourse_shard::{Ack, Replicated, ShardMap, CATALOG_GROUP};
@@ -127,6 +128,12 @@ pub struct ShardCounts {
     /// moving), and the books that moved.
     pub moves_sent: u64,
     pub books_moved: u64,
+    /// Closes of the day the operator had answered, and the Day orders they expired.
+    pub days_closed: u64,
+    pub day_orders_expired: u64,
+    /// The stamps of the closes answered (first answers: a repeat's stamp is its
+    /// resend's).
+    pub closes: Vec<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -152,7 +159,7 @@ impl fmt::Display for ShardReport {
             f,
             "seed {} ({} groups of {}): {} — trace {:016x}, {:.1} s simulated, {}; {} entries, {} commands ({} answered, \
              {} of them to resends from the session's memory, {} resends, {} refused for overtaking), {} ingests ({} outputs applied, {} skipped as applied, {} refused for a gap), \
-             {} trims, {} leader changes, {} snapshots installed, {} books moved ({} moves sent)",
+             {} trims, {} leader changes, {} snapshots installed, {} books moved ({} moves sent), {} days closed ({} Day orders expired)",
             self.options.seed,
             self.options.groups,
             self.options.nodes,
@@ -175,6 +182,8 @@ impl fmt::Display for ShardReport {
             c.snapshots_installed,
             s.books_moved,
             s.moves_sent,
+            s.days_closed,
+            s.day_orders_expired,
         )?;
         crate::world::write_violations(f, &self.violations)
     }
@@ -693,8 +702,10 @@ impl Gateway {
         if trader.catalog {
             trader.seq += 1;
             let seq = trader.seq;
-            let body = world.rng(|rng| match rng.gen_range(0..2) {
-                0 => CommandBody::CreateAccount,
+            // Now and then the operator closes the day: a cut across the groups.
+            let body = world.rng(|rng| match rng.gen_range(0..6) {
+                0 => CommandBody::CloseDay,
+                1 | 2 => CommandBody::CreateAccount,
                 _ => CommandBody::CreateAccountWithId {
                     external_id: 7_000_000 + seq,
                     asset: CASH,
@@ -717,7 +728,11 @@ impl Gateway {
             _ => {
                 let symbol = SymbolId(rng.gen_range(0..SYMBOLS));
                 let side = if rng.gen_bool(0.5) { Side::Buy } else { Side::Sell };
-                let tif = if rng.gen_range(0..4) == 0 { Tif::Ioc } else { Tif::Gtc };
+                let tif = match rng.gen_range(0..4) {
+                    0 => Tif::Ioc,
+                    1 => Tif::Day,
+                    _ => Tif::Gtc,
+                };
                 let px = Px(rng.gen_range(95..=105));
                 CommandBody::Place(OrderRequest::limit(account, symbol, side, px, Qty(rng.gen_range(1..10)), tif))
             }
@@ -755,6 +770,13 @@ impl Gateway {
             }
             trader.done.push(ack.seq);
             let mut counts = lock(&self.shared.counts);
+            if let (CommandBody::CloseDay, Outcome::Ok { id }) = (&command.body, ack.outcome) {
+                counts.days_closed += 1;
+                counts.day_orders_expired += id;
+                if !ack.repeat {
+                    counts.closes.push(ack.stamp);
+                }
+            }
             counts.answered += 1;
             counts.repeats += u64::from(ack.repeat);
         }
@@ -1146,6 +1168,38 @@ fn check(sim: &Sim, gateway: &Gateway) {
         }
     }
     lock(&sim.shared.counts).books_moved = machines.iter().map(|m| m.books_received()).sum();
+    // Every close of the day was a cut at its stamp in every group: a Day order stamped
+    // before a cut was closed by then (expired there, or filled or cancelled before).
+    // The cuts: the stamps of the closes answered, and the close stamp of every order
+    // one expired.
+    let mut cuts: BTreeSet<u64> = lock(&sim.shared.counts).closes.iter().copied().collect();
+    for machine in &machines {
+        let engine = machine.symbol.engine();
+        cuts.extend(engine.closed_order_records().filter(|r| r.status == OrderStatus::Expired).map(|r| r.ts_closed));
+    }
+    for machine in &machines {
+        let engine = machine.symbol.engine();
+        let records = engine.open_order_records().into_iter().chain(engine.closed_order_records());
+        let open_past = |record: &OrderRecord| {
+            let closed = if matches!(record.status, OrderStatus::Open | OrderStatus::Pending) {
+                u64::MAX
+            } else {
+                record.ts_closed
+            };
+            (record.ts + 1 < closed).then(|| cuts.range(record.ts + 1..closed).next().copied()).flatten()
+        };
+        let escaped: Vec<(OrderId, u64)> = records
+            .filter(|record| record.tif == Tif::Day)
+            .filter_map(|record| open_past(record).map(|cut| (record.id, cut)))
+            .collect();
+        if let Some((order, cut)) = escaped.first() {
+            world.violation(format!(
+                "group {}: {} Day orders outlived a close of the day stamped after them (order {order}, the cut at {cut})",
+                machine.group(),
+                escaped.len()
+            ));
+        }
+    }
     // Every group applied the same catalog commands (the genesis's and the operator's),
     // so each knows every account.
     let catalogs: Vec<(u64, usize)> = machines.iter().map(|m| (m.catalog(), m.account.accounts_known())).collect();
