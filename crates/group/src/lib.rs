@@ -22,9 +22,10 @@
 //!   acknowledged command in its session's record.
 //!
 //! Every member starts from a [`Genesis`] it builds alike. Group 0's leader also orders
-//! moves of a book to another group (`Request::Move`). Not yet: a meta group of its own
-//! and the cut a close of the day needs, gateways routing by the map, market data and
-//! history per group, moving accounts.
+//! moves of a book to another group (`Request::Move`) and the close of the day, a cut
+//! across the groups that it answers once every group has reported. Not yet: a meta
+//! group of its own, gateways routing by the map, market data and history per group,
+//! moving accounts.
 
 pub mod client;
 pub mod load;
