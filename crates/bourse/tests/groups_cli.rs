@@ -153,7 +153,8 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
         "1:0",
         "--move-after",
         "1",
-        // A close at the same moment: refused while the book moves, sent again after.
+        // A close at the same moment: whichever reaches group 0 second is refused until
+        // the other is done, and sent again.
         "--close-day-after",
         "1",
     ]);

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use bourse_engine::command::{CommandBody, OrderRequest, Tif};
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId};
 use bourse_pki::ReloadableClientConfig;
-use bourse_shard::machine::{conservation, Output};
+use bourse_shard::machine::{conservation, Output, CLOSE_UNDER_WAY};
 use bourse_shard::{GroupMachine, CATALOG_GROUP};
 
-use crate::client::GroupClient;
+use crate::client::{ClientError, GroupClient};
 use crate::wire::State;
 
 #[derive(Clone, Debug)]
@@ -239,8 +239,17 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
             let asked = Instant::now();
-            let moved = client.move_symbol(symbol, to).await;
-            (asked, Instant::now(), moved)
+            loop {
+                let moved = client.move_symbol(symbol, to).await;
+                // Refused while a close of the day is on its way (one may be sent at the
+                // same moment): sent again once it is done.
+                match &moved {
+                    Err(ClientError::Query(why)) if why.contains(CLOSE_UNDER_WAY) && asked.elapsed().as_secs() < 20 => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    _ => return (asked, Instant::now(), moved),
+                }
+            }
         })
     });
     let closer = options.close_day_after.map(|after| {

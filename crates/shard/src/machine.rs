@@ -67,6 +67,10 @@ use serde::{Deserialize, Serialize};
 use crate::account::Step;
 use crate::{route, AccountPart, Ack, Forward, Route, Settlement, SymbolPart, CATALOG_GROUP};
 
+/// How the catalog's group says it refuses a move because a close of the day is on its
+/// way ([`GroupMachine::move_refused`]): the mover may send it again once that is done.
+pub const CLOSE_UNDER_WAY: &str = "a close of the day is on its way";
+
 /// What one group sends another, numbered in their stream.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Output {
@@ -214,7 +218,7 @@ impl GroupMachine {
             return Some(format!("symbol {symbol}'s book is moving already"));
         }
         if self.account.closes_pending() > 0 {
-            return Some("a close of the day is on its way through the groups; move the book once it is done".into());
+            return Some(format!("{CLOSE_UNDER_WAY} through the groups; move the book once it is done"));
         }
         let at = self.account.symbol_group(symbol);
         (at == to).then(|| format!("symbol {symbol} lives in group {to} already"))
