@@ -286,6 +286,16 @@ async fn wait_for_leaders(client: &GroupClient, groups: usize, within: Duration)
     }
 }
 
+/// The record of the groups `cluster up --groups` started in `data`, and the operator's
+/// TLS for them (none in plaintext).
+fn running_groups(data: &Path) -> Result<(serde_json::Value, Option<Arc<bourse_pki::ReloadableClientConfig>>), String> {
+    let record = read_record(data)?;
+    if record.get("groups").is_none() {
+        return Err(format!("{}: not groups started by `cluster up --groups`", data.display()));
+    }
+    Ok((record, operator_tls(record_pki(data).as_deref())?))
+}
+
 fn read_record(data: &Path) -> Result<serde_json::Value, String> {
     let path = data.join("cluster.json");
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -410,10 +420,7 @@ pub struct GroupLoadArgs {
 
 /// `bourse group-load`: traders on the groups, then the checks; fails on any violation.
 pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
-    let record = read_record(&args.data)?;
-    if record.get("groups").is_none() {
-        return Err(format!("{}: not groups started by `cluster up --groups`", args.data.display()));
-    }
+    let (record, tls) = running_groups(&args.data)?;
     let genesis = Genesis::read(Path::new(record["genesis"].as_str().unwrap_or_default()))?;
     let built = genesis.build()?;
     let symbols =
@@ -446,7 +453,6 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
             after => after.map(Duration::from_secs_f64),
         },
     };
-    let tls = operator_tls(record_pki(&args.data).as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     let traders = options.traders;
     let pids: Vec<u32> = record["nodes"]
@@ -606,16 +612,12 @@ pub enum GroupQuery {
 pub fn query(args: GroupQueryArgs, as_json: bool) -> Result<(), String> {
     use bourse_engine::{AccountId, OrderId, SymbolId};
     use bourse_group::wire::{Answered, Query};
-    let record = read_record(&args.data)?;
-    if record.get("groups").is_none() {
-        return Err(format!("{}: not groups started by `cluster up --groups`", args.data.display()));
-    }
+    let (record, tls) = running_groups(&args.data)?;
     let query = match args.query {
         GroupQuery::Book { symbol, levels } => Query::Book { symbol: SymbolId(symbol), levels },
         GroupQuery::Order { symbol, order } => Query::Order { symbol: SymbolId(symbol), order: OrderId(order) },
         GroupQuery::Account { account } => Query::Account { account: AccountId(account) },
     };
-    let tls = operator_tls(record_pki(&args.data).as_deref())?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let answers: Vec<(usize, u64, Answered)> = runtime.block_on(async {
         let mut client = GroupClient::new(record_directory(&record), tls);
@@ -709,11 +711,7 @@ pub struct GroupMoveArgs {
 
 /// `bourse group-move`: moves a symbol's book to another group while the groups run.
 pub fn move_book(args: GroupMoveArgs, as_json: bool) -> Result<(), String> {
-    let record = read_record(&args.data)?;
-    if record.get("groups").is_none() {
-        return Err(format!("{}: not groups started by `cluster up --groups`", args.data.display()));
-    }
-    let tls = operator_tls(record_pki(&args.data).as_deref())?;
+    let (record, tls) = running_groups(&args.data)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let symbol = bourse_engine::SymbolId(args.symbol);
     let (from, took) = runtime.block_on(async {
@@ -742,11 +740,7 @@ pub struct GroupCloseDayArgs {
 pub fn close_day(args: GroupCloseDayArgs, as_json: bool) -> Result<(), String> {
     use bourse_engine::command::CommandBody;
     use bourse_engine::Outcome;
-    let record = read_record(&args.data)?;
-    if record.get("groups").is_none() {
-        return Err(format!("{}: not groups started by `cluster up --groups`", args.data.display()));
-    }
-    let tls = operator_tls(record_pki(&args.data).as_deref())?;
+    let (record, tls) = running_groups(&args.data)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let client = bourse_client::random_client_id();
     let started = Instant::now();
