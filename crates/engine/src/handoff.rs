@@ -174,6 +174,9 @@ impl<B: Book> Engine<B> {
         }
         entry.stops = filed;
         for record in records {
+            // The engine's log time is never before an order it holds was accepted: a
+            // record it closes later must not read a closing time before its own.
+            self.ts_last = self.ts_last.max(record.ts);
             self.orders.insert(record.id, record);
         }
         for account in holders {

@@ -80,8 +80,13 @@ fn a_book_moved_to_another_engine_matches_there_as_it_would_have_here<B: Book>()
     assert!(matches!(giver.engine.attach_book(stranger), Err(HandoffError::Inconsistent(_))));
     assert_eq!(giver.engine.state_hash(), hash);
 
+    let latest = handoff.records.iter().map(|record| record.ts).max().expect("records");
+    assert!(receiver.engine.ts_last() < latest, "the receiver was cloned before the orders");
     receiver.engine.attach_book(handoff.clone()).expect("an empty book takes it");
     receiver.engine.check_invariants();
+    // Its log time is not before an order it now holds, so none closes before it was
+    // accepted, whatever the receiver's own commands had been stamped.
+    assert!(receiver.engine.ts_last() >= latest);
     assert_eq!(receiver.engine.depth(m.sym, 10).expect("listed"), depth_before);
     assert_eq!(receiver.engine.last_px(m.sym), staying.last_px(m.sym));
     for record in &handoff.records {
