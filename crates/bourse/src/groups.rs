@@ -480,6 +480,7 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                     "symbol": m.symbol, "from": m.from, "to": m.to, "took_ms": m.took_ms,
                     "orders_during": m.orders_during, "pause_ms": m.pause_ms,
                     "orders_else": m.orders_else, "else_p50_ms": m.else_p50_ms, "else_p99_ms": m.else_p99_ms,
+                    "neighbours_during": m.neighbours_during, "neighbours_pause_ms": m.neighbours_pause_ms,
                 })),
                 "closed": report.closed.as_ref().map(|c| json!({
                     "expired": c.expired, "took_ms": c.took_ms, "refused_moving": c.refused_moving,
@@ -516,7 +517,8 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
         if let Some(m) = &report.moved {
             println!(
                 "symbol {}'s book moved from group {} to group {} in {:.1} ms; its {} orders awaited meanwhile waited \
-                 {:.1} ms at most, its {} others p50 {:.2} ms, p99 {:.2} ms",
+                 {:.1} ms at most, its {} others p50 {:.2} ms, p99 {:.2} ms; {} orders of group {}'s other books \
+                 awaited meanwhile waited {:.1} ms at most",
                 m.symbol,
                 m.from.map_or("?".to_string(), |g| g.to_string()),
                 m.to,
@@ -525,7 +527,10 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                 m.pause_ms,
                 m.orders_else,
                 m.else_p50_ms,
-                m.else_p99_ms
+                m.else_p99_ms,
+                m.neighbours_during,
+                m.to,
+                m.neighbours_pause_ms
             );
         }
         if let Some(c) = &report.closed {

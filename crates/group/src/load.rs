@@ -69,6 +69,11 @@ pub struct MoveReport {
     pub orders_else: u64,
     pub else_p50_ms: f64,
     pub else_p99_ms: f64,
+    /// Orders of the other books of the group the book went to, awaited while it moved,
+    /// and the longest such wait: that group holds everything stamped past the move's
+    /// cut until the book comes.
+    pub neighbours_during: u64,
+    pub neighbours_pause_ms: f64,
 }
 
 /// The client id the load creates and funds accounts as.
@@ -194,12 +199,19 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
             rng: options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (n as u64 + 1),
         };
         let mut client = GroupClient::new(options.directory.clone(), tls.clone());
+        // The group the book goes to, and the books it has (as the groups place them now).
+        let watched = options.move_book.map(|(symbol, to, _)| {
+            let placed = &machines[CATALOG_GROUP].account;
+            let neighbours: Vec<SymbolId> =
+                (0..options.symbols).map(SymbolId).filter(|&s| s != symbol && placed.symbol_group(s) == to).collect();
+            (symbol, neighbours)
+        });
         let symbols = options.symbols;
-        let watched = options.move_book.map(|(symbol, _, _)| symbol);
         tasks.push(tokio::spawn(async move {
             let (mut commands, mut placed, mut repeats, mut failed) = (0u64, 0u64, 0u64, Vec::new());
             let mut latencies = Vec::new();
-            // The moving book's orders: when sent, how long their answers took.
+            // The moving book's orders and those of the books of the group it goes to:
+            // when sent, how long their answers took, and whether of the moving book.
             let mut watching = Vec::new();
             while Instant::now() < until {
                 let body = trader.command(symbols);
@@ -212,8 +224,10 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                 match client.send(trader.client, trader.seq, body).await {
                     Ok((outcome, repeat)) => {
                         latencies.push(sent.elapsed().as_secs_f64() * 1e3);
-                        if place.is_some_and(|(symbol, _)| Some(symbol) == watched) {
-                            watching.push((sent, sent.elapsed()));
+                        if let (Some((symbol, _)), Some((moving, neighbours))) = (place, &watched) {
+                            if symbol == *moving || neighbours.contains(&symbol) {
+                                watching.push((sent, sent.elapsed(), symbol == *moving));
+                            }
                         }
                         commands += 1;
                         repeats += u64::from(repeat);
@@ -371,14 +385,16 @@ fn move_report(
     to: usize,
     took: Duration,
     (asked, done): (Instant, Instant),
-    orders: &[(Instant, Duration)],
+    orders: &[(Instant, Duration, bool)],
 ) -> MoveReport {
-    let (during, mut other): (Vec<f64>, Vec<f64>) = {
-        let (during, other): (Vec<_>, Vec<_>) =
-            orders.iter().partition(|&&(sent, took)| sent <= done && sent + took >= asked);
-        let ms = |orders: Vec<&(Instant, Duration)>| orders.iter().map(|(_, took)| took.as_secs_f64() * 1e3).collect();
-        (ms(during), ms(other))
+    let awaited = |&&(sent, took, _): &&(Instant, Duration, bool)| sent <= done && sent + took >= asked;
+    let ms = |orders: Vec<&(Instant, Duration, bool)>| -> Vec<f64> {
+        orders.iter().map(|(_, took, _)| took.as_secs_f64() * 1e3).collect()
     };
+    let (book, neighbours): (Vec<_>, Vec<_>) = orders.iter().partition(|order| order.2);
+    let (during, other): (Vec<_>, Vec<_>) = book.into_iter().partition(awaited);
+    let (during, mut other) = (ms(during), ms(other));
+    let neighbours = ms(neighbours.into_iter().filter(awaited).collect());
     other.sort_by(f64::total_cmp);
     let at = |q: f64| other.get(((other.len() as f64 * q) as usize).min(other.len().saturating_sub(1))).copied();
     MoveReport {
@@ -391,6 +407,8 @@ fn move_report(
         orders_else: other.len() as u64,
         else_p50_ms: at(0.5).unwrap_or(0.0),
         else_p99_ms: at(0.99).unwrap_or(0.0),
+        neighbours_during: neighbours.len() as u64,
+        neighbours_pause_ms: neighbours.iter().copied().fold(0.0, f64::max),
     }
 }
 

@@ -106,6 +106,10 @@ pub struct AccountPart {
     /// Symbols moved away from the group the map gives them, to the group they live in
     /// now (as this group has applied the moves, [`crate::machine::Output::Move`]).
     placed: BTreeMap<SymbolId, usize>,
+    /// The last move of each symbol moved: its cut (the catalog's group's stamp when it
+    /// took the move) and the group the book left, where orders stamped at or below the
+    /// cut still go (see "Moving a book" in [`crate::machine`]).
+    cuts: BTreeMap<SymbolId, (u64, usize)>,
     /// On the catalog's group: the closes of the day on their way through the groups,
     /// by the operator's command, each waiting for every group's report.
     closing: BTreeMap<(ClientId, u64), Closing>,
@@ -179,6 +183,7 @@ impl AccountPart {
             records: Vec::new(),
             sessions: FxHashMap::default(),
             placed: BTreeMap::new(),
+            cuts: BTreeMap::new(),
             closing: BTreeMap::new(),
         }
     }
@@ -222,8 +227,22 @@ impl AccountPart {
         self.placed.get(&symbol).copied().unwrap_or_else(|| self.map.symbol_group(symbol))
     }
 
-    /// Orders of `symbol` go to group `to` from now on.
-    pub(crate) fn place(&mut self, symbol: SymbolId, to: usize) {
+    /// The group an order of `symbol` stamped `stamp` goes to: the book's group, or the
+    /// group it left when the order is stamped at or below the last move's cut.
+    pub fn order_group(&self, symbol: SymbolId, stamp: u64) -> usize {
+        match self.cuts.get(&symbol) {
+            Some(&(cut, from)) if stamp <= cut => from,
+            _ => self.symbol_group(symbol),
+        }
+    }
+
+    /// `symbol`'s book moves to group `to` at `cut`: orders of it stamped past the cut
+    /// go there, the others (a group whose stamps lag the catalog's) still go where
+    /// the book was. A later move replaces the cut: by the time a group applies it, it
+    /// has stamped past the earlier one.
+    pub(crate) fn place(&mut self, symbol: SymbolId, to: usize, cut: u64) {
+        let from = self.symbol_group(symbol);
+        self.cuts.insert(symbol, (cut, from));
         if to == self.map.symbol_group(symbol) {
             self.placed.remove(&symbol);
         } else {
@@ -409,13 +428,13 @@ impl AccountPart {
             }
             CommandBody::Place(request) => self
                 .place_hold(request)
-                .map(|hold| Step::Forward(self.symbol_group(request.symbol), forward(Some(hold), false))),
+                .map(|hold| Step::Forward(self.order_group(request.symbol, stamp), forward(Some(hold), false))),
             CommandBody::Cancel { account, symbol, .. } | CommandBody::Reduce { account, symbol, .. } => {
-                self.owned(*account).map(|()| Step::Forward(self.symbol_group(*symbol), forward(None, false)))
+                self.owned(*account).map(|()| Step::Forward(self.order_group(*symbol, stamp), forward(None, false)))
             }
             CommandBody::Move { account, symbol, order, px } => self
                 .move_hold(*account, *symbol, *order, *px)
-                .map(|(fund, counted)| Step::Forward(self.symbol_group(*symbol), forward(fund, counted))),
+                .map(|(fund, counted)| Step::Forward(self.order_group(*symbol, stamp), forward(fund, counted))),
             _ => return Err(Unsupported("this command from a client")),
         })
     }

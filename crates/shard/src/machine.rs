@@ -44,15 +44,23 @@
 //! between two groups when a merge takes the cut.
 //!
 //! **Moving a book.** [`Entry::MoveSymbol`] on [`CATALOG_GROUP`] moves a symbol's book to
-//! another group; the catalog's group passes it on ([`Output::Move`]) and every group
-//! counts it as a catalog command. Where a group's log applies it, the group routes the
-//! symbol's orders to the new group from then on and tells the old one
-//! ([`Output::Passed`], after every order it sent there). The old group hands the book
-//! over ([`Output::Handoff`]: orders, stops, records, holds) once every group has passed
-//! the move and none of the symbol's orders waits in its merge; the new group holds the
-//! symbol's orders in its merge until the book comes, then tells the catalog's group
-//! ([`Output::Arrived`]), which may move it again. Each order of the symbol is applied by
-//! exactly one of the two groups.
+//! another group, one book at a time; the catalog's group passes it on
+//! ([`Output::Move`]) and every group counts it as a catalog command. The move is a cut
+//! at the catalog's group's last stamp: the old group applies the book's orders stamped
+//! at or below it, the new group those stamped past it, each in its merge's stamp
+//! order, which is where one engine fed the same stamped input applies each. Where a
+//! group's log applies the move, it routes the symbol's orders past the cut to the new
+//! group (those at or below it still to the old one) and tells the old group
+//! ([`Output::Passed`], after every order it sent there). A group that has not heard
+//! yet sends the old group orders stamped past the cut too: the old group's merge
+//! releases them in stamp order and keeps them aside ([`crate::Leaving::relay`]). Once
+//! every group has passed the move, its merge has passed the cut and none of the
+//! symbol's orders waits there, the old group hands the book over with those orders
+//! ([`Output::Handoff`]: orders, stops, records, holds, as of the cut). The new group
+//! holds every forward stamped past the cut until the book comes, puts the relayed
+//! orders into its merge where their stamps fall, then tells the catalog's group
+//! ([`Output::Arrived`]), which may move a book again. Each order of the symbol is
+//! applied by exactly one of the two groups.
 //!
 //! Restoring a snapshot and replaying the log after it rebuilds the same state and the
 //! same outputs (the outputs are state too), which the harness in
@@ -65,7 +73,7 @@ use bourse_engine::{Amount, AssetId, BookHandoff, Outcome, Reject, SymbolId, Tim
 use serde::{Deserialize, Serialize};
 
 use crate::account::Step;
-use crate::{route, AccountPart, Ack, Forward, Route, Settlement, SymbolPart, CATALOG_GROUP};
+use crate::{order_parts, route, AccountPart, Ack, Forward, Route, Settlement, SymbolPart, CATALOG_GROUP};
 
 /// How the catalog's group says it refuses a move because a close of the day is on its
 /// way ([`GroupMachine::move_refused`]): the mover may send it again once that is done.
@@ -84,13 +92,16 @@ pub enum Output {
     /// destination to apply in the order sent.
     Config { stamp: Timestamp, body: CommandBody },
     /// A move of `symbol`'s book to group `to` that [`CATALOG_GROUP`] applied, for the
-    /// destination to apply in the order sent (it counts as a catalog command).
-    Move { symbol: SymbolId, to: usize },
+    /// destination to apply in the order sent (it counts as a catalog command); `cut`:
+    /// orders stamped past it are the new group's to apply, the others the old's.
+    Move { symbol: SymbolId, to: usize, cut: Timestamp },
     /// To the group `symbol`'s book is leaving: the source has applied the move, and
     /// sent every order of it before this.
     Passed { symbol: SymbolId },
-    /// The book itself, with what its orders hold, to the group it moves to.
-    Handoff(BookHandoff),
+    /// The book itself, with what its orders hold, to the group it moves to, as it
+    /// stands at the move's cut; with the orders of it stamped past the cut that came to
+    /// the old group all the same ([`crate::Leaving::relay`]).
+    Handoff { book: BookHandoff, relay: Vec<Forward> },
     /// To [`CATALOG_GROUP`]: `symbol`'s book has come to the source; it may move again.
     Arrived { symbol: SymbolId },
 }
@@ -101,10 +112,13 @@ impl Output {
         let (one, book) = match self {
             Output::Forward(forward) => (forward.fund, None),
             Output::Settlement(Settlement::Credit { asset, amount, .. }) => (Some((*asset, *amount)), None),
-            Output::Handoff(handoff) => (None, Some(handoff)),
+            Output::Handoff { book, relay } => (None, Some((book, relay))),
             _ => (None, None),
         };
-        one.into_iter().chain(book.into_iter().flat_map(BookHandoff::funds))
+        let book = book
+            .into_iter()
+            .flat_map(|(book, relay)| book.funds().chain(relay.iter().filter_map(|forward| forward.fund)));
+        one.into_iter().chain(book)
     }
 }
 
@@ -175,6 +189,11 @@ pub struct GroupMachine {
     moving: BTreeSet<SymbolId>,
     /// Books handed to this group by another so far.
     received: u64,
+    /// Orders of moved books the old group relayed here with them (stamped past a cut
+    /// but sent there), and orders this group sent a book's old group after it applied
+    /// the move (stamped at or below the cut): the two sides of a move's cut.
+    relayed: u64,
+    behind_cut: u64,
 }
 
 impl GroupMachine {
@@ -187,6 +206,8 @@ impl GroupMachine {
             outboxes: vec![Outbox::default(); groups],
             stamped: 0,
             applied: 0,
+            relayed: 0,
+            behind_cut: 0,
             catalog: 0,
             moving: BTreeSet::new(),
             received: 0,
@@ -196,6 +217,12 @@ impl GroupMachine {
     /// Books handed to this group by another so far.
     pub fn books_received(&self) -> u64 {
         self.received
+    }
+
+    /// Orders that crossed a move's cut the slow way: `(relayed here with a book, sent
+    /// from here to a book's old group after this group applied the move)`.
+    pub fn cut_crossings(&self) -> (u64, u64) {
+        (self.relayed, self.behind_cut)
     }
 
     /// Why a move of `symbol`'s book to group `to` would not be taken (asked of the
@@ -216,6 +243,11 @@ impl GroupMachine {
         }
         if self.moving.contains(&symbol) {
             return Some(format!("symbol {symbol}'s book is moving already"));
+        }
+        if let Some(other) = self.moving.iter().next() {
+            // Two at once could wait on each other: each new group holds everything
+            // stamped past its cut, orders the other old group must still relay.
+            return Some(format!("symbol {other}'s book is moving; move {symbol}'s once it has come"));
         }
         if self.account.closes_pending() > 0 {
             return Some(format!("{CLOSE_UNDER_WAY} through the groups; move the book once it is done"));
@@ -309,6 +341,8 @@ impl GroupMachine {
             && self.catalog == other.catalog
             && self.moving == other.moving
             && self.received == other.received
+            && self.relayed == other.relayed
+            && self.behind_cut == other.behind_cut
     }
 
     /// Applies one committed entry, appending the client acknowledgements it produces to
@@ -350,14 +384,15 @@ impl GroupMachine {
                         Output::Config { stamp, body } => {
                             self.configure(*stamp, body);
                         }
-                        Output::Move { symbol, to } => self.apply_move(*symbol, *to),
+                        Output::Move { symbol, to, cut } => self.apply_move(*symbol, *to, *cut),
                         Output::Passed { symbol } => {
                             self.symbol.leaving.entry(*symbol).or_default().passed.insert(*source);
                         }
-                        Output::Handoff(handoff) => {
-                            let symbol = handoff.symbol;
-                            self.symbol.attach(handoff.clone());
+                        Output::Handoff { book, relay } => {
+                            let symbol = book.symbol;
+                            self.symbol.attach(book.clone(), relay);
                             self.received += 1;
+                            self.relayed += relay.len() as u64;
                             self.arrived(symbol);
                         }
                         Output::Arrived { symbol } => {
@@ -377,11 +412,14 @@ impl GroupMachine {
             }
             Entry::MoveSymbol { symbol, to } => {
                 if self.move_refused(*symbol, *to).is_none() {
+                    // The cut: the last stamp this group gave. Every group hears of the
+                    // move before this group's next watermark, which passes it.
+                    let cut = self.stamped;
                     self.moving.insert(*symbol);
-                    self.apply_move(*symbol, *to);
+                    self.apply_move(*symbol, *to, cut);
                     for (g, outbox) in self.outboxes.iter_mut().enumerate() {
                         if g != self.group {
-                            outbox.outputs.push_back(Output::Move { symbol: *symbol, to: *to });
+                            outbox.outputs.push_back(Output::Move { symbol: *symbol, to: *to, cut });
                         }
                     }
                 }
@@ -395,22 +433,22 @@ impl GroupMachine {
     /// it go to `to` from here on. The group the book leaves hears that this one has
     /// passed the move (after every order this group sent it before); the group it
     /// goes to holds its orders until the book comes.
-    fn apply_move(&mut self, symbol: SymbolId, to: usize) {
+    fn apply_move(&mut self, symbol: SymbolId, to: usize, cut: Timestamp) {
         let from = self.account.symbol_group(symbol);
         self.catalog += 1;
         if from == to {
             return;
         }
-        self.account.place(symbol, to);
+        self.account.place(symbol, to, cut);
         if from == self.group {
             let leaving = self.symbol.leaving.entry(symbol).or_default();
-            leaving.to = Some(to);
+            leaving.to = Some((to, cut));
             leaving.passed.insert(self.group);
         } else {
             self.outboxes[from].outputs.push_back(Output::Passed { symbol });
         }
         if to == self.group {
-            self.symbol.arriving.insert(symbol);
+            self.symbol.arriving.insert(symbol, cut);
         }
     }
 
@@ -423,23 +461,28 @@ impl GroupMachine {
         }
     }
 
-    /// Hands over every leaving book whose every source has passed its move and none of
-    /// whose orders still wait in the merge.
+    /// Hands over every leaving book that stands at its move's cut and gets no more
+    /// orders: every source has passed the move (no order of it comes here unless
+    /// stamped at or below the cut), the merge has passed the cut (no such order comes
+    /// any more), and none of its orders still waits in the merge (each was applied, or
+    /// is relayed).
     fn hand_off(&mut self) {
         let groups = self.groups();
+        let floor = self.symbol.merge.floor();
         let ready: Vec<(SymbolId, usize)> = self
             .symbol
             .leaving
             .iter()
             .filter_map(|(&symbol, leaving)| {
-                let to = leaving.to?;
-                (leaving.passed.len() == groups && !self.symbol.merge.holds(symbol)).then_some((symbol, to))
+                let (to, cut) = leaving.to?;
+                (leaving.passed.len() == groups && floor >= cut && !self.symbol.merge.holds(symbol))
+                    .then_some((symbol, to))
             })
             .collect();
         for (symbol, to) in ready {
-            self.symbol.leaving.remove(&symbol);
-            let handoff = self.symbol.detach(symbol);
-            self.outboxes[to].outputs.push_back(Output::Handoff(handoff));
+            let relay = self.symbol.leaving.remove(&symbol).map(|leaving| leaving.relay).unwrap_or_default();
+            let book = self.symbol.detach(symbol);
+            self.outboxes[to].outputs.push_back(Output::Handoff { book, relay });
         }
     }
 
@@ -506,6 +549,9 @@ impl GroupMachine {
             Step::Done(outcome) => acks.push(ack(outcome)),
             Step::Forward(to, mut forward) => {
                 forward.catalog = self.catalog;
+                if let Some((_, symbol)) = order_parts(&forward.body) {
+                    self.behind_cut += u64::from(to != self.account.symbol_group(symbol));
+                }
                 if to == self.group {
                     self.symbol.merge.offer(self.group, forward);
                 } else {
@@ -599,6 +645,7 @@ pub fn conservation(machines: &[&GroupMachine]) -> Result<(), String> {
         }
         let mut on_the_way = |(asset, amount): (AssetId, Amount)| held[asset.0 as usize] += i128::from(amount.0);
         machine.symbol.merge.funds().for_each(&mut on_the_way);
+        machine.symbol.leaving.values().flat_map(|leaving| leaving.funds()).for_each(&mut on_the_way);
         for (to, consumer) in machines.iter().enumerate().filter(|&(to, _)| to != g) {
             let cursor = consumer.cursor(g);
             if cursor + 1 < machine.kept_from(to) {

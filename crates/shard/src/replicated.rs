@@ -154,6 +154,11 @@ impl Replicated {
     pub fn submit(&mut self, command: Command) -> Result<Option<Outcome>, Unsupported> {
         match route(&self.map, &command.body)? {
             Route::Config if matches!(command.body, CommandBody::CloseDay) => {
+                // The catalog's group refuses a close while a book moves; the operator
+                // sends it once the move is done.
+                while self.nodes[CATALOG_GROUP].machine.moving().next().is_some() {
+                    assert!(self.step(), "a move never ended");
+                }
                 self.queue(command, CATALOG_GROUP);
                 Ok(None)
             }
@@ -176,17 +181,22 @@ impl Replicated {
         }
     }
 
-    /// Moves `symbol`'s book to group `to`, after everything before has arrived
-    /// everywhere, as the catalog's group orders it; then commits until it has come
-    /// (or as far as anything is left to commit). `Err` says why the catalog's group
-    /// would not take it.
+    /// Has the catalog's group take a move of `symbol`'s book to group `to` now, with
+    /// nothing drained first or after: orders in flight on both sides of its cut (see
+    /// "Moving a book" in [`crate::machine`]), the book on its way as the other
+    /// entries commit. `Err` says why the catalog's group would not take it (a close
+    /// of the day queued for it counts as on its way).
     pub fn move_symbol(&mut self, symbol: SymbolId, to: usize) -> Result<(), String> {
-        self.drain();
+        let close_queued = self.inputs[CATALOG_GROUP]
+            .iter()
+            .any(|input| matches!(input, Input::Client(command) if command.body == CommandBody::CloseDay));
+        if close_queued {
+            return Err(crate::machine::CLOSE_UNDER_WAY.to_string());
+        }
         if let Some(refused) = self.nodes[CATALOG_GROUP].machine.move_refused(symbol, to) {
             return Err(refused);
         }
         self.commit(CATALOG_GROUP, Entry::MoveSymbol { symbol, to }).expect("a move entry is never refused");
-        self.drain();
         self.stats.moved += 1;
         Ok(())
     }

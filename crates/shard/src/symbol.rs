@@ -74,17 +74,13 @@ impl Merge {
     /// after it) while it needs more of the catalog than `catalog` (see
     /// [`Forward::catalog`]): the order released stays the stamps' alone.
     pub fn pop_ready(&mut self, floor: Timestamp, catalog: u64) -> Option<Forward> {
-        self.pop_ready_unless(floor, catalog, &BTreeSet::new())
+        self.pop_ready_upto(floor, catalog, None)
     }
 
-    /// [`Merge::pop_ready`], and the next forward stays too while it is for one of
-    /// `arriving`, symbols whose books are on their way to this group.
-    pub fn pop_ready_unless(
-        &mut self,
-        floor: Timestamp,
-        catalog: u64,
-        arriving: &BTreeSet<SymbolId>,
-    ) -> Option<Forward> {
+    /// [`Merge::pop_ready`], and the next forward stays too while it is stamped past
+    /// `cut`: the cut of a move whose book is on its way to this group (every order
+    /// stamped past it waits for the book, which brings some of them with it).
+    pub fn pop_ready_upto(&mut self, floor: Timestamp, catalog: u64, cut: Option<Timestamp>) -> Option<Forward> {
         let mut best: Option<(Timestamp, usize)> = None;
         for (source, queue) in self.queues.iter().enumerate() {
             if let Some(head) = queue.front() {
@@ -94,15 +90,26 @@ impl Merge {
             }
         }
         let (_, source) = best?;
-        let held = |head: &Forward| {
-            head.catalog > catalog
-                || (!arriving.is_empty() && order_parts(&head.body).is_some_and(|(_, s)| arriving.contains(&s)))
-        };
+        let held = |head: &Forward| head.catalog > catalog || cut.is_some_and(|cut| head.stamp > cut);
         if self.queues[source].front().is_some_and(held) {
             return None;
         }
         self.waiting -= 1;
         self.queues[source].pop_front()
+    }
+
+    /// Puts back a forward `source` sent that another group's merge released past a
+    /// move's cut (see [`Leaving::relay`]), where its stamp falls in the source's queue.
+    pub fn insert(&mut self, source: usize, forward: Forward) {
+        let queue = &mut self.queues[source];
+        let at = queue.partition_point(|queued| queued.stamp < forward.stamp);
+        assert!(
+            queue.get(at).is_none_or(|queued| queued.stamp != forward.stamp),
+            "source {source} sent stamp {} twice",
+            forward.stamp
+        );
+        queue.insert(at, forward);
+        self.waiting += 1;
     }
 
     /// Forwards waiting for a watermark.
@@ -121,13 +128,26 @@ impl Merge {
     }
 }
 
-/// A book about to leave this group's symbol part: the group it goes to, once this
-/// group has applied the move, and the groups whose account parts have applied it (each
-/// says so in its stream, after every order it sent here before).
+/// A book about to leave this group's symbol part.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Leaving {
-    pub to: Option<usize>,
+    /// The group it goes to and the move's cut, once this group has applied the move.
+    pub to: Option<(usize, Timestamp)>,
+    /// The groups whose account parts have applied the move (each says so in its
+    /// stream, after every order it sent here before).
     pub passed: BTreeSet<usize>,
+    /// Orders of the book stamped past the cut that came here all the same (from a
+    /// group that had not applied the move when it sent them), in stamp order as the
+    /// merge released them: they go with the book, for the new group to apply in stamp
+    /// order with the ones sent there.
+    pub relay: Vec<Forward>,
+}
+
+impl Leaving {
+    /// The holds the relayed orders carry.
+    pub fn funds(&self) -> impl Iterator<Item = (AssetId, Amount)> + '_ {
+        self.relay.iter().filter_map(|forward| forward.fund)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -139,8 +159,9 @@ pub struct SymbolPart {
     pub merge: Merge,
     /// Books leaving this part (see [`Leaving`]).
     pub leaving: BTreeMap<SymbolId, Leaving>,
-    /// Books on their way here: their orders wait in the merge until they come.
-    pub arriving: BTreeSet<SymbolId>,
+    /// Books on their way here, with their moves' cuts: every forward stamped past a
+    /// cut waits in the merge until the book comes.
+    pub arriving: BTreeMap<SymbolId, Timestamp>,
     events: Vec<Event>,
     credits: Vec<(AccountId, AssetId, i64)>,
     /// Orders the command touched, with their owner where the events name it.
@@ -158,7 +179,7 @@ struct SymbolImage {
     seq: u64,
     merge: Merge,
     leaving: BTreeMap<SymbolId, Leaving>,
-    arriving: BTreeSet<SymbolId>,
+    arriving: BTreeMap<SymbolId, Timestamp>,
     #[serde(with = "serde_bytes")]
     engine: Vec<u8>,
 }
@@ -211,7 +232,7 @@ impl SymbolPart {
             seq: 0,
             merge: Merge::new(map.groups()),
             leaving: BTreeMap::new(),
-            arriving: BTreeSet::new(),
+            arriving: BTreeMap::new(),
             events: Vec::new(),
             credits: Vec::new(),
             touched: Vec::new(),
@@ -290,7 +311,12 @@ impl SymbolPart {
     /// group has applied.
     pub fn release(&mut self, catalog: u64, out: &mut impl FnMut(usize, Settlement)) {
         let floor = self.merge.floor();
-        while let Some(forward) = self.merge.pop_ready_unless(floor, catalog, &self.arriving) {
+        let cut = self.arriving.values().copied().min();
+        while let Some(forward) = self.merge.pop_ready_upto(floor, catalog, cut) {
+            if let Some(leaving) = self.relayed(&forward) {
+                leaving.relay.push(forward);
+                continue;
+            }
             if forward.body == CommandBody::CloseDay {
                 let Outcome::Ok { id: expired } = self.close_day(forward.stamp, out) else {
                     unreachable!("the engine closes a day whenever asked")
@@ -302,10 +328,21 @@ impl SymbolPart {
         }
     }
 
+    /// The leaving book a released forward goes with: an order of it stamped past its
+    /// move's cut. (This group has the move before its merge releases anything stamped
+    /// past the cut: the catalog's group sends the move before any watermark past it.)
+    fn relayed(&mut self, forward: &Forward) -> Option<&mut Leaving> {
+        if self.leaving.is_empty() {
+            return None;
+        }
+        let (_, symbol) = order_parts(&forward.body)?;
+        self.leaving.get_mut(&symbol).filter(|leaving| leaving.to.is_some_and(|(_, cut)| forward.stamp > cut))
+    }
+
     fn process(&mut self, forward: Forward, out: &mut impl FnMut(usize, Settlement)) {
         let Forward { stamp, client, seq, body, fund, counted, .. } = forward;
         let (account, symbol) = order_parts(&body).expect("only order commands are forwarded");
-        debug_assert!(!self.arriving.contains(&symbol), "an order of {symbol} applied before its book came");
+        assert!(!self.arriving.contains_key(&symbol), "an order of {symbol} applied before its book came");
         let (moved, named) = match body {
             CommandBody::Move { order, .. } => (Some(order), Some(order)),
             CommandBody::Cancel { order, .. } | CommandBody::Reduce { order, .. } => (None, Some(order)),
@@ -373,11 +410,16 @@ impl SymbolPart {
         self.engine.detach_book(symbol).expect("only spot books are moved")
     }
 
-    /// Puts a book another group handed over into this part's engine: its orders, which
-    /// waited in the merge, go on.
-    pub(crate) fn attach(&mut self, handoff: BookHandoff) {
+    /// Puts a book another group handed over into this part's engine, and the orders of
+    /// it that group relayed (stamped past the cut) into the merge among those sent
+    /// here: everything that waited past the cut goes on, in stamp order.
+    pub(crate) fn attach(&mut self, handoff: BookHandoff, relay: &[Forward]) {
         let symbol = handoff.symbol;
         self.engine.attach_book(handoff).expect("a book moves only to a group whose book of it is empty");
+        for forward in relay {
+            let (account, _) = order_parts(&forward.body).expect("only orders are relayed");
+            self.merge.insert(self.map.account_group(account), forward.clone());
+        }
         self.arriving.remove(&symbol);
     }
 

@@ -292,3 +292,58 @@ fn a_close_is_refused_while_a_book_moves() {
     assert_eq!(acks.len(), 1, "{acks:?}");
     assert_eq!((acks[0].seq, acks[0].outcome), (2, Outcome::Ok { id: 0 }));
 }
+
+/// A book's orders on either side of its move's cut apply in stamp order, whichever
+/// group each was sent to. The sell is sent by a group that has applied the move (to
+/// the new group), the later buy by one that has not (to the old group, which relays
+/// it with the book): one engine would match them, and so do the groups.
+#[test]
+fn orders_of_a_moving_book_apply_in_stamp_order_whichever_group_they_reached() {
+    let mut machines = groups();
+    let map = ShardMap::new(3);
+    let (seller, buyer) = (AccountId(0), AccountId(2));
+    assert_eq!((map.account_group(seller), map.account_group(buyer)), (CATALOG_GROUP, 2));
+    // Symbol 1's book lives in group 1 and moves to group 2.
+    let (symbol, old, new) = (SymbolId(1), 1, 2);
+    let (alice, bob) = (ClientId(31), ClientId(32));
+    let shares = CommandBody::Deposit { account: seller, asset: AssetId(2), amount: Amount(5) };
+    clients(&mut machines, CATALOG_GROUP, vec![Command { client: alice, seq: 1, ts: T, body: shares }], T + 5);
+    let cash = CommandBody::Deposit { account: buyer, asset: AssetId(0), amount: Amount(1_000) };
+    clients(&mut machines, new, vec![Command { client: bob, seq: 1, ts: T + 1, body: cash }], T + 1);
+
+    // The move, cut at the catalog's group's last stamp (T + 5).
+    let mut acks = Vec::new();
+    machines[CATALOG_GROUP].apply(&Entry::MoveSymbol { symbol, to: new }, &mut acks).expect("applied");
+    // The catalog's group has applied it: its sell, stamped past the cut, goes to the
+    // new group.
+    let sell = OrderRequest::limit(seller, symbol, Side::Sell, Px(100), Qty(5), Tif::Gtc);
+    let sell = Command { client: alice, seq: 2, ts: T + 10, body: CommandBody::Place(sell) };
+    clients(&mut machines, CATALOG_GROUP, vec![sell], T + 10);
+    assert!(machines[CATALOG_GROUP].outputs(new, 1, usize::MAX).1.iter().any(|output| matches!(
+        output, Output::Forward(forward) if forward.stamp == T + 10
+    )));
+    // The new group has not heard of the move yet: its buy, stamped later still, goes
+    // to the old group.
+    let buy = OrderRequest::limit(buyer, symbol, Side::Buy, Px(100), Qty(5), Tif::Ioc);
+    let buy = Command { client: bob, seq: 2, ts: T + 20, body: CommandBody::Place(buy) };
+    clients(&mut machines, new, vec![buy], T + 20);
+    let to_old = machines[new].outputs(old, 1, usize::MAX).1;
+    assert!(to_old.iter().any(|output| matches!(output, Output::Forward(forward) if forward.stamp == T + 20)));
+
+    let acks = drain(&mut machines, T + 30);
+    let outcome = |client, seq| acks.iter().find(|ack| (ack.client, ack.seq) == (client, seq)).map(|ack| ack.outcome);
+    assert!(matches!(outcome(alice, 2), Some(Outcome::Ok { .. })), "{acks:?}");
+    assert!(matches!(outcome(bob, 2), Some(Outcome::Ok { .. })), "{acks:?}");
+    assert_eq!(machines[0].moving().count(), 0, "the book has come");
+    // The buy met the sell: the book is empty, the shares and the cash changed hands.
+    let depth = machines[new].symbol.engine().depth(symbol, 5).expect("listed");
+    assert!(depth.bids.is_empty() && depth.asks.is_empty(), "{depth:?}");
+    assert_eq!(machines[new].account.available(buyer, AssetId(2)), 5);
+    assert_eq!(machines[new].account.available(buyer, AssetId(0)), 500);
+    assert_eq!(machines[CATALOG_GROUP].account.available(seller, AssetId(0)), 500);
+    assert_eq!(machines[new].cut_crossings().0, 1, "the buy came with the book");
+    for machine in &machines {
+        assert_eq!(machine.symbol.merge.waiting(), 0);
+    }
+    conservation(&machines.iter().collect::<Vec<_>>()).expect("every asset conserved");
+}

@@ -257,8 +257,15 @@ struct Run {
 }
 
 /// The groups' entries committed in an order drawn from the seed, without faults.
-fn differential(groups: u32, seed: u64, commands: usize) {
-    compare(Replicated::new(groups, EngineConfig::default(), seed ^ 0x5eed, false), groups, seed, commands);
+/// Returns how many orders crossed a move's cut the slow way (see
+/// [`bourse_shard::GroupMachine::cut_crossings`]).
+fn differential(groups: u32, seed: u64, commands: usize) -> (u64, u64) {
+    let run = compare(Replicated::new(groups, EngineConfig::default(), seed ^ 0x5eed, false), groups, seed, commands);
+    crossings(&run)
+}
+
+fn crossings(run: &Replicated) -> (u64, u64) {
+    run.machines().map(|machine| machine.cut_crossings()).fold((0, 0), |(r, b), (dr, db)| (r + dr, b + db))
 }
 
 /// One engine and the groups over the same flow, compared command by command and at
@@ -477,19 +484,34 @@ fn one_group_matches_one_engine() {
     }
 }
 
+/// Books move with orders in flight on both sides of the cut: some sent to the old
+/// group stamped past it (relayed with the book), some sent there after their group
+/// applied the move (stamped at or below it).
+fn assert_crossed(total: (u64, u64)) {
+    eprintln!("orders across a move's cut: {} relayed with the book, {} sent behind the cut", total.0, total.1);
+    assert!(total.0 > 0 && total.1 > 0, "no order crossed a move's cut the slow way: {total:?}");
+}
+
 #[test]
 fn two_groups_match_one_engine_whatever_the_interleaving() {
+    let mut total = (0, 0);
     for seed in 1..=12 {
-        differential(2, seed, 3_000);
+        let (relayed, behind) = differential(2, seed, 3_000);
+        total = (total.0 + relayed, total.1 + behind);
     }
+    assert_crossed(total);
 }
 
 #[test]
 fn three_and_four_groups_match_one_engine() {
+    let mut total = (0, 0);
     for seed in 1..=8 {
-        differential(3, seed, 3_000);
-        differential(4, seed, 3_000);
+        for groups in [3, 4] {
+            let (relayed, behind) = differential(groups, seed, 3_000);
+            total = (total.0 + relayed, total.1 + behind);
+        }
     }
+    assert_crossed(total);
 }
 
 /// The groups as logs and state machines: every message between groups is a numbered

@@ -128,6 +128,11 @@ pub struct ShardCounts {
     /// moving), and the books that moved.
     pub moves_sent: u64,
     pub books_moved: u64,
+    /// Orders that crossed a move's cut the slow way: relayed with the book (sent to
+    /// the old group, stamped past the cut) and sent to the old group by a group that
+    /// had applied the move (stamped at or below it).
+    pub relayed: u64,
+    pub behind_cut: u64,
     /// Closes of the day the operator had answered, and the Day orders they expired.
     pub days_closed: u64,
     pub day_orders_expired: u64,
@@ -159,7 +164,7 @@ impl fmt::Display for ShardReport {
             f,
             "seed {} ({} groups of {}): {} — trace {:016x}, {:.1} s simulated, {}; {} entries, {} commands ({} answered, \
              {} of them to resends from the session's memory, {} resends, {} refused for overtaking), {} ingests ({} outputs applied, {} skipped as applied, {} refused for a gap), \
-             {} trims, {} leader changes, {} snapshots installed, {} books moved ({} moves sent), {} days closed ({} Day orders expired)",
+             {} trims, {} leader changes, {} snapshots installed, {} books moved ({} moves sent; {} orders relayed with a book, {} sent behind a cut), {} days closed ({} Day orders expired)",
             self.options.seed,
             self.options.groups,
             self.options.nodes,
@@ -182,6 +187,8 @@ impl fmt::Display for ShardReport {
             c.snapshots_installed,
             s.books_moved,
             s.moves_sent,
+            s.relayed,
+            s.behind_cut,
             s.days_closed,
             s.day_orders_expired,
         )?;
@@ -1167,7 +1174,12 @@ fn check(sim: &Sim, gateway: &Gateway) {
             world.violation(format!("the groups place symbol {s}'s book apart: {placed:?}"));
         }
     }
-    lock(&sim.shared.counts).books_moved = machines.iter().map(|m| m.books_received()).sum();
+    {
+        let mut counts = lock(&sim.shared.counts);
+        counts.books_moved = machines.iter().map(|m| m.books_received()).sum();
+        counts.relayed = machines.iter().map(|m| m.cut_crossings().0).sum();
+        counts.behind_cut = machines.iter().map(|m| m.cut_crossings().1).sum();
+    }
     // Every close of the day was a cut at its stamp in every group: a Day order stamped
     // before a cut was closed by then (expired there, or filled or cancelled before).
     // The cuts: the stamps of the closes answered, and the close stamp of every order
