@@ -56,7 +56,7 @@ pub struct CloseReport {
 #[derive(Clone, Debug, Default)]
 pub struct MoveReport {
     pub symbol: u32,
-    /// `None` when the answer that reached the load was to a resend.
+    /// The group the book left (as [`crate::wire::Reply::Moved`] says it).
     pub from: Option<usize>,
     pub to: usize,
     /// From the request to the book in its new group, as the catalog's leader saw it.

@@ -465,18 +465,20 @@ async fn move_book(shared: &Shared, symbol: SymbolId, to: usize, again: bool) ->
             leader: shared.member.leadership().borrow().leader.clone().map(|(_, peer)| peer.api),
         };
     }
-    let from = {
+    let (from, propose) = {
         let replica = lock(&shared.replica);
         let machine = &replica.machine;
         if again && machine.account.symbol_group(symbol) == to {
-            None
+            // Taken already (the first answer was lost): the group it left is the last
+            // move's.
+            (machine.account.last_move(symbol).map(|(_, from)| from), false)
         } else if let Some(refused) = machine.move_refused(symbol, to) {
             return Reply::Error(refused);
         } else {
-            Some(machine.account.symbol_group(symbol))
+            (Some(machine.account.symbol_group(symbol)), true)
         }
     };
-    if from.is_some() {
+    if propose {
         lock(&shared.inbox).moves.push((symbol, to));
     }
     let until = asked + MOVE_WAIT;

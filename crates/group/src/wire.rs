@@ -147,8 +147,9 @@ pub enum Reply {
     Elsewhere {
         group: usize,
     },
-    /// The book moved, from group `from` (`None` for a resend whose move was taken
-    /// already), and was in its new group `millis` after the request came.
+    /// The book moved, from group `from` (for a resend whose move was taken already,
+    /// the last move's; `None` when the book was there with no move on record), and
+    /// was in its new group `millis` after the request came.
     Moved {
         from: Option<usize>,
         millis: u64,

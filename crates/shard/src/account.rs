@@ -236,6 +236,12 @@ impl AccountPart {
         }
     }
 
+    /// The last move of `symbol`'s book this group applied: its cut and the group the
+    /// book left.
+    pub fn last_move(&self, symbol: SymbolId) -> Option<(u64, usize)> {
+        self.cuts.get(&symbol).copied()
+    }
+
     /// `symbol`'s book moves to group `to` at `cut`: orders of it stamped past the cut
     /// go there, the others (a group whose stamps lag the catalog's) still go where
     /// the book was. A later move replaces the cut: by the time a group applies it, it
