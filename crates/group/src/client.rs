@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bourse_engine::command::{Command, CommandBody};
-use bourse_engine::{ClientId, Outcome, Reject, SymbolId};
+use bourse_engine::{ClientId, OrderId, Outcome, Reject, SymbolId};
 use bourse_pki::ReloadableClientConfig;
-use bourse_shard::{route, Route, ShardMap, CATALOG_GROUP};
+use bourse_shard::{route, Route, ShardMap, CATALOG_GROUP, ORDER_ID_BITS};
 
-use crate::wire::{Answer, Answered, Connection, Query, Reply, Request, State};
+use crate::wire::{Answer, Answered, Connection, OrderState, Query, Reply, Request, State};
 
 /// Why a command has no outcome.
 #[derive(Debug, thiserror::Error)]
@@ -168,8 +168,44 @@ impl GroupClient {
     pub fn groups_of(&self, query: &Query) -> Vec<usize> {
         match query {
             Query::Book { symbol, .. } | Query::Order { symbol, .. } => vec![self.map.symbol_group(*symbol)],
-            Query::Account { .. } => (0..self.groups.len()).collect(),
+            Query::Account { .. } | Query::Record { .. } => (0..self.groups.len()).collect(),
         }
+    }
+
+    /// Order `order` of `symbol`, wherever its record is: asked of the book's group
+    /// (as [`GroupClient::query`] follows it), and when that group has no record of
+    /// it, of every other group's own records, the group that numbered it first (an
+    /// order that closed before its book moved stays where it closed). The group that
+    /// answered and the index it read at; `None` when no group has it (never placed,
+    /// another symbol's, or forgotten: closed orders are kept up to the engine's
+    /// `orders_closed_max`).
+    pub async fn order(
+        &mut self,
+        symbol: SymbolId,
+        order: OrderId,
+    ) -> Result<(usize, u64, Option<OrderState>), ClientError> {
+        let unexpected = |answer: Answered| ClientError::Query(format!("unexpected answer {answer:?}"));
+        let (book, index, answer) = self.query(self.map.symbol_group(symbol), &Query::Order { symbol, order }).await?;
+        match answer {
+            Answered::Order(Some(state)) => return Ok((book, index, Some(state))),
+            Answered::Order(None) => {}
+            other => return Err(unexpected(other)),
+        }
+        let numbered = (order.0 >> ORDER_ID_BITS) as usize;
+        let mut others: Vec<usize> = (0..self.groups.len()).filter(|&g| g != book).collect();
+        others.sort_by_key(|&g| g != numbered);
+        for g in others {
+            match self.query(g, &Query::Record { order }).await? {
+                // One group holds an order's record at a time: found, it is the order.
+                (g, index, Answered::Order(Some(state))) if state.record.symbol == symbol => {
+                    return Ok((g, index, Some(state)));
+                }
+                (_, _, Answered::Order(Some(_))) => break,
+                (_, _, Answered::Order(None)) => {}
+                (_, _, other) => return Err(unexpected(other)),
+            }
+        }
+        Ok((book, index, None))
     }
 
     /// Asks group `g`'s leader `query` (following the leader, and the group a moved
@@ -218,6 +254,7 @@ impl GroupClient {
         let started = Instant::now();
         let mut last = String::new();
         let groups = self.groups.len();
+        let mut redirected = 0u32;
         while started.elapsed() < self.give_up_after {
             let group = &mut self.groups[g];
             let at = group.leader;
@@ -236,6 +273,12 @@ impl GroupClient {
                 Ok(Reply::Elsewhere { group: other }) if other < groups => {
                     last = format!("group {g} sent the question to group {other}");
                     g = other;
+                    redirected += 1;
+                    if redirected > 1 {
+                        // Sent back and forth: the groups have not all applied the
+                        // book's move yet.
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
                 }
                 Ok(Reply::NotLeader { leader }) => {
                     last = format!("not the leader (the leader: {leader:?})");

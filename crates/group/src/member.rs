@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bourse_cluster::member::{Member, MemberConfig};
+use bourse_cluster::member::{Member, MemberConfig, MemberError};
 use bourse_cluster::snapshot_store::SnapshotStore;
 use bourse_cluster::state_machine::{Committed, Machine, MachineRequest, StateMachine};
 use bourse_cluster::tls::MemberTls;
@@ -29,6 +29,8 @@ use crate::Genesis;
 const ANSWER_WAIT: Duration = Duration::from_secs(3);
 /// How long a move may take before its request is answered that it was not seen done.
 const MOVE_WAIT: Duration = Duration::from_secs(20);
+/// How long a query's read index is tried again while no quorum confirms the leader.
+const READ_RETRY: Duration = Duration::from_secs(5);
 /// How often the front looks for something to propose.
 const FRONT_EVERY: Duration = Duration::from_millis(1);
 /// A tick while some merge waits on this group's watermark, at most this often.
@@ -498,43 +500,106 @@ async fn move_book(shared: &Shared, symbol: SymbolId, to: usize, again: bool) ->
 }
 
 /// Answers a query on the leader, after a read index: what it reads was applied at an
-/// index no older than the query.
+/// index no older than the query. A book on its way here is waited for (up to
+/// [`MOVE_WAIT`]): read before it comes, it would be empty at an index past orders
+/// acknowledged in it.
 async fn read(shared: &Shared, query: Query) -> Reply {
     // Where the book lives now, as this member has applied the moves (a follower or a
     // deposed leader may be behind: the client asks again where it is sent).
-    if let Query::Book { symbol, .. } | Query::Order { symbol, .. } = &query {
-        let g = lock(&shared.replica).machine.account.symbol_group(*symbol);
-        if g != shared.group {
-            return Reply::Elsewhere { group: g };
-        }
+    if let Read::Elsewhere(group) = decide(shared, &lock(&shared.replica).machine, &query) {
+        return Reply::Elsewhere { group };
     }
     if !shared.leading() {
         return Reply::NotLeader {
             leader: shared.member.leadership().borrow().leader.clone().map(|(_, peer)| peer.api),
         };
     }
-    let index = match shared.member.linearizable_read().await {
-        Ok(index) => index,
-        Err(error) => return Reply::Error(format!("read index: {error}")),
-    };
-    let replica = lock(&shared.replica);
-    let engine = replica.machine.symbol.engine();
+    let asked = Instant::now();
+    let until = asked + MOVE_WAIT;
+    loop {
+        let index = match shared.member.linearizable_read().await {
+            Ok(index) => index,
+            Err(MemberError::NotLeader { leader }) => {
+                return Reply::NotLeader { leader: leader.map(|(_, peer)| peer.api) };
+            }
+            // No quorum acknowledged this leader within its lease (its followers busy,
+            // or cut off): asked again, until it is deposed or the read gives up.
+            Err(error) if asked.elapsed() < READ_RETRY => {
+                tracing::debug!(%error, "read index, again");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+            Err(error) => return Reply::Error(format!("read index: {error}")),
+        };
+        let arriving = match decide(shared, &lock(&shared.replica).machine, &query) {
+            Read::Answer(answer) => return Reply::Queried { index, answer },
+            Read::Elsewhere(group) => return Reply::Elsewhere { group },
+            Read::Refused(error) => return Reply::Error(error),
+            Read::Arriving(symbol) => symbol,
+        };
+        // Wait on this replica for the book, then read again at a fresh index.
+        loop {
+            if Instant::now() > until {
+                return Reply::Error(format!("symbol {arriving}'s book has not come within {MOVE_WAIT:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            if !lock(&shared.replica).machine.symbol.arriving.contains_key(&arriving) {
+                break;
+            }
+        }
+    }
+}
+
+/// What a query reads of a group's machine.
+enum Read {
+    Answer(Answered),
+    /// The book lives in that group now.
+    Elsewhere(usize),
+    /// The book lives here but has not come yet.
+    Arriving(SymbolId),
+    Refused(String),
+}
+
+/// Reads `query` of `machine`, this member's group's state.
+fn decide(shared: &Shared, machine: &GroupMachine, query: &Query) -> Read {
+    let engine = machine.symbol.engine();
     let order_state = |view: bourse_engine::OrderView| OrderState {
         record: view.record,
         px_resting: view.px_resting,
         qty_open: view.qty_open,
     };
-    let answer = match query {
-        Query::Book { symbol, levels } => match engine.depth(symbol, levels.min(1_000) as usize) {
-            Some(depth) => Answered::Book { bids: depth.bids, asks: depth.asks, last_px: engine.last_px(symbol) },
-            None => return Reply::Error(format!("no symbol {symbol}")),
-        },
-        Query::Order { symbol, order } => {
-            Answered::Order(engine.order(order).filter(|view| view.record.symbol == symbol).map(order_state))
+    // The book's group, when it is not this one or the book is on its way here.
+    let away = |symbol: SymbolId| match machine.account.symbol_group(symbol) {
+        g if g != shared.group => Some(Read::Elsewhere(g)),
+        _ if machine.symbol.arriving.contains_key(&symbol) => Some(Read::Arriving(symbol)),
+        _ => None,
+    };
+    let answer = match *query {
+        Query::Book { symbol, levels } => {
+            if let Some(away) = away(symbol) {
+                return away;
+            }
+            match engine.depth(symbol, levels.min(1_000) as usize) {
+                Some(depth) => Answered::Book { bids: depth.bids, asks: depth.asks, last_px: engine.last_px(symbol) },
+                None => return Read::Refused(format!("no symbol {symbol}")),
+            }
         }
+        Query::Order { symbol, order } => {
+            // A record this group holds is the order's (each is in one group: an open
+            // order's with its book, a closed one's where it closed), whichever group
+            // its book lives in now.
+            match engine.order(order).filter(|view| view.record.symbol == symbol) {
+                Some(view) => Answered::Order(Some(order_state(view))),
+                None => match away(symbol) {
+                    Some(away) => return away,
+                    None => Answered::Order(None),
+                },
+            }
+        }
+        Query::Record { order } => Answered::Order(engine.order(order).map(order_state)),
         Query::Account { account } => {
-            let Some(suspended) = replica.machine.account.suspended(account) else {
-                return Reply::Error(format!("no account {account}"));
+            let Some(suspended) = machine.account.suspended(account) else {
+                return Read::Refused(format!("no account {account}"));
             };
             let owned = shared.map.account_group(account) == shared.group;
             let reserved = engine
@@ -546,14 +611,14 @@ async fn read(shared: &Shared, query: Query) -> Reply {
                 .collect();
             Answered::Account(AccountState {
                 owned,
-                available: if owned { replica.machine.account.balances_of(account) } else { Vec::new() },
+                available: if owned { machine.account.balances_of(account) } else { Vec::new() },
                 suspended: owned && suspended,
                 reserved,
                 orders: engine.open_orders(account).into_iter().map(order_state).collect(),
             })
         }
     };
-    Reply::Queried { index, answer }
+    Read::Answer(answer)
 }
 
 /// Takes client commands in for the front (while this member leads) and waits for

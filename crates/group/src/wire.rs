@@ -55,13 +55,20 @@ pub enum Request {
 pub enum Query {
     /// `symbol`'s book, up to `levels` price levels a side (asked of the symbol's group).
     Book { symbol: SymbolId, levels: u32 },
-    /// An order of `symbol` (asked of the symbol's group).
+    /// An order of `symbol`, asked of the symbol's group: as the book knows it, or as
+    /// the asked group's record of it has it (a record stays where its order closed,
+    /// so a closed order of a moved book may be in a group the book left: see
+    /// [`Query::Record`]).
     Order { symbol: SymbolId, order: OrderId },
     /// What this group holds of `account`: its available balances when the group owns
     /// it, and what its orders in this group's books reserve, with those orders. The
     /// account's whole balance is its group's available plus every group's reserved,
     /// each read at its own group's index.
     Account { account: AccountId },
+    /// The asked group's own record of `order`, whatever book it was of and wherever
+    /// that book lives now: how a client finds an order that closed in a group its
+    /// book has left ([`crate::client::GroupClient::order`]).
+    Record { order: OrderId },
 }
 
 /// A [`Query`]'s answer.
