@@ -485,7 +485,9 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                 "closed": report.closed.as_ref().map(|c| json!({
                     "expired": c.expired, "took_ms": c.took_ms, "refused_moving": c.refused_moving,
                 })),
-                "create_ms": report.create_ms, "violations": report.violations,
+                "create_ms": report.create_ms, "read_back": report.read_back, "forgotten": report.forgotten,
+                "read_at_once": report.read_at_once, "watched_reads": report.watched_reads,
+                "violations": report.violations,
             })
         );
     } else {
@@ -532,6 +534,11 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
                 m.to,
                 m.neighbours_pause_ms
             );
+            println!(
+                "an order of its own resting in the moving book read {} times, by id and in the book, through the \
+                 move",
+                report.watched_reads
+            );
         }
         if let Some(c) = &report.closed {
             println!(
@@ -549,7 +556,9 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
             println!(
                 "checks held: every group's members in one state, every group with the same catalog and accounts, \
                  every asset conserved across the groups, every acknowledged command in its session's record on \
-                 every member"
+                 every member, {} orders of the moving book read by id as soon as acknowledged, {} orders sampled over each book's run \
+                 read back by id as the group holding each has it ({} more forgotten)",
+                report.read_at_once, report.read_back, report.forgotten
             );
         }
     }
@@ -598,7 +607,8 @@ pub enum GroupQuery {
         #[arg(long, default_value_t = 5)]
         levels: u32,
     },
-    /// An order, from its symbol's group.
+    /// An order: from its symbol's group, or from the group it closed in when its book
+    /// has moved since.
     Order {
         #[arg(long)]
         symbol: u32,
@@ -627,6 +637,11 @@ pub fn query(args: GroupQueryArgs, as_json: bool) -> Result<(), String> {
     let answers: Vec<(usize, u64, Answered)> = runtime.block_on(async {
         let mut client = GroupClient::new(record_directory(&record), tls);
         client.give_up_after = Duration::from_secs(10);
+        if let Query::Order { symbol, order } = query {
+            // The book's group, or the group the order closed in.
+            let (g, index, state) = client.order(symbol, order).await.map_err(|e| format!("order {order}: {e}"))?;
+            return Ok(vec![(g, index, Answered::Order(state))]);
+        }
         let mut answers = Vec::new();
         for g in client.groups_of(&query) {
             let (answered, index, answer) = client.query(g, &query).await.map_err(|e| format!("group {g}: {e}"))?;

@@ -165,6 +165,9 @@ fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     assert!(again["moved"]["orders_else"].as_u64().unwrap_or(0) > 0, "symbol 1 was traded: {again}");
     assert_eq!(again["repeats"].as_u64(), Some(0), "a resumed session sends new numbers: {again}");
     assert!(again["closed"]["expired"].as_u64().is_some(), "{again}");
+    // Orders sampled over the run, symbol 1's closed before its book left group 1
+    // among them, read back by id as the group holding each has it.
+    assert!(again["read_back"].as_u64().unwrap_or(0) > 0, "{again}");
 
     // The day closed by hand on the idle groups, twice: the second finds no Day order.
     let closed: Value =

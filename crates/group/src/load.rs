@@ -12,7 +12,7 @@ use bourse_shard::machine::{conservation, Output, CLOSE_UNDER_WAY};
 use bourse_shard::{GroupMachine, CATALOG_GROUP};
 
 use crate::client::{ClientError, GroupClient};
-use crate::wire::State;
+use crate::wire::{Answered, Query, State};
 
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -78,6 +78,8 @@ pub struct MoveReport {
 
 /// The client id the load creates and funds accounts as.
 pub const LOAD_OPERATOR: ClientId = ClientId(999);
+/// The client id of the reader of the moving book ([`watch_book`]).
+pub const WATCHER: ClientId = ClientId(998);
 
 /// What the traders did and what the checks found.
 #[derive(Clone, Debug, Default)]
@@ -100,6 +102,16 @@ pub struct LoadReport {
     pub create_ms: f64,
     pub moved: Option<MoveReport>,
     pub closed: Option<CloseReport>,
+    /// Orders placed, sampled over each book's run, read back by id through the
+    /// groups' API after they settled, and those of them no group remembers any more.
+    pub read_back: u64,
+    pub forgotten: u64,
+    /// Orders of the moving book read by id as soon as they were acknowledged, by the
+    /// trader that placed each.
+    pub read_at_once: u64,
+    /// Reads of the moving book's watched order, by id and in the book, while the
+    /// traders traded (the move among them).
+    pub watched_reads: u64,
     /// Every broken check; empty when all held.
     pub violations: Vec<String>,
 }
@@ -213,6 +225,11 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
             // The moving book's orders and those of the books of the group it goes to:
             // when sent, how long their answers took, and whether of the moving book.
             let mut watching = Vec::new();
+            // Every order placed: its symbol and id.
+            let mut orders = Vec::new();
+            // Acknowledged orders not read back at once.
+            let mut unread = Vec::new();
+            let mut read_at_once = 0u64;
             while Instant::now() < until {
                 let body = trader.command(symbols);
                 trader.seq += 1;
@@ -233,8 +250,30 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                         repeats += u64::from(repeat);
                         if let (Some((symbol, tif)), Outcome::Ok { id }) = (place, outcome) {
                             placed += 1;
+                            orders.push((symbol, OrderId(id)));
                             if tif.rests() {
                                 trader.resting.push((symbol, OrderId(id)));
+                            }
+                            // Read your writes: an order of the moving book acknowledged
+                            // is there to read at once, wherever the book is on its way.
+                            // (Only those: a load without a move sends what it always
+                            // sent, so its figures stay comparable.)
+                            if watched.as_ref().is_some_and(|(moving, _)| *moving == symbol) {
+                                let id = OrderId(id);
+                                read_at_once += 1;
+                                match client.order(symbol, id).await {
+                                    Ok((_, _, Some(state)))
+                                        if (state.record.symbol, state.record.account) == (symbol, trader.account) => {}
+                                    Ok((g, index, state)) => unread.push(format!(
+                                        "client {}: order {id} of symbol {symbol}, acknowledged, read back from group \
+                                         {g} at index {index} as {state:?}",
+                                        trader.client
+                                    )),
+                                    Err(error) => unread.push(format!(
+                                        "client {}: order {id} of symbol {symbol}, acknowledged: reading it: {error}",
+                                        trader.client
+                                    )),
+                                }
                             }
                         }
                     }
@@ -245,7 +284,14 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                 }
             }
             let counts = (commands, placed, repeats, client.resends);
-            (trader.client, trader.account, trader.seq, counts, failed, (latencies, watching))
+            (
+                trader.client,
+                trader.account,
+                trader.seq,
+                counts,
+                failed,
+                (latencies, watching, orders, (read_at_once, unread)),
+            )
         }));
     }
     let mover = options.move_book.map(|(symbol, to, after)| {
@@ -266,6 +312,14 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
             }
         })
     });
+    // A reader of the moving book through the move: an order of its own that never
+    // trades, read by id and in the book again and again while the traders trade.
+    let watcher = options.move_book.map(|(symbol, _, _)| {
+        let account = accounts[0];
+        let seq = machines[map.account_group(account)].account.session(WATCHER);
+        let client = GroupClient::new(options.directory.clone(), tls.clone());
+        tokio::spawn(watch_book(client, (WATCHER, seq), account, symbol, until))
+    });
     let closer = options.close_day_after.map(|after| {
         let client = GroupClient::new(options.directory.clone(), tls.clone());
         tokio::spawn(close_day(client, operator[CATALOG_GROUP] + 1, after))
@@ -273,6 +327,7 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     let mut answered: BTreeMap<ClientId, (AccountId, u64)> = BTreeMap::new();
     let mut latencies = Vec::new();
     let mut watching = Vec::new();
+    let mut orders: BTreeMap<SymbolId, Vec<(OrderId, AccountId)>> = BTreeMap::new();
     for task in tasks {
         match task.await {
             Ok((
@@ -281,8 +336,13 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
                 seq,
                 (commands, placed, repeats, resends),
                 failed,
-                (mut answered_in, mut watched),
+                (mut answered_in, mut watched, placed_ids, (read_at_once, unread)),
             )) => {
+                report.read_at_once += read_at_once;
+                report.violations.extend(unread);
+                for (symbol, id) in placed_ids {
+                    orders.entry(symbol).or_default().push((id, account));
+                }
                 latencies.append(&mut answered_in);
                 watching.append(&mut watched);
                 report.commands += commands;
@@ -304,6 +364,16 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
             }
             Ok((_, _, Err(error))) => report.violations.push(format!("moving symbol {symbol}: {error}")),
             Err(error) => report.violations.push(format!("the mover panicked: {error}")),
+        }
+    }
+    if let Some(watcher) = watcher {
+        match watcher.await {
+            Ok(Ok((reads, stale))) => {
+                report.watched_reads = reads;
+                report.violations.extend(stale);
+            }
+            Ok(Err(error)) => report.violations.push(format!("watching the moving book: {error}")),
+            Err(error) => report.violations.push(format!("the watcher panicked: {error}")),
         }
     }
     if let Some(closer) = closer {
@@ -329,6 +399,7 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     };
     report.settled_in = settling.elapsed();
     check(&states, &answered, &mut report);
+    read_back(GroupClient::new(options.directory.clone(), tls.clone()), &states, &orders, &mut report).await;
     if let Some(closed) = &report.closed {
         // The cut's stamp is at least the close's send time: no Day order stamped
         // before that may still be open.
@@ -349,6 +420,126 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
         }
     }
     report
+}
+
+/// The watched order's price: a bid below every price the traders trade at (950 to
+/// 1,050), so it rests untouched.
+const WATCHED_PX: Px = Px(900);
+
+/// Places a bid of one share of `symbol` at [`WATCHED_PX`] for `account` (as
+/// `client`, whose session with the account's group stands at `seq`), then until
+/// `until` reads it again and again, by id and in the book: each read must show it
+/// resting, the move of its book or not (a read in the new group before the book has
+/// come would miss it), a pair of reads at most every millisecond. Cancels it at the
+/// end. The reads, and what each stale one saw.
+async fn watch_book(
+    mut client: GroupClient,
+    (who, mut seq): (ClientId, u64),
+    account: AccountId,
+    symbol: SymbolId,
+    until: Instant,
+) -> Result<(u64, Vec<String>), String> {
+    let request = OrderRequest::limit(account, symbol, Side::Buy, WATCHED_PX, Qty(1), Tif::Gtc);
+    seq += 1;
+    let id = match client.send(who, seq, CommandBody::Place(request)).await {
+        Ok((Outcome::Ok { id }, _)) => OrderId(id),
+        Ok((outcome, _)) => return Err(format!("placing the watched order: {outcome:?}")),
+        Err(error) => return Err(format!("placing the watched order: {error}")),
+    };
+    let (mut reads, mut stale) = (0u64, Vec::new());
+    let book = Query::Book { symbol, levels: 1_000 };
+    while Instant::now() < until {
+        reads += 2;
+        match client.order(symbol, id).await {
+            Ok((_, _, Some(state))) if state.px_resting == Some(WATCHED_PX) && state.qty_open == Qty(1) => {}
+            Ok((g, index, state)) => stale.push(format!(
+                "watched order {id} of symbol {symbol}: read from group {g} at index {index} as {state:?}"
+            )),
+            Err(error) => stale.push(format!("watched order {id} of symbol {symbol}: {error}")),
+        }
+        let g = client.map().symbol_group(symbol);
+        match client.query(g, &book).await {
+            Ok((_, _, Answered::Book { bids, .. }))
+                if bids.iter().any(|&(px, qty)| px == WATCHED_PX && qty >= Qty(1)) => {}
+            Ok((g, index, answer)) => stale.push(format!(
+                "symbol {symbol}'s book, read from group {g} at index {index}, lacks the watched order {id}: {answer:?}"
+            )),
+            Err(error) => stale.push(format!("symbol {symbol}'s book: {error}")),
+        }
+        // At most a pair of reads a millisecond: a move's window is a few of them.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    seq += 1;
+    match client.send(who, seq, CommandBody::Cancel { account, symbol, order: id }).await {
+        Ok((Outcome::Ok { .. }, _)) => Ok((reads, stale)),
+        Ok((outcome, _)) => Err(format!("cancelling the watched order: {outcome:?}")),
+        Err(error) => Err(format!("cancelling the watched order: {error}")),
+    }
+}
+
+/// Orders read back per book at most, spread over the run.
+const READ_BACK_PER_BOOK: usize = 64;
+
+/// Reads back by id, through the groups' API, up to [`READ_BACK_PER_BOOK`] of each
+/// book's placed orders (`orders`, each trader's in the order placed), spread over the
+/// run so that orders closed before a move are among them: each must be answered
+/// with the record the one group holding it has in the settled `states`, of its symbol
+/// and account. An order no group holds any more (closed orders are kept up to the
+/// engine's `orders_closed_max`) is counted as forgotten; two groups holding it is a
+/// violation.
+async fn read_back(
+    mut client: GroupClient,
+    states: &[(State, GroupMachine)],
+    orders: &BTreeMap<SymbolId, Vec<(OrderId, AccountId)>>,
+    report: &mut LoadReport,
+) {
+    // One member's machine per group (the members of a group hold one state: checked).
+    let mut machines: BTreeMap<usize, &GroupMachine> = BTreeMap::new();
+    for (state, machine) in states {
+        machines.entry(state.group).or_insert(machine);
+    }
+    for (&symbol, placed) in orders {
+        let step = placed.len().div_ceil(READ_BACK_PER_BOOK).max(1);
+        for &(id, account) in placed.iter().step_by(step) {
+            let holders: Vec<(usize, bourse_engine::OrderView)> = machines
+                .iter()
+                .filter_map(|(&g, machine)| machine.symbol.engine().order(id).map(|view| (g, view)))
+                .collect();
+            let (holder, view) = match holders.as_slice() {
+                [] => {
+                    report.forgotten += 1;
+                    continue;
+                }
+                [(holder, view)] => (*holder, view),
+                _ => {
+                    let groups: Vec<usize> = holders.iter().map(|(g, _)| *g).collect();
+                    report.violations.push(format!("order {id} of symbol {symbol}: groups {groups:?} all hold it"));
+                    continue;
+                }
+            };
+            if (view.record.symbol, view.record.account) != (symbol, account) {
+                report.violations.push(format!(
+                    "order {id}, placed by account {account} in symbol {symbol}: group {holder} holds it as account \
+                     {}'s in symbol {}",
+                    view.record.account, view.record.symbol
+                ));
+                continue;
+            }
+            report.read_back += 1;
+            match client.order(symbol, id).await {
+                Ok((_, _, Some(state)))
+                    if (&state.record, state.px_resting, state.qty_open)
+                        == (&view.record, view.px_resting, view.qty_open) => {}
+                Ok((g, index, state)) => report.violations.push(format!(
+                    "order {id} of symbol {symbol} (held by group {holder}, which symbol {symbol}'s book {}): read \
+                     back by id from group {g} at index {index} as {state:?}, not {:?}",
+                    if machines[&holder].account.symbol_group(symbol) == holder { "lives in" } else { "has left" },
+                    view.record
+                )),
+                Err(error) => report.violations.push(format!("order {id} of symbol {symbol}: reading it: {error}")),
+            }
+        }
+    }
 }
 
 /// Closes the day after `after`, as [`LOAD_OPERATOR`] (its command numbered `seq` in
