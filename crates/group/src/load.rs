@@ -759,7 +759,28 @@ fn check(states: &[(State, GroupMachine)], answered: &BTreeMap<ClientId, (Accoun
             }
             if !machine.symbol.leaving.is_empty() || !machine.symbol.arriving.is_empty() || machine.moving().count() > 0
             {
-                report.violations.push(format!("group {}: a move of a book is not done", machine.group()));
+                let leaving: Vec<String> = machine
+                    .symbol
+                    .leaving
+                    .iter()
+                    .map(|(symbol, leaving)| {
+                        format!(
+                            "symbol {symbol} leaving to {:?} (group, cut), passed by {:?}, its orders held in the \
+                             merge: {}",
+                            leaving.to,
+                            leaving.passed,
+                            machine.symbol.merge.holds(*symbol)
+                        )
+                    })
+                    .collect();
+                report.violations.push(format!(
+                    "group {}: a move of a book is not done: {leaving:?}, arriving (symbol, cut) {:?}, moving {:?}, \
+                     the merge's floor {}",
+                    machine.group(),
+                    machine.symbol.arriving,
+                    machine.moving().collect::<Vec<_>>(),
+                    machine.symbol.merge.floor()
+                ));
             }
         }
     }

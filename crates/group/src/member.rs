@@ -33,7 +33,8 @@ const MOVE_WAIT: Duration = Duration::from_secs(20);
 const READ_RETRY: Duration = Duration::from_secs(5);
 /// How often the front looks for something to propose.
 const FRONT_EVERY: Duration = Duration::from_millis(1);
-/// A tick while some merge waits on this group's watermark, at most this often.
+/// A tick while some merge waits on this group's watermark (or a move's handoff does:
+/// [`GroupMachine::behind_a_cut`]), at most this often.
 const TICK_EVERY: Duration = Duration::from_millis(2);
 /// An ingest that has not applied within this long is proposed again (its entry may
 /// have gone with a deposed leader).
@@ -727,7 +728,8 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
             let replica = lock(&shared.replica);
             (
                 (0..groups).map(|g| replica.machine.cursor(g)).collect(),
-                replica.machine.symbol.merge.waiting() > 0,
+                // Forwards wait for this group's watermark, or a move's handoff does.
+                replica.machine.symbol.merge.waiting() > 0 || replica.machine.behind_a_cut(),
                 (0..groups).map(|g| replica.machine.kept_from(g)).collect(),
             )
         };

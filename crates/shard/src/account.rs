@@ -17,7 +17,9 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bourse_engine::command::{CommandBody, SymbolSpec};
-use bourse_engine::{spot_hold, AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, SymbolId};
+use bourse_engine::{
+    spot_hold, AccountId, Amount, AssetId, ClientId, EngineConfig, OrderId, Outcome, Px, Qty, Reject, SymbolId,
+};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -103,6 +105,13 @@ pub struct AccountPart {
     /// sorted by client, so every replica's snapshot of one state is the same bytes.
     #[serde(with = "sorted")]
     sessions: FxHashMap<ClientId, Session>,
+    /// How many sessions are kept at most, and how long (log time, ns) an idle one is
+    /// (the engine's `clients_max` and `client_expiry_secs`): see
+    /// [`AccountPart::retry_or_gap`].
+    clients_max: u32,
+    client_expiry_ns: u64,
+    /// The log time at or after which the next client command sweeps idle sessions.
+    sweep_at: u64,
     /// Symbols moved away from the group the map gives them, to the group they live in
     /// now (as this group has applied the moves, [`crate::machine::Output::Move`]).
     placed: BTreeMap<SymbolId, usize>,
@@ -133,6 +142,8 @@ pub const OUTCOMES_REMEMBERED: usize = 128;
 struct Session {
     /// The number of the last command applied.
     last: u64,
+    /// Its stamp (log time).
+    at: u64,
     /// The outcomes of the last commands applied, the back being `last`'s: `None` while
     /// a forwarded command's outcome is on its way back.
     outcomes: VecDeque<Option<Outcome>>,
@@ -173,7 +184,10 @@ mod sorted {
 }
 
 impl AccountPart {
-    pub fn new(group: usize, map: ShardMap) -> Self {
+    /// `config`: its `clients_max` and `client_expiry_secs` bound the sessions as they
+    /// bound an engine's clients.
+    pub fn new(group: usize, map: ShardMap, config: &EngineConfig) -> Self {
+        assert!(config.clients_max > 0 && config.client_expiry_secs > 0, "sessions need room and time");
         AccountPart {
             group,
             map,
@@ -182,6 +196,9 @@ impl AccountPart {
             issued: Vec::new(),
             records: Vec::new(),
             sessions: FxHashMap::default(),
+            clients_max: config.clients_max,
+            client_expiry_ns: u64::from(config.client_expiry_secs) * 1_000_000_000,
+            sweep_at: 0,
             placed: BTreeMap::new(),
             cuts: BTreeMap::new(),
             closing: BTreeMap::new(),
@@ -234,6 +251,11 @@ impl AccountPart {
             Some(&(cut, from)) if stamp <= cut => from,
             _ => self.symbol_group(symbol),
         }
+    }
+
+    /// The latest cut of the moves this group applied.
+    pub fn latest_cut(&self) -> Option<u64> {
+        self.cuts.values().map(|&(cut, _)| cut).max()
     }
 
     /// The last move of `symbol`'s book this group applied: its cut and the group the
@@ -342,7 +364,7 @@ impl AccountPart {
     /// may keep many commands in flight, and none is taken for a retry of another.
     pub fn client(&mut self, client: ClientId, seq: u64, stamp: u64, body: &CommandBody) -> Result<Step, Unsupported> {
         command_account(body).ok_or(Unsupported("this command from a client"))?;
-        if let Some(step) = self.retry_or_gap(client, seq) {
+        if let Some(step) = self.retry_or_gap(client, seq, stamp) {
             return Ok(step);
         }
         let step = match self.command(client, seq, stamp, body)? {
@@ -352,6 +374,7 @@ impl AccountPart {
         self.record(
             client,
             seq,
+            stamp,
             match &step {
                 Step::Done(outcome) => Some(*outcome),
                 _ => None,
@@ -360,11 +383,30 @@ impl AccountPart {
         Ok(step)
     }
 
-    /// The exactly-once check of `client`'s command numbered `seq`: `None` when it is
-    /// the next of its session (to be applied, then [`AccountPart::record`]ed), or what
-    /// it is instead (a retry, answered from the session's memory; a gap).
-    pub(crate) fn retry_or_gap(&mut self, client: ClientId, seq: u64) -> Option<Step> {
+    /// The exactly-once check of `client`'s command numbered `seq`, stamped `stamp`:
+    /// `None` when it is the next of its session (to be applied, then
+    /// [`AccountPart::record`]ed), or what it is instead (a retry, answered from the
+    /// session's memory; a gap; a new client's command refused, `limit_reached`,
+    /// while `clients_max` sessions are kept, leaving no trace).
+    ///
+    /// As an engine forgets its clients, a session none of whose commands applied for
+    /// `client_expiry_secs` of log time is forgotten at the next sweep (every eighth
+    /// of that, at the first command stamped past it: the same command on every
+    /// replica), unless an outcome of it is still on its way back from another group.
+    /// A forgotten client's next command is refused as a `sequence_gap` unless it is
+    /// its first (numbered 1): its retries must come well within the expiry.
+    pub(crate) fn retry_or_gap(&mut self, client: ClientId, seq: u64, stamp: u64) -> Option<Step> {
+        if stamp >= self.sweep_at {
+            let expiry = self.client_expiry_ns;
+            self.sessions.retain(|_, session| {
+                stamp.saturating_sub(session.at) < expiry || session.outcomes.iter().any(Option::is_none)
+            });
+            self.sweep_at = stamp.saturating_add((expiry / 8).max(1));
+        }
         let last = self.session(client);
+        if last == 0 && seq == 1 && self.sessions.len() >= self.clients_max as usize {
+            return Some(Step::Done(Outcome::Rejected(Reject::LimitReached)));
+        }
         if seq <= last {
             let session = self.sessions.get_mut(&client).expect("a session past 0");
             return Some(match session.outcome_mut(seq) {
@@ -376,12 +418,13 @@ impl AccountPart {
         (seq > last + 1).then_some(Step::Gap)
     }
 
-    /// Records the next command of `client`'s session as applied, with its outcome
-    /// (`None` while it is on its way back from another group).
-    pub(crate) fn record(&mut self, client: ClientId, seq: u64, outcome: Option<Outcome>) {
+    /// Records the next command of `client`'s session as applied at `stamp`, with its
+    /// outcome (`None` while it is on its way back from another group).
+    pub(crate) fn record(&mut self, client: ClientId, seq: u64, stamp: u64, outcome: Option<Outcome>) {
         let session = self.sessions.entry(client).or_default();
         debug_assert_eq!(seq, session.last + 1, "only the next command of a session is recorded");
         session.last = seq;
+        session.at = stamp;
         if session.outcomes.len() == OUTCOMES_REMEMBERED {
             session.outcomes.pop_front();
         }

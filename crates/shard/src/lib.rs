@@ -282,7 +282,7 @@ impl Groups {
         let map = ShardMap::new(groups);
         Groups {
             map,
-            accounts: (0..map.groups()).map(|g| AccountPart::new(g, map)).collect(),
+            accounts: (0..map.groups()).map(|g| AccountPart::new(g, map, &config)).collect(),
             symbols: (0..map.groups()).map(|g| SymbolPart::new(g, map, config)).collect(),
         }
     }

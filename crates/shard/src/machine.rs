@@ -256,6 +256,26 @@ impl GroupMachine {
         (at == to).then(|| format!("symbol {symbol} lives in group {to} already"))
     }
 
+    /// Whether this group's watermark is below the cut of a move it applied. The book's
+    /// old group hands it over only once every group's watermark has passed the cut (no
+    /// order stamped at or below it can come any more), so a group behind it must tick
+    /// past it whether or not commands come: an idle one would hold the book back for
+    /// good.
+    pub fn behind_a_cut(&self) -> bool {
+        self.account.latest_cut().is_some_and(|cut| cut > self.stamped)
+    }
+
+    /// Whether this group's front must tick, commands or none (the members' fronts and
+    /// [`crate::Replicated::tick_as_members`] ask): forwards wait in its own merge or in
+    /// another group's (`groups`, every group's machine, this one's included) for
+    /// watermarks, or a move's handoff waits for this group's
+    /// ([`GroupMachine::behind_a_cut`]).
+    pub fn wants_tick(&self, groups: &[&GroupMachine]) -> bool {
+        self.symbol.merge.waiting() > 0
+            || self.behind_a_cut()
+            || groups.iter().any(|other| other.group != self.group && other.symbol.merge.waiting() > 0)
+    }
+
     /// Symbols whose books are moving (as the catalog's group knows them).
     pub fn moving(&self) -> impl Iterator<Item = SymbolId> + '_ {
         self.moving.iter().copied()
@@ -510,7 +530,7 @@ impl GroupMachine {
                 // that reaches this log anyway does nothing here.
                 return;
             }
-            match self.account.retry_or_gap(command.client, command.seq) {
+            match self.account.retry_or_gap(command.client, command.seq, stamp) {
                 Some(step) => step,
                 None if command.body == CommandBody::CloseDay => match self.close_day(command, stamp) {
                     Some(refused) => refused,
@@ -528,7 +548,7 @@ impl GroupMachine {
                             }
                         }
                     }
-                    self.account.record(command.client, command.seq, Some(outcome));
+                    self.account.record(command.client, command.seq, stamp, Some(outcome));
                     Step::Done(outcome)
                 }
             }
@@ -569,10 +589,10 @@ impl GroupMachine {
     fn close_day(&mut self, command: &Command, stamp: Timestamp) -> Option<Step> {
         if !self.moving.is_empty() {
             let outcome = Outcome::Rejected(Reject::BookMoving);
-            self.account.record(command.client, command.seq, Some(outcome));
+            self.account.record(command.client, command.seq, stamp, Some(outcome));
             return Some(Step::Done(outcome));
         }
-        self.account.record(command.client, command.seq, None);
+        self.account.record(command.client, command.seq, stamp, None);
         self.account.closing(command.client, command.seq, stamp);
         let cut = Forward {
             stamp,

@@ -98,8 +98,18 @@ pub struct Replicated {
     faults: bool,
     /// Check the conservation of every asset after every entry.
     checking: bool,
+    /// Ticks as the members' fronts give them ([`Replicated::tick_as_members`]), not at
+    /// every command's stamp in every group; and the latest stamp given.
+    member_ticks: bool,
+    latest: Timestamp,
+    /// Ticks given with nothing else to commit since the last other progress.
+    idle_ticks: u32,
     pub stats: Stats,
 }
+
+/// Idle ticks in a row at most ([`Replicated::tick_as_members`]): what watermarks
+/// can free is free by then.
+const IDLE_TICKS_MAX: u32 = 64;
 
 impl Replicated {
     pub fn new(groups: u32, config: EngineConfig, seed: u64, faults: bool) -> Self {
@@ -125,8 +135,20 @@ impl Replicated {
             rng: ChaCha8Rng::seed_from_u64(seed),
             faults,
             checking: false,
+            member_ticks: false,
+            latest: 0,
+            idle_ticks: 0,
             stats: Stats::default(),
         }
+    }
+
+    /// Ticks a group only as a member's front does: never at another group's command,
+    /// and, once nothing else is left to commit, while [`GroupMachine::wants_tick`] says
+    /// it must (at a stamp past every one given). By default every group ticks at every
+    /// command's stamp, which keeps every watermark close to the newest stamp and so
+    /// hides what an idle group holds back.
+    pub fn tick_as_members(&mut self) {
+        self.member_ticks = true;
     }
 
     /// Checks after every committed entry that every asset is conserved across the
@@ -211,8 +233,13 @@ impl Replicated {
             .or_insert_with(|| sessions.number(command.client, group));
         self.numbered.insert((group, command.client, number), command.seq);
         let command = Command { seq: number, ..command };
+        self.latest = self.latest.max(command.ts);
         for (g, input) in self.inputs.iter_mut().enumerate() {
-            input.push_back(if g == group { Input::Client(command.clone()) } else { Input::Tick(command.ts) });
+            if g == group {
+                input.push_back(Input::Client(command.clone()));
+            } else if !self.member_ticks {
+                input.push_back(Input::Tick(command.ts));
+            }
         }
     }
 
@@ -244,8 +271,23 @@ impl Replicated {
                 }
             }
         }
+        if candidates.is_empty() && self.member_ticks && self.idle_ticks < IDLE_TICKS_MAX {
+            self.idle_ticks += 1;
+            let machines: Vec<&GroupMachine> = self.nodes.iter().map(|node| &node.machine).collect();
+            if let Some(g) = (0..n).find(|&g| machines[g].wants_tick(&machines)) {
+                self.latest += 1;
+                self.inputs[g].push_back(Input::Tick(self.latest));
+                candidates.push((g, None));
+            }
+        }
         if candidates.is_empty() {
             return false;
+        }
+        if candidates
+            .iter()
+            .any(|&(g, source)| source.is_some() || self.inputs[g].iter().any(|i| matches!(i, Input::Client(_))))
+        {
+            self.idle_ticks = 0;
         }
         let (group, source) = candidates[self.rng.gen_range(0..candidates.len())];
         match source {
