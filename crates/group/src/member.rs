@@ -728,8 +728,9 @@ async fn front(shared: Arc<Shared>, mut stopping: watch::Receiver<bool>) {
             let replica = lock(&shared.replica);
             (
                 (0..groups).map(|g| replica.machine.cursor(g)).collect(),
-                // Forwards wait for this group's watermark, or a move's handoff does.
-                replica.machine.symbol.merge.waiting() > 0 || replica.machine.behind_a_cut(),
+                // Forwards wait for this group's watermark, or a move's handoff does (the
+                // other groups' merges: their pulls' replies, below).
+                replica.machine.wants_tick(&[]),
                 (0..groups).map(|g| replica.machine.kept_from(g)).collect(),
             )
         };

@@ -11,6 +11,22 @@ use bourse_shard::Replicated;
 
 const DAY_NS: u64 = 86_400 * 1_000_000_000;
 
+/// A symbol `name` of asset `base` in USD (asset 0), tick and lot 1, no fees.
+fn create_symbol(name: &str, base: u32) -> CommandBody {
+    CommandBody::CreateSymbol(Box::new(SymbolSpec {
+        name: name.into(),
+        base: AssetId(base),
+        quote: AssetId(0),
+        tick: Px(1),
+        lot: Qty(1),
+        px_min: Px(1),
+        px_max: Px(1_000_000),
+        fee_maker: Amount(0),
+        fee_taker: Amount(0),
+        policy: MatchPolicy::Fifo,
+    }))
+}
+
 #[test]
 fn orders_after_days_without_any_are_matched_not_refused_for_a_gap() {
     let mut groups = Replicated::new(2, EngineConfig::default(), 7, false);
@@ -24,19 +40,7 @@ fn orders_after_days_without_any_are_matched_not_refused_for_a_gap() {
     };
     submit(&mut groups, ts, CommandBody::CreateAsset { name: "USD".into(), decimals: 2 });
     submit(&mut groups, ts + 1, CommandBody::CreateAsset { name: "S".into(), decimals: 0 });
-    let spec = SymbolSpec {
-        name: "S/USD".into(),
-        base: AssetId(1),
-        quote: AssetId(0),
-        tick: Px(1),
-        lot: Qty(1),
-        px_min: Px(1),
-        px_max: Px(1_000_000),
-        fee_maker: Amount(0),
-        fee_taker: Amount(0),
-        policy: MatchPolicy::Fifo,
-    };
-    submit(&mut groups, ts + 2, CommandBody::CreateSymbol(Box::new(spec)));
+    submit(&mut groups, ts + 2, create_symbol("S/USD", 1));
     for a in 0..2 {
         submit(&mut groups, ts + 3, CommandBody::CreateAccount);
         let account = AccountId(a);
@@ -86,19 +90,7 @@ fn a_book_moves_out_of_a_group_that_is_idle_after_the_move() {
         operate(&mut groups, CommandBody::CreateAsset { name: name.into(), decimals: 0 });
     }
     for (name, base) in [("S/USD", 1), ("T/USD", 2)] {
-        let spec = SymbolSpec {
-            name: name.into(),
-            base: AssetId(base),
-            quote: AssetId(0),
-            tick: Px(1),
-            lot: Qty(1),
-            px_min: Px(1),
-            px_max: Px(1_000_000),
-            fee_maker: Amount(0),
-            fee_taker: Amount(0),
-            policy: MatchPolicy::Fifo,
-        };
-        operate(&mut groups, CommandBody::CreateSymbol(Box::new(spec)));
+        operate(&mut groups, create_symbol(name, base));
     }
     let map = bourse_shard::ShardMap::new(2);
     assert_eq!((map.symbol_group(SymbolId(0)), map.symbol_group(SymbolId(1))), (0, 1));
