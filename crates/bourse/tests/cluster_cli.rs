@@ -43,8 +43,9 @@ fn free_base() -> u16 {
     panic!("no free base port");
 }
 
+/// A port free now, below the kernel's ephemeral range (`bourse_node::ports`).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    bourse_node::ports::free_local_port().expect("a free loopback port")
 }
 
 /// Stops the cluster and the gateway however the test ends.

@@ -8,7 +8,7 @@
 //! conserved across the groups, every acknowledged command in its session's record on
 //! every member, every command answered.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -18,11 +18,7 @@ use bourse_cluster::fault::FaultProxy;
 mod support;
 
 use serde_json::{json, Value};
-use support::{bourse, leader_of};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
+use support::{bourse, free_port, leader_of_or};
 
 struct Members(Vec<Child>);
 
@@ -103,8 +99,15 @@ fn groups_trade_through_their_leaders_cut_off_and_healed() {
     // The record `cluster status` and `group-load` read (plaintext: no DATA/pki).
     let record = json!({ "groups": 2, "genesis": genesis, "directory": directory, "nodes": nodes });
     std::fs::write(data.join("cluster.json"), record.to_string()).expect("the record");
-    leader_of(&data_text, 0);
-    leader_of(&data_text, 1);
+    let logs = || {
+        planned
+            .iter()
+            .map(|p| format!("node {}:\n{}", p.id, tail(&data.join(format!("node{}/node.log", p.id)))))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    leader_of_or(&data_text, 0, logs);
+    leader_of_or(&data_text, 1, logs);
 
     let load = bourse()
         // Symbol 0's book moves from group 0 to group 1 three seconds in, while group 0's
@@ -116,7 +119,7 @@ fn groups_trade_through_their_leaders_cut_off_and_healed() {
         .expect("group-load");
     for group in 0..2 {
         std::thread::sleep(Duration::from_millis(2_000));
-        let leader = leader_of(&data_text, group as u64);
+        let leader = leader_of_or(&data_text, group as u64, logs);
         let cut = planned.iter().position(|p| p.id == leader).expect("a member");
         // Cut off: the others' proxies refuse it, its own refuses everyone.
         for (at, p) in planned.iter().enumerate() {
@@ -126,7 +129,7 @@ fn groups_trade_through_their_leaders_cut_off_and_healed() {
         }
         proxies[cut].block_all();
         std::thread::sleep(Duration::from_millis(2_000));
-        let after = leader_of(&data_text, group as u64);
+        let after = leader_of_or(&data_text, group as u64, logs);
         assert_ne!(after, leader, "group {group}: a new leader while {leader} is cut off");
         for (at, p) in planned.iter().enumerate() {
             if p.group == group {
@@ -136,13 +139,6 @@ fn groups_trade_through_their_leaders_cut_off_and_healed() {
     }
     let output = load.wait_with_output().expect("group-load ends");
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    let logs = || {
-        planned
-            .iter()
-            .map(|p| format!("node {}:\n{}", p.id, tail(&data.join(format!("node{}/node.log", p.id)))))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     assert!(output.status.success(), "group-load:\n{}\n{}\n{}", text(&output.stdout), text(&output.stderr), logs());
     let report: Value = serde_json::from_str(text(&output.stdout).trim()).expect("group-load --json");
     assert_eq!(report["violations"].as_array().map(Vec::len), Some(0), "{report}");

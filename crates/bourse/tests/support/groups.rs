@@ -22,8 +22,20 @@ pub fn ok(args: &[&str]) -> String {
     text(&output.stdout)
 }
 
+/// A loopback port free now, below the kernel's ephemeral range: the members dial each
+/// other and the fault proxies dial the members, and any of those outgoing connections
+/// can take a port bound to port 0 and released before its member listens on it.
+pub fn free_port() -> u16 {
+    bourse_node::ports::free_local_port().expect("a free loopback port")
+}
+
 /// The leader of `group` in the groups recorded in `data`, waiting up to 20 s for one.
 pub fn leader_of(data: &str, group: u64) -> u64 {
+    leader_of_or(data, group, String::new)
+}
+
+/// [`leader_of`], with `why` (say, the members' logs) in the panic when none leads.
+pub fn leader_of_or(data: &str, group: u64, why: impl Fn() -> String) -> u64 {
     for _ in 0..200 {
         let output = bourse().args(["--json", "cluster", "status", "--data", data]).output().expect("status");
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -36,5 +48,5 @@ pub fn leader_of(data: &str, group: u64) -> u64 {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("group {group} has no leader");
+    panic!("group {group} has no leader\n{}", why());
 }
