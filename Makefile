@@ -40,6 +40,7 @@ sim:
 	$(CARGO) run -q -p bourse -- sim --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 10 + 1 )) --nodes 5 --gateways 0
 	$(CARGO) run -q -p bourse -- sim --groups 3 --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 20 + 1 ))
 	$(CARGO) run -q -p bourse -- sim --groups 2 --nodes 5 --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 50 + 1 ))
+	$(CARGO) run -q -p bourse -- sim --groups 4 --meta-group --seed $(SIM_SEED) --seeds $$(( $(SIM_SEEDS) / 50 + 1 ))
 
 # Random faults on a real 5-node cluster under load, in release (crates/bourse/tests/cluster.rs):
 # `make chaos BOURSE_CHAOS_SECS=600 BOURSE_CHAOS_SEED=42`.

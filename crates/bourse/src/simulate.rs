@@ -48,6 +48,10 @@ pub struct SimArgs {
     /// "Scale-out"). Gateways, clock faults and planted bugs are the single group's.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8), conflicts_with_all = ["plant", "gateways"])]
     groups: Option<u32>,
+    /// With --groups G: group 0 is a meta group of its own (the catalog, the books'
+    /// placement, the moves and the closes; no account, no book) beside G-1 data groups.
+    #[arg(long, requires = "groups")]
+    meta_group: bool,
     /// Prints every event the trace hash covers (message fates, disk writes, applied
     /// entries, answers, faults) with its virtual time, to stderr.
     #[arg(long)]
@@ -65,10 +69,18 @@ pub fn run(args: SimArgs) -> Result<(), String> {
              tokio's own random source is unseeded, so a seed may not replay the same run"
         );
     }
+    if args.meta_group && args.groups.is_some_and(|groups| groups < 2) {
+        return Err("--meta-group needs --groups 2 or more (the meta group and a data group)".into());
+    }
     let replay = {
         let mut command = format!("bourse sim --seed {{seed}} --nodes {}", args.nodes);
         match args.groups {
-            Some(groups) => command.push_str(&format!(" --groups {groups}")),
+            Some(groups) => {
+                command.push_str(&format!(" --groups {groups}"));
+                if args.meta_group {
+                    command.push_str(" --meta-group");
+                }
+            }
             None => command.push_str(&format!(" --gateways {}", args.gateways)),
         }
         command.push_str(&format!(" --clients {} --faults {} --seconds {}", args.clients, args.faults, args.seconds));
@@ -109,6 +121,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
                 let report = bourse_simulator::shards::run(ShardOptions {
                     seed,
                     groups,
+                    meta_group: args.meta_group,
                     nodes: args.nodes,
                     clients: args.clients,
                     faults: args.faults,

@@ -61,33 +61,57 @@ pub use replicated::{Replicated, Stats};
 pub use summary::{Summary, Trade, Translated, Translator};
 pub use symbol::{Leaving, Merge, SymbolPart, ORDER_ID_BITS};
 
-/// Which group owns what: a symbol by its id modulo the group count, an account by a
-/// hash of its id modulo the group count (so where an account lives says nothing of
+/// Which group owns what: a symbol by its id modulo the data groups' count, an account
+/// by a hash of its id modulo that count (so where an account lives says nothing of
 /// which symbols it trades: a workload whose accounts trade the symbol with their own
-/// id modulo something would otherwise never cross groups).
+/// id modulo something would otherwise never cross groups). The data groups are every
+/// group, or with a **meta group** ([`ShardMap::with_meta_group`]) every group but the
+/// catalog's, [`CATALOG_GROUP`], which then holds no account and no book: only the
+/// catalog, the placement of the books, the moves and the cuts, which every other
+/// group consumes from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardMap {
     groups: u32,
+    /// The first data group: 0, or 1 when group 0 is a meta group of its own.
+    first: u32,
 }
 
 impl ShardMap {
+    /// Every one of `groups` groups holds accounts and books, the catalog's too.
     pub fn new(groups: u32) -> Self {
         assert!(groups > 0, "at least one group");
-        ShardMap { groups }
+        ShardMap { groups, first: 0 }
     }
 
+    /// Group 0 a meta group of its own and `groups - 1` data groups.
+    pub fn with_meta_group(groups: u32) -> Self {
+        assert!(groups > 1, "a meta group and at least one data group");
+        ShardMap { groups, first: 1 }
+    }
+
+    /// Every group, the meta group included.
     pub fn groups(&self) -> usize {
         self.groups as usize
+    }
+
+    /// Whether group 0 is a meta group (holds no account and no book).
+    pub fn meta_group(&self) -> bool {
+        self.first > 0
+    }
+
+    /// Whether `group` may hold accounts and books.
+    pub fn holds_data(&self, group: usize) -> bool {
+        (self.first as usize..self.groups as usize).contains(&group)
     }
 
     pub fn account_group(&self, account: AccountId) -> usize {
         // Fibonacci hashing: the id times 2^64 / φ, its high half.
         let hashed = u64::from(account.0).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-        (hashed % u64::from(self.groups)) as usize
+        (u64::from(self.first) + hashed % u64::from(self.groups - self.first)) as usize
     }
 
     pub fn symbol_group(&self, symbol: SymbolId) -> usize {
-        (symbol.0 % self.groups) as usize
+        (self.first + symbol.0 % (self.groups - self.first)) as usize
     }
 }
 
@@ -279,7 +303,11 @@ pub struct Groups {
 
 impl Groups {
     pub fn new(groups: u32, config: bourse_engine::EngineConfig) -> Self {
-        let map = ShardMap::new(groups);
+        Groups::with_map(ShardMap::new(groups), config)
+    }
+
+    /// Fresh parts placed by `map`.
+    pub fn with_map(map: ShardMap, config: bourse_engine::EngineConfig) -> Self {
         Groups {
             map,
             accounts: (0..map.groups()).map(|g| AccountPart::new(g, map, &config)).collect(),
@@ -317,5 +345,20 @@ mod tests {
         }
         assert!(counts.iter().all(|&n| (2_000..3_000).contains(&n)), "{counts:?}");
         assert_eq!(map.symbol_group(SymbolId(6)), 2);
+    }
+
+    #[test]
+    fn a_meta_group_holds_no_account_and_no_book() {
+        let map = ShardMap::with_meta_group(4);
+        assert!(map.meta_group() && !map.holds_data(0) && map.holds_data(3) && !map.holds_data(4));
+        let mut counts = [0u32; 4];
+        for a in 0..30_000 {
+            counts[map.account_group(AccountId(a))] += 1;
+        }
+        assert_eq!(counts[0], 0);
+        assert!(counts[1..].iter().all(|&n| (9_000..11_000).contains(&n)), "{counts:?}");
+        let books: Vec<usize> = (0..6).map(|s| map.symbol_group(SymbolId(s))).collect();
+        assert_eq!(books, [1, 2, 3, 1, 2, 3]);
+        assert!(!ShardMap::new(4).meta_group() && ShardMap::new(4).holds_data(0));
     }
 }

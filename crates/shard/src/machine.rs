@@ -241,6 +241,9 @@ impl GroupMachine {
         if to >= self.groups() {
             return Some(format!("no group {to} (the exchange has {})", self.groups()));
         }
+        if !self.account.map().holds_data(to) {
+            return Some(format!("group {to} is the meta group: it holds no book"));
+        }
         if self.moving.contains(&symbol) {
             return Some(format!("symbol {symbol}'s book is moving already"));
         }

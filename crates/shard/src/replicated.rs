@@ -113,7 +113,12 @@ const IDLE_TICKS_MAX: u32 = 64;
 
 impl Replicated {
     pub fn new(groups: u32, config: EngineConfig, seed: u64, faults: bool) -> Self {
-        let Groups { map, accounts, symbols } = Groups::new(groups, config);
+        Replicated::with_map(crate::ShardMap::new(groups), config, seed, faults)
+    }
+
+    /// Groups placed by `map` (say, with a meta group: [`crate::ShardMap::with_meta_group`]).
+    pub fn with_map(map: crate::ShardMap, config: EngineConfig, seed: u64, faults: bool) -> Self {
+        let Groups { map, accounts, symbols } = Groups::with_map(map, config);
         let nodes = accounts
             .into_iter()
             .zip(symbols)

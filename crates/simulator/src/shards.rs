@@ -91,16 +91,31 @@ const RESEND_AFTER: Duration = Duration::from_millis(300);
 #[derive(Clone, Debug)]
 pub struct ShardOptions {
     pub seed: u64,
+    /// Every group, a meta group included.
     pub groups: u32,
+    /// Group 0 a meta group of its own: the catalog, the books' placement, the moves
+    /// and the cuts, and no account or book ([`ShardMap::with_meta_group`]).
+    pub meta_group: bool,
     pub nodes: u64,
     pub clients: u64,
     pub faults: Profile,
     pub seconds: u64,
 }
 
+impl ShardOptions {
+    /// Where the accounts and books live.
+    pub fn map(&self) -> ShardMap {
+        if self.meta_group {
+            ShardMap::with_meta_group(self.groups)
+        } else {
+            ShardMap::new(self.groups)
+        }
+    }
+}
+
 impl Default for ShardOptions {
     fn default() -> Self {
-        ShardOptions { seed: 1, groups: 2, nodes: 3, clients: 8, faults: Profile::All, seconds: 10 }
+        ShardOptions { seed: 1, groups: 2, meta_group: false, nodes: 3, clients: 8, faults: Profile::All, seconds: 10 }
     }
 }
 
@@ -162,12 +177,13 @@ impl fmt::Display for ShardReport {
         let (c, s) = (&self.counts, &self.shard);
         write!(
             f,
-            "seed {} ({} groups of {}): {} — trace {:016x}, {:.1} s simulated, {}; {} entries, {} commands ({} answered, \
+            "seed {} ({} groups of {}{}): {} — trace {:016x}, {:.1} s simulated, {}; {} entries, {} commands ({} answered, \
              {} of them to resends from the session's memory, {} resends, {} refused for overtaking), {} ingests ({} outputs applied, {} skipped as applied, {} refused for a gap), \
              {} trims, {} leader changes, {} snapshots installed, {} books moved ({} moves sent; {} orders relayed with a book, {} sent behind a cut), {} days closed ({} Day orders expired)",
             self.options.seed,
             self.options.groups,
             self.options.nodes,
+            if self.options.meta_group { ", group 0 the meta group" } else { "" },
             if self.passed() { "ok" } else { "FAILED" },
             self.trace_hash,
             self.simulated.as_secs_f64(),
@@ -828,9 +844,10 @@ impl Gateway {
         }
         // Now and then (every two seconds or so) the operator moves a book to another
         // group, while the traders trade it.
-        if trading && self.groups > 1 && self.world.rng(|rng| rng.gen_range(0..2_000) == 0) {
+        let first = usize::from(self.map.meta_group());
+        if trading && self.groups > first + 1 && self.world.rng(|rng| rng.gen_range(0..2_000) == 0) {
             let (symbol, to) =
-                self.world.rng(|rng| (SymbolId(rng.gen_range(0..SYMBOLS)), rng.gen_range(0..self.groups)));
+                self.world.rng(|rng| (SymbolId(rng.gen_range(0..SYMBOLS)), rng.gen_range(first..self.groups)));
             lock(&self.shared.counts).moves_sent += 1;
             if let Some(leader) = self.leader(CATALOG_GROUP) {
                 self.send(leader, Inbound::Move { symbol, to });
@@ -849,8 +866,8 @@ impl Gateway {
 /// Every group's state before its log: the catalog, the accounts and their funds, as a
 /// metadata group's config stream and the operator's deposits would leave them (built
 /// through [`Replicated`], the same for every replica).
-fn genesis(groups: u32, clients: u64) -> (Vec<GroupMachine>, Vec<AccountId>) {
-    let mut replicated = Replicated::new(groups, EngineConfig::default(), 0, false);
+fn genesis(map: ShardMap, clients: u64) -> (Vec<GroupMachine>, Vec<AccountId>) {
+    let mut replicated = Replicated::with_map(map, EngineConfig::default(), 0, false);
     let mut seq = 0;
     let mut ts = EPOCH_NS - 1_000_000_000;
     let mut submit = |replicated: &mut Replicated, body: CommandBody| {
@@ -927,7 +944,7 @@ pub fn run(options: ShardOptions) -> ShardReport {
 }
 
 async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions) -> Duration {
-    let (genesis, accounts) = genesis(options.groups, options.clients);
+    let (genesis, accounts) = genesis(options.map(), options.clients);
     let groups = options.groups as usize;
     let mut sim = Sim {
         world: Arc::clone(&world),
@@ -965,13 +982,8 @@ async fn simulate(world: Arc<World>, shared: Arc<Shared>, options: ShardOptions)
     let mut traders: Vec<Trader> =
         accounts.iter().enumerate().map(|(n, &account)| trader(n as u64 + 1, account, false)).collect();
     traders.push(trader(OPERATOR_CLIENT, AccountId(0), true));
-    let mut gateway = Gateway {
-        world: Arc::clone(&world),
-        shared: Arc::clone(&shared),
-        map: ShardMap::new(options.groups),
-        groups,
-        traders,
-    };
+    let mut gateway =
+        Gateway { world: Arc::clone(&world), shared: Arc::clone(&shared), map: options.map(), groups, traders };
 
     // Trading under faults, then the heal.
     world.trading.store(true, Ordering::Relaxed);
@@ -1146,6 +1158,14 @@ fn check(sim: &Sim, gateway: &Gateway) {
     let refs: Vec<&GroupMachine> = machines.iter().collect();
     if let Err(broken) = conservation(&refs) {
         world.violation(format!("conservation across the groups: {broken}"));
+    }
+    // A meta group held no account's funds and no order, ever.
+    if let Some(meta) = machines.first().filter(|_| sim.options.meta_group) {
+        let engine = meta.symbol.engine();
+        let orders = engine.open_order_records().len() + engine.closed_order_records().count();
+        if meta.account.balances().next().is_some() || orders > 0 {
+            world.violation(format!("the meta group holds balances or {orders} orders"));
+        }
     }
     // Every command its client counts done was applied (an outcome was recorded when a
     // replica applied it), and is in its client's session record on every replica.

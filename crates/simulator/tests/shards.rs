@@ -19,6 +19,19 @@ fn a_seed_replays_exactly() {
     assert_ne!(first.trace_hash, run(options(6, 2)).trace_hash);
 }
 
+/// Group 0 a meta group of its own beside three data groups: the catalog, the moves
+/// and the closes go through it under every fault, and it never holds an account's
+/// funds or an order (the end checks).
+#[test]
+fn a_meta_group_beside_data_groups_passes_the_checks_under_faults() {
+    for seed in [7, 8] {
+        let report = run(ShardOptions { meta_group: true, ..options(seed, 4) });
+        assert!(report.passed(), "{report}");
+        let s = &report.shard;
+        assert!(s.answered > 100 && s.outputs_applied > 1_000 && s.books_moved > 0 && s.days_closed > 0, "{report}");
+    }
+}
+
 #[test]
 fn groups_of_raft_members_pass_their_checks_under_faults() {
     for (seed, groups) in [(1, 2), (2, 3), (3, 4)] {
