@@ -191,6 +191,11 @@ pub enum ClusterCommand {
         /// `bourse group-load --data DIR`.
         #[arg(long)]
         groups: Option<u32>,
+        /// With --groups G: a meta group of its own as group 0 (the catalog, the books'
+        /// placement, the moves and the cuts; no account, no book) beside G data groups
+        /// 1..=G.
+        #[arg(long, requires = "groups")]
+        meta_group: bool,
         /// Client ports are base+id, Raft ports base+100+id.
         #[arg(long, default_value_t = 7400)]
         base_port: u16,
@@ -378,11 +383,21 @@ pub fn run(target: crate::cli::Target, command: ClusterCommand) -> Result<(), St
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
         match command {
-            ClusterCommand::Up { count, data, groups: Some(groups), base_port, low_latency, plaintext, node_args } => {
+            ClusterCommand::Up {
+                count,
+                data,
+                groups: Some(groups),
+                meta_group,
+                base_port,
+                low_latency,
+                plaintext,
+                node_args,
+            } => {
                 let options = UpOptions { low_latency, plaintext, node_args };
-                crate::groups::up(groups, count, &data, base_port, &options, target.json).await
+                let shape = crate::groups::Shape { data_groups: groups, meta_group };
+                crate::groups::up(shape, count, &data, base_port, &options, target.json).await
             }
-            ClusterCommand::Up { count, data, groups: None, base_port, low_latency, plaintext, node_args } => {
+            ClusterCommand::Up { count, data, groups: None, base_port, low_latency, plaintext, node_args, .. } => {
                 let options = UpOptions { low_latency, plaintext, node_args };
                 up(count, &data, base_port, &options, target.json).await
             }

@@ -145,9 +145,16 @@ fn common_args(record: &serde_json::Value, group: usize) -> Vec<String> {
     args
 }
 
+/// What `cluster up --groups G [--meta-group]` starts: G data groups, and a meta group
+/// as group 0 before them when asked for.
+pub struct Shape {
+    pub data_groups: u32,
+    pub meta_group: bool,
+}
+
 /// `bourse cluster up --groups G --nodes N`.
 pub async fn up(
-    groups: u32,
+    shape: Shape,
     nodes: u64,
     data: &Path,
     base_port: u16,
@@ -158,9 +165,10 @@ pub async fn up(
     if !(1..=9).contains(&nodes) {
         return Err("--nodes must be between 1 and 9".into());
     }
-    if !(1..=32).contains(&groups) {
+    if !(1..=32).contains(&shape.data_groups) {
         return Err("--groups must be between 1 and 32".into());
     }
+    let groups = shape.data_groups + u32::from(shape.meta_group);
     let record_path = data.join("cluster.json");
     if record_path.exists() {
         return Err(format!(
@@ -172,7 +180,10 @@ pub async fn up(
     }
     std::fs::create_dir_all(data).map_err(|e| format!("{}: {e}", data.display()))?;
     let data = std::path::absolute(data).map_err(|e| e.to_string())?;
-    let genesis = Genesis::market(groups, 4, GENESIS_ACCOUNTS);
+    let mut genesis = Genesis::market(groups, 4, GENESIS_ACCOUNTS);
+    if shape.meta_group {
+        genesis = genesis.with_meta_group();
+    }
     let genesis_path = data.join("genesis.json");
     genesis.write(&genesis_path)?;
     let planned: Vec<Planned> = (0..groups as usize)
@@ -232,7 +243,7 @@ pub async fn up(
     record["nodes"] = json!(started);
     std::fs::write(&record_path, serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?)
         .map_err(|e| e.to_string())?;
-    let client = GroupClient::new(directory.clone(), operator_tls(pki.as_deref())?);
+    let client = GroupClient::new(directory.clone(), genesis.map(), operator_tls(pki.as_deref())?);
     let leaders = wait_for_leaders(&client, groups as usize, Duration::from_secs(30))
         .await
         .map_err(|e| format!("{e}; see {}/group*/node*/node.log", data.display()))?;
@@ -243,7 +254,9 @@ pub async fn up(
             println!("group {} member {} api {} raft {}", member.group, member.id, member.api, member.raft);
         }
         for (g, leader) in leaders.iter().enumerate() {
-            println!("group {g}: leader member {leader}");
+            let meta =
+                if genesis.map().holds_data(g) { "" } else { " (the meta group: catalog, placement, moves, cuts)" };
+            println!("group {g}: leader member {leader}{meta}");
         }
         println!(
             "the market: {} (USD and stocks S0-S3, listed S0/USD-S3/USD; accounts 0-63 funded)",
@@ -316,6 +329,26 @@ fn record_directory(record: &serde_json::Value) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Where the recorded groups' accounts and books live: the map of the genesis they
+/// started from.
+fn record_map(record: &serde_json::Value) -> Result<bourse_shard::ShardMap, String> {
+    let path = record["genesis"].as_str().ok_or("no genesis in the groups' record")?;
+    Ok(Genesis::read(Path::new(path))?.map())
+}
+
+/// A client of the recorded groups.
+fn record_client(
+    record: &serde_json::Value,
+    tls: Option<Arc<bourse_pki::ReloadableClientConfig>>,
+) -> Result<GroupClient, String> {
+    let directory = record_directory(record);
+    let map = record_map(record)?;
+    if map.groups() != directory.len() {
+        return Err(format!("the genesis has {} groups, the record's directory {}", map.groups(), directory.len()));
+    }
+    Ok(GroupClient::new(directory, map, tls))
+}
+
 fn record_pki(data: &Path) -> Option<PathBuf> {
     let pki = data.join("pki");
     pki.join(bourse_pki::CA_CERT_FILE).exists().then_some(pki)
@@ -353,7 +386,7 @@ pub fn restart(data: &Path, id: u64) -> Result<(), String> {
 /// progress.
 pub async fn status(data: &Path, as_json: bool) -> Result<(), String> {
     let record = read_record(data)?;
-    let client = GroupClient::new(record_directory(&record), operator_tls(record_pki(data).as_deref())?);
+    let client = record_client(&record, operator_tls(record_pki(data).as_deref())?)?;
     let mut down = 0;
     for (n, state) in client.states(false).await.into_iter().enumerate() {
         match state {
@@ -427,6 +460,7 @@ pub fn load(args: GroupLoadArgs, as_json: bool) -> Result<(), String> {
         genesis.commands.iter().filter(|c| matches!(c, bourse_engine::command::CommandBody::CreateSymbol(_))).count();
     let options = LoadOptions {
         directory: record_directory(&record),
+        map: genesis.map(),
         accounts: built.accounts,
         traders: args.traders,
         symbols: symbols as u32,
@@ -635,7 +669,7 @@ pub fn query(args: GroupQueryArgs, as_json: bool) -> Result<(), String> {
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let answers: Vec<(usize, u64, Answered)> = runtime.block_on(async {
-        let mut client = GroupClient::new(record_directory(&record), tls);
+        let mut client = record_client(&record, tls)?;
         client.give_up_after = Duration::from_secs(10);
         if let Query::Order { symbol, order } = query {
             // The book's group, or the group the order closed in.
@@ -735,7 +769,7 @@ pub fn move_book(args: GroupMoveArgs, as_json: bool) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     let symbol = bourse_engine::SymbolId(args.symbol);
     let (from, took) = runtime.block_on(async {
-        let mut client = GroupClient::new(record_directory(&record), tls);
+        let mut client = record_client(&record, tls)?;
         client.move_symbol(symbol, args.to).await.map_err(|e| format!("moving symbol {symbol}: {e}"))
     })?;
     if as_json {
@@ -765,7 +799,7 @@ pub fn close_day(args: GroupCloseDayArgs, as_json: bool) -> Result<(), String> {
     let client = bourse_client::random_client_id();
     let started = Instant::now();
     let outcome = runtime.block_on(async {
-        let mut groups = GroupClient::new(record_directory(&record), tls);
+        let mut groups = record_client(&record, tls)?;
         groups.send(client, 1, CommandBody::CloseDay).await.map_err(|e| format!("closing the day: {e}"))
     })?;
     let took = started.elapsed();

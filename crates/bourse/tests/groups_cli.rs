@@ -10,71 +10,21 @@
 //! book moves) and two by hand (`group-close-day`; the second expires nothing), reads
 //! of every book and of an account (`group-query`), `cluster status` and `cluster down`.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 #[path = "support/groups.rs"]
 mod support;
 
 use serde_json::Value;
-use support::{bourse, leader_of, ok};
-
-/// A base port whose member ports (+1..3, +11..13, and those +1000) are free now.
-fn free_base() -> u16 {
-    let seed = std::process::id() as u16;
-    for attempt in 0..200u16 {
-        let base = 20_000 + (seed.wrapping_mul(13).wrapping_add(attempt * 311)) % 18_000;
-        let free = [1, 2, 3, 11, 12, 13]
-            .iter()
-            .flat_map(|&o| [o, o + 1_000])
-            .all(|o| TcpListener::bind(("127.0.0.1", base + o)).is_ok());
-        if free {
-            return base;
-        }
-    }
-    panic!("no free base port");
-}
-
-struct Cleanup(PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = bourse().args(["cluster", "down", "--data"]).arg(&self.0).output();
-    }
-}
-
-fn record(data: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(data.join("cluster.json")).expect("cluster.json")).expect("json")
-}
-
-fn pid_of(data: &Path, id: u64) -> u64 {
-    let record = record(data);
-    let nodes = record["nodes"].as_array().expect("nodes");
-    nodes.iter().find(|n| n["id"].as_u64() == Some(id)).and_then(|n| n["pid"].as_u64()).expect("a pid")
-}
-
-fn kill(pid: u64) {
-    let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().expect("kill");
-    assert!(status.success(), "kill -KILL {pid}");
-    // Reaped by its parent (`cluster up` is gone: init reaps it); wait until it is gone.
-    for _ in 0..100 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("process {pid} outlived SIGKILL by 2 s");
-}
+use support::{bourse, free_base, kill, leader_of, ok, pid_of, Cleanup};
 
 #[test]
 fn groups_trade_through_leader_kills_in_every_group_and_conserve_every_asset() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let data = dir.path().join("groups");
     let data_text = data.to_str().expect("utf-8").to_string();
-    let base = free_base().to_string();
+    let base = free_base(2).to_string();
     let _cleanup = Cleanup(data.clone());
     let up =
         // Snapshots every 300 entries: a restarted member starts from its newest one.

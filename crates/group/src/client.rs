@@ -74,10 +74,12 @@ pub struct GroupClient {
 }
 
 impl GroupClient {
-    /// `directory`: every group's members' API addresses, in group order.
-    pub fn new(directory: Vec<Vec<String>>, tls: Option<Arc<ReloadableClientConfig>>) -> GroupClient {
+    /// `directory`: every group's members' API addresses, in group order; `map`: where
+    /// the accounts and books live (the genesis's, [`crate::Genesis::map`]).
+    pub fn new(directory: Vec<Vec<String>>, map: ShardMap, tls: Option<Arc<ReloadableClientConfig>>) -> GroupClient {
+        assert_eq!(map.groups(), directory.len(), "a directory entry for every group of the map");
         GroupClient {
-            map: ShardMap::new(directory.len() as u32),
+            map,
             groups: directory.into_iter().map(|addresses| Group { addresses, leader: 0, connection: None }).collect(),
             tls,
             give_up_after: Duration::from_secs(30),
@@ -164,12 +166,18 @@ impl GroupClient {
     }
 
     /// The groups a query goes to: a book or an order to its symbol's group, an account
-    /// to every group (each holds what the account's orders in its books reserve).
+    /// to every data group (each holds what the account's orders in its books reserve;
+    /// a meta group holds none).
     pub fn groups_of(&self, query: &Query) -> Vec<usize> {
         match query {
             Query::Book { symbol, .. } | Query::Order { symbol, .. } => vec![self.map.symbol_group(*symbol)],
-            Query::Account { .. } | Query::Record { .. } => (0..self.groups.len()).collect(),
+            Query::Account { .. } | Query::Record { .. } => self.data_groups(),
         }
+    }
+
+    /// The groups that hold accounts and books.
+    fn data_groups(&self) -> Vec<usize> {
+        (0..self.groups.len()).filter(|&g| self.map.holds_data(g)).collect()
     }
 
     /// Order `order` of `symbol`, wherever its record is: asked of the book's group
@@ -192,7 +200,7 @@ impl GroupClient {
             other => return Err(unexpected(other)),
         }
         let numbered = (order.0 >> ORDER_ID_BITS) as usize;
-        let mut others: Vec<usize> = (0..self.groups.len()).filter(|&g| g != book).collect();
+        let mut others: Vec<usize> = self.data_groups().into_iter().filter(|&g| g != book).collect();
         others.sort_by_key(|&g| g != numbered);
         for g in others {
             match self.query(g, &Query::Record { order }).await? {

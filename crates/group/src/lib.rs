@@ -23,9 +23,10 @@
 //!
 //! Every member starts from a [`Genesis`] it builds alike. Group 0's leader also orders
 //! moves of a book to another group (`Request::Move`) and the close of the day, a cut
-//! across the groups that it answers once every group has reported. Not yet: a meta
-//! group of its own, gateways routing by the map, market data and history per group,
-//! moving accounts.
+//! across the groups that it answers once every group has reported. With a genesis's
+//! `meta_group`, group 0 is a meta group of its own: those and nothing else, no account
+//! and no book. Not yet: gateways routing by the map, market data and history per
+//! group, moving accounts.
 
 pub mod client;
 pub mod load;
@@ -34,7 +35,7 @@ pub mod wire;
 
 use bourse_engine::command::{Command, CommandBody, MatchPolicy, SymbolSpec};
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, EngineConfig, Outcome, Px, Qty};
-use bourse_shard::{GroupMachine, Replicated};
+use bourse_shard::{GroupMachine, Replicated, ShardMap};
 use serde::{Deserialize, Serialize};
 
 /// The client id of the genesis's commands.
@@ -48,6 +49,10 @@ const GENESIS_STAMP: u64 = 1_600_000_000_000_000_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Genesis {
     pub groups: u32,
+    /// Group 0 a meta group of its own: the catalog, the books' placement, the moves
+    /// and the cuts, and no account or book ([`bourse_shard::ShardMap::with_meta_group`]).
+    #[serde(default)]
+    pub meta_group: bool,
     /// Applied in order by the operator (client 0): catalog and account commands go to
     /// every group, deposits and credits to the account's.
     pub commands: Vec<CommandBody>,
@@ -92,7 +97,22 @@ impl Genesis {
                 commands.push(CommandBody::Credit { account, asset: AssetId(1 + s), amount: Amount(100_000) });
             }
         }
-        Genesis { groups, commands }
+        Genesis { groups, meta_group: false, commands }
+    }
+
+    /// The same, with group 0 a meta group of its own and `groups - 1` data groups.
+    pub fn with_meta_group(mut self) -> Genesis {
+        self.meta_group = true;
+        self
+    }
+
+    /// Where the accounts and books live.
+    pub fn map(&self) -> ShardMap {
+        if self.meta_group {
+            ShardMap::with_meta_group(self.groups)
+        } else {
+            ShardMap::new(self.groups)
+        }
     }
 
     /// Applies the genesis to `groups` fresh machines; an error names the first command
@@ -101,7 +121,10 @@ impl Genesis {
         if !(1..=64).contains(&self.groups) {
             return Err(format!("genesis: {} groups (1 to 64 are allowed)", self.groups));
         }
-        let mut replicated = Replicated::new(self.groups, EngineConfig::default(), 0, false);
+        if self.meta_group && self.groups < 2 {
+            return Err("genesis: a meta group needs at least one data group beside it (groups >= 2)".into());
+        }
+        let mut replicated = Replicated::with_map(self.map(), EngineConfig::default(), 0, false);
         let mut accounts = Vec::new();
         for (n, body) in self.commands.iter().enumerate() {
             let command = Command {

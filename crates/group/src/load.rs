@@ -9,7 +9,7 @@ use bourse_engine::command::{CommandBody, OrderRequest, Tif};
 use bourse_engine::{AccountId, Amount, AssetId, ClientId, OrderId, Outcome, Px, Qty, Reject, Side, SymbolId};
 use bourse_pki::ReloadableClientConfig;
 use bourse_shard::machine::{conservation, Output, CLOSE_UNDER_WAY};
-use bourse_shard::{GroupMachine, CATALOG_GROUP};
+use bourse_shard::{GroupMachine, ShardMap, CATALOG_GROUP};
 
 use crate::client::{ClientError, GroupClient};
 use crate::wire::{Answered, Query, State};
@@ -18,6 +18,8 @@ use crate::wire::{Answered, Query, State};
 pub struct LoadOptions {
     /// Every group's members' API addresses, in group order.
     pub directory: Vec<Vec<String>>,
+    /// Where the accounts and books live (the genesis's).
+    pub map: ShardMap,
     /// The accounts to trade, from the genesis: trader `n` trades `accounts[n % len]`.
     pub accounts: Vec<AccountId>,
     /// Traders, each a client of its own (id `1000 + n`), one command at a time.
@@ -169,7 +171,7 @@ impl Trader {
 /// an outcome).
 pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>) -> LoadReport {
     let mut report = LoadReport::default();
-    let probe = GroupClient::new(options.directory.clone(), tls.clone());
+    let probe = GroupClient::new(options.directory.clone(), options.map, tls.clone());
     // Sessions resume where the groups' records stand (a second run on one cluster).
     let machines = match leaders(&probe).await {
         Ok(machines) => machines,
@@ -210,7 +212,7 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
             resting: Vec::new(),
             rng: options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (n as u64 + 1),
         };
-        let mut client = GroupClient::new(options.directory.clone(), tls.clone());
+        let mut client = GroupClient::new(options.directory.clone(), options.map, tls.clone());
         // The group the book goes to, and the books it has (as the groups place them now).
         let watched = options.move_book.map(|(symbol, to, _)| {
             let placed = &machines[CATALOG_GROUP].account;
@@ -295,7 +297,7 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
         }));
     }
     let mover = options.move_book.map(|(symbol, to, after)| {
-        let mut client = GroupClient::new(options.directory.clone(), tls.clone());
+        let mut client = GroupClient::new(options.directory.clone(), options.map, tls.clone());
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
             let asked = Instant::now();
@@ -317,11 +319,11 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     let watcher = options.move_book.map(|(symbol, _, _)| {
         let account = accounts[0];
         let seq = machines[map.account_group(account)].account.session(WATCHER);
-        let client = GroupClient::new(options.directory.clone(), tls.clone());
+        let client = GroupClient::new(options.directory.clone(), options.map, tls.clone());
         tokio::spawn(watch_book(client, (WATCHER, seq), account, symbol, until))
     });
     let closer = options.close_day_after.map(|after| {
-        let client = GroupClient::new(options.directory.clone(), tls.clone());
+        let client = GroupClient::new(options.directory.clone(), options.map, tls.clone());
         tokio::spawn(close_day(client, operator[CATALOG_GROUP] + 1, after))
     });
     let mut answered: BTreeMap<ClientId, (AccountId, u64)> = BTreeMap::new();
@@ -399,7 +401,8 @@ pub async fn run(options: LoadOptions, tls: Option<Arc<ReloadableClientConfig>>)
     };
     report.settled_in = settling.elapsed();
     check(&states, &answered, &mut report);
-    read_back(GroupClient::new(options.directory.clone(), tls.clone()), &states, &orders, &mut report).await;
+    read_back(GroupClient::new(options.directory.clone(), options.map, tls.clone()), &states, &orders, &mut report)
+        .await;
     if let Some(closed) = &report.closed {
         // The cut's stamp is at least the close's send time: no Day order stamped
         // before that may still be open.
@@ -612,7 +615,7 @@ async fn create_accounts(
     seqs: &mut [u64],
     tls: Option<Arc<ReloadableClientConfig>>,
 ) -> Result<Vec<AccountId>, String> {
-    let mut client = GroupClient::new(options.directory.clone(), tls);
+    let mut client = GroupClient::new(options.directory.clone(), options.map, tls);
     let mut created = Vec::new();
     for _ in 0..options.online_accounts {
         let mut send = async |client: &mut GroupClient, body: CommandBody| {
@@ -787,7 +790,15 @@ fn check(states: &[(State, GroupMachine)], answered: &BTreeMap<ClientId, (Accoun
     if let Err(broken) = conservation(&firsts) {
         report.violations.push(format!("conservation across the groups: {broken}"));
     }
-    let map = bourse_shard::ShardMap::new(groups as u32);
+    // A meta group holds no account's funds and never held an order.
+    for machine in firsts.iter().filter(|machine| !machine.account.map().holds_data(machine.group())) {
+        let engine = machine.symbol.engine();
+        let orders = engine.open_order_records().len() + engine.closed_order_records().count();
+        if machine.account.balances().next().is_some() || orders > 0 {
+            report.violations.push(format!("the meta group {} holds balances or {orders} orders", machine.group()));
+        }
+    }
+    let map = firsts.first().map_or(bourse_shard::ShardMap::new(groups as u32), |machine| machine.account.map());
     for (client, (account, last)) in answered {
         let g = map.account_group(*account);
         for (state, machine) in states.iter().filter(|(s, _)| s.group == g) {

@@ -330,7 +330,7 @@ impl GroupMember {
         let shared = Arc::new(Shared {
             group: config.group,
             groups,
-            map: ShardMap::new(config.genesis.groups),
+            map: config.genesis.map(),
             replica,
             applied,
             inbox: Mutex::new(Inbox::default()),
