@@ -72,7 +72,7 @@ pub fn node(args: NodeArgs, target: &crate::cli::Target) -> Result<(), String> {
     let mut config = args.serve.config()?;
     // Dropped last, after the runtime: the node's files are closed before the last
     // holder removes the directory.
-    let _temporary = match &args.temporary_dir {
+    let mut temporary = match &args.temporary_dir {
         Some(dir) if !config.data.starts_with(dir) => {
             return Err(format!("--temporary-dir {}: --data must lie inside it", dir.display()));
         }
@@ -106,7 +106,21 @@ pub fn node(args: NodeArgs, target: &crate::cli::Target) -> Result<(), String> {
     config.validate().map_err(|e| e.to_string())?;
     let parent_gone = if args.exit_with_parent { Some(watch_parent()?) } else { None };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
-    runtime.block_on(run_node(config, parent_gone))
+    let ended = runtime.block_on(run_node(config, parent_gone));
+    if let (Some(holder), Ok(Stopped::ParentEnded)) = (temporary.as_mut(), &ended) {
+        // The parent was killed, perhaps outright: its hold on the directory may outlast
+        // the pipe whose end stopped this node by a moment (`scratch`).
+        holder.linger(Duration::from_secs(5));
+    }
+    drop(runtime);
+    drop(temporary);
+    ended.map(|_| ())
+}
+
+/// Why a node stopped.
+enum Stopped {
+    Signal,
+    ParentEnded,
 }
 
 /// Runs the node until SIGINT, SIGTERM, SIGHUP or, with `parent_gone`, its parent's end;
@@ -114,7 +128,7 @@ pub fn node(args: NodeArgs, target: &crate::cli::Target) -> Result<(), String> {
 async fn run_node(
     config: bourse_node::NodeConfig,
     parent_gone: Option<tokio::sync::oneshot::Receiver<()>>,
-) -> Result<(), String> {
+) -> Result<Stopped, String> {
     // With the cluster's CA, SIGHUP re-reads the certificates and the revocation list
     // (a daemon's reload); without it, it stops the node like SIGTERM.
     let reloads = config.pki_dir().is_some();
@@ -133,7 +147,7 @@ async fn run_node(
         }
     };
     let mut parent = std::pin::pin!(parent);
-    loop {
+    let stopped = loop {
         tokio::select! {
             name = signals.recv() => {
                 if name == "SIGHUP" && reloads {
@@ -144,12 +158,16 @@ async fn run_node(
                     continue;
                 }
                 tracing::info!("{name}: shutting down");
+                break Stopped::Signal;
             }
-            () = &mut parent => tracing::info!("stdin closed (the parent process ended): shutting down"),
+            () = &mut parent => {
+                tracing::info!("stdin closed (the parent process ended): shutting down");
+                break Stopped::ParentEnded;
+            }
         }
-        break;
-    }
-    node.shutdown().await.map_err(|e| e.to_string())
+    };
+    node.shutdown().await.map_err(|e| e.to_string())?;
+    Ok(stopped)
 }
 
 /// A thread that reads stdin to its end (the parent's pipe closing) and then fires. A

@@ -11,12 +11,19 @@
 //! stays behind a clean end. A holder killed outright removes nothing; the next one to
 //! end cleanly does.
 //!
+//! A holder whose parent, another holder, was killed outright may end before the kernel
+//! has dropped the dead parent's lock: a process killed with many files open closes
+//! them one by one, the pipe its children read (which tells them to stop) before, say,
+//! the lock file. Such a holder ([`Holder::linger`]) keeps asking for the exclusive lock
+//! for a while, so that it, the last to go, still removes the directory.
+//!
 //! Known limit: when the last holder is itself killed outright, the directory stays —
 //! for the demo, a SIGKILL before its nodes start or after they have stopped (while it
 //! replays their data), moments of a second or two.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{flock, FlockOperation};
 
@@ -28,6 +35,8 @@ const LOCK_FILE: &str = "holders.lock";
 pub(crate) struct Holder {
     dir: PathBuf,
     lock: Option<File>,
+    /// How long dropping it keeps asking for the exclusive lock while others hold it.
+    linger: Duration,
 }
 
 impl Holder {
@@ -62,7 +71,14 @@ impl Holder {
     fn hold(dir: &Path, file: File) -> Result<Holder, String> {
         flock(&file, FlockOperation::NonBlockingLockShared)
             .map_err(|e| format!("{}: {e} (the directory is being removed)", dir.join(LOCK_FILE).display()))?;
-        Ok(Holder { dir: dir.to_path_buf(), lock: Some(file) })
+        Ok(Holder { dir: dir.to_path_buf(), lock: Some(file), linger: Duration::ZERO })
+    }
+
+    /// Dropped, keeps asking for the exclusive lock for up to `linger` (every 20 ms)
+    /// while another process holds the directory: for a holder that ends because its
+    /// parent ended, whose lock may outlive it by a moment (the module's docs).
+    pub(crate) fn linger(&mut self, linger: Duration) {
+        self.linger = linger;
     }
 }
 
@@ -72,11 +88,19 @@ impl Drop for Holder {
         // Release first: two holders that each asked for the exclusive lock while still
         // holding the shared one could both be refused, and the directory would stay.
         let _ = flock(&file, FlockOperation::Unlock);
-        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
-            match std::fs::remove_dir_all(&self.dir) {
-                Ok(()) => tracing::info!(dir = %self.dir.display(), "the last holder: temporary directory removed"),
-                Err(error) => tracing::warn!(dir = %self.dir.display(), %error, "temporary directory not removed"),
+        let deadline = Instant::now() + self.linger;
+        while flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+            if Instant::now() >= deadline {
+                return;
             }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        match std::fs::remove_dir_all(&self.dir) {
+            Ok(()) => tracing::info!(dir = %self.dir.display(), "the last holder: temporary directory removed"),
+            // Another lingering holder removed it first (the lock is on the file, which
+            // outlives its name while open).
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => tracing::warn!(dir = %self.dir.display(), %error, "temporary directory not removed"),
         }
     }
 }
@@ -96,6 +120,25 @@ mod tests {
         assert!(dir.exists(), "a holder remains: the directory stays");
         drop(child);
         assert!(!dir.exists(), "the last holder removed the directory");
+    }
+
+    #[test]
+    fn a_lingering_holder_removes_the_directory_once_a_slow_dying_one_lets_go() {
+        let parent = tempfile::tempdir().expect("a temporary directory");
+        let dir = parent.path().join("shared");
+        std::fs::create_dir(&dir).expect("the shared directory");
+        let dying = Holder::create(&dir).expect("created");
+        let mut child = Holder::join(&dir).expect("joined");
+        child.linger(Duration::from_secs(5));
+        // The parent's lock goes 200 ms after the child has begun to end.
+        let let_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let mut dying = dying;
+            drop(dying.lock.take());
+        });
+        drop(child);
+        assert!(!dir.exists(), "the lingering child removed the directory");
+        let_go.join().expect("the parent let go");
     }
 
     #[test]

@@ -115,9 +115,33 @@ impl Demo {
                 let entries: Vec<_> = std::fs::read_dir(&self.data)
                     .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
                     .unwrap_or_default();
+                // What each node said last: how it stopped, and whether it tried to
+                // remove the directory.
+                let logs: String = (1..=3)
+                    .map(|n| {
+                        let log = std::fs::read_to_string(self.data.join(format!("node{n}/node.log")));
+                        let log = log.unwrap_or_default();
+                        let lines: Vec<&str> = log.lines().collect();
+                        format!("node {n}:\n{}\n", lines[lines.len().saturating_sub(12)..].join("\n"))
+                    })
+                    .collect();
+                let lock = self.data.join("holders.lock");
+                let open_by: Vec<String> = std::fs::read_dir("/proc")
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Result::ok)
+                    .filter_map(|entry| {
+                        let fds = std::fs::read_dir(entry.path().join("fd")).ok()?;
+                        let holds =
+                            fds.filter_map(Result::ok).any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == lock));
+                        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+                        holds.then(|| format!("{:?} {}", entry.file_name(), comm.trim()))
+                    })
+                    .collect();
+                let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
                 panic!(
                     "{CLEANUP_WAIT_MAX:?} after the demo ended: processes on {:?}: {left:?}; directory exists: {}, \
-                     holding {entries:?}",
+                     holding {entries:?}; the lock file open in {open_by:?}\n/proc/locks:\n{locks}\n{logs}",
                     self.data,
                     self.data.exists()
                 );
